@@ -1,0 +1,245 @@
+#include "frontier/detail.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace sf::frontier {
+
+namespace {
+
+void validate(const StageSchema& schema, const LabelConfig& cfg) {
+  if (cfg.gain_baseline == GainBaseline::reference &&
+      static_cast<int>(cfg.reference_s.size()) != schema.group_count())
+    throw std::invalid_argument("gain baseline 'reference' needs " + std::to_string(schema.group_count()) +
+                                " per-stage reference values, got " + std::to_string(cfg.reference_s.size()));
+  if (!(cfg.tau_c > 0 && cfg.tau_c <= 1)) throw std::invalid_argument("tau_C must be in (0, 1]");
+}
+
+}  // namespace
+
+RankedStages rank_stages(std::vector<double> score, double tau_c) {
+  RankedStages out;
+  const int n = static_cast<int>(score.size());
+  out.order.resize(n);
+  std::iota(out.order.begin(), out.order.end(), 0);
+  std::stable_sort(out.order.begin(), out.order.end(), [&](int a, int b) { return score[a] > score[b]; });
+  double total = 0;
+  for (double v : score) total += v;
+  out.share.assign(n, 0.0);
+  if (total > 0) {
+    for (int g = 0; g < n; ++g) out.share[g] = score[g] / total;
+    // Routing set: the smallest leading prefix whose cumulative share reaches τ_C (§4).
+    double cum = 0;
+    for (int g : out.order) {
+      if (score[g] <= 0) break;
+      out.candidates.push_back(g);
+      cum += out.share[g];
+      if (cum >= tau_c - 1e-12) break;
+    }
+  }
+  out.score = std::move(score);
+  return out;
+}
+
+double per_stage_max_step(const StageMatrix& m, int t) {
+  double sum = 0;
+  for (int s = 0; s < m.stages(); ++s) {
+    double mx = 0;
+    for (int r = 0; r < m.ranks(); ++r)
+      if (m.present(t, r)) mx = std::max(mx, m.d(t, r, s));
+    sum += mx;
+  }
+  return sum;
+}
+
+double per_stage_avg_step(const StageMatrix& m, int t) {
+  const int n = m.step_present_count(t);
+  if (n == 0) return 0;
+  double sum = 0;
+  for (int s = 0; s < m.stages(); ++s) {
+    double acc = 0;
+    for (int r = 0; r < m.ranks(); ++r)
+      if (m.present(t, r)) acc += m.d(t, r, s);
+    sum += acc / n;
+  }
+  return sum;
+}
+
+BaselineSet baselines(const StageMatrix& m, const Accounting& acc, double tau_c) {
+  detail::BaselineAccumulator b(m.schema());
+  std::vector<double> cm(m.stages()), v;
+  for (int t = 0; t < m.steps(); ++t) {
+    if (!acc.scored[t]) continue;
+    for (int s = 0; s < m.stages(); ++s) {
+      v.clear();
+      for (int r = 0; r < m.ranks(); ++r)
+        if (m.present(t, r)) v.push_back(m.d(t, r, s));
+      cm[s] = detail::median_inplace(v);
+    }
+    b.add_step(m, t, cm);
+  }
+  return b.finish(tau_c);
+}
+
+std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, GainBaseline kind,
+                                std::span<const double> reference) {
+  const auto& schema = m.schema();
+  if (kind == GainBaseline::reference && static_cast<int>(reference.size()) != schema.group_count())
+    throw std::invalid_argument("reference baseline needs one value per stage group");
+  Eigen::MatrixXd rm;
+  if (kind == GainBaseline::rank_median) rm = detail::rank_window_median(m);
+  std::vector<double> num(schema.group_count(), 0.0), cm(m.stages()), v;
+  double denom = 0;
+  for (int t = 0; t < m.steps(); ++t) {
+    if (!acc.scored[t]) continue;
+    for (int s = 0; s < m.stages(); ++s) {
+      v.clear();
+      for (int r = 0; r < m.ranks(); ++r)
+        if (m.present(t, r)) v.push_back(m.d(t, r, s));
+      cm[s] = detail::median_inplace(v);
+    }
+    const detail::StepBaseline b{kind, &cm, &rm, reference};
+    const double exposed = acc.exposed(t);
+    denom += exposed;
+    for (int g = 0; g < schema.group_count(); ++g) num[g] += detail::step_gain(m, t, g, b, exposed);
+  }
+  if (denom > 0)
+    for (double& x : num) x /= denom;
+  return num;
+}
+
+Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryInput& tel) {
+  return evaluate(m, account(m, cfg.account), cfg, tel);
+}
+
+Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig& cfg, const TelemetryInput& tel) {
+  validate(m.schema(), cfg);
+  Eigen::MatrixXd rm;
+  const Eigen::MatrixXd* rmp = nullptr;
+  if (cfg.gain_baseline == GainBaseline::rank_median) {
+    rm = detail::rank_window_median(m);
+    rmp = &rm;
+  }
+  detail::WindowStats ws(m.schema(), m.ranks(), cfg);
+  for (int t = 0; t < m.steps(); ++t)
+    if (acc.scored[t]) ws.add_step(m, t, detail::step_frontier_from(acc, t), rmp);
+  if (const int s1 = ws.top_group(); s1 >= 0)
+    for (int t = 0; t < m.steps(); ++t)
+      if (acc.scored[t]) ws.add_counterfactual(m, t, s1, rmp);
+  int missing = 0;
+  for (int t = 0; t < m.steps(); ++t)
+    if (!acc.scored[t]) ++missing;
+  return ws.finish(tel, m.first_step(), m.first_step() + m.steps() - 1, missing);
+}
+
+// --- streaming ---------------------------------------------------------------------------------
+
+struct StreamingAccumulator::State {
+  StageSchema schema;
+  int world;
+  LabelConfig cfg;
+  detail::WindowStats stats;
+  std::int64_t first = 0, last = -1;
+  int seen = 0, missing = 0;
+  State(StageSchema s, int w, LabelConfig c) : schema(std::move(s)), world(w), cfg(std::move(c)), stats(schema, w, cfg) {}
+};
+
+StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg) {
+  if (cfg.gain_baseline == GainBaseline::rank_median)
+    throw std::invalid_argument("gain baseline rank_median needs the whole window; use cohort_median or reference");
+  validate(schema, cfg);
+  if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
+  state_ = std::make_unique<State>(std::move(schema), world_size, std::move(cfg));
+}
+
+StreamingAccumulator::~StreamingAccumulator() = default;
+StreamingAccumulator::StreamingAccumulator(StreamingAccumulator&&) noexcept = default;
+StreamingAccumulator& StreamingAccumulator::operator=(StreamingAccumulator&&) noexcept = default;
+
+int StreamingAccumulator::steps_seen() const { return state_->seen; }
+
+void StreamingAccumulator::add_step(const StageMatrix& one) {
+  auto& st = *state_;
+  if (one.steps() != 1) throw std::invalid_argument("add_step expects a one-step matrix");
+  if (!(one.schema() == st.schema)) throw std::invalid_argument("step schema differs from the window's schema");
+  if (one.ranks() != st.world) throw std::invalid_argument("step world size differs from the window's");
+  const std::int64_t id = one.first_step();
+  if (st.seen > 0 && id <= st.last) throw std::invalid_argument("step ids must increase");
+  if (st.seen == 0) st.first = id;
+  else st.missing += static_cast<int>(id - st.last - 1);
+  st.last = id;
+  ++st.seen;
+  if (one.step_present_count(0) == 0) {
+    ++st.missing;
+    return;
+  }
+  st.stats.add_step(one, 0, detail::step_frontier_reference(one, 0, st.cfg.account), nullptr);
+  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step).
+  for (int g = 0; g < st.schema.group_count(); ++g) st.stats.add_counterfactual(one, 0, g, nullptr);
+}
+
+Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {
+  const auto& st = *state_;
+  return st.stats.finish(tel, st.first, st.last, st.missing);
+}
+
+// --- names -------------------------------------------------------------------------------------
+
+namespace {
+constexpr std::string_view kLabelNames[kLabelCount] = {
+    "frontier_accounting",          "likely_sync_wait",          "sync_wait_dependent",
+    "direct_exposure",              "forward_device_supported",  "forward_spillover_suspected",
+    "forward_host_overhead_suspected", "forward_event_scope_limited", "co_critical",
+    "gradient_accumulation_ambiguous", "role_aware_needed",      "telemetry_limited"};
+}
+
+std::string_view to_string(Label l) { return kLabelNames[static_cast<int>(l)]; }
+
+std::optional<Label> label_from_string(std::string_view s) {
+  for (int i = 0; i < kLabelCount; ++i)
+    if (kLabelNames[i] == s) return static_cast<Label>(i);
+  return std::nullopt;
+}
+
+bool is_strong(Label l) {
+  switch (l) {
+    case Label::likely_sync_wait:
+    case Label::sync_wait_dependent:
+    case Label::direct_exposure:
+    case Label::forward_device_supported:
+    case Label::forward_spillover_suspected:
+    case Label::forward_host_overhead_suspected: return true;
+    default: return false;
+  }
+}
+
+std::string_view to_string(BaselineRule rule) {
+  switch (rule) {
+    case BaselineRule::per_stage_max: return "per_stage_max";
+    case BaselineRule::per_stage_avg: return "per_stage_avg";
+    case BaselineRule::raw_spread: return "raw_spread";
+    case BaselineRule::slowest_rank: return "slowest_rank";
+    case BaselineRule::rank0_total: return "rank0_total";
+  }
+  return "?";
+}
+
+std::string_view to_string(GainBaseline b) {
+  switch (b) {
+    case GainBaseline::rank_median: return "rank_median";
+    case GainBaseline::cohort_median: return "cohort_median";
+    case GainBaseline::reference: return "reference";
+  }
+  return "?";
+}
+
+std::optional<GainBaseline> gain_baseline_from_string(std::string_view s) {
+  for (auto b : {GainBaseline::rank_median, GainBaseline::cohort_median, GainBaseline::reference})
+    if (to_string(b) == s) return b;
+  return std::nullopt;
+}
+
+bool Evidence::has(Label l) const { return std::find(labels.begin(), labels.end(), l) != labels.end(); }
+
+}  // namespace sf::frontier

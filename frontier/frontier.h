@@ -1,0 +1,381 @@
+// sf::frontier — StageFrontier accounting, baselines, direct-exposure gain and the labeler.
+//
+// Pure: no MPI, no CUDA, no files, no clock. Everything here is a function of a stage matrix,
+// optional side evidence and a configuration (paper §3–4, Appendices A–D; PAPER_NOTES.md).
+#pragma once
+
+#include <Eigen/Core>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sf::frontier {
+
+/// Name of the residual stage appended to every schema whose records carry a step wall time.
+inline constexpr std::string_view kResidualStage = "step.other_cpu_wall";
+/// Separator between a stage name and its accumulation microstep index ("data.next_wait#2").
+inline constexpr char kMicrostepSeparator = '#';
+
+/// The paper's five explicit default stages, in order (the residual is appended separately).
+std::vector<std::string> default_explicit_stages();
+
+/// Ordered stage list plus its order hash. Stages sharing a name before '#' form one semantic
+/// reporting group (accumulation microsteps); shares and routing are reported per group.
+class StageSchema {
+public:
+  StageSchema() = default;
+  /// Throws std::invalid_argument on empty, duplicate or residual-named explicit stages,
+  /// or an accumulation factor < 1.
+  StageSchema(std::vector<std::string> explicit_stages, bool with_residual, int accumulation = 1);
+
+  /// The default six-stage schema (five explicit + residual).
+  static StageSchema default_schema();
+
+  int size() const { return static_cast<int>(names_.size()); }          ///< S, residual included
+  int explicit_count() const { return explicit_count_; }                ///< stages read from input
+  bool has_residual() const { return has_residual_; }
+  int residual_index() const { return has_residual_ ? size() - 1 : -1; }
+  const std::string& name(int s) const { return names_[s]; }
+  const std::vector<std::string>& names() const { return names_; }
+  std::vector<std::string> explicit_names() const;
+  std::optional<int> index_of(std::string_view name) const;
+
+  int group_count() const { return static_cast<int>(groups_.size()); }
+  const std::vector<std::string>& groups() const { return groups_; }   ///< reporting groups, in order
+  int group_of(int s) const { return group_of_[s]; }
+  std::optional<int> group_index(std::string_view group) const;
+
+  int accumulation() const { return accumulation_; }
+  /// True when stage names carry microstep indices, i.e. accumulation was unfolded.
+  bool microstep_expanded() const { return expanded_; }
+
+  std::uint64_t order_hash() const { return hash_; }   ///< FNV-1a over the ordered names
+  std::string order_hash_hex() const;
+
+  bool operator==(const StageSchema& o) const { return names_ == o.names_ && accumulation_ == o.accumulation_; }
+
+private:
+  std::vector<std::string> names_;
+  std::vector<std::string> groups_;
+  std::vector<int> group_of_;
+  int explicit_count_ = 0;
+  bool has_residual_ = false;
+  bool expanded_ = false;
+  int accumulation_ = 1;
+  std::uint64_t hash_ = 0;
+};
+
+/// State of one sampled forward CUDA-event pair (side channel; never in the prefix vector).
+enum class EventState : std::uint8_t { unsampled = 0, ready = 1, missing = 2 };
+
+/// Durations d[t,r,s] ≥ 0 (seconds) for N aligned steps × R ranks × S stages, with the
+/// rank-local step wall time, presence mask and optional side evidence.
+/// Storage: an R × (N·S) column-major Eigen matrix, so one step is a contiguous R × S block.
+class StageMatrix {
+public:
+  using Block = Eigen::Block<const Eigen::MatrixXd, Eigen::Dynamic, Eigen::Dynamic, true>;
+
+  StageMatrix() = default;
+  /// All cells start missing. first_step is the step id of row 0.
+  StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps);
+
+  const StageSchema& schema() const { return schema_; }
+  int steps() const { return steps_; }
+  int ranks() const { return ranks_; }
+  int stages() const { return schema_.size(); }
+  std::int64_t first_step() const { return first_step_; }
+  std::int64_t step_id(int t) const { return first_step_ + t; }
+
+  /// Stores one (step, rank) record. explicit_d has schema().explicit_count() entries; the
+  /// residual and overlap error are computed from wall (required iff the schema has a residual).
+  /// Throws std::invalid_argument on wrong length, negative or non-finite values.
+  void set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall);
+  void clear_record(int t, int r);
+
+  bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
+  bool step_complete(int t) const { return step_present_count_[t] == ranks_; }
+  int step_present_count(int t) const { return step_present_count_[t]; }
+  double d(int t, int r, int s) const { return data_(r, t * stages() + s); }
+  Block step_block(int t) const { return data_.middleCols(t * stages(), stages()); }
+  const Eigen::MatrixXd& data() const { return data_; }
+  /// Rank-local step wall time (NaN when the schema has no residual or the cell is missing).
+  double wall(int t, int r) const { return wall_[idx(t, r)]; }
+  /// Signed closure error e = w − Σ explicit; residual = max(0, e), overlap = max(0, −e).
+  double overlap(int t, int r) const { return overlap_[idx(t, r)]; }
+
+  // --- side evidence ---
+  void set_fwd_event(int t, int r, EventState state, double seconds);
+  bool has_fwd_events() const { return !fwd_state_.empty(); }
+  EventState fwd_event_state(int t, int r) const;
+  double fwd_event_s(int t, int r) const;
+  /// Seconds the host spent blocked inside collectives of stage s (communication side evidence).
+  void set_sync_wait(int t, int r, int s, double seconds);
+  bool has_sync_wait() const { return !sync_wait_.empty(); }
+  double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
+
+  /// Optional parallelism role per rank (size R); empty when unknown.
+  void set_roles(std::vector<std::string> roles);
+  const std::vector<std::string>& roles() const { return roles_; }
+
+private:
+  std::size_t idx(int t, int r) const { return static_cast<std::size_t>(t) * ranks_ + r; }
+  void check_cell(int t, int r) const;
+
+  StageSchema schema_;
+  int ranks_ = 0;
+  int steps_ = 0;
+  std::int64_t first_step_ = 0;
+  Eigen::MatrixXd data_;
+  std::vector<double> wall_;
+  std::vector<double> overlap_;
+  std::vector<std::uint8_t> present_;
+  std::vector<int> step_present_count_;
+  std::vector<EventState> fwd_state_;
+  std::vector<float> fwd_s_;
+  std::vector<float> sync_wait_;
+  std::vector<std::string> roles_;
+};
+
+/// Per-step frontier quantities (paper eq. 1): F[t,s], a[t,s], leaders and the
+/// max-minus-second-max gap. Rows for steps with no records are zero and not counted.
+struct Accounting {
+  int steps = 0, ranks = 0, stages = 0;
+  Eigen::MatrixXd frontier;   ///< N × S, F[t,s] = max_r P[t,r,s]
+  Eigen::MatrixXd advance;    ///< N × S, a[t,s] = F[t,s] − F[t,s−1]
+  Eigen::MatrixXd gap;        ///< N × S, max_r P − second-max_r P (0 for a tie or R = 1)
+  Eigen::MatrixXi leader;     ///< N × S, the unique rank attaining F[t,s]; kTie or kNone otherwise
+  std::vector<std::uint8_t> scored;  ///< per step: 1 when at least one rank is present
+  /// Tie sets for cells whose leader is kTie: (t, s, ranks attaining the frontier).
+  struct Tie { int t; int s; std::vector<int> ranks; };
+  std::vector<Tie> ties;
+
+  static constexpr int kNone = -1;  ///< a[t,s] == 0: no advance, no leader
+  static constexpr int kTie = -2;   ///< several ranks attain F[t,s] within the tie tolerance
+
+  double exposed(int t) const { return stages ? frontier(t, stages - 1) : 0.0; }  ///< F[t,S]
+  double exposed_makespan() const;                                               ///< Σ_t F[t,S]
+  std::vector<int> tie_ranks(int t, int s) const;
+};
+
+struct AccountOptions {
+  /// Prefixes within max(abs, rel·F) of F[t,s] attain the frontier (tie set).
+  double tie_abs_s = 1e-9;
+  double tie_rel = 1e-12;
+};
+
+/// The accounting core (paper §3): one pass over steps, ranks and stages, O(R·N·S).
+Accounting account(const StageMatrix& m, const AccountOptions& opt = {});
+
+/// Slack λ[t,r,s] = F[t,s−1] − P[t,r,s−1] for one step (R × S); eq. (3) says
+/// a[t,s] = max_r (d[t,r,s] − λ[t,r,s]).
+Eigen::MatrixXd slack(const StageMatrix& m, const Accounting& acc, int t);
+
+/// Prefix matrix P[t,r,s] for one step (R × S).
+Eigen::MatrixXd prefixes(const StageMatrix& m, int t);
+
+// ---------------------------------------------------------------------------------------------
+// Baselines on the same matrix (§3, §6.2)
+
+enum class BaselineRule { per_stage_max, per_stage_avg, raw_spread, slowest_rank, rank0_total };
+inline constexpr BaselineRule kBaselineRules[] = {BaselineRule::per_stage_max, BaselineRule::per_stage_avg,
+                                                  BaselineRule::raw_spread, BaselineRule::slowest_rank,
+                                                  BaselineRule::rank0_total};
+std::string_view to_string(BaselineRule rule);
+
+/// One scoring rule's view of the window: a score per reporting group and the groups ranked.
+struct RankedStages {
+  std::vector<double> score;      ///< per group, seconds summed over the window
+  std::vector<double> share;      ///< score normalised to sum 1 (all 0 when the total is 0)
+  std::vector<int> order;         ///< groups, largest score first (ties: stage order)
+  std::vector<int> candidates;    ///< smallest leading prefix with cumulative share ≥ τ_C
+};
+
+/// Ranks groups by score and takes the τ_C candidate prefix (shared by frontier and baselines).
+RankedStages rank_stages(std::vector<double> score, double tau_c);
+
+struct BaselineSet {
+  RankedStages rules[std::size(kBaselineRules)];
+  double per_stage_max_s = 0;   ///< Σ_t M_t, M_t = Σ_s max_r d
+  double per_stage_avg_s = 0;   ///< Σ_t M̄_t, M̄_t = Σ_s mean_r d
+  const RankedStages& operator[](BaselineRule r) const { return rules[static_cast<int>(r)]; }
+};
+
+BaselineSet baselines(const StageMatrix& m, const Accounting& acc, double tau_c);
+
+/// Per-step M_t and M̄_t (Propositions 1 and 2).
+double per_stage_max_step(const StageMatrix& m, int t);
+double per_stage_avg_step(const StageMatrix& m, int t);
+
+// ---------------------------------------------------------------------------------------------
+// Direct-exposure gain (§4, eq. 4)
+
+enum class GainBaseline { rank_median, cohort_median, reference };
+std::string_view to_string(GainBaseline b);
+std::optional<GainBaseline> gain_baseline_from_string(std::string_view s);
+
+/// G_g for every reporting group g: replace the group's stages by b = min(d, b̃), recompute
+/// F[t,S], and return Σ_t (F − F') / Σ_t F (0 when Σ_t F is 0). reference (per group,
+/// seconds per step) is required for GainBaseline::reference.
+std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, GainBaseline kind,
+                                std::span<const double> reference = {});
+
+// ---------------------------------------------------------------------------------------------
+// Labels and gates (§4, Appendices B–C)
+
+enum class Label {
+  frontier_accounting,
+  likely_sync_wait,
+  sync_wait_dependent,
+  direct_exposure,
+  forward_device_supported,
+  forward_spillover_suspected,
+  forward_host_overhead_suspected,
+  forward_event_scope_limited,
+  co_critical,
+  gradient_accumulation_ambiguous,
+  role_aware_needed,
+  telemetry_limited,
+};
+inline constexpr int kLabelCount = 12;
+std::string_view to_string(Label l);
+std::optional<Label> label_from_string(std::string_view s);
+/// Labels that make a stage-level diagnosis claim (suppressed by telemetry or role gates).
+bool is_strong(Label l);
+
+/// Gates of Table 13 with the paper's defaults, plus the few thresholds the paper names
+/// without values (documented in docs/labeler.md).
+struct LabelConfig {
+  double max_closure_residual_share = 0.05;
+  double max_overlap_error_share = 0.01;
+  int max_missing_ranks = 0;
+  double min_event_ready_ratio = 0.8;
+  int min_event_samples = 5;
+  double gamma_a = 0.4;        ///< frontier-share dominance
+  double gamma_g = 0.1;        ///< static-gain threshold
+  double eta_a = 0.05;         ///< share tie tolerance
+  double eta_g = 0.05;         ///< gain tie tolerance
+  double eta_q = 0.01;         ///< leader gap (fraction of F[t,S]) for a confident leader
+  double gamma_elig = 0.05;    ///< advance (fraction of F[t,S]) eligible for leader switches
+  double gamma_switch = 0.5;   ///< leader-switch rate above which ranks are co-critical
+  double tau_c = 0.80;         ///< routing-set cumulative share
+  double share_floor_s = 1e-6; ///< below this Σ_t F[t,S], report raw advances only
+  double gamma_event = 0.25;   ///< event forward time / median F[t,S] that counts as high
+  double event_low_ratio = 0.5;///< event / CPU-wall forward at or below which event time is low
+  GainBaseline gain_baseline = GainBaseline::cohort_median;
+  std::vector<double> reference_s;          ///< per group, for GainBaseline::reference
+  std::vector<std::string> wait_model;      ///< groups with the model-fit indicator W_s = 1
+  bool event_scope_limited = false;         ///< trainer declares streams the markers miss
+  std::string forward_group = "model.fwd_loss_cpu_wall";
+  AccountOptions account;
+};
+
+/// Telemetry facts that are not in the matrix (gather, parser, recorder).
+struct TelemetryInput {
+  bool gather_ok = true;
+  std::vector<std::string> reasons;   ///< why the gather or window is degraded
+  std::int64_t dropped_records = 0;   ///< recorder ring-buffer overflow
+  int duplicate_records = 0;          ///< duplicate (step, rank) records seen by a reader
+};
+
+struct LeaderCredit {
+  int rank = -1;
+  double advance_s = 0;   ///< advance attributed to this rank (ties split equally)
+  int steps_led = 0;      ///< steps where it was the unique leader
+};
+
+struct Suspect {
+  int group = -1;                 ///< top group by share, −1 when none
+  int rank = -1;                  ///< −1 when no rank evidence
+  std::string basis = "none";     ///< frontier_leader | sync_wait_side_evidence | frontier_leader_weak | none
+  double confidence = 0;          ///< share of the stage's advance (or of steps) backing the rank
+};
+
+struct EventSummary {
+  int sampled = 0, ready = 0, missing = 0;
+  double ready_ratio = 0;
+  double max_rank_median_s = 0;   ///< largest per-rank median forward event time
+  int max_rank = -1;
+  double cohort_median_s = 0;     ///< median over ranks of per-rank medians
+};
+
+struct Evidence {
+  static constexpr std::string_view kSchema = "sf.evidence/1";
+  StageSchema schema;
+  std::int64_t first_step = 0, last_step = -1;
+  int steps = 0;              ///< steps scored (at least one record)
+  int world_size = 0;
+  int missing_steps = 0;      ///< steps in [first, last] with no record
+  double exposed_makespan_s = 0;
+  double per_stage_max_s = 0;
+  double per_stage_avg_s = 0;
+  double median_step_s = 0;   ///< median_t F[t,S]
+  bool shares_valid = true;   ///< false below the denominator floor (raw advances only)
+  std::vector<double> advances_s;   ///< per group
+  std::vector<double> shares;       ///< per group
+  std::vector<double> static_gain;  ///< per group, with config.gain_baseline
+  GainBaseline gain_baseline = GainBaseline::cohort_median;
+  std::vector<double> lag_mean_s;           ///< per group, mean_t L at the group's last stage
+  std::vector<double> lag_increment_mean_s; ///< per group, mean_t Σ ΔL over the group's stages
+  std::vector<double> gap_mean_s;           ///< per group, mean_t max-minus-second-max at advances
+  std::vector<int> leader_switches;         ///< per group, between confident unique leaders
+  std::vector<int> confident_leaders;       ///< per group, steps with a confident unique leader
+  std::vector<std::vector<LeaderCredit>> leaders;  ///< per group, largest advance first
+  std::vector<int> routing_set;             ///< groups by share, cumulative ≥ τ_C
+  std::vector<int> share_order;             ///< all groups, largest share first
+  std::vector<int> co_critical_stages;      ///< ambiguity set E_amb = C_A ∪ C_G ∪ residual leaders
+  std::vector<Label> labels;
+  Suspect suspect;
+  BaselineSet baselines;
+  EventSummary events;
+  // telemetry
+  double closure_residual_share = 0;
+  double overlap_error_share = 0;
+  bool has_wall = false;
+  std::vector<int> missing_ranks;   ///< ranks absent from at least one scored step
+  std::int64_t missing_records = 0; ///< absent (step, rank) cells in scored steps
+  bool gather_ok = true;
+  std::int64_t dropped_records = 0;
+  int duplicate_records = 0;
+  std::vector<std::string> downgrade_reasons;
+  LabelConfig config;
+
+  bool has(Label l) const;
+  const std::string& group_name(int g) const { return schema.groups()[g]; }
+};
+
+/// The deterministic labeler (Appendix C): validates, accounts, computes baselines, gain, lag,
+/// leaders, routing and ambiguity sets, applies the gates and emits labels with reasons.
+Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg = {}, const TelemetryInput& tel = {});
+/// Same, reusing an Accounting already computed for m with cfg.account.
+Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig& cfg,
+                  const TelemetryInput& tel);
+
+/// Streaming path: ingests one step at a time in O(R·S) memory (plus one scalar per step for
+/// the median step time, and the sampled forward-event values) and gives the same Evidence as
+/// evaluate() for gain baselines that need no whole window (cohort_median, reference). Its
+/// per-step frontier is the paper's scalar loop, independent of account()'s vectorised pass.
+class StreamingAccumulator {
+public:
+  /// Throws std::invalid_argument for GainBaseline::rank_median (needs the whole window).
+  StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg);
+  ~StreamingAccumulator();
+  StreamingAccumulator(StreamingAccumulator&&) noexcept;
+  StreamingAccumulator& operator=(StreamingAccumulator&&) noexcept;
+
+  /// Adds one step from a one-step matrix (steps() == 1, same schema and world size).
+  /// Step ids must increase; a gap counts as missing steps. Throws std::invalid_argument.
+  void add_step(const StageMatrix& one_step);
+  Evidence finish(const TelemetryInput& tel = {}) const;
+  int steps_seen() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace sf::frontier

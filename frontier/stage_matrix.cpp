@@ -1,0 +1,116 @@
+#include "frontier/frontier.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace sf::frontier {
+
+StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps)
+    : schema_(std::move(schema)), ranks_(world_size), steps_(steps), first_step_(first_step) {
+  if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
+  if (steps < 0) throw std::invalid_argument("step count must be >= 0");
+  const auto cells = static_cast<std::size_t>(steps) * world_size;
+  data_ = Eigen::MatrixXd::Zero(world_size, static_cast<Eigen::Index>(steps) * schema_.size());
+  wall_.assign(cells, std::numeric_limits<double>::quiet_NaN());
+  overlap_.assign(cells, 0.0);
+  present_.assign(cells, 0);
+  step_present_count_.assign(steps, 0);
+}
+
+void StageMatrix::check_cell(int t, int r) const {
+  if (t < 0 || t >= steps_ || r < 0 || r >= ranks_)
+    throw std::invalid_argument("cell (step index " + std::to_string(t) + ", rank " + std::to_string(r) +
+                                ") outside the " + std::to_string(steps_) + " x " + std::to_string(ranks_) +
+                                " window");
+}
+
+void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall) {
+  check_cell(t, r);
+  const int k = schema_.explicit_count();
+  if (static_cast<int>(explicit_d.size()) != k)
+    throw std::invalid_argument("record has " + std::to_string(explicit_d.size()) + " durations, schema has " +
+                                std::to_string(k) + " explicit stages");
+  double sum = 0;
+  for (int s = 0; s < k; ++s) {
+    const double v = explicit_d[s];
+    if (!std::isfinite(v) || v < 0)
+      throw std::invalid_argument("duration of stage '" + schema_.name(s) + "' is " + std::to_string(v) +
+                                  ", expected a finite number >= 0");
+    sum += v;
+  }
+  if (schema_.has_residual() != wall.has_value())
+    throw std::invalid_argument(schema_.has_residual() ? "record has no wall time but the schema has a residual stage"
+                                                       : "record has a wall time but the schema has no residual stage");
+  if (wall && (!std::isfinite(*wall) || *wall < 0))
+    throw std::invalid_argument("wall time is " + std::to_string(*wall) + ", expected a finite number >= 0");
+
+  for (int s = 0; s < k; ++s) data_(r, static_cast<Eigen::Index>(t) * stages() + s) = explicit_d[s];
+  const auto i = idx(t, r);
+  if (wall) {
+    // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
+    const double e = *wall - sum;
+    data_(r, static_cast<Eigen::Index>(t) * stages() + schema_.residual_index()) = e > 0 ? e : 0.0;
+    overlap_[i] = e < 0 ? -e : 0.0;
+    wall_[i] = *wall;
+  }
+  if (!present_[i]) {
+    present_[i] = 1;
+    ++step_present_count_[t];
+  }
+}
+
+void StageMatrix::clear_record(int t, int r) {
+  check_cell(t, r);
+  const auto i = idx(t, r);
+  for (int s = 0; s < stages(); ++s) data_(r, static_cast<Eigen::Index>(t) * stages() + s) = 0.0;
+  wall_[i] = std::numeric_limits<double>::quiet_NaN();
+  overlap_[i] = 0.0;
+  if (present_[i]) {
+    present_[i] = 0;
+    --step_present_count_[t];
+  }
+}
+
+void StageMatrix::set_fwd_event(int t, int r, EventState state, double seconds) {
+  check_cell(t, r);
+  if (fwd_state_.empty()) {
+    fwd_state_.assign(present_.size(), EventState::unsampled);
+    fwd_s_.assign(present_.size(), std::numeric_limits<float>::quiet_NaN());
+  }
+  if (state == EventState::ready && (!std::isfinite(seconds) || seconds < 0))
+    throw std::invalid_argument("ready forward event time is " + std::to_string(seconds) + ", expected >= 0");
+  fwd_state_[idx(t, r)] = state;
+  fwd_s_[idx(t, r)] = state == EventState::ready ? static_cast<float>(seconds) : std::numeric_limits<float>::quiet_NaN();
+}
+
+EventState StageMatrix::fwd_event_state(int t, int r) const {
+  return fwd_state_.empty() ? EventState::unsampled : fwd_state_[idx(t, r)];
+}
+
+double StageMatrix::fwd_event_s(int t, int r) const {
+  return fwd_s_.empty() ? std::numeric_limits<double>::quiet_NaN() : fwd_s_[idx(t, r)];
+}
+
+void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
+  check_cell(t, r);
+  if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
+  if (!std::isfinite(seconds) || seconds < 0)
+    throw std::invalid_argument("sync wait is " + std::to_string(seconds) + ", expected a finite number >= 0");
+  if (sync_wait_.empty()) sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
+  sync_wait_[idx(t, r) * stages() + s] = static_cast<float>(seconds);
+}
+
+double StageMatrix::sync_wait(int t, int r, int s) const {
+  return sync_wait_.empty() ? std::numeric_limits<double>::quiet_NaN() : sync_wait_[idx(t, r) * stages() + s];
+}
+
+void StageMatrix::set_roles(std::vector<std::string> roles) {
+  if (!roles.empty() && static_cast<int>(roles.size()) != ranks_)
+    throw std::invalid_argument("roles list has " + std::to_string(roles.size()) + " entries, world size is " +
+                                std::to_string(ranks_));
+  roles_ = std::move(roles);
+}
+
+}  // namespace sf::frontier
