@@ -1,0 +1,224 @@
+#include "formats/formats.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace sf::formats {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+using frontier::BaselineRule;
+using frontier::Evidence;
+using frontier::LabelConfig;
+
+namespace {
+
+ordered_json per_group(const Evidence& e, const std::vector<double>& v) {
+  ordered_json o = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(v.size()); ++g) o[e.group_name(g)] = v[g];
+  return o;
+}
+
+ordered_json names(const Evidence& e, const std::vector<int>& groups) {
+  ordered_json a = ordered_json::array();
+  for (int g : groups) a.push_back(e.group_name(g));
+  return a;
+}
+
+}  // namespace
+
+ordered_json config_to_json(const LabelConfig& c) {
+  ordered_json j;
+  j["max_closure_residual_share"] = c.max_closure_residual_share;
+  j["max_overlap_error_share"] = c.max_overlap_error_share;
+  j["max_missing_ranks"] = c.max_missing_ranks;
+  j["min_event_ready_ratio"] = c.min_event_ready_ratio;
+  j["min_event_samples"] = c.min_event_samples;
+  j["gamma_a"] = c.gamma_a;
+  j["gamma_g"] = c.gamma_g;
+  j["eta_a"] = c.eta_a;
+  j["eta_g"] = c.eta_g;
+  j["eta_q"] = c.eta_q;
+  j["gamma_elig"] = c.gamma_elig;
+  j["gamma_switch"] = c.gamma_switch;
+  j["tau_c"] = c.tau_c;
+  j["share_floor_s"] = c.share_floor_s;
+  j["gamma_event"] = c.gamma_event;
+  j["event_low_ratio"] = c.event_low_ratio;
+  j["gain_baseline"] = frontier::to_string(c.gain_baseline);
+  j["reference_s"] = c.reference_s;
+  j["wait_model"] = c.wait_model;
+  j["event_scope_limited"] = c.event_scope_limited;
+  j["forward_group"] = c.forward_group;
+  j["tie_abs_s"] = c.account.tie_abs_s;
+  j["tie_rel"] = c.account.tie_rel;
+  return j;
+}
+
+void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
+  if (!j.is_object()) throw FormatError(file, 0, "labeler config must be a JSON object");
+  for (const auto& [key, v] : j.items()) {
+    auto num = [&](double& dst) {
+      if (!v.is_number()) throw FormatError(file, 0, "config \"" + key + "\" must be a number");
+      dst = v.get<double>();
+    };
+    auto integer = [&](int& dst) {
+      if (!v.is_number_integer()) throw FormatError(file, 0, "config \"" + key + "\" must be an integer");
+      dst = v.get<int>();
+    };
+    if (key == "max_closure_residual_share") num(c.max_closure_residual_share);
+    else if (key == "max_overlap_error_share") num(c.max_overlap_error_share);
+    else if (key == "max_missing_ranks") integer(c.max_missing_ranks);
+    else if (key == "min_event_ready_ratio") num(c.min_event_ready_ratio);
+    else if (key == "min_event_samples") integer(c.min_event_samples);
+    else if (key == "gamma_a") num(c.gamma_a);
+    else if (key == "gamma_g") num(c.gamma_g);
+    else if (key == "eta_a") num(c.eta_a);
+    else if (key == "eta_g") num(c.eta_g);
+    else if (key == "eta_q") num(c.eta_q);
+    else if (key == "gamma_elig") num(c.gamma_elig);
+    else if (key == "gamma_switch") num(c.gamma_switch);
+    else if (key == "tau_c") num(c.tau_c);
+    else if (key == "share_floor_s") num(c.share_floor_s);
+    else if (key == "gamma_event") num(c.gamma_event);
+    else if (key == "event_low_ratio") num(c.event_low_ratio);
+    else if (key == "tie_abs_s") num(c.account.tie_abs_s);
+    else if (key == "tie_rel") num(c.account.tie_rel);
+    else if (key == "gain_baseline") {
+      const auto b = v.is_string() ? frontier::gain_baseline_from_string(v.get<std::string>()) : std::nullopt;
+      if (!b) throw FormatError(file, 0, "config \"gain_baseline\" must be rank_median, cohort_median or reference");
+      c.gain_baseline = *b;
+    } else if (key == "reference_s") {
+      if (!v.is_array()) throw FormatError(file, 0, "config \"reference_s\" must be an array of seconds per stage group");
+      c.reference_s.clear();
+      for (const auto& x : v) {
+        if (!x.is_number() || x.get<double>() < 0)
+          throw FormatError(file, 0, "config \"reference_s\" entries must be numbers >= 0");
+        c.reference_s.push_back(x.get<double>());
+      }
+    } else if (key == "wait_model") {
+      if (!v.is_array()) throw FormatError(file, 0, "config \"wait_model\" must be an array of stage names");
+      c.wait_model.clear();
+      for (const auto& x : v) {
+        if (!x.is_string()) throw FormatError(file, 0, "config \"wait_model\" entries must be stage names");
+        c.wait_model.push_back(x.get<std::string>());
+      }
+    } else if (key == "event_scope_limited") {
+      if (!v.is_boolean()) throw FormatError(file, 0, "config \"event_scope_limited\" must be true or false");
+      c.event_scope_limited = v.get<bool>();
+    } else if (key == "forward_group") {
+      if (!v.is_string()) throw FormatError(file, 0, "config \"forward_group\" must be a stage name");
+      c.forward_group = v.get<std::string>();
+    } else {
+      throw FormatError(file, 0, "unknown config key \"" + key + "\"; expected one of the keys in docs/labeler.md");
+    }
+  }
+}
+
+LabelConfig read_config_file(const std::string& path, LabelConfig base) {
+  std::ifstream in(path);
+  if (!in) throw FormatError(path, 0, "cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw FormatError(path, 0, "not valid JSON at byte " + std::to_string(e.byte) + "; expected a JSON object of gates");
+  }
+  apply_config_json(j, base, path);
+  return base;
+}
+
+ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  ordered_json j;
+  j["schema"] = Evidence::kSchema;
+  j["stages"] = e.schema.groups();
+  j["ordered_stages"] = e.schema.names();
+  j["stage_order_hash"] = e.schema.order_hash_hex();
+  j["accumulation"] = e.schema.accumulation();
+  j["window"] = {{"first_step", e.first_step}, {"last_step", e.last_step}, {"steps", e.steps},
+                 {"world_size", e.world_size}, {"missing_steps", e.missing_steps}};
+  if (!ranks.empty()) {
+    auto& arr = j["ranks"] = ordered_json::array();
+    for (const auto& r : ranks)
+      arr.push_back({{"rank", r.rank}, {"local_rank", r.local_rank}, {"node_rank", r.node_rank}, {"hostname", r.hostname}});
+  }
+  j["exposed_makespan_s"] = e.exposed_makespan_s;
+  j["per_stage_max_s"] = e.per_stage_max_s;
+  j["per_stage_avg_s"] = e.per_stage_avg_s;
+  j["median_step_s"] = e.median_step_s;
+  j["advances_s"] = per_group(e, e.advances_s);
+  j["shares"] = e.shares_valid ? per_group(e, e.shares) : ordered_json(nullptr);
+  j["static_gain"] = per_group(e, e.static_gain);
+  j["gain_baseline"] = frontier::to_string(e.gain_baseline);
+  j["routing_set"] = names(e, e.routing_set);
+  j["routing_set_size"] = e.routing_set.size();
+  j["co_critical_stages"] = names(e, e.co_critical_stages);
+  auto& labels = j["labels"] = ordered_json::array();
+  for (auto l : e.labels) labels.push_back(frontier::to_string(l));
+  auto& leaders = j["leaders"] = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(e.leaders.size()); ++g) {
+    auto& arr = leaders[e.group_name(g)] = ordered_json::array();
+    for (const auto& c : e.leaders[g]) arr.push_back({{"rank", c.rank}, {"advance_s", c.advance_s}, {"steps_led", c.steps_led}});
+  }
+  j["suspect"] = {{"stage", e.suspect.group >= 0 ? ordered_json(e.group_name(e.suspect.group)) : ordered_json(nullptr)},
+                  {"rank", e.suspect.rank >= 0 ? ordered_json(e.suspect.rank) : ordered_json(nullptr)},
+                  {"basis", e.suspect.basis},
+                  {"confidence", e.suspect.confidence}};
+  auto& lag = j["lag"] = ordered_json::object();
+  for (int g = 0; g < e.schema.group_count(); ++g)
+    lag[e.group_name(g)] = {{"lag_mean_s", e.lag_mean_s[g]},
+                            {"lag_increment_mean_s", e.lag_increment_mean_s[g]},
+                            {"gap_mean_s", e.gap_mean_s[g]},
+                            {"confident_leaders", e.confident_leaders[g]},
+                            {"leader_switches", e.leader_switches[g]}};
+  auto& base = j["baselines"] = ordered_json::object();
+  for (auto rule : frontier::kBaselineRules) {
+    const auto& rs = e.baselines[rule];
+    base[std::string(frontier::to_string(rule))] = {
+        {"ranked", names(e, rs.order)}, {"candidates", names(e, rs.candidates)}, {"score_s", per_group(e, rs.score)}};
+  }
+  j["events"] = {{"sampled", e.events.sampled},
+                 {"ready", e.events.ready},
+                 {"missing", e.events.missing},
+                 {"ready_ratio", e.events.ready_ratio},
+                 {"max_rank", e.events.max_rank >= 0 ? ordered_json(e.events.max_rank) : ordered_json(nullptr)},
+                 {"max_rank_median_s", e.events.max_rank_median_s},
+                 {"cohort_median_s", e.events.cohort_median_s}};
+  j["telemetry"] = {{"closure_residual_share", e.has_wall ? ordered_json(e.closure_residual_share) : ordered_json(nullptr)},
+                    {"overlap_error_share", e.has_wall ? ordered_json(e.overlap_error_share) : ordered_json(nullptr)},
+                    {"missing_ranks", e.missing_ranks},
+                    {"missing_records", e.missing_records},
+                    {"gather_ok", e.gather_ok},
+                    {"dropped_records", e.dropped_records},
+                    {"duplicate_records", e.duplicate_records}};
+  j["downgrade_reasons"] = e.downgrade_reasons;
+  j["config"] = config_to_json(e.config);
+  return j;
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e2 = errno;
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot rename " + tmp + " to " + path + ": " + std::strerror(e2));
+  }
+}
+
+}  // namespace sf::formats
