@@ -1,0 +1,354 @@
+#include "verify/verify.h"
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+namespace sf::verify {
+
+using frontier::Accounting;
+using frontier::Evidence;
+using frontier::StageMatrix;
+
+namespace {
+
+constexpr double kRel = 1e-12;
+
+bool close(double a, double b, double scale) { return std::abs(a - b) <= kRel * std::max(scale, 0.0); }
+
+/// A matrix from integer-nanosecond timestamps: the recorder differences rank-local clock
+/// readings, so a constant per-rank offset cancels before any cross-rank comparison.
+StageMatrix matrix_from_clock(const GenClockWindow& w, bool with_offset) {
+  std::vector<std::string> names;
+  for (int s = 0; s < w.stages; ++s) names.push_back("s" + std::to_string(s));
+  StageMatrix m(frontier::StageSchema(names, false), w.ranks, 0, w.steps);
+  std::vector<std::int64_t> ts(w.stages + 1);
+  std::vector<double> d(w.stages);
+  for (int t = 0; t < w.steps; ++t)
+    for (int r = 0; r < w.ranks; ++r) {
+      const auto cell = static_cast<std::size_t>(t) * w.ranks + r;
+      ts[0] = w.start_ns[cell] + (with_offset ? w.offset_ns[r] : 0);
+      for (int s = 0; s < w.stages; ++s) ts[s + 1] = ts[s] + w.d_ns[cell * w.stages + s];
+      for (int s = 0; s < w.stages; ++s) d[s] = static_cast<double>(ts[s + 1] - ts[s]) * 1e-9;
+      m.set_record(t, r, d, std::nullopt);
+    }
+  return m;
+}
+
+}  // namespace
+
+void advances_telescope(const GenWindow& w) {
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  for (int t = 0; t < m.steps(); ++t) {
+    const double sum = acc.advance.row(t).sum();
+    RC_ASSERT(close(sum, acc.exposed(t), acc.exposed(t)));  // Theorem 1: Σ_s a[t,s] = F[t,S]
+  }
+}
+
+void advances_nonnegative(const GenWindow& w) {
+  const Accounting acc = frontier::account(w.matrix());
+  RC_ASSERT(acc.advance.minCoeff() >= 0.0);
+}
+
+void slack_identity(const GenWindow& w) {
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  for (int t = 0; t < m.steps(); ++t) {
+    const Eigen::MatrixXd lambda = frontier::slack(m, acc, t);
+    const double scale = acc.exposed(t);
+    for (int s = 0; s < m.stages(); ++s) {
+      double best = -std::numeric_limits<double>::infinity();
+      for (int r = 0; r < m.ranks(); ++r) {
+        RC_ASSERT(lambda(r, s) >= -kRel * scale);  // slack ≥ 0
+        best = std::max(best, m.d(t, r, s) - lambda(r, s));
+      }
+      RC_ASSERT(close(acc.advance(t, s), best, scale));  // eq. (3)
+    }
+  }
+}
+
+void prop1_bounds(const GenWindow& w) {
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  const double k = std::min(m.ranks(), m.stages());
+  for (int t = 0; t < m.steps(); ++t) {
+    const double f = acc.exposed(t), mt = frontier::per_stage_max_step(m, t);
+    RC_ASSERT(f <= mt * (1 + kRel));
+    RC_ASSERT(mt <= k * f * (1 + kRel));
+  }
+}
+
+void prop1_tight(const GenTightness& g) {
+  // D on min(R,S) distinct rank-stage pairs, one per rank: M_t reaches min(R,S)·F exactly.
+  std::vector<std::string> names;
+  for (int s = 0; s < g.stages; ++s) names.push_back("s" + std::to_string(s));
+  StageMatrix m(frontier::StageSchema(names, false), g.ranks, 0, 1);
+  const double dyadic = std::ldexp(std::round(std::ldexp(g.magnitude, 10)), -10);  // exact sums
+  const int k = std::min(g.ranks, g.stages);
+  for (int r = 0; r < g.ranks; ++r) {
+    std::vector<double> d(g.stages, 0.0);
+    if (r < k) d[r] = dyadic;
+    m.set_record(0, r, d, std::nullopt);
+  }
+  const Accounting acc = frontier::account(m);
+  RC_ASSERT(frontier::per_stage_max_step(m, 0) == k * acc.exposed(0));
+}
+
+void prop2_bounds(const GenWindow& w) {
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  for (int t = 0; t < m.steps(); ++t) {
+    const double f = acc.exposed(t), avg = frontier::per_stage_avg_step(m, t);
+    RC_ASSERT(f / m.ranks() <= avg * (1 + kRel) + 1e-300);
+    RC_ASSERT(avg <= f * (1 + kRel));
+  }
+}
+
+void prop2_tight(const GenTightness& g) {
+  // One rank carries total D, the others zero: M̄_t reaches F/R.
+  std::vector<std::string> names;
+  for (int s = 0; s < g.stages; ++s) names.push_back("s" + std::to_string(s));
+  StageMatrix m(frontier::StageSchema(names, false), g.ranks, 0, 1);
+  for (int r = 0; r < g.ranks; ++r) m.set_record(0, r, std::vector<double>(g.stages, r == 0 ? g.magnitude : 0.0), std::nullopt);
+  const Accounting acc = frontier::account(m);
+  const double bound = acc.exposed(0) / g.ranks;
+  RC_ASSERT(close(frontier::per_stage_avg_step(m, 0), bound, bound));
+}
+
+void prop3_stability(const GenPerturbed& p) {
+  GenWindow noisy = p.window;
+  for (std::size_t i = 0; i < noisy.d.size(); ++i) noisy.d[i] = std::max(0.0, noisy.d[i] + p.unit_error[i] * p.epsilon);
+  const StageMatrix m0 = p.window.matrix(), m1 = noisy.matrix();
+  const Accounting a0 = frontier::account(m0), a1 = frontier::account(m1);
+  for (int t = 0; t < m0.steps(); ++t) {
+    const double scale = a0.exposed(t) + a1.exposed(t);
+    for (int s = 0; s < m0.stages(); ++s) {
+      const double k = s + 1;  // paper's 1-based stage index
+      const double tol = 4 * kRel * scale + 1e-300;
+      RC_ASSERT(std::abs(a1.frontier(t, s) - a0.frontier(t, s)) <= k * p.epsilon + tol);
+      RC_ASSERT(std::abs(a1.advance(t, s) - a0.advance(t, s)) <= (2 * k - 1) * p.epsilon + tol);
+    }
+  }
+}
+
+void clock_offset_invariance(const GenClockWindow& w) {
+  const Evidence plain = frontier::evaluate(matrix_from_clock(w, false));
+  const Evidence shifted = frontier::evaluate(matrix_from_clock(w, true));
+  const std::string diff = evidence_difference(plain, shifted, 0.0);
+  RC_ASSERT(diff == std::string());
+}
+
+void rank_permutation_invariance(const GenWindow& w) {
+  std::vector<int> perm(w.ranks);
+  std::iota(perm.begin(), perm.end(), 0);
+  const auto order = *rc::gen::inRange<std::uint64_t>(0, 1u << 31);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937_64(order));
+  GenWindow p = w;
+  for (int t = 0; t < w.steps; ++t)
+    for (int r = 0; r < w.ranks; ++r) {
+      const auto dst = static_cast<std::size_t>(t) * w.ranks + perm[r];
+      const auto src = static_cast<std::size_t>(t) * w.ranks + r;
+      for (int s = 0; s < w.stages; ++s) p.at(t, perm[r], s) = w.at(t, r, s);
+      p.wall_delta[dst] = w.wall_delta[src];
+      p.present[dst] = w.present[src];
+    }
+  const Evidence a = frontier::evaluate(w.matrix()), b = frontier::evaluate(p.matrix());
+  RC_ASSERT(a.advances_s == b.advances_s);
+  RC_ASSERT(a.shares == b.shares);
+  RC_ASSERT(a.exposed_makespan_s == b.exposed_makespan_s);
+  RC_ASSERT(a.routing_set == b.routing_set);
+}
+
+void monotone_in_delay(const GenWindow& w) {
+  const auto cell = *rc::gen::inRange<std::size_t>(0, w.d.size());
+  const double delay = *gen_duration();
+  GenWindow slower = w;
+  slower.d[cell] += delay;
+  if (slower.with_wall) slower.wall_delta[cell / w.stages] += delay;  // the step took longer too
+  const Accounting a = frontier::account(w.matrix()), b = frontier::account(slower.matrix());
+  const int t = static_cast<int>(cell / (static_cast<std::size_t>(w.stages) * w.ranks));
+  RC_ASSERT(b.exposed(t) >= a.exposed(t));
+  RC_ASSERT(b.exposed_makespan() >= a.exposed_makespan());
+}
+
+void single_rank_is_own_vector() {
+  const GenWindow w = *gen_single_rank_window();
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  for (int t = 0; t < m.steps(); ++t) {
+    double prefix = 0;
+    for (int s = 0; s < m.stages(); ++s) {
+      prefix += m.d(t, 0, s);
+      RC_ASSERT(acc.frontier(t, s) == prefix);
+      RC_ASSERT(close(acc.advance(t, s), m.d(t, 0, s), acc.exposed(t)));
+    }
+  }
+}
+
+void shares_sum_to_one(const GenWindow& w) {
+  const Evidence e = frontier::evaluate(w.matrix());
+  if (!e.shares_valid) return;
+  double sum = 0;
+  for (double x : e.shares) sum += x;
+  RC_ASSERT(std::abs(sum - 1.0) <= 1e-12 * static_cast<double>(e.shares.size()));
+}
+
+void streaming_equals_window() {
+  const GenWindow w = *gen_sparse_window();
+  const Evidence whole = frontier::evaluate(w.matrix());
+  frontier::StreamingAccumulator stream(w.schema(), w.ranks, {});
+  for (int t = 0; t < w.steps; ++t) stream.add_step(w.step_matrix(t));
+  const std::string diff = evidence_difference(whole, stream.finish(), 1e-12);
+  RC_ASSERT(diff == std::string());
+}
+
+void routing_set_minimal(const GenWindow& w) {
+  frontier::LabelConfig cfg;
+  cfg.tau_c = *rc::gen::inRange(1, 101) / 100.0;
+  const Evidence e = frontier::evaluate(w.matrix(), cfg);
+  if (e.exposed_makespan_s <= 0) return;
+  const auto& rs = e.routing_set;
+  RC_ASSERT(!rs.empty());
+  RC_ASSERT(std::equal(rs.begin(), rs.end(), e.share_order.begin()));  // a leading prefix by share
+  double before = 0;
+  for (std::size_t i = 0; i + 1 < rs.size(); ++i) before += e.advances_s[rs[i]] / e.exposed_makespan_s;
+  const double with = before + e.advances_s[rs.back()] / e.exposed_makespan_s;
+  RC_ASSERT(before < cfg.tau_c - 1e-12);  // one fewer stage does not reach τ_C: minimal
+  const bool exhausted = rs.size() == e.share_order.size() || e.advances_s[e.share_order[rs.size()]] <= 0;
+  RC_ASSERT(with >= cfg.tau_c - 1e-9 || exhausted);
+}
+
+void gain_in_unit_interval(const GenWindow& w) {
+  const StageMatrix m = w.matrix();
+  const Accounting acc = frontier::account(m);
+  const std::vector<double> zeros(m.schema().group_count(), 0.0);
+  for (auto kind : {frontier::GainBaseline::rank_median, frontier::GainBaseline::cohort_median,
+                    frontier::GainBaseline::reference}) {
+    for (double g : frontier::static_gain(m, acc, kind, zeros)) {
+      RC_ASSERT(g >= 0.0);
+      RC_ASSERT(g <= 1.0 + 1e-12);
+    }
+  }
+}
+
+void telemetry_limited_suppresses_strong_labels() {
+  const GenWindow w = *gen_sparse_window();
+  const Evidence e = frontier::evaluate(w.matrix());
+  if (!e.has(frontier::Label::telemetry_limited)) return;
+  for (auto l : e.labels) {
+    RC_ASSERT(!frontier::is_strong(l));
+    RC_ASSERT(l != frontier::Label::co_critical);
+  }
+}
+
+// ---- registry ---------------------------------------------------------------------------------
+
+namespace {
+
+using Runner = std::function<rc::detail::TestResult(const rc::detail::TestMetadata&, const rc::detail::TestParams&)>;
+
+template <typename F>
+Runner runner(F f) {
+  return [f](const rc::detail::TestMetadata& md, const rc::detail::TestParams& p) {
+    return rc::detail::checkTestable(f, md, p);
+  };
+}
+
+struct Entry {
+  PropertyInfo info;
+  Runner run;
+};
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> list = {
+      {{"advances_telescope", "sum_s a[t,s] = F[t,S] to 1e-12 relative (Theorem 1)"},
+       runner([](const GenWindow& w) { advances_telescope(w); })},
+      {{"advances_nonnegative", "every advance a[t,s] >= 0"}, runner([](const GenWindow& w) { advances_nonnegative(w); })},
+      {{"slack_identity", "lambda >= 0 and a[t,s] = max_r (d - lambda) (eq. 3)"},
+       runner([](const GenWindow& w) { slack_identity(w); })},
+      {{"prop1_bounds", "F <= per-stage max <= min(R,S) F (Proposition 1)"},
+       runner([](const GenWindow& w) { prop1_bounds(w); })},
+      {{"prop1_tight", "the min(R,S) construction reaches per-stage max = min(R,S) F exactly"},
+       runner([](const GenTightness& g) { prop1_tight(g); })},
+      {{"prop2_bounds", "F/R <= per-stage average <= F (Proposition 2)"},
+       runner([](const GenWindow& w) { prop2_bounds(w); })},
+      {{"prop2_tight", "one rank with total D, others 0, reaches per-stage average = F/R"},
+       runner([](const GenTightness& g) { prop2_tight(g); })},
+      {{"prop3_stability", "errors <= eps move F[t,s] by <= s eps and a[t,s] by <= (2s-1) eps (Proposition 3)"},
+       runner([](const GenPerturbed& p) { prop3_stability(p); })},
+      {{"clock_offset_invariance", "a constant per-rank clock offset on raw timestamps changes no result"},
+       runner([](const GenClockWindow& w) { clock_offset_invariance(w); })},
+      {{"rank_permutation_invariance", "permuting ranks changes no advance, share or routing set"},
+       runner([](const GenWindow& w) { rank_permutation_invariance(w); })},
+      {{"monotone_in_delay", "adding delay to one rank-stage never lowers F[t,S]"},
+       runner([](const GenWindow& w) { monotone_in_delay(w); })},
+      {{"single_rank_is_own_vector", "R = 1: frontier = the rank's prefixes, advances = its durations"},
+       runner([] { single_rank_is_own_vector(); })},
+      {{"shares_sum_to_one", "window shares sum to 1"}, runner([](const GenWindow& w) { shares_sum_to_one(w); })},
+      {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence"},
+       runner([] { streaming_equals_window(); })},
+      {{"routing_set_minimal", "the routing set is the smallest leading share prefix reaching tau_C"},
+       runner([](const GenWindow& w) { routing_set_minimal(w); })},
+      {{"gain_in_unit_interval", "clipped static gain G_s lies in [0, 1] for all three baselines"},
+       runner([](const GenWindow& w) { gain_in_unit_interval(w); })},
+      {{"telemetry_limited_suppresses_strong_labels", "telemetry_limited windows carry no strong or co_critical label"},
+       runner([] { telemetry_limited_suppresses_strong_labels(); })},
+  };
+  return list;
+}
+
+}  // namespace
+
+const std::vector<PropertyInfo>& properties() {
+  static const std::vector<PropertyInfo> infos = [] {
+    std::vector<PropertyInfo> v;
+    for (const auto& e : entries()) v.push_back(e.info);
+    return v;
+  }();
+  return infos;
+}
+
+PropertyResult check_property(const std::string& name, int cases, std::uint64_t seed) {
+  // RapidCheck prints its environment configuration (with an unrelated seed) the first time it
+  // is loaded; the seed that matters here is `seed`, so load it once quietly.
+  static const bool quiet = [] {
+    auto* old = std::cerr.rdbuf(nullptr);
+    rc::detail::configuration();
+    std::cerr.rdbuf(old);
+    return true;
+  }();
+  (void)quiet;
+  for (const auto& e : entries()) {
+    if (e.info.name != name) continue;
+    rc::detail::TestMetadata md;
+    md.id = name;
+    md.description = e.info.statement;
+    rc::detail::TestParams params;
+    params.seed = seed;
+    params.maxSuccess = cases;
+    params.maxSize = 100;
+    const auto result = e.run(md, params);
+    PropertyResult out{e.info.name, e.info.statement, false, cases, {}};
+    if (result.template is<rc::detail::SuccessResult>()) {
+      out.passed = true;
+      out.cases = result.template get<rc::detail::SuccessResult>().numSuccess;
+    } else {
+      std::ostringstream os;
+      rc::detail::printResultMessage(result, os);
+      out.failure = os.str();
+    }
+    return out;
+  }
+  throw std::invalid_argument("unknown property '" + name + "'");
+}
+
+}  // namespace sf::verify

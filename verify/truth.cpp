@@ -1,0 +1,134 @@
+#include "verify/verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace sf::verify {
+
+using frontier::Evidence;
+
+namespace {
+
+RuleVerdict rule_verdict(const std::vector<int>& order, const std::vector<double>& score,
+                         const std::vector<int>& candidates, int g) {
+  RuleVerdict v;
+  v.candidate_size = static_cast<int>(candidates.size());
+  if (g < 0) return v;
+  // A stage with zero score is not "among the top" even if the list is short.
+  v.top1 = !order.empty() && order[0] == g && score[g] > 0;
+  v.top2 = v.top1 || (order.size() > 1 && order[1] == g && score[g] > 0);
+  v.candidate_hit = std::find(candidates.begin(), candidates.end(), g) != candidates.end();
+  return v;
+}
+
+}  // namespace
+
+Verdict score(const Evidence& e, const Expected& x) {
+  Verdict v;
+  const auto g = e.schema.group_index(x.stage);
+  const int gi = g ? *g : -1;
+  v.frontier = rule_verdict(e.share_order, e.advances_s, e.routing_set, gi);
+  for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i) {
+    const auto& rs = e.baselines.rules[i];
+    v.baselines[i] = rule_verdict(rs.order, rs.score, rs.candidates, gi);
+  }
+  v.rank_hit = e.suspect.rank >= 0 && std::find(x.ranks.begin(), x.ranks.end(), e.suspect.rank) != x.ranks.end();
+  v.routed = v.frontier.candidate_hit;
+  return v;
+}
+
+namespace {
+
+struct Diff {
+  double tol;
+  std::string out;
+  bool num(const std::string& what, double a, double b) {
+    if (!out.empty()) return false;
+    if (a == b || (std::isnan(a) && std::isnan(b))) return true;
+    if (std::abs(a - b) <= tol * std::max(std::abs(a), std::abs(b))) return true;
+    std::ostringstream os;
+    os.precision(17);
+    os << what << ": " << a << " vs " << b;
+    out = os.str();
+    return false;
+  }
+  template <typename T>
+  bool vec(const std::string& what, const std::vector<T>& a, const std::vector<T>& b) {
+    if (!out.empty()) return false;
+    if (a.size() != b.size()) {
+      out = what + ": size " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+      return false;
+    }
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!num(what + "[" + std::to_string(i) + "]", static_cast<double>(a[i]), static_cast<double>(b[i]))) return false;
+    return true;
+  }
+  bool same(const std::string& what, bool eq) {
+    if (out.empty() && !eq) out = what + " differ";
+    return eq;
+  }
+};
+
+}  // namespace
+
+std::string evidence_difference(const Evidence& a, const Evidence& b, double rel_tol) {
+  Diff d{rel_tol, {}};
+  d.same("schema", a.schema == b.schema);
+  d.num("first_step", static_cast<double>(a.first_step), static_cast<double>(b.first_step));
+  d.num("last_step", static_cast<double>(a.last_step), static_cast<double>(b.last_step));
+  d.num("steps", a.steps, b.steps);
+  d.num("world_size", a.world_size, b.world_size);
+  d.num("missing_steps", a.missing_steps, b.missing_steps);
+  d.num("exposed_makespan_s", a.exposed_makespan_s, b.exposed_makespan_s);
+  d.num("per_stage_max_s", a.per_stage_max_s, b.per_stage_max_s);
+  d.num("per_stage_avg_s", a.per_stage_avg_s, b.per_stage_avg_s);
+  d.num("median_step_s", a.median_step_s, b.median_step_s);
+  d.same("shares_valid", a.shares_valid == b.shares_valid);
+  d.vec("advances_s", a.advances_s, b.advances_s);
+  d.vec("shares", a.shares, b.shares);
+  d.vec("static_gain", a.static_gain, b.static_gain);
+  d.vec("lag_mean_s", a.lag_mean_s, b.lag_mean_s);
+  d.vec("lag_increment_mean_s", a.lag_increment_mean_s, b.lag_increment_mean_s);
+  d.vec("gap_mean_s", a.gap_mean_s, b.gap_mean_s);
+  d.vec("leader_switches", a.leader_switches, b.leader_switches);
+  d.vec("confident_leaders", a.confident_leaders, b.confident_leaders);
+  d.same("leaders size", a.leaders.size() == b.leaders.size());
+  for (std::size_t g = 0; g < a.leaders.size() && g < b.leaders.size() && d.out.empty(); ++g) {
+    d.same("leaders[" + std::to_string(g) + "] size", a.leaders[g].size() == b.leaders[g].size());
+    for (std::size_t i = 0; i < a.leaders[g].size() && i < b.leaders[g].size(); ++i) {
+      d.num("leader rank", a.leaders[g][i].rank, b.leaders[g][i].rank);
+      d.num("leader advance", a.leaders[g][i].advance_s, b.leaders[g][i].advance_s);
+      d.num("leader steps", a.leaders[g][i].steps_led, b.leaders[g][i].steps_led);
+    }
+  }
+  d.vec("routing_set", a.routing_set, b.routing_set);
+  d.vec("share_order", a.share_order, b.share_order);
+  d.vec("co_critical_stages", a.co_critical_stages, b.co_critical_stages);
+  std::vector<int> la, lb;
+  for (auto l : a.labels) la.push_back(static_cast<int>(l));
+  for (auto l : b.labels) lb.push_back(static_cast<int>(l));
+  d.vec("labels", la, lb);
+  d.num("suspect.group", a.suspect.group, b.suspect.group);
+  d.num("suspect.rank", a.suspect.rank, b.suspect.rank);
+  d.same("suspect.basis", a.suspect.basis == b.suspect.basis);
+  d.num("suspect.confidence", a.suspect.confidence, b.suspect.confidence);
+  for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i) {
+    const std::string n = "baseline " + std::string(frontier::to_string(frontier::kBaselineRules[i]));
+    d.vec(n + " score", a.baselines.rules[i].score, b.baselines.rules[i].score);
+    d.vec(n + " order", a.baselines.rules[i].order, b.baselines.rules[i].order);
+    d.vec(n + " candidates", a.baselines.rules[i].candidates, b.baselines.rules[i].candidates);
+  }
+  d.num("events.sampled", a.events.sampled, b.events.sampled);
+  d.num("events.ready", a.events.ready, b.events.ready);
+  d.num("events.max_rank_median_s", a.events.max_rank_median_s, b.events.max_rank_median_s);
+  d.num("closure_residual_share", a.closure_residual_share, b.closure_residual_share);
+  d.num("overlap_error_share", a.overlap_error_share, b.overlap_error_share);
+  d.vec("missing_ranks", a.missing_ranks, b.missing_ranks);
+  d.num("missing_records", static_cast<double>(a.missing_records), static_cast<double>(b.missing_records));
+  d.same("gather_ok", a.gather_ok == b.gather_ok);
+  d.same("downgrade_reasons", a.downgrade_reasons == b.downgrade_reasons);
+  return d.out;
+}
+
+}  // namespace sf::verify

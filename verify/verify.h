@@ -1,0 +1,122 @@
+// sf::verify — proves the frontier identities on generated inputs (RapidCheck), reproduces the
+// paper's §6.1 fixtures, and scores evidence against injected ground truth. No MPI.
+#pragma once
+
+#include "frontier/frontier.h"
+#include "verify/generators.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sf::verify {
+
+// ---- properties (bodies use RC_ASSERT; shared by RC_GTEST_PROP and `sf-testbed verify`) ----
+
+void advances_telescope(const GenWindow& w);
+void advances_nonnegative(const GenWindow& w);
+void slack_identity(const GenWindow& w);
+void prop1_bounds(const GenWindow& w);
+void prop1_tight(const GenTightness& g);
+void prop2_bounds(const GenWindow& w);
+void prop2_tight(const GenTightness& g);
+void prop3_stability(const GenPerturbed& p);
+void clock_offset_invariance(const GenClockWindow& w);
+void rank_permutation_invariance(const GenWindow& w);  ///< draws the permutation inside
+void monotone_in_delay(const GenWindow& w);            ///< draws the cell and delay inside
+void single_rank_is_own_vector();                     ///< draws an R = 1 window
+void shares_sum_to_one(const GenWindow& w);
+void streaming_equals_window();                       ///< draws a sparse window
+void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside
+void gain_in_unit_interval(const GenWindow& w);
+void telemetry_limited_suppresses_strong_labels();    ///< draws a sparse window
+
+struct PropertyInfo {
+  std::string name;
+  std::string statement;
+};
+/// Every property, in the order `verify` prints them.
+const std::vector<PropertyInfo>& properties();
+
+struct PropertyResult {
+  std::string name, statement;
+  bool passed = false;
+  int cases = 0;
+  std::string failure;  ///< RapidCheck's report (counterexample, seed) when failed
+};
+/// Runs one property with `cases` generated inputs from `seed`. Throws std::invalid_argument
+/// for an unknown name.
+PropertyResult check_property(const std::string& name, int cases, std::uint64_t seed);
+
+// ---- fixtures (§6.1) ----
+
+struct FixtureRow {
+  frontier::StageMatrix matrix;
+  std::string expected_stage;
+};
+/// Rows where one rank's upstream stage stalls and every other rank waits at the backward
+/// synchronisation point: frontier should recover the upstream stage, max/avg should not.
+std::vector<FixtureRow> sync_wait_fixture(std::uint64_t seed, int rows = 120);
+/// Rows where one rank's stage is slow with no downstream synchronisation: direct exposure.
+std::vector<FixtureRow> direct_exposure_fixture(std::uint64_t seed, int rows = 240);
+
+struct DowngradeFixture {
+  std::string name;
+  frontier::StageMatrix matrix;
+  frontier::TelemetryInput telemetry;
+  frontier::Label expected;
+  std::vector<std::string> expected_co_critical;  ///< must be a subset of co_critical_stages
+};
+std::vector<DowngradeFixture> downgrade_fixtures();
+
+struct FixtureResult {
+  std::string name;
+  int rows = 0;
+  int frontier_hits = 0;
+  int baseline_hits[std::size(frontier::kBaselineRules)] = {};
+  bool passed = false;
+  std::string detail;
+};
+/// The sync-wait, direct-exposure and four downgrade fixtures with their pass criteria.
+std::vector<FixtureResult> run_fixtures(std::uint64_t seed);
+
+/// §6.1 figures over `windows` random windows: telescoping error, bound violations and
+/// tightness, and the largest observed/bound ratio of Proposition 3.
+struct AlgorithmicStats {
+  int windows = 0;
+  double telescoping_max_abs_error = 0;
+  double telescoping_max_rel_error = 0;
+  int prop1_violations = 0, prop2_violations = 0;
+  int prop1_tight_cases = 0, prop1_tight_reached = 0;
+  int prop2_tight_cases = 0, prop2_tight_reached = 0;
+  double stability_max_ratio = 0;
+};
+AlgorithmicStats algorithmic_validation(std::uint64_t seed, int windows);
+
+// ---- ground-truth scoring ----
+
+/// What an injected fault should look like in the evidence.
+struct Expected {
+  std::string stage;        ///< reporting group of the injected stage ("" for no fault)
+  std::vector<int> ranks;   ///< injected ranks
+  bool should_route = true; ///< false for host-only controls that must stay unrouted
+};
+
+struct RuleVerdict {
+  bool top1 = false, top2 = false, candidate_hit = false;
+  int candidate_size = 0;
+};
+
+struct Verdict {
+  RuleVerdict frontier;
+  RuleVerdict baselines[std::size(frontier::kBaselineRules)];
+  bool rank_hit = false;
+  bool routed = false;  ///< stage in the frontier routing set
+};
+Verdict score(const frontier::Evidence& e, const Expected& x);
+
+/// Compares two evidence packets field by field (numbers within rel_tol); returns "" when
+/// equal, else the first difference.
+std::string evidence_difference(const frontier::Evidence& a, const frontier::Evidence& b, double rel_tol);
+
+}  // namespace sf::verify
