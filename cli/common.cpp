@@ -1,0 +1,53 @@
+#include "cli/common.h"
+
+#include "sf_build_info.h"
+
+namespace sf::cli {
+
+const char* git_commit() { return SF_GIT_COMMIT; }
+
+void add_label_options(CLI::App* sub, LabelOptions& o) {
+  const std::string g = "Labeler gates (defaults: paper Table 13)";
+  sub->add_option("--config", o.config_file, "JSON file of labeler gates (keys in docs/labeler.md)")
+      ->check(CLI::ExistingFile)->group(g);
+  sub->add_option("--tau-c", o.tau_c, "routing-set cumulative share tau_C")->check(CLI::Range(0.01, 1.0))->group(g);
+  sub->add_option("--gamma-a", o.gamma_a, "frontier-share dominance gamma_A")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--gamma-g", o.gamma_g, "static-gain threshold gamma_G")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--eta-a", o.eta_a, "share tie tolerance eta_A")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--eta-g", o.eta_g, "gain tie tolerance eta_G")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--max-closure-residual", o.closure, "closure residual share gate")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--max-overlap-error", o.overlap, "overlap error share gate")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--max-missing-ranks", o.missing_ranks, "missing-rank gate")->check(CLI::NonNegativeNumber)->group(g);
+  sub->add_option("--min-event-ready", o.event_ready, "event-ready ratio gate")->check(CLI::Range(0.0, 1.0))->group(g);
+  sub->add_option("--min-event-samples", o.event_samples, "minimum ready event samples")->check(CLI::NonNegativeNumber)->group(g);
+  const std::map<std::string, frontier::GainBaseline> baselines{{"rank_median", frontier::GainBaseline::rank_median},
+                                                                {"cohort_median", frontier::GainBaseline::cohort_median},
+                                                                {"reference", frontier::GainBaseline::reference}};
+  sub->add_option("--gain-baseline", o.gain_baseline, "clipped baseline for the direct-exposure gain")
+      ->transform(CLI::CheckedTransformer(baselines, CLI::ignore_case))->group(g);
+  sub->add_option("--reference", o.reference_s, "no-stall reference seconds per stage group (with --gain-baseline reference)")
+      ->delimiter(',')->group(g);
+  sub->add_option("--wait-model", o.wait_model, "stage groups whose sync-wait model the caller asserts (W_s = 1)")
+      ->delimiter(',')->group(g);
+}
+
+frontier::LabelConfig make_label_config(const LabelOptions& o) {
+  frontier::LabelConfig c;
+  if (!o.config_file.empty()) c = formats::read_config_file(o.config_file, c);
+  if (o.tau_c) c.tau_c = *o.tau_c;
+  if (o.gamma_a) c.gamma_a = *o.gamma_a;
+  if (o.gamma_g) c.gamma_g = *o.gamma_g;
+  if (o.eta_a) c.eta_a = *o.eta_a;
+  if (o.eta_g) c.eta_g = *o.eta_g;
+  if (o.closure) c.max_closure_residual_share = *o.closure;
+  if (o.overlap) c.max_overlap_error_share = *o.overlap;
+  if (o.missing_ranks) c.max_missing_ranks = *o.missing_ranks;
+  if (o.event_ready) c.min_event_ready_ratio = *o.event_ready;
+  if (o.event_samples) c.min_event_samples = *o.event_samples;
+  if (o.gain_baseline) c.gain_baseline = *o.gain_baseline;
+  if (!o.reference_s.empty()) c.reference_s = o.reference_s;
+  if (!o.wait_model.empty()) c.wait_model = o.wait_model;
+  return c;
+}
+
+}  // namespace sf::cli
