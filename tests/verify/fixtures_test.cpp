@@ -1,0 +1,69 @@
+#include "verify/verify.h"
+
+#include <gtest/gtest.h>
+
+namespace v = sf::verify;
+using sf::frontier::Label;
+
+TEST(Fixtures, all_paper_fixtures_pass) {
+  const auto results = v::run_fixtures(1);
+  ASSERT_EQ(results.size(), 6u);
+  for (const auto& r : results) EXPECT_TRUE(r.passed) << r.name << ": " << r.detail;
+  EXPECT_EQ(results[0].rows, 120);  // §6.1 sync-wait fixture
+  EXPECT_EQ(results[1].rows, 240);  // §6.1 direct-exposure fixture
+}
+
+TEST(Fixtures, sync_wait_rows_defeat_max_and_average) {
+  // The paper's RQ1 result on each row: frontier top-1 is the stalled upstream stage while
+  // per-stage max and average both pick the displaced backward wait.
+  for (const auto& row : v::sync_wait_fixture(3, 12)) {
+    const auto e = sf::frontier::evaluate(row.matrix);
+    EXPECT_EQ(e.group_name(e.share_order[0]), row.expected_stage);
+    EXPECT_EQ(e.group_name(e.baselines[sf::frontier::BaselineRule::per_stage_max].order[0]), "model.backward_cpu_wall");
+    EXPECT_EQ(e.group_name(e.baselines[sf::frontier::BaselineRule::per_stage_avg].order[0]), "model.backward_cpu_wall");
+    EXPECT_GT(e.per_stage_max_s, e.exposed_makespan_s);  // Proposition 1 overcount
+  }
+}
+
+TEST(Fixtures, fixture_generation_is_deterministic) {
+  const auto a = v::sync_wait_fixture(9, 3), b = v::sync_wait_fixture(9, 3);
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].matrix.data().isApprox(b[i].matrix.data(), 0.0));
+}
+
+TEST(Fixtures, algorithmic_validation_matches_paper_claims) {
+  const auto st = v::algorithmic_validation(5, 300);
+  EXPECT_LT(st.telescoping_max_rel_error, 1e-15);
+  EXPECT_EQ(st.prop1_violations, 0);
+  EXPECT_EQ(st.prop2_violations, 0);
+  EXPECT_EQ(st.prop1_tight_reached, st.prop1_tight_cases);
+  EXPECT_EQ(st.prop2_tight_reached, st.prop2_tight_cases);
+  EXPECT_LE(st.stability_max_ratio, 1.0 + 1e-9);
+  EXPECT_GT(st.stability_max_ratio, 0.5);  // the perturbations do probe the bound
+}
+
+TEST(Truth, verdict_counts_top1_top2_candidates_and_rank) {
+  const auto rows = v::sync_wait_fixture(1, 2);
+  const auto e = sf::frontier::evaluate(rows[0].matrix);
+  v::Expected x{rows[0].expected_stage, {e.suspect.rank}, true};
+  const auto verdict = v::score(e, x);
+  EXPECT_TRUE(verdict.frontier.top1);
+  EXPECT_TRUE(verdict.frontier.top2);
+  EXPECT_TRUE(verdict.frontier.candidate_hit);
+  EXPECT_TRUE(verdict.rank_hit);
+  EXPECT_EQ(verdict.frontier.candidate_size, static_cast<int>(e.routing_set.size()));
+  EXPECT_FALSE(verdict.baselines[0].top1);  // per-stage max picks the backward wait
+
+  v::Expected wrong{"callbacks.cpu_wall", {e.suspect.rank + 1}, true};
+  const auto miss = v::score(e, wrong);
+  EXPECT_FALSE(miss.frontier.top1);
+  EXPECT_FALSE(miss.rank_hit);
+}
+
+TEST(Truth, evidence_difference_reports_first_mismatch) {
+  const auto rows = v::sync_wait_fixture(1, 1);
+  auto a = sf::frontier::evaluate(rows[0].matrix);
+  auto b = a;
+  EXPECT_EQ(v::evidence_difference(a, b, 0.0), "");
+  b.shares[1] += 1e-3;
+  EXPECT_NE(v::evidence_difference(a, b, 1e-12).find("shares[1]"), std::string::npos);
+}
