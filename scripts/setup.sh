@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what sf-testbed needs on Debian 12 (apt-get, as root) and builds the CPU preset into
+# build/ (the binary is build/sf-testbed). Safe to re-run: installed packages are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=(cmake g++ make git pkg-config
+      libopenmpi-dev openmpi-bin
+      libeigen3-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
+      libgtest-dev libbenchmark-dev
+      python3 python3-pandas python3-matplotlib)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then echo "setup: run as root (apt-get install needs it)" >&2; exit 2; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+cmake --preset cpu >/dev/null
+cmake --build --preset cpu -j"$(nproc)"
