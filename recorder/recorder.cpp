@@ -1,0 +1,460 @@
+#include "recorder/recorder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <limits>
+#include <stdexcept>
+
+namespace sf::recorder {
+
+namespace {
+
+constexpr std::uint32_t kMagic = 0x31524653;  // "SFR1"
+constexpr std::uint32_t kVersion = 1;
+
+/// Fixed-size header of one rank's window contribution (same architecture on every rank).
+struct Header {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint64_t schema_hash;
+  std::uint64_t checksum;  // FNV-1a over the whole payload with this field zeroed
+  std::int32_t rank;
+  std::int32_t window;
+  std::int64_t first_step;
+  std::int32_t steps;      // window span this rank covers
+  std::int32_t stages;     // explicit stages
+  std::int32_t records;
+  std::int32_t n_sync;
+  std::uint32_t fault_bits;
+  std::int32_t accumulation;
+  std::int64_t dropped;
+  std::int32_t local_rank;
+  std::int32_t node_rank;
+  char hostname[64];
+  char role[32];
+};
+
+enum : std::uint8_t { kEvUnsampled = 0, kEvReady = 1, kEvMissing = 2 };
+
+std::size_t record_bytes(int stages, int n_sync) {
+  return sizeof(std::int32_t) + sizeof(float) * (1 + stages) + 1 + sizeof(float) + sizeof(float) * n_sync;
+}
+
+std::uint64_t fnv1a(const std::byte* p, std::size_t n) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 1099511628211ULL;
+  return h;
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+template <typename T>
+void put(std::vector<std::byte>& out, const T& v) {
+  const auto* p = reinterpret_cast<const std::byte*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+template <typename T>
+T get(const std::byte*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+void copy_text(char* dst, std::size_t n, const std::string& s) {
+  std::memset(dst, 0, n);
+  std::memcpy(dst, s.data(), std::min(n - 1, s.size()));
+}
+
+}  // namespace
+
+std::vector<std::string> describe_faults(std::uint32_t bits) {
+  static const std::pair<std::uint32_t, const char*> names[] = {
+      {kNestedStage, "nested ordered stage"},
+      {kStageOutsideStep, "stage outside a step"},
+      {kStageNotClosed, "step ended with a stage open"},
+      {kStepNotClosed, "step began while the previous one was open"},
+      {kEndWithoutBegin, "end without begin"},
+      {kOutOfOrder, "ordered stage out of order or repeated"},
+      {kUnknownStage, "unknown stage index"},
+      {kSideOutsideStage, "side span outside an ordered stage"},
+      {kEventPoolExhausted, "event pool exhausted"},
+      {kStepOutOfOrder, "step ids not increasing"},
+  };
+  std::vector<std::string> out;
+  for (const auto& [bit, name] : names)
+    if (bits & bit) out.emplace_back(name);
+  return out;
+}
+
+std::size_t payload_bytes(const RecorderConfig& cfg, int records) {
+  return sizeof(Header) + static_cast<std::size_t>(records) *
+                              record_bytes(static_cast<int>(cfg.stages.size()), static_cast<int>(cfg.sync_wait_stages.size()));
+}
+
+// ---- root state -----------------------------------------------------------------------------------
+
+struct Recorder::RootState {
+  struct Pending {
+    int window;
+    std::int64_t opened_ns;
+    std::vector<std::optional<Contribution>> got;
+    int arrived = 0;
+  };
+  std::vector<Pending> pending;  // in window order
+};
+
+Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events, WindowSink sink)
+    : cfg_(std::move(cfg)),
+      schema_(cfg_.stages, true, cfg_.accumulation),
+      transport_(transport),
+      events_(events),
+      sink_(std::move(sink)),
+      S_(schema_.explicit_count()) {
+  if (cfg_.window_steps < 1) throw std::invalid_argument("window_steps must be >= 1");
+  if (cfg_.event_q < 0 || cfg_.event_q > 1) throw std::invalid_argument("event_q must be in [0, 1]");
+  for (int s : cfg_.sync_wait_stages)
+    if (s < 0 || s >= S_) throw std::invalid_argument("sync_wait_stages entry outside the schema");
+  int capacity = cfg_.capacity_steps > 0 ? cfg_.capacity_steps : 2 * cfg_.window_steps;
+  std::int64_t pow2 = 1;
+  while (pow2 < capacity) pow2 <<= 1;
+  mask_ = pow2 - 1;
+  width_ = static_cast<std::size_t>(5 + 3 * S_);
+  ring_.assign(static_cast<std::size_t>(pow2) * width_, 0);
+  open_window_ = 0;
+  if (transport_.rank() == 0) root_ = std::make_unique<RootState>();
+}
+
+Recorder::~Recorder() = default;
+
+int Recorder::stage_index(std::string_view name) const {
+  const auto i = schema_.index_of(name);
+  return i && *i < S_ ? *i : -1;
+}
+
+void Recorder::on_full(std::int64_t, std::int64_t) noexcept {
+  ++dropped_;
+  ++dropped_total_;
+  if (cfg_.overflow == OverflowPolicy::overwrite_oldest) {
+    std::fill_n(slot(tail_), width_, 0);
+    ++tail_;
+  }
+}
+
+// The event pair is side evidence: sampled deterministically at fraction q (evenly spread),
+// never synchronized, polled at safe points.
+void Recorder::begin_device_event() noexcept {
+  if (!cfg_.enabled || events_ == nullptr || cfg_.event_q <= 0 || cur_ == nullptr) return;
+  const std::int64_t k = sample_counter_++;
+  const bool sampled = std::floor(static_cast<double>(k + 1) * cfg_.event_q) > std::floor(static_cast<double>(k) * cfg_.event_q);
+  if (!sampled) return;
+  const int pair = events_->acquire();
+  if (pair < 0) {
+    faults_ |= kEventPoolExhausted;
+    cur_[3 + 3 * S_] = -1;  // sampled, no free pair: missing
+    return;
+  }
+  cur_[3 + 3 * S_] = pair + 1;
+  cur_[4 + 3 * S_] = -1;
+  events_->record_begin(pair);
+}
+
+void Recorder::end_device_event() noexcept {
+  if (!cfg_.enabled || events_ == nullptr || cur_ == nullptr) return;
+  const std::int64_t v = cur_[3 + 3 * S_];
+  if (v > 0 && cur_[4 + 3 * S_] == -1) {
+    events_->record_end(static_cast<int>(v - 1));
+    cur_[4 + 3 * S_] = -3;  // in flight
+  }
+}
+
+void Recorder::poll_events() {
+  if (events_ == nullptr) return;
+  std::erase_if(orphan_pairs_, [&](std::int64_t pair) {
+    if (!events_->query(static_cast<int>(pair))) return false;
+    events_->release(static_cast<int>(pair));
+    return true;
+  });
+  for (std::int64_t i = tail_; i < head_; ++i) {
+    std::int64_t* p = slot(i);
+    if (p[3 + 3 * S_] > 0 && p[4 + 3 * S_] == -3) {
+      const int pair = static_cast<int>(p[3 + 3 * S_] - 1);
+      if (const auto secs = events_->query(pair)) {
+        p[4 + 3 * S_] = static_cast<std::int64_t>(std::llround(*secs * 1e9));
+        p[3 + 3 * S_] = -2;  // ready
+        events_->release(pair);
+      }
+    }
+  }
+}
+
+std::vector<std::byte> Recorder::pack(std::int64_t window) {
+  const std::int64_t start = cfg_.first_step + window * cfg_.window_steps;
+  const std::int64_t end = start + cfg_.window_steps;
+  const int n_sync = static_cast<int>(cfg_.sync_wait_stages.size());
+  std::vector<std::byte> out;
+  out.reserve(payload_bytes(cfg_, cfg_.window_steps));
+  out.resize(sizeof(Header));
+  int records = 0;
+  std::vector<std::int64_t> still_in_flight;
+  while (tail_ < head_) {
+    std::int64_t* p = slot(tail_);
+    if (p == cur_) break;                 // the open step belongs to a later window
+    if (p[0] >= end) break;
+    if (p[0] >= start && p[2] != 0) {     // an ended step of this window
+      put(out, static_cast<std::int32_t>(p[0] - start));
+      put(out, static_cast<float>(static_cast<double>(p[2] - p[1]) * 1e-9));
+      for (int s = 0; s < S_; ++s) {
+        const std::int64_t b = p[3 + 2 * s], e = p[4 + 2 * s];
+        put(out, static_cast<float>(b != 0 && e >= b ? static_cast<double>(e - b) * 1e-9 : 0.0));
+      }
+      const std::int64_t ev = p[3 + 3 * S_];
+      std::uint8_t state = kEvUnsampled;
+      float ev_s = 0;
+      if (ev == -2) {
+        state = kEvReady;
+        ev_s = static_cast<float>(static_cast<double>(p[4 + 3 * S_]) * 1e-9);
+      } else if (ev != 0) {
+        state = kEvMissing;  // no free pair, or not ready by its window boundary
+        if (ev > 0) still_in_flight.push_back(ev - 1);
+      }
+      put(out, state);
+      put(out, ev_s);
+      for (int s : cfg_.sync_wait_stages) put(out, static_cast<float>(static_cast<double>(p[3 + 2 * S_ + s]) * 1e-9));
+      ++records;
+    } else if (p[0] < start) {
+      faults_ |= kStepOutOfOrder;         // a step from a window already closed
+    }
+    std::fill_n(p, width_, 0);
+    ++tail_;
+  }
+  // Events not ready by the boundary are reported missing; their pairs are released once done.
+  orphan_pairs_.insert(orphan_pairs_.end(), still_in_flight.begin(), still_in_flight.end());
+
+  Header h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.schema_hash = schema_.order_hash();
+  h.rank = transport_.rank();
+  h.window = static_cast<std::int32_t>(window);
+  h.first_step = start;
+  h.steps = cfg_.window_steps;
+  h.stages = S_;
+  h.records = records;
+  h.n_sync = n_sync;
+  h.fault_bits = faults_;
+  h.accumulation = cfg_.accumulation;
+  h.dropped = dropped_;
+  const auto id = transport_.identity();
+  h.local_rank = id.local_rank;
+  h.node_rank = id.node_rank;
+  copy_text(h.hostname, sizeof h.hostname, id.hostname);
+  copy_text(h.role, sizeof h.role, cfg_.role);
+  std::memcpy(out.data(), &h, sizeof h);
+  h.checksum = fnv1a(out.data(), out.size());
+  std::memcpy(out.data(), &h, sizeof h);
+  faults_ = 0;
+  dropped_ = 0;
+  return out;
+}
+
+void Recorder::close_window(std::int64_t window) {
+  auto payload = pack(window);
+  bytes_sent_ += static_cast<std::int64_t>(payload.size());
+  ++windows_closed_;
+  if (root_) root_->pending.push_back({static_cast<int>(window), now_ns(), std::vector<std::optional<Contribution>>(transport_.size())});
+  transport_.send(static_cast<int>(window), std::move(payload));
+}
+
+void Recorder::safe_point() {
+  if (!cfg_.enabled) return;
+  const double cpu0 = thread_cpu_s();
+  poll_events();
+  // Close every window whose last step has ended (or that a later step has passed).
+  for (;;) {
+    const std::int64_t end = cfg_.first_step + (open_window_ + 1) * cfg_.window_steps;
+    const bool passed = last_step_ >= end || (last_step_ == end - 1 && cur_ == nullptr);
+    if (!passed) break;
+    close_window(open_window_++);
+  }
+  transport_.progress();
+  if (root_) pump_root(false);
+  safe_point_cpu_s_ += thread_cpu_s() - cpu0;
+}
+
+void Recorder::finish() {
+  if (!cfg_.enabled) return;
+  const double cpu0 = thread_cpu_s();
+  if (cur_ != nullptr) {
+    faults_ |= kStepNotClosed;
+    cur_ = nullptr;
+  }
+  poll_events();
+  const std::int64_t last_window =
+      last_step_ == INT64_MIN ? -1 : (last_step_ - cfg_.first_step) / cfg_.window_steps;
+  while (open_window_ <= last_window) close_window(open_window_++);
+  const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
+  while (true) {
+    transport_.progress();
+    if (root_) pump_root(false);
+    if (!root_ || root_->pending.empty() || now_ns() >= deadline) break;
+    struct timespec ts{0, 200000};
+    nanosleep(&ts, nullptr);
+  }
+  if (root_) pump_root(true);
+  transport_.drain(cfg_.gather_deadline_s);
+  safe_point_cpu_s_ += thread_cpu_s() - cpu0;
+}
+
+// ---- root: assembly ---------------------------------------------------------------------------
+
+namespace {
+
+struct Decoded {
+  Header h{};
+  bool ok = false;
+  std::string why;
+  const std::byte* records = nullptr;
+};
+
+Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int stages, int n_sync) {
+  Decoded d;
+  const auto who = "rank " + std::to_string(c.rank) + ": ";
+  if (c.bytes.size() < sizeof(Header)) {
+    d.why = who + "corrupt contribution (" + std::to_string(c.bytes.size()) + " bytes, shorter than a header)";
+    return d;
+  }
+  std::memcpy(&d.h, c.bytes.data(), sizeof(Header));
+  std::vector<std::byte> copy = c.bytes;
+  Header zeroed = d.h;
+  zeroed.checksum = 0;
+  std::memcpy(copy.data(), &zeroed, sizeof zeroed);
+  if (d.h.magic != kMagic || d.h.version != kVersion) {
+    d.why = who + "corrupt contribution (bad magic or version)";
+  } else if (fnv1a(copy.data(), copy.size()) != d.h.checksum) {
+    d.why = who + "corrupt contribution (checksum mismatch)";
+  } else if (d.h.schema_hash != schema_hash || d.h.stages != stages) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "schema mismatch (stage order hash %016llx, %d stages; expected %016llx, %d stages)",
+                  static_cast<unsigned long long>(d.h.schema_hash), d.h.stages,
+                  static_cast<unsigned long long>(schema_hash), stages);
+    d.why = who + buf;
+  } else if (d.h.window != window || d.h.rank != c.rank) {
+    d.why = who + "inconsistent contribution (window " + std::to_string(d.h.window) + ", rank " +
+            std::to_string(d.h.rank) + ")";
+  } else if (d.h.n_sync != n_sync || d.h.records < 0 || d.h.records > d.h.steps ||
+             c.bytes.size() != sizeof(Header) + static_cast<std::size_t>(d.h.records) * record_bytes(stages, n_sync)) {
+    d.why = who + "inconsistent contribution (record count or size)";
+  } else {
+    d.ok = true;
+    d.records = c.bytes.data() + sizeof(Header);
+  }
+  return d;
+}
+
+}  // namespace
+
+void Recorder::pump_root(bool final_pass) {
+  auto& pending = root_->pending;
+  const int R = transport_.size();
+  const int n_sync = static_cast<int>(cfg_.sync_wait_stages.size());
+  const std::size_t max_bytes = payload_bytes(cfg_, cfg_.window_steps);
+  const std::int64_t now = now_ns();
+  while (!pending.empty()) {
+    auto& p = pending.front();
+    for (auto& c : transport_.receive(p.window, max_bytes)) {
+      if (c.rank < 0 || c.rank >= R || p.got[c.rank]) continue;
+      p.got[c.rank] = std::move(c);
+      ++p.arrived;
+    }
+    const bool timed_out = now - p.opened_ns >= static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
+    if (p.arrived < R && !timed_out && !final_pass) break;
+    if (p.arrived < R) transport_.abandon(p.window);
+
+    // Assemble what arrived; every gap or inconsistency becomes a named reason.
+    formats::Window w;
+    frontier::TelemetryInput& tel = w.telemetry;
+    std::vector<Decoded> dec(R);
+    int span = 0;
+    for (int r = 0; r < R; ++r) {
+      if (!p.got[r]) {
+        tel.gather_ok = false;
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "rank %d: no contribution within the %.3g s gather deadline", r, cfg_.gather_deadline_s);
+        tel.reasons.emplace_back(buf);
+        continue;
+      }
+      dec[r] = decode(*p.got[r], schema_.order_hash(), p.window, S_, n_sync);
+      if (!dec[r].ok) {
+        tel.gather_ok = false;
+        tel.reasons.push_back(dec[r].why);
+        continue;
+      }
+      span = std::max(span, dec[r].h.steps);
+    }
+    const std::int64_t start = cfg_.first_step + static_cast<std::int64_t>(p.window) * cfg_.window_steps;
+    // The final window covers only the steps some rank actually reached.
+    std::int64_t last = start - 1;
+    for (int r = 0; r < R; ++r) {
+      if (!dec[r].ok) continue;
+      const std::byte* q = dec[r].records;
+      for (int i = 0; i < dec[r].h.records; ++i) {
+        last = std::max(last, start + get<std::int32_t>(q));
+        q += record_bytes(S_, n_sync) - sizeof(std::int32_t);
+      }
+    }
+    const bool is_last_window = final_pass || p.window + 1 == open_window_;
+    const int steps = is_last_window ? static_cast<int>(std::max<std::int64_t>(last - start + 1, 0)) : span;
+    w.matrix = frontier::StageMatrix(schema_, R, start, std::max(steps, 0));
+    std::vector<std::string> roles(R);
+    bool any_role = false;
+    std::vector<double> d(S_);
+    for (int r = 0; r < R; ++r) {
+      formats::RankInfo info{r, 0, 0, ""};
+      if (dec[r].ok) {
+        const Header& h = dec[r].h;
+        info = {r, h.local_rank, h.node_rank, std::string(h.hostname, strnlen(h.hostname, sizeof h.hostname))};
+        roles[r] = std::string(h.role, strnlen(h.role, sizeof h.role));
+        any_role |= !roles[r].empty();
+        tel.dropped_records += h.dropped;
+        if (h.fault_bits != 0)
+          for (const auto& f : describe_faults(h.fault_bits)) tel.reasons.push_back("rank " + std::to_string(r) + ": recorder " + f);
+        const std::byte* q = dec[r].records;
+        for (int i = 0; i < h.records; ++i) {
+          const auto off = get<std::int32_t>(q);
+          const double wall = get<float>(q);
+          for (int s = 0; s < S_; ++s) d[s] = get<float>(q);
+          const auto state = get<std::uint8_t>(q);
+          const double ev = get<float>(q);
+          std::vector<double> sync(n_sync);
+          for (int k = 0; k < n_sync; ++k) sync[k] = get<float>(q);
+          if (off < 0 || off >= w.matrix.steps()) continue;
+          try {
+            w.matrix.set_record(off, r, d, wall);
+            if (state == kEvReady) w.matrix.set_fwd_event(off, r, frontier::EventState::ready, ev);
+            if (state == kEvMissing) w.matrix.set_fwd_event(off, r, frontier::EventState::missing, 0);
+            for (int k = 0; k < n_sync; ++k) w.matrix.set_sync_wait(off, r, cfg_.sync_wait_stages[k], sync[k]);
+          } catch (const std::invalid_argument& e) {
+            tel.gather_ok = false;
+            tel.reasons.push_back("rank " + std::to_string(r) + ": inconsistent record (" + e.what() + ")");
+            w.matrix.clear_record(off, r);
+          }
+        }
+      }
+      w.ranks.push_back(std::move(info));
+    }
+    if (any_role) w.matrix.set_roles(roles);
+    const int index = p.window;
+    pending.erase(pending.begin());
+    if (sink_) sink_(std::move(w), index);
+  }
+}
+
+}  // namespace sf::recorder
