@@ -1,0 +1,138 @@
+#include "inject/inject.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <numeric>
+#include <random>
+
+namespace sf::inject {
+
+std::string_view to_string(Site s) {
+  switch (s) {
+    case Site::none: return "none";
+    case Site::data: return "data";
+    case Site::forward_host: return "forward_host";
+    case Site::forward_device: return "forward_device";
+    case Site::backward_device: return "backward_device";
+    case Site::backward_collective: return "backward_collective";
+    case Site::callbacks: return "callbacks";
+    case Site::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+std::string_view to_string(FaultKind k) {
+  switch (k) {
+    case FaultKind::none: return "none";
+    case FaultKind::host_delay: return "host_delay";
+    case FaultKind::device_compute: return "device_compute";
+    case FaultKind::collective_entry_delay: return "collective_entry_delay";
+  }
+  return "?";
+}
+
+std::string_view to_string(TelemetryFault f) {
+  switch (f) {
+    case TelemetryFault::none: return "none";
+    case TelemetryFault::late: return "late";
+    case TelemetryFault::corrupt: return "corrupt";
+    case TelemetryFault::schema_mismatch: return "schema_mismatch";
+    case TelemetryFault::drop_steps: return "drop_steps";
+  }
+  return "?";
+}
+
+const std::vector<Scenario>& catalogue() {
+  static const std::vector<Scenario> list = {
+      {"none", Site::none, FaultKind::none, "", false, false, 0, false, "no fault: the healthy baseline"},
+      {"data_tail", Site::data, FaultKind::host_delay, "data.next_wait", false, false, 120, true,
+       "main-process stall in next() on the target rank; the others wait at the gradient all-reduce"},
+      {"bwd_compute", Site::backward_device, FaultKind::device_compute, "model.backward_cpu_wall", true, false, 120, true,
+       "extra device compute in backward on the target rank, before the gradient all-reduce"},
+      {"comm_delay", Site::backward_collective, FaultKind::collective_entry_delay, "model.backward_cpu_wall", true, false,
+       120, true, "the target rank enters the gradient all-reduce late (link fail-slow stand-in)"},
+      {"fwd_device", Site::forward_device, FaultKind::device_compute, "model.fwd_loss_cpu_wall", false, false, 120, true,
+       "extra device compute queued in forward; it becomes host-visible later, in backward"},
+      {"fwd_host", Site::forward_host, FaultKind::host_delay, "model.fwd_loss_cpu_wall", false, false, 120, true,
+       "host-side forward overhead on the target rank"},
+      {"callback_sync_tail", Site::callbacks, FaultKind::host_delay, "callbacks.cpu_wall", true, true, 120, true,
+       "slow callback on the target rank followed by a barrier in callbacks (sync-bearing)"},
+      {"callback_host_tail", Site::callbacks, FaultKind::host_delay, "callbacks.cpu_wall", false, false, 120, false,
+       "slow host-only callback, no barrier: visible to the rank, not exposed at its stage"},
+      {"optim_host_local", Site::optimizer, FaultKind::host_delay, "optim.step_cpu_wall", false, false, 120, false,
+       "host-local optimizer delay with no adjacent barrier: must not be routed to the optimizer"},
+  };
+  return list;
+}
+
+const Scenario* find_scenario(std::string_view name) {
+  for (const auto& s : catalogue())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+bool FaultPlan::active(int rank, std::int64_t step) const {
+  if (scenario == nullptr || scenario->site == Site::none || delay_ms <= 0) return false;
+  if (step < onset || step >= offset) return false;
+  if (every > 1 && (step - onset) % every != 0) return false;
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+}
+
+double FaultPlan::delay_s(Site site, int rank, std::int64_t step) const {
+  return scenario != nullptr && scenario->site == site && active(rank, step) ? delay_ms * 1e-3 : 0.0;
+}
+
+std::vector<TruthRecord> truth(const FaultPlan& plan) {
+  std::vector<TruthRecord> out;
+  if (plan.scenario == nullptr || plan.scenario->site == Site::none) return out;
+  for (int r : plan.ranks) {
+    TruthRecord t;
+    t.scenario = plan.scenario->name;
+    t.stage = plan.scenario->stage;
+    t.site = std::string(to_string(plan.scenario->site));
+    t.kind = std::string(to_string(plan.scenario->kind));
+    t.rank = r;
+    t.delay_ms = plan.delay_ms;
+    t.onset = plan.onset;
+    t.offset = plan.offset;
+    t.every = plan.every;
+    t.sync_bearing = plan.scenario->sync_bearing;
+    t.should_route = plan.scenario->should_route;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<int> draw_targets(std::uint64_t seed, int world, int count) {
+  std::vector<int> ranks(world);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL + 0x5f);
+  std::shuffle(ranks.begin(), ranks.end(), rng);
+  ranks.resize(static_cast<std::size_t>(std::clamp(count, 0, world)));
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+std::int64_t monotonic_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void precise_sleep_until(std::int64_t deadline_ns, std::int64_t spin_ns) {
+  const std::int64_t wake = deadline_ns - spin_ns;
+  if (monotonic_ns() < wake) {
+    timespec ts{static_cast<time_t>(wake / 1000000000), static_cast<long>(wake % 1000000000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+  while (monotonic_ns() < deadline_ns) {
+  }
+}
+
+void host_delay(double seconds, std::int64_t spin_ns) {
+  if (seconds <= 0) return;
+  precise_sleep_until(monotonic_ns() + static_cast<std::int64_t>(seconds * 1e9), spin_ns);
+}
+
+}  // namespace sf::inject

@@ -1,0 +1,89 @@
+// sf::inject — the scenario catalogue, fault plans with ground truth, and host injection
+// primitives. Knows nothing of the frontier math or the recorder.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sf::inject {
+
+/// Where in the synthetic step a fault is applied.
+enum class Site {
+  none,
+  data,                 ///< main-process wait in next() (a worker-to-main stall)
+  forward_host,         ///< host work in forward
+  forward_device,       ///< device work queued in forward
+  backward_device,      ///< device work queued in backward, before the gradient sync
+  backward_collective,  ///< host delay entering the gradient collective
+  callbacks,            ///< host work in callbacks
+  optimizer,            ///< host work in the optimizer step
+};
+
+enum class FaultKind { none, host_delay, device_compute, collective_entry_delay };
+
+std::string_view to_string(Site s);
+std::string_view to_string(FaultKind k);
+
+/// One catalogue entry: what is injected, into which stage, and what a correct diagnosis is.
+struct Scenario {
+  std::string name;
+  Site site;
+  FaultKind kind;
+  std::string stage;         ///< reporting stage the fault lives in ("" for none)
+  bool sync_bearing;         ///< the injected span itself ends in a synchronisation
+  bool sync_callbacks;       ///< the workload places a barrier in callbacks
+  double default_delay_ms;
+  bool should_route;         ///< false: a correct frontier leaves the stage unrouted
+  std::string injects;       ///< one sentence for `sf-testbed scenarios`
+};
+
+const std::vector<Scenario>& catalogue();
+/// nullptr when unknown.
+const Scenario* find_scenario(std::string_view name);
+
+inline constexpr std::int64_t kForever = std::numeric_limits<std::int64_t>::max();
+
+/// A fault applied to some ranks over a step interval, optionally only every K-th step.
+struct FaultPlan {
+  const Scenario* scenario = nullptr;
+  double delay_ms = 0;
+  std::vector<int> ranks;
+  std::int64_t onset = 0;          ///< first affected step
+  std::int64_t offset = kForever;  ///< first unaffected step after onset
+  int every = 1;                   ///< periodic spikes: steps onset, onset+K, ...
+
+  bool active(int rank, std::int64_t step) const;
+  /// Seconds to inject at `site` on `rank` in `step` (0 when the plan does not apply).
+  double delay_s(Site site, int rank, std::int64_t step) const;
+};
+
+/// Ground truth of one injected fault (one per affected rank).
+struct TruthRecord {
+  std::string scenario, stage, site, kind;
+  int rank = -1;
+  double delay_ms = 0;
+  std::int64_t onset = 0, offset = kForever;
+  int every = 1;
+  bool sync_bearing = false, should_route = true;
+};
+std::vector<TruthRecord> truth(const FaultPlan& plan);
+
+/// `count` distinct ranks drawn from `seed` (the hidden target of a run).
+std::vector<int> draw_targets(std::uint64_t seed, int world, int count);
+
+/// Telemetry faults the testbed can inject on purpose (the workload must not notice them).
+enum class TelemetryFault { none, late, corrupt, schema_mismatch, drop_steps };
+std::string_view to_string(TelemetryFault f);
+
+/// Sleeps until `spin_ns` before the deadline, then spins: sleep overshoot is the dominant error
+/// on a loaded machine, spinning the last stretch removes most of it.
+void precise_sleep_until(std::int64_t deadline_ns, std::int64_t spin_ns);
+/// Host delay of `seconds` from now (precise_sleep_until).
+void host_delay(double seconds, std::int64_t spin_ns);
+/// Monotonic nanoseconds (the same clock as the recorder's).
+std::int64_t monotonic_ns();
+
+}  // namespace sf::inject
