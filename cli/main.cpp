@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("sf-testbed ") + sf::cli::git_commit());
   sf::cli::setup_score(app);
   sf::cli::setup_verify(app);
+  sf::cli::setup_run(app);
+  sf::cli::setup_scenarios(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,186 @@
+// sf-testbed run: one scenario on real MPI ranks (mpirun -np R sf-testbed run --scenario NAME).
+// Options are parsed and validated before MPI_Init.
+#include "cli/common.h"
+#include "sim/sim.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <thread>
+
+namespace sf::cli {
+
+namespace {
+
+/// Before MPI_Init only the launcher's environment knows the rank: print errors once.
+bool is_first_process() {
+  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!r) r = std::getenv("PMI_RANK");
+  return r == nullptr || std::string(r) == "0";
+}
+
+struct RunOptions {
+  sim::RunConfig cfg;
+  LabelOptions label;
+  double cost_scale = 1.0;
+  double spin_us = -1;
+  bool no_prefetch = false;
+  double delay_ms = -1;
+  std::string telemetry_fault = "none";
+};
+
+int run_run(RunOptions& o, const std::vector<std::string>& argv) {
+  auto& cfg = o.cfg;
+  cfg.argv = argv;
+  cfg.commit = git_commit();
+  if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
+  for (auto f : {inject::TelemetryFault::none, inject::TelemetryFault::late, inject::TelemetryFault::corrupt,
+                 inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
+    if (inject::to_string(f) == o.telemetry_fault) cfg.telemetry_fault = f;
+  cfg.workload.prefetch = !o.no_prefetch;
+  auto& c = cfg.workload.costs;
+  for (double* x : {&c.data_ms, &c.loader_ms, &c.fwd_host_ms, &c.fwd_device_ms, &c.bwd_host_ms, &c.bwd_device_ms,
+                    &c.callbacks_ms, &c.optim_ms})
+    *x *= o.cost_scale;
+  try {
+    cfg.label = make_label_config(o.label);
+  } catch (const formats::FormatError& e) {
+    if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", e.what());
+    return kExitBadInput;
+  }
+  if (const auto err = sim::validate(cfg); !err.empty()) {
+    if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
+    return kExitBadInput;
+  }
+  if (!cfg.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.out_dir, ec);
+    if (ec) {
+      if (is_first_process()) std::fprintf(stderr, "sf-testbed run: --out %s: %s\n", cfg.out_dir.c_str(), ec.message().c_str());
+      return kExitBadInput;
+    }
+  }
+
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (o.spin_us < 0) {
+    // Spin the last stretch of each sleep only when ranks do not outnumber cores.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    o.spin_us = static_cast<unsigned>(size) <= cores ? 100 : 0;
+  }
+  cfg.workload.spin_ns = static_cast<std::int64_t>(o.spin_us * 1e3);
+  int rc = 0;
+  try {
+    rc = sim::run(cfg, MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sf-testbed run: internal error: %s\n", e.what());
+    MPI_Abort(MPI_COMM_WORLD, kExitFail);
+  }
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto& cfg = o->cfg;
+  auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
+  std::map<std::string, std::string> names;
+  for (const auto& s : inject::catalogue()) names[s.name] = s.name;
+  sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")
+      ->transform(CLI::CheckedTransformer(names));
+  sub->add_option("--delay-ms", o->delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
+  sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
+  sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber);
+  sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
+  sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
+  sub->add_option("--every", cfg.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
+  sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000));
+  sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
+  sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
+  const std::map<std::string, sim::CommKind> comms{{"mpi", sim::CommKind::mpi}, {"nccl", sim::CommKind::nccl}};
+  sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(CLI::CheckedTransformer(comms, CLI::ignore_case));
+  const std::map<std::string, sim::DeviceKind> devices{
+      {"auto", sim::DeviceKind::automatic}, {"cuda", sim::DeviceKind::cuda}, {"host", sim::DeviceKind::host}};
+  sub->add_option("--device", cfg.device, "device backend (auto: CUDA where present, else the host-stream model)")
+      ->transform(CLI::CheckedTransformer(devices, CLI::ignore_case));
+  const std::map<std::string, sim::RecorderMode> modes{
+      {"off", sim::RecorderMode::off}, {"cpu", sim::RecorderMode::cpu}, {"event", sim::RecorderMode::event}};
+  sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--out", cfg.out_dir, "directory for run.json and one evidence packet per window");
+  sub->add_option("--dump", cfg.dump, "write the gathered stage matrix (sf.stages/1 JSONL, one header per window)");
+  sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
+  sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
+  sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
+      ->check(CLI::Range(0.001, 3600.0));
+  const std::string w = "Workload";
+  sub->add_option("--accumulation", cfg.workload.accumulation, "gradient accumulation factor (no-sync microsteps)")
+      ->check(CLI::Range(1, 64))->group(w);
+  sub->add_flag("--sharded", cfg.workload.sharded, "all-gather in forward, reduce-scatter in backward")->group(w);
+  sub->add_flag("--fetch-ahead", cfg.workload.fetch_ahead, "fetch the next batch at the end of a step (prefetch-aware charge)")
+      ->group(w);
+  sub->add_flag("--no-prefetch", o->no_prefetch, "no background loader thread")->group(w);
+  sub->add_flag("--sync-callbacks", cfg.workload.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)")
+      ->group(w);
+  sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost (default step ~200 ms)")
+      ->check(CLI::Range(0.01, 100.0))->group(w);
+  sub->add_option("--grad-floats", cfg.grad_floats, "gradient buffer size (floats)")->check(CLI::Range(64, 1 << 28))->group(w);
+  sub->add_option("--spin-us", o->spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
+      ->check(CLI::Range(0.0, 100000.0))->group(w);
+  const std::string t = "Telemetry faults and overhead";
+  // A string option mapped afterwards: CLI11 2.1 trips over enums that have an ADL to_string.
+  std::map<std::string, std::string> tfaults;
+  for (auto f : {inject::TelemetryFault::none, inject::TelemetryFault::late, inject::TelemetryFault::corrupt,
+                 inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
+    tfaults.emplace(std::string(inject::to_string(f)), std::string(inject::to_string(f)));
+  sub->add_option("--telemetry-fault", o->telemetry_fault, "inject a telemetry failure (training must not notice)")
+      ->transform(CLI::CheckedTransformer(tfaults, CLI::ignore_case))->group(t);
+  sub->add_option("--telemetry-fault-rank", cfg.telemetry_fault_rank, "rank whose telemetry fails")
+      ->check(CLI::NonNegativeNumber)->group(t);
+  sub->add_option("--overhead-pairs", cfg.overhead_pairs, "overhead mode: blocks of paired off/cpu/event windows")
+      ->check(CLI::NonNegativeNumber)->group(t);
+  sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t);
+  add_label_options(sub, o->label);
+  sub->callback([o, sub] {
+    std::vector<std::string> argv{"sf-testbed", "run"};
+    for (const auto* opt : sub->get_options())
+      for (const auto& r : opt->results()) {
+        if (opt->get_name().empty()) continue;
+        argv.push_back(opt->get_name(false, true) + "=" + r);
+      }
+    if (const int rc = run_run(*o, argv)) exit_with(rc);
+  });
+}
+
+void setup_scenarios(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  auto* sub = app.add_subcommand("scenarios", "List the fault scenario catalogue");
+  sub->add_flag("--json", *json, "machine-readable");
+  sub->callback([json] {
+    if (*json) {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      for (const auto& s : inject::catalogue())
+        a.push_back({{"name", s.name}, {"stage", s.stage}, {"site", inject::to_string(s.site)},
+                     {"kind", inject::to_string(s.kind)}, {"sync_bearing", s.sync_bearing},
+                     {"default_delay_ms", s.default_delay_ms}, {"should_route", s.should_route}, {"injects", s.injects}});
+      std::printf("%s\n", a.dump(2).c_str());
+      return;
+    }
+    std::printf("# %-20s %-26s %-22s %-5s %8s %-7s  %s\n", "scenario", "stage", "kind", "sync", "delay", "routed", "injects");
+    std::printf("# %-20s %-26s %-22s %-5s %8s %-7s\n", "", "", "", "", "ms", "");
+    for (const auto& s : inject::catalogue())
+      std::printf("  %-20s %-26s %-22s %-5s %8.0f %-7s  %s\n", s.name.c_str(), s.stage.empty() ? "-" : s.stage.c_str(),
+                  std::string(inject::to_string(s.kind)).c_str(), s.sync_bearing ? "yes" : "no", s.default_delay_ms,
+                  s.site == inject::Site::none ? "-" : s.should_route ? "yes" : "no", s.injects.c_str());
+  });
+}
+
+}  // namespace sf::cli

@@ -1,0 +1,227 @@
+#include "sim/detail.h"
+
+namespace sf::sim {
+
+std::vector<std::string> workload_stages(const WorkloadConfig& cfg) {
+  const auto base = frontier::default_explicit_stages();
+  if (cfg.accumulation <= 1) return base;
+  std::vector<std::string> out;
+  for (int i = 0; i < cfg.accumulation; ++i)
+    for (int s = 0; s < 3; ++s) out.push_back(base[s] + frontier::kMicrostepSeparator + std::to_string(i));
+  out.push_back(base[3]);
+  out.push_back(base[4]);
+  return out;
+}
+
+namespace detail {
+
+StageIndex stage_index(const WorkloadConfig& cfg) {
+  StageIndex idx;
+  const int m = std::max(1, cfg.accumulation);
+  for (int i = 0; i < m; ++i) {
+    idx.data.push_back(3 * i);
+    idx.fwd.push_back(3 * i + 1);
+    idx.bwd.push_back(3 * i + 2);
+  }
+  idx.callbacks = 3 * m;
+  idx.optim = 3 * m + 1;
+  return idx;
+}
+
+Loader::Loader(const StageCosts& costs, bool prefetch, std::int64_t spin_ns)
+    : costs_(costs), prefetch_(prefetch), spin_ns_(spin_ns) {
+  if (prefetch_) thread_ = std::thread([this] { produce(); });
+}
+
+Loader::~Loader() {
+  if (!prefetch_) return;
+  {
+    std::lock_guard lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Loader::produce() {
+  for (;;) {
+    {
+      std::unique_lock lock(m_);
+      cv_.wait(lock, [&] { return stop_ || ready_ < 2; });  // prefetch depth 2
+      if (stop_) return;
+    }
+    inject::host_delay(costs_.loader_ms * 1e-3, 0);  // a worker preparing the next batch
+    {
+      std::lock_guard lock(m_);
+      ++ready_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Loader::next(double stall_s) {
+  if (prefetch_) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return ready_ > 0; });
+    --ready_;
+    lock.unlock();
+    cv_.notify_all();
+  } else {
+    inject::host_delay(costs_.loader_ms * 1e-3, spin_ns_);
+  }
+  // Collate/transfer in the main process, plus an injected worker-to-main stall.
+  inject::host_delay(costs_.data_ms * 1e-3 + stall_s, spin_ns_);
+}
+
+Workload::Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Device& device, Comm& comm, int rank)
+    : cfg_(cfg),
+      plan_(plan),
+      device_(device),
+      comm_(comm),
+      rank_(rank),
+      idx_(stage_index(cfg)),
+      loader_(cfg.costs, cfg.prefetch, cfg.spin_ns) {}
+
+void Workload::fetch_ahead(std::int64_t next_step, recorder::Recorder* rec) {
+  // Called between steps: the recorder charges this wait to the step that consumes the batch.
+  if (rec) rec->begin_stage(idx_.data[0]);
+  loader_.next(plan_.delay_s(inject::Site::data, rank_, next_step));
+  if (rec) rec->end_stage(idx_.data[0]);
+  have_batch_ = true;
+}
+
+void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record) {
+  using inject::Site;
+  if (skip_record) rec = nullptr;
+  const auto& c = cfg_.costs;
+  const int m = static_cast<int>(idx_.data.size());
+  const double inv = 1.0 / m;
+  auto begin = [&](int s) {
+    if (rec) rec->begin_stage(s);
+  };
+  auto end = [&](int s) {
+    if (rec) rec->end_stage(s);
+  };
+  if (rec) rec->begin_step(step);
+  for (int i = 0; i < m; ++i) {
+    const bool last = i + 1 == m;
+    // data: wait for the batch this microstep consumes
+    if (!(i == 0 && have_batch_)) {
+      begin(idx_.data[i]);
+      loader_.next(i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0);
+      end(idx_.data[i]);
+    }
+    if (i == 0) have_batch_ = false;
+
+    // forward + loss: device work is queued (asynchronous); the host pays launch overhead
+    begin(idx_.fwd[i]);
+    if (cfg_.sharded) {
+      if (rec) rec->begin_side();
+      comm_.allgather(device_);
+      if (rec) rec->end_side();
+    }
+    if (rec && i == 0) rec->begin_device_event();
+    device_.compute(c.fwd_device_ms * 1e-3 * inv);
+    if (i == 0) {
+      if (const double d = plan_.delay_s(Site::forward_device, rank_, step); d > 0) device_.spin(d);
+    }
+    if (rec && i == 0) rec->end_device_event();
+    host(c.fwd_host_ms * 1e-3 * inv + (i == 0 ? plan_.delay_s(Site::forward_host, rank_, step) : 0.0));
+    end(idx_.fwd[i]);
+
+    // backward: kernels queued, launch overhead, then (last microstep) the gradient sync
+    begin(idx_.bwd[i]);
+    device_.compute(c.bwd_device_ms * 1e-3 * inv);
+    if (last) {
+      if (const double d = plan_.delay_s(Site::backward_device, rank_, step); d > 0) device_.spin(d);
+    }
+    host(c.bwd_host_ms * 1e-3 * inv);
+    if (last) {
+      device_.synchronize();  // gradients must be complete before the host-side collective
+      host(plan_.delay_s(Site::backward_collective, rank_, step));
+      if (rec) rec->begin_side();
+      if (cfg_.sharded) comm_.reduce_scatter(device_);
+      else comm_.allreduce(device_);
+      if (rec) rec->end_side();
+    }
+    end(idx_.bwd[i]);
+  }
+
+  begin(idx_.callbacks);
+  host(c.callbacks_ms * 1e-3 + plan_.delay_s(Site::callbacks, rank_, step));
+  if (cfg_.sync_callbacks) {
+    if (rec) rec->begin_side();
+    comm_.barrier();
+    if (rec) rec->end_side();
+  }
+  end(idx_.callbacks);
+
+  begin(idx_.optim);
+  host(c.optim_ms * 1e-3 + plan_.delay_s(Site::optimizer, rank_, step));
+  end(idx_.optim);
+  if (rec) rec->end_step();
+}
+
+// ---- telemetry faults ---------------------------------------------------------------------------
+
+namespace {
+
+class FaultyTransport final : public recorder::Transport {
+public:
+  FaultyTransport(std::unique_ptr<recorder::Transport> inner, inject::TelemetryFault fault, double late_s)
+      : inner_(std::move(inner)), fault_(fault), late_ns_(static_cast<std::int64_t>(late_s * 1e9)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  formats::RankInfo identity() const override { return inner_->identity(); }
+  void send(int window, std::vector<std::byte> payload) override {
+    if (fault_ == inject::TelemetryFault::corrupt && payload.size() > 16) {
+      for (std::size_t i = payload.size() / 2; i < payload.size() / 2 + 8 && i < payload.size(); ++i)
+        payload[i] = ~payload[i];
+    }
+    if (fault_ == inject::TelemetryFault::late) {
+      held_.push_back({window, inject::monotonic_ns() + late_ns_, std::move(payload)});
+      return;
+    }
+    inner_->send(window, std::move(payload));
+  }
+  std::vector<recorder::Contribution> receive(int window, std::size_t max_bytes) override {
+    return inner_->receive(window, max_bytes);
+  }
+  void abandon(int window) override { inner_->abandon(window); }
+  void progress() override {
+    const std::int64_t now = inject::monotonic_ns();
+    std::erase_if(held_, [&](Held& h) {
+      if (now < h.release_ns) return false;
+      inner_->send(h.window, std::move(h.payload));
+      return true;
+    });
+    inner_->progress();
+  }
+  void drain(double deadline_s) override {
+    for (auto& h : held_) inner_->send(h.window, std::move(h.payload));
+    held_.clear();
+    inner_->drain(deadline_s);
+  }
+  std::int64_t late_discarded() const override { return inner_->late_discarded(); }
+
+private:
+  struct Held {
+    int window;
+    std::int64_t release_ns;
+    std::vector<std::byte> payload;
+  };
+  std::unique_ptr<recorder::Transport> inner_;
+  inject::TelemetryFault fault_;
+  std::int64_t late_ns_;
+  std::vector<Held> held_;
+};
+
+}  // namespace
+
+std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
+                                                           inject::TelemetryFault fault, double late_s) {
+  return std::make_unique<FaultyTransport>(std::move(inner), fault, late_s);
+}
+
+}  // namespace detail
+}  // namespace sf::sim
