@@ -2,9 +2,17 @@
 
 #include "sf_build_info.h"
 
+#include <cstdlib>
+
 namespace sf::cli {
 
 const char* git_commit() { return SF_GIT_COMMIT; }
+
+bool is_first_process() {
+  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!r) r = std::getenv("PMI_RANK");
+  return r == nullptr || std::string(r) == "0";
+}
 
 void add_label_options(CLI::App* sub, LabelOptions& o) {
   const std::string g = "Labeler gates (defaults: paper Table 13)";
@@ -24,7 +32,7 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
                                                                 {"cohort_median", frontier::GainBaseline::cohort_median},
                                                                 {"reference", frontier::GainBaseline::reference}};
   sub->add_option("--gain-baseline", o.gain_baseline, "clipped baseline for the direct-exposure gain")
-      ->transform(CLI::CheckedTransformer(baselines, CLI::ignore_case))->group(g);
+      ->transform(choice(baselines))->group(g);
   sub->add_option("--reference", o.reference_s, "no-stall reference seconds per stage group (with --gain-baseline reference)")
       ->delimiter(',')->group(g);
   sub->add_option("--wait-model", o.wait_model, "stage groups whose sync-wait model the caller asserts (W_s = 1)")

@@ -6,7 +6,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <map>
+#include <type_traits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,27 @@ struct LabelOptions {
 void add_label_options(CLI::App* sub, LabelOptions& o);
 /// Defaults → config file → flags. Throws formats::FormatError on a bad config file.
 frontier::LabelConfig make_label_config(const LabelOptions& o);
+
+/// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
+template <typename T>
+CLI::Validator choice(const std::map<std::string, T>& m) {
+  std::string names;
+  for (const auto& kv : m) names += (names.empty() ? "" : ", ") + kv.first;
+  return CLI::Validator(
+      [m, names](std::string& in) -> std::string {
+        std::string key = in;
+        for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        const auto it = m.find(key);
+        if (it == m.end()) return "'" + in + "' is not one of: " + names;
+        if constexpr (std::is_enum_v<T>) in = std::to_string(static_cast<int>(it->second));
+        else in = it->second;
+        return "";
+      },
+      "{" + names + "}");
+}
+
+/// Before MPI_Init only the launcher's environment knows the rank: errors are printed once.
+bool is_first_process();
 
 /// Ends a subcommand callback with a non-zero exit code (CLI11 prints nothing for it).
 [[noreturn]] inline void exit_with(int code) { throw CLI::RuntimeError(code); }

@@ -13,13 +13,6 @@ namespace sf::cli {
 
 namespace {
 
-/// Before MPI_Init only the launcher's environment knows the rank: print errors once.
-bool is_first_process() {
-  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!r) r = std::getenv("PMI_RANK");
-  return r == nullptr || std::string(r) == "0";
-}
-
 struct RunOptions {
   sim::RunConfig cfg;
   LabelOptions label;
@@ -92,7 +85,7 @@ void setup_run(CLI::App& app) {
   std::map<std::string, std::string> names;
   for (const auto& s : inject::catalogue()) names[s.name] = s.name;
   sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")
-      ->transform(CLI::CheckedTransformer(names));
+      ->transform(choice(names));
   sub->add_option("--delay-ms", o->delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
   sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
       ->delimiter(',')->check(CLI::NonNegativeNumber);
@@ -105,14 +98,14 @@ void setup_run(CLI::App& app) {
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps)")->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
   const std::map<std::string, sim::CommKind> comms{{"mpi", sim::CommKind::mpi}, {"nccl", sim::CommKind::nccl}};
-  sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(CLI::CheckedTransformer(comms, CLI::ignore_case));
+  sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));
   const std::map<std::string, sim::DeviceKind> devices{
       {"auto", sim::DeviceKind::automatic}, {"cuda", sim::DeviceKind::cuda}, {"host", sim::DeviceKind::host}};
   sub->add_option("--device", cfg.device, "device backend (auto: CUDA where present, else the host-stream model)")
-      ->transform(CLI::CheckedTransformer(devices, CLI::ignore_case));
+      ->transform(choice(devices));
   const std::map<std::string, sim::RecorderMode> modes{
       {"off", sim::RecorderMode::off}, {"cpu", sim::RecorderMode::cpu}, {"event", sim::RecorderMode::event}};
-  sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(CLI::CheckedTransformer(modes, CLI::ignore_case));
+  sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(choice(modes));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--out", cfg.out_dir, "directory for run.json and one evidence packet per window");
@@ -142,7 +135,7 @@ void setup_run(CLI::App& app) {
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     tfaults.emplace(std::string(inject::to_string(f)), std::string(inject::to_string(f)));
   sub->add_option("--telemetry-fault", o->telemetry_fault, "inject a telemetry failure (training must not notice)")
-      ->transform(CLI::CheckedTransformer(tfaults, CLI::ignore_case))->group(t);
+      ->transform(choice(tfaults))->group(t);
   sub->add_option("--telemetry-fault-rank", cfg.telemetry_fault_rank, "rank whose telemetry fails")
       ->check(CLI::NonNegativeNumber)->group(t);
   sub->add_option("--overhead-pairs", cfg.overhead_pairs, "overhead mode: blocks of paired off/cpu/event windows")

@@ -64,7 +64,7 @@ void setup_score(CLI::App& app) {
   const std::map<std::string, formats::MatrixFormat> formats{{"jsonl", formats::MatrixFormat::jsonl},
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
-      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case));
+      ->transform(choice(formats));
   sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/1, one per line) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")

@@ -201,7 +201,7 @@ private:
   // [3 + 2s] stage s begin, [4 + 2s] stage s end, [3 + 2S + s] side ns of stage s,
   // [3 + 3S] event slot (−1 none, −2 sampled but no free pair), [4 + 3S] event ns (−1 pending).
   std::int64_t* slot(std::int64_t i) noexcept { return ring_.data() + (i & mask_) * width_; }
-  void on_full(std::int64_t step, std::int64_t now) noexcept;
+  void on_full() noexcept;
   void poll_events();
   void close_window(std::int64_t window);
   void pump_root(bool final_pass);
@@ -218,6 +218,7 @@ private:
   std::vector<std::int64_t> ring_;
   std::int64_t head_ = 0, tail_ = 0;  // slots [tail_, head_) hold unpacked steps
   std::int64_t* cur_ = nullptr;       // open step's slot, or null
+  bool skip_ = false;  // recorder off, or a step dropped on overflow: stage calls are ignored
   int open_stage_ = -1;
   int last_stage_ = -1;
   std::int64_t side_begin_ = 0;
@@ -252,9 +253,14 @@ inline void Recorder::begin_step(std::int64_t step) noexcept {
   last_step_ = step;
   open_stage_ = -1;
   last_stage_ = -1;
+  skip_ = false;
   if (head_ - tail_ > mask_) [[unlikely]] {
-    on_full(step, now);
-    if (cfg_.overflow == OverflowPolicy::drop_newest) return;
+    on_full();
+    if (cfg_.overflow == OverflowPolicy::drop_newest) {
+      cur_ = nullptr;
+      skip_ = true;  // this step's stage calls are ignored, not flagged
+      return;
+    }
   }
   cur_ = slot(head_++);
   cur_[0] = step;
@@ -273,8 +279,12 @@ inline void Recorder::end_step() noexcept {
   if (!cfg_.enabled) [[unlikely]]
     return;
   const std::int64_t now = now_ns();
+  if (skip_) [[unlikely]] {
+    skip_ = false;
+    return;
+  }
   if (cur_ == nullptr) [[unlikely]] {
-    if (last_step_ == INT64_MIN) faults_ |= kEndWithoutBegin;  // else: a dropped step
+    faults_ |= kEndWithoutBegin;
     return;
   }
   if (open_stage_ >= 0) [[unlikely]] {
@@ -287,7 +297,7 @@ inline void Recorder::end_step() noexcept {
 }
 
 inline void Recorder::begin_stage(int s) noexcept {
-  if (!cfg_.enabled) [[unlikely]]
+  if (skip_) [[unlikely]]
     return;
   const std::int64_t now = now_ns();
   if (s < 0 || s >= S_) [[unlikely]] {
@@ -315,7 +325,7 @@ inline void Recorder::begin_stage(int s) noexcept {
 }
 
 inline void Recorder::end_stage(int s) noexcept {
-  if (!cfg_.enabled) [[unlikely]]
+  if (skip_) [[unlikely]]
     return;
   const std::int64_t now = now_ns();
   if (open_stage_ != s || s < 0) [[unlikely]] {
@@ -333,7 +343,7 @@ inline void Recorder::end_stage(int s) noexcept {
 }
 
 inline void Recorder::begin_side() noexcept {
-  if (!cfg_.enabled) [[unlikely]]
+  if (skip_) [[unlikely]]
     return;
   const std::int64_t now = now_ns();
   if (cur_ == nullptr || open_stage_ < 0) [[unlikely]] {
@@ -345,7 +355,7 @@ inline void Recorder::begin_side() noexcept {
 }
 
 inline void Recorder::end_side() noexcept {
-  if (!cfg_.enabled) [[unlikely]]
+  if (skip_) [[unlikely]]
     return;
   const std::int64_t now = now_ns();
   if (side_begin_ == 0 || cur_ == nullptr || open_stage_ < 0) [[unlikely]]

@@ -1,0 +1,72 @@
+#include "inject/inject.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace sf::inject;
+
+TEST(Catalogue, lists_every_scenario_the_testbed_promises) {
+  std::set<std::string> names;
+  for (const auto& s : catalogue()) names.insert(s.name);
+  EXPECT_EQ(names, (std::set<std::string>{"none", "data_tail", "bwd_compute", "comm_delay", "fwd_device", "fwd_host",
+                                          "callback_sync_tail", "callback_host_tail", "optim_host_local"}));
+  EXPECT_FALSE(find_scenario("callback_host_tail")->should_route);
+  EXPECT_FALSE(find_scenario("optim_host_local")->should_route);
+  EXPECT_TRUE(find_scenario("callback_sync_tail")->sync_callbacks);
+  EXPECT_EQ(find_scenario("data_tail")->stage, "data.next_wait");
+  EXPECT_EQ(find_scenario("nope"), nullptr);
+}
+
+TEST(FaultPlan, onset_offset_every_and_ranks) {
+  FaultPlan p;
+  p.scenario = find_scenario("fwd_host");
+  p.delay_ms = 50;
+  p.ranks = {2, 5};
+  p.onset = 10;
+  p.offset = 30;
+  p.every = 5;
+  EXPECT_FALSE(p.active(2, 9));
+  EXPECT_TRUE(p.active(2, 10));
+  EXPECT_FALSE(p.active(2, 11));
+  EXPECT_TRUE(p.active(5, 25));
+  EXPECT_FALSE(p.active(5, 30));
+  EXPECT_FALSE(p.active(3, 10));
+  EXPECT_DOUBLE_EQ(p.delay_s(Site::forward_host, 2, 15), 0.05);
+  EXPECT_DOUBLE_EQ(p.delay_s(Site::data, 2, 15), 0.0);  // another site
+  const auto t = truth(p);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1].rank, 5);
+  EXPECT_EQ(t[0].stage, "model.fwd_loss_cpu_wall");
+  EXPECT_EQ(t[0].kind, "host_delay");
+  EXPECT_EQ(t[0].every, 5);
+  FaultPlan none;
+  none.scenario = find_scenario("none");
+  EXPECT_TRUE(truth(none).empty());
+}
+
+TEST(Targets, drawn_from_the_seed_distinct_and_in_range) {
+  EXPECT_EQ(draw_targets(1, 8, 1), draw_targets(1, 8, 1));
+  std::set<int> seen;
+  for (std::uint64_t seed = 0; seed < 64; ++seed) {
+    const auto t = draw_targets(seed, 8, 3);
+    ASSERT_EQ(t.size(), 3u);
+    EXPECT_EQ(std::set<int>(t.begin(), t.end()).size(), 3u);
+    for (int r : t) {
+      EXPECT_GE(r, 0);
+      EXPECT_LT(r, 8);
+      seen.insert(r);
+    }
+  }
+  EXPECT_EQ(seen.size(), 8u);  // every rank can be the hidden target
+}
+
+TEST(Primitives, precise_sleep_never_ends_early) {
+  for (double ms : {1.0, 5.0, 20.0}) {
+    const auto t0 = monotonic_ns();
+    host_delay(ms * 1e-3, 200000);
+    EXPECT_GE(monotonic_ns() - t0, static_cast<std::int64_t>(ms * 1e6));
+  }
+  host_delay(0, 0);
+  host_delay(-1, 0);  // nothing to do
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Checks a `sf-testbed run --out DIR` result against expectations (used by the MPI CTest entries).
+
+usage: check_run.py DIR [--steps N] [--label L]... [--no-label L]... [--gather-failed] [--window-label L]
+                        [--dump FILE --sf BINARY] [--overhead]
+Exits 1 with one line per failed expectation.
+"""
+import argparse, json, pathlib, subprocess, sys
+
+ap = argparse.ArgumentParser()
+ap.add_argument("dir")
+ap.add_argument("--steps", type=int)
+ap.add_argument("--label", action="append", default=[])
+ap.add_argument("--no-label", action="append", default=[])
+ap.add_argument("--window-label", action="append", default=[])
+ap.add_argument("--gather-failed", action="store_true")
+ap.add_argument("--dump")
+ap.add_argument("--sf")
+ap.add_argument("--overhead", action="store_true")
+a = ap.parse_args()
+d = pathlib.Path(a.dir)
+errors = []
+
+if a.overhead:
+    o = json.loads((d / "overhead.json").read_text())
+    for mode in ("cpu", "event"):
+        iv = o["overhead_pct"][mode]
+        if not (iv["ci_low"] <= iv["mean"] <= iv["ci_high"]):
+            errors.append(f"{mode}: mean {iv['mean']} outside its CI [{iv['ci_low']}, {iv['ci_high']}]")
+    if len(o["block_seconds"]) != o["blocks"]:
+        errors.append("block count mismatch")
+    if o["recorder_cpu_us_per_step"] <= 0 or o["payload_bytes_per_rank_window"] <= 0:
+        errors.append("recorder CPU time or payload not measured")
+else:
+    r = json.loads((d / "run.json").read_text())
+    if a.steps is not None and r["measured"]["steps_completed_min"] != a.steps:
+        errors.append(f"steps completed by the slowest rank {r['measured']['steps_completed_min']} != {a.steps}")
+    labels = set(r.get("evidence", {}).get("labels", []))
+    for l in a.label:
+        if l not in labels:
+            errors.append(f"label {l} missing from {sorted(labels)}")
+    for l in a.no_label:
+        if l in labels:
+            errors.append(f"label {l} unexpectedly present")
+    windows = r.get("windows", [])
+    for l in a.window_label:
+        if not any(l in w["labels"] for w in windows):
+            errors.append(f"no window carries label {l}")
+    if a.gather_failed and all(w["gather_ok"] for w in windows):
+        errors.append("every window reports gather_ok=true; expected a failed gather")
+    if a.dump:
+        out = subprocess.run([a.sf, "score", "--json", a.dump], capture_output=True, text=True)
+        if out.returncode != 0:
+            errors.append(f"score on the dump failed: {out.stderr.strip()}")
+        else:
+            rescored = out.stdout.splitlines()
+            packets = sorted(d.glob("window_*.json"))
+            if len(rescored) != len(packets):
+                errors.append(f"score gave {len(rescored)} packets, run wrote {len(packets)}")
+            for i, (p, line) in enumerate(zip(packets, rescored)):
+                if p.read_text().strip() != line.strip():
+                    errors.append(f"window {i}: score on the dump differs from the packet run wrote")
+
+for e in errors:
+    print(f"check_run: {a.dir}: {e}")
+sys.exit(1 if errors else 0)
