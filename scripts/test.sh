@@ -10,7 +10,9 @@ ctest --preset cpu -j"$(nproc)"
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "test: compiling the CUDA preset (build-cuda/)"
   cmake --preset cuda >/dev/null
-  cmake --build --preset cuda -j"$(nproc)"
+  # The binary and the GPU tests (CPU tests are the same sources, already run above).
+  cmake --build --preset cuda -j"$(nproc)" --target sf-testbed gpu_test
+  if nvidia-smi -L >/dev/null 2>&1; then ctest --test-dir build-cuda -R '^(gpu|Cuda)' --output-on-failure; fi
 else
   echo "test: WARNING: no /usr/local/cuda/bin/nvcc, CUDA preset not compiled"
 fi

@@ -1,0 +1,172 @@
+// NCCL comm backend: collectives on the CUDA device's gradient buffer and stream. Every wait
+// polls ncclCommGetAsyncError with a deadline, so a failed or stuck peer aborts, never hangs.
+#include "sim/cuda_kernels.h"
+#include "sim/sim.h"
+
+#include <nccl.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <chrono>
+#include <string>
+#include <thread>
+
+namespace sf::sim {
+
+namespace {
+
+constexpr double kTimeoutS = 60.0;
+
+std::string version_string(int code) {
+  return std::to_string(code / 10000) + "." + std::to_string(code % 10000 / 100) + "." + std::to_string(code % 100);
+}
+
+class NcclComm final : public Comm {
+public:
+  NcclComm(MPI_Comm parent, Device& device) : device_(device) {
+    MPI_Comm_dup(parent, &mpi_);
+    MPI_Comm_rank(mpi_, &rank_);
+    MPI_Comm_size(mpi_, &size_);
+  }
+  ~NcclComm() override {
+    if (comm_) {
+      ncclCommFinalize(comm_);
+      ncclCommDestroy(comm_);
+    }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&mpi_);
+  }
+
+  /// Collective: returns "" on every rank or the same reason on every rank.
+  std::string init() {
+    std::string why;
+    int version = 0;
+    ncclGetVersion(&version);
+    // Ranks per GPU on this node decide whether NCCL must share a device between ranks.
+    MPI_Comm node;
+    MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    int local_size = 1;
+    MPI_Comm_size(node, &local_size);
+    MPI_Comm_free(&node);
+    int gpus = 0;
+    cudaGetDeviceCount(&gpus);
+    const bool shared_gpu = gpus > 0 && local_size > gpus;
+    if (shared_gpu) {
+      if (version < 23000)
+        why = "NCCL " + version_string(version) + " refuses several ranks on one GPU (" + std::to_string(local_size) +
+              " ranks, " + std::to_string(gpus) + " GPU(s)); 2.30+ allows it with NCCL_MULTI_RANK_GPU_ENABLE=1";
+      else
+        setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);  // allowed since 2.30 (experimental)
+    }
+    if (agree(why)) return why;
+
+    ncclUniqueId id;
+    if (rank_ == 0) ncclGetUniqueId(&id);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;  // non-blocking: init progress is polled with a deadline below
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg);
+    if (r == ncclSuccess || r == ncclInProgress) r = wait_comm("ncclCommInitRankConfig");
+    if (r != ncclSuccess)
+      why = "NCCL " + version_string(version) + " init failed: " + ncclGetErrorString(r) +
+            (shared_gpu ? " (ranks share a GPU)" : "");
+    if (agree(why)) {
+      if (comm_) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
+      return why;
+    }
+    name_ = "nccl " + version_string(version) + (shared_gpu ? " (multi-rank per GPU)" : "");
+    return "";
+  }
+
+  std::string name() const override { return name_; }
+
+  void allreduce(Device& d) override {
+    float* g = cuda_grads_of(d);
+    check(ncclAllReduce(g, g, d.grad_floats(), ncclFloat, ncclSum, comm_, cuda_stream_of(d)), "ncclAllReduce");
+    wait_stream(d);
+  }
+  void allgather(Device& d) override {
+    float* g = cuda_grads_of(d);
+    const std::size_t n = d.grad_floats() / static_cast<std::size_t>(size_);
+    check(ncclAllGather(g + static_cast<std::size_t>(rank_) * n, g, n, ncclFloat, comm_, cuda_stream_of(d)), "ncclAllGather");
+    wait_stream(d);
+  }
+  void reduce_scatter(Device& d) override {
+    float* g = cuda_grads_of(d);
+    const std::size_t n = d.grad_floats() / static_cast<std::size_t>(size_);
+    check(ncclReduceScatter(g, g + static_cast<std::size_t>(rank_) * n, n, ncclFloat, ncclSum, comm_, cuda_stream_of(d)),
+          "ncclReduceScatter");
+    wait_stream(d);
+  }
+  void barrier() override { MPI_Barrier(mpi_); }
+
+private:
+  /// True when any rank has a reason (then every rank returns it).
+  bool agree(std::string& why) {
+    int bad = why.empty() ? 0 : 1, any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, mpi_);
+    if (any && why.empty()) why = "NCCL set-up failed on another rank";
+    return any != 0;
+  }
+
+  ncclResult_t wait_comm(const char*) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kTimeoutS);
+    ncclResult_t state = ncclInProgress;
+    while (state == ncclInProgress) {
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return ncclInternalError;
+      if (std::chrono::steady_clock::now() > deadline) return ncclInternalError;
+      if (state == ncclInProgress) std::this_thread::yield();
+    }
+    return state;
+  }
+
+  void check(ncclResult_t r, const char* call) {
+    if (r == ncclInProgress) r = wait_comm(call);
+    if (r != ncclSuccess) fail(std::string(call) + ": " + ncclGetErrorString(r));
+  }
+
+  /// The host waits for the collective as a trainer does, polling for asynchronous errors.
+  void wait_stream(Device& d) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kTimeoutS);
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(cuda_stream_of(d));
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) fail(std::string("stream: ") + cudaGetErrorString(q));
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) fail(std::string("async error: ") + ncclGetErrorString(async));
+      if (std::chrono::steady_clock::now() > deadline) fail("collective did not complete within 60 s");
+      std::this_thread::yield();
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    throw std::runtime_error("NCCL " + what + " (communicator aborted)");
+  }
+
+  Device& device_;
+  MPI_Comm mpi_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  std::string name_ = "nccl";
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm parent, Device& device, std::string* why) {
+  auto c = std::make_unique<NcclComm>(parent, device);
+  const std::string reason = c->init();
+  if (!reason.empty()) {
+    if (why) *why = reason;
+    return nullptr;
+  }
+  return c;
+}
+
+}  // namespace sf::sim
