@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   sf::cli::setup_verify(app);
   sf::cli::setup_run(app);
   sf::cli::setup_scenarios(app);
+  sf::cli::setup_experiment(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,43 @@
+// sf-testbed experiment NAME...|all: declared sweeps of real mpirun runs into results/.
+#include "cli/common.h"
+#include "experiments/experiments.h"
+
+#include <filesystem>
+#include <memory>
+
+namespace sf::cli {
+
+void setup_experiment(CLI::App& app) {
+  auto o = std::make_shared<experiments::DriverOptions>();
+  auto* sub = app.add_subcommand("experiment",
+                                 "Run declared experiments (experiments/specs/NAME.json) and write results/NAME/");
+  sub->add_option("NAME", o->names, "experiment names, or 'all'")->required();
+  sub->add_flag("--quick", o->quick, "tiny version of each experiment (CI); writes results/NAME-quick/");
+  sub->add_option("--out", o->out_dir, "results directory");
+  sub->add_option("--specs", o->specs_dir, "directory of experiment specs")->check(CLI::ExistingDirectory);
+  sub->add_option("--report", o->report_script, "report script (tables and plots)")->check(CLI::ExistingFile);
+  sub->add_option("--python", o->python, "Python with pandas and matplotlib");
+  sub->add_option("--mpirun", o->mpirun, "MPI launcher");
+  sub->add_flag("--force", o->force, "redo rows that already finished");
+  sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));
+  sub->callback([o, sub] {
+    auto opt = *o;
+    std::error_code ec;
+    opt.self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    opt.commit = git_commit();
+    opt.argv = {"sf-testbed", "experiment"};
+    for (const auto& n : opt.names) opt.argv.push_back(n);
+    if (opt.quick) opt.argv.push_back("--quick");
+    for (const auto& n : opt.names)
+      if (n != "all" && !std::filesystem::exists(opt.specs_dir + "/" + n + ".json")) {
+        std::string known;
+        for (const auto& k : experiments::list_specs(opt.specs_dir)) known += (known.empty() ? "" : ", ") + k;
+        std::fprintf(stderr, "sf-testbed experiment: '%s' is not one of: %s, all\n", n.c_str(), known.c_str());
+        exit_with(kExitBadInput);
+      }
+    if (const int rc = experiments::run(opt)) exit_with(rc);
+  });
+  (void)sub;
+}
+
+}  // namespace sf::cli

@@ -1,0 +1,507 @@
+#include "experiments/experiments.h"
+
+#include "formats/formats.h"
+#include "verify/verify.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace sf::experiments {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ordered_json parse_json_file(const std::string& path) {
+  if (!fs::exists(path)) throw formats::FormatError(path, 0, "no such file");
+  try {
+    return ordered_json::parse(read_file(path));
+  } catch (const nlohmann::json::parse_error& e) {
+    throw formats::FormatError(path, 0, "not valid JSON at byte " + std::to_string(e.byte));
+  }
+}
+
+std::string arg_value(const ordered_json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array()) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ",") + arg_value(x);
+    return s;
+  }
+  return v.dump();
+}
+
+/// Options of `sf-testbed run` from a row's parameters ("ranks" and "group" are not options).
+std::vector<std::string> to_args(const ordered_json& p) {
+  std::vector<std::string> args;
+  for (const auto& [k, v] : p.items()) {
+    if (k == "ranks" || k == "group" || k.rfind('_', 0) == 0) continue;
+    std::string flag = "--" + k;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (v.is_boolean()) {
+      if (v.get<bool>()) args.push_back(flag);
+      continue;
+    }
+    args.push_back(flag);
+    args.push_back(arg_value(v));
+  }
+  return args;
+}
+
+/// What distinguishes a row from the spec's base options (stable across runs: resume key).
+std::string row_id(const ordered_json& p, const ordered_json& base) {
+  std::string id;
+  for (const auto& [k, v] : p.items()) {
+    if (k.rfind('_', 0) == 0 || (base.contains(k) && base[k] == v)) continue;
+    id += (id.empty() ? "" : "__") + k + "-" + arg_value(v);
+  }
+  for (auto& c : id)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  return id;
+}
+
+/// Cartesian product of a {key: [values]} object, in key order, merged over `base`.
+std::vector<ordered_json> expand_matrix(const ordered_json& base, const ordered_json& matrix, const std::string& file) {
+  std::vector<ordered_json> out{base};
+  for (const auto& [k, vals] : matrix.items()) {
+    if (!vals.is_array() || vals.empty())
+      throw formats::FormatError(file, 0, "matrix \"" + k + "\" must be a non-empty array of values");
+    std::vector<ordered_json> next;
+    for (const auto& partial : out)
+      for (const auto& v : vals) {
+        ordered_json p = partial;
+        p[k] = v;
+        next.push_back(std::move(p));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::string machine_cpu() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+std::string utc_now() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string hms(double s) {
+  char buf[32];
+  const int x = static_cast<int>(s);
+  if (x >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm%02ds", x / 3600, x / 60 % 60, x % 60);
+  else std::snprintf(buf, sizeof buf, "%dm%02ds", x / 60, x % 60);
+  return buf;
+}
+
+/// Runs a command with stdout/stderr to `log`; kills its process group after `timeout_s`.
+/// Returns the exit code, or −1 on timeout.
+int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeout_s, const std::function<void()>& tick) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot execute %s\n", argv[0]);
+    _exit(127);
+  }
+  if (pid < 0) return 127;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    tick();
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+/// Flattens a run's result file into CSV fields (one map per run, or per window).
+std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
+  ordered_json base;
+  base["experiment"] = spec.name;
+  base["row"] = row.id;
+  base["group"] = row.params.value("group", "");
+  base["ranks"] = row.ranks;
+  for (const auto& [k, v] : row.params.items())
+    if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
+  base["commit"] = run.value("commit", "");
+  const auto& cfg = run["config"];
+  base["delay_ms"] = cfg.value("delay_ms", 0.0);
+  base["seed"] = cfg.value("seed", 0);
+  base["device"] = cfg.value("device", "");
+  base["comm"] = cfg.value("comm", "");
+  std::string truth_ranks;
+  for (const auto& t : run["truth"]) truth_ranks += (truth_ranks.empty() ? "" : ";") + std::to_string(t["rank"].get<int>());
+  base["truth_ranks"] = truth_ranks;
+  if (!run.contains("evidence")) return {base};
+  const auto& e = run["evidence"];
+  const auto& m = run["measured"];
+  base["median_step_ms"] = m.value("median_step_s", 0.0) * 1e3;
+  base["exposed_makespan_s"] = m.value("exposed_makespan_s", 0.0);
+  base["makespan_vs_wall_rel"] = m.value("makespan_vs_wall_rel", 0.0);
+  base["steps_completed_min"] = m.value("steps_completed_min", 0);
+  auto join = [](const ordered_json& a) {
+    std::string s;
+    for (const auto& x : a) s += (s.empty() ? "" : ";") + x.get<std::string>();
+    return s;
+  };
+  base["labels"] = join(e["labels"]);
+  base["routing_set"] = join(e["routing_set"]);
+  base["co_critical_stages"] = join(e["co_critical_stages"]);
+  if (run.contains("verdict")) {
+    const auto& v = run["verdict"];
+    base["top1"] = v["frontier"]["top1"];
+    base["top2"] = v["frontier"]["top2"];
+    base["cand_hit"] = v["frontier"]["candidate_hit"];
+    base["cand_size"] = v["frontier"]["candidate_size"];
+    base["rank_hit"] = v["rank_hit"];
+    base["suspect_rank"] = v["suspect"]["rank"];
+    base["suspect_basis"] = v["suspect"]["basis"];
+    base["check_pass"] = v["check"]["pass"];
+    for (const auto& [rule, rv] : v["baselines"].items()) {
+      base[rule + "_top1"] = rv["top1"];
+      base[rule + "_top2"] = rv["top2"];
+      base[rule + "_cand_hit"] = rv["candidate_hit"];
+      base[rule + "_cand_size"] = rv["candidate_size"];
+    }
+  }
+  if (e["shares"].is_object())
+    for (const auto& [stage, v] : e["shares"].items()) base["share:" + stage] = v;
+  for (const auto& [stage, v] : e["static_gain"].items()) base["gain:" + stage] = v;
+  for (const auto& [rule, b] : e["baselines"].items()) {
+    double total = 0;
+    for (const auto& [stage, v] : b["score_s"].items()) total += v.get<double>();
+    for (const auto& [stage, v] : b["score_s"].items()) base[rule + ":" + stage] = total > 0 ? v.get<double>() / total : 0.0;
+  }
+  base["gather_ok"] = e["telemetry"]["gather_ok"];
+  base["events_ready_ratio"] = e["events"]["ready_ratio"];
+  base["packet_bytes"] = run["telemetry"].value("packet_bytes", 0);
+  base["payload_bytes_per_rank_window"] = run["telemetry"].value("payload_bytes_per_rank_window", 0);
+  if (!spec.per_window) return {base};
+  std::vector<ordered_json> out;
+  for (const auto& w : run["windows"]) {
+    ordered_json r = base;
+    r["window"] = w["index"];
+    r["window_first_step"] = w["first_step"];
+    r["window_last_step"] = w["last_step"];
+    r["window_median_step_ms"] = w.value("median_step_s", 0.0) * 1e3;
+    r["window_labels"] = join(w["labels"]);
+    r["window_routing_set"] = join(w["routing_set"]);
+    if (w["shares"].is_object())
+      for (const auto& [stage, v] : w["shares"].items()) r["window_share:" + stage] = v;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& row, const Spec& spec) {
+  std::vector<ordered_json> out;
+  for (const std::string mode : {"cpu", "event"}) {
+    ordered_json r;
+    r["experiment"] = spec.name;
+    r["row"] = row.id;
+    r["ranks"] = row.ranks;
+    r["seed"] = o.value("seed", 0);
+    r["commit"] = o.value("commit", "");
+    r["mode"] = mode;
+    r["window_steps"] = o["window_steps"];
+    r["blocks"] = o["blocks"];
+    r["median_step_ms_off"] = o["median_step_ms"]["off"];
+    r["median_step_ms"] = o["median_step_ms"][mode];
+    r["overhead_mean_pct"] = o["overhead_pct"][mode]["mean"];
+    r["overhead_ci_low_pct"] = o["overhead_pct"][mode]["ci_low"];
+    r["overhead_ci_high_pct"] = o["overhead_pct"][mode]["ci_high"];
+    r["recorder_cpu_us_per_step"] = o["recorder_cpu_us_per_step"];
+    r["boundary_ns"] = o["boundary_ns"];
+    r["payload_bytes_per_rank_window"] = o["payload_bytes_per_rank_window"];
+    r["packet_bytes"] = o["packet_bytes"];
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+/// §6.1 figures computed in-process (no MPI): one CSV line per metric.
+std::vector<ordered_json> fixtures_rows(const Spec& spec, std::uint64_t seed, int windows, const std::string& commit) {
+  std::vector<ordered_json> out;
+  auto add = [&](const std::string& metric, double ours, const std::string& paper, const std::string& note) {
+    out.push_back({{"experiment", spec.name}, {"metric", metric}, {"ours", ours}, {"paper", paper}, {"note", note},
+                   {"seed", seed}, {"commit", commit}});
+  };
+  const auto st = verify::algorithmic_validation(seed, windows);
+  add("telescoping_max_abs_error_s", st.telescoping_max_abs_error, "8.88e-16", std::to_string(windows) + " random windows");
+  add("telescoping_max_rel_error", st.telescoping_max_rel_error, "", "");
+  add("prop1_violations", st.prop1_violations, "0", "random windows");
+  add("prop2_violations", st.prop2_violations, "0", "random windows");
+  add("prop1_tight_reached_fraction", static_cast<double>(st.prop1_tight_reached) / st.prop1_tight_cases, "1", "min(R,S) construction");
+  add("prop2_tight_reached_fraction", static_cast<double>(st.prop2_tight_reached) / st.prop2_tight_cases, "1", "one-rank construction");
+  add("stability_max_observed_over_bound", st.stability_max_ratio, "<= 0.9998", "Prop. 3, errors of +-eps");
+  for (const auto& f : verify::run_fixtures(seed)) {
+    const double n = f.rows;
+    add(f.name + ":frontier", f.frontier_hits / n, f.name == "sync_wait" ? "1.00" : f.name == "direct_exposure" ? "1.00" : "fires",
+        f.detail);
+    if (f.name.rfind("downgrade:", 0) == 0) continue;
+    for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i) {
+      const std::string rule(frontier::to_string(frontier::kBaselineRules[i]));
+      const bool paper_zero = f.name == "sync_wait" && (rule == "per_stage_max" || rule == "per_stage_avg");
+      add(f.name + ":" + rule, f.baseline_hits[i] / n, paper_zero ? "0.00" : "", "top-1 recovery by this rule");
+    }
+  }
+  for (const auto& p : verify::properties()) {
+    const auto r = verify::check_property(p.name, 10000, seed);
+    add("property:" + p.name, r.passed ? 1.0 : 0.0, "holds", p.statement);
+  }
+  return out;
+}
+
+std::string csv_cell(const ordered_json& v) {
+  if (v.is_null()) return "";
+  if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+  if (v.is_string()) {
+    std::string s = v.get<std::string>();
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  }
+  return v.dump();
+}
+
+void write_csv(const std::string& path, const std::vector<ordered_json>& rows) {
+  std::vector<std::string> cols;
+  std::set<std::string> seen;
+  for (const auto& r : rows)
+    for (const auto& [k, v] : r.items())
+      if (seen.insert(k).second) cols.push_back(k);
+  std::string out;
+  for (std::size_t i = 0; i < cols.size(); ++i) out += (i ? "," : "") + cols[i];
+  out += "\n";
+  for (const auto& r : rows) {
+    for (std::size_t i = 0; i < cols.size(); ++i) out += (i ? "," : "") + (r.contains(cols[i]) ? csv_cell(r[cols[i]]) : "");
+    out += "\n";
+  }
+  formats::write_file_atomic(path, out);
+}
+
+}  // namespace
+
+Spec load_spec(const std::string& path, bool quick) {
+  const ordered_json j = parse_json_file(path);
+  Spec s;
+  s.raw = j;
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
+    throw formats::FormatError(path, 0, "spec needs a \"name\" string");
+  s.name = j["name"];
+  s.title = j.value("title", s.name);
+  s.kind = j.value("kind", "runs");
+  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures")
+    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead or fixtures");
+  s.per_window = j.value("per_window", false);
+  ordered_json base = j.value("base", ordered_json::object());
+  ordered_json matrix = j.value("matrix", ordered_json::object());
+  ordered_json extra = j.value("rows", ordered_json::array());
+  if (quick && j.contains("quick")) {
+    const auto& q = j["quick"];
+    if (q.contains("base"))
+      for (const auto& [k, v] : q["base"].items()) base[k] = v;
+    if (q.contains("matrix")) matrix = q["matrix"];
+    extra = q.value("rows", ordered_json::array());
+  }
+  if (s.kind == "fixtures") return s;
+  std::vector<ordered_json> params = matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(base, matrix, path);
+  for (const auto& r : extra) {
+    ordered_json p = base;
+    for (const auto& [k, v] : r.items()) p[k] = v;
+    params.push_back(std::move(p));
+  }
+  std::set<std::string> ids;
+  for (const auto& p : params) {
+    Row row;
+    row.params = p;
+    if (!p.contains("ranks") || !p["ranks"].is_number_integer() || p["ranks"].get<int>() < 1)
+      throw formats::FormatError(path, 0, "every row needs an integer \"ranks\" >= 1");
+    row.ranks = p["ranks"];
+    row.args = to_args(p);
+    row.id = row_id(p, base);
+    if (!ids.insert(row.id).second) throw formats::FormatError(path, 0, "duplicate row " + row.id);
+    s.rows.push_back(std::move(row));
+  }
+  return s;
+}
+
+std::vector<std::string> list_specs(const std::string& dir) {
+  std::vector<std::string> names;
+  if (!fs::is_directory(dir)) return names;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+int run(const DriverOptions& opt) {
+  std::vector<std::string> names = opt.names;
+  if (names.size() == 1 && names[0] == "all") names = list_specs(opt.specs_dir);
+  if (names.empty()) {
+    std::fprintf(stderr, "sf-testbed experiment: no experiment specs in %s\n", opt.specs_dir.c_str());
+    return 2;
+  }
+  std::vector<Spec> specs;
+  try {
+    for (const auto& n : names) specs.push_back(load_spec(opt.specs_dir + "/" + n + ".json", opt.quick));
+  } catch (const formats::FormatError& e) {
+    std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
+    return 2;
+  }
+  // mpirun as root on an oversubscribed 2-core machine (TOOLCHAIN.md); shared memory only.
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 0);
+  setenv("OMPI_MCA_pml", "ob1", 0);
+  setenv("OMPI_MCA_btl", "self,vader", 0);
+  setenv("OMPI_MCA_mtl", "^ofi,psm,psm2", 0);
+
+  const bool tty = isatty(2);
+  int failures = 0;
+  for (const auto& spec : specs) {
+    const std::string dir = opt.out_dir + "/" + spec.name + (opt.quick ? "-quick" : "");
+    fs::create_directories(dir + "/rows");
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<ordered_json> csv_rows;
+    std::vector<std::string> failed;
+    if (spec.kind == "fixtures") {
+      const auto seed = spec.raw.value("seed", 1);
+      const int windows = opt.quick ? 200 : spec.raw.value("windows", 20000);
+      std::fprintf(stderr, "[%s] computing the §6.1 fixtures and properties in-process\n", spec.name.c_str());
+      csv_rows = fixtures_rows(spec, static_cast<std::uint64_t>(seed), windows, opt.commit);
+    }
+    const std::size_t n = spec.rows.size();
+    std::size_t done_now = 0;
+    double spent = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Row& row = spec.rows[i];
+      const std::string rdir = dir + "/rows/" + row.id;
+      const std::string result = rdir + (spec.kind == "overhead" ? "/overhead.json" : "/run.json");
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (opt.force || !fs::exists(result)) {
+        fs::remove_all(rdir);
+        fs::create_directories(rdir);
+        std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
+        for (std::string a : row.args) {
+          // "{row_dir}" in a spec value names a file inside this row's directory.
+          if (const auto at = a.find("{row_dir}"); at != std::string::npos) a.replace(at, 9, rdir);
+          cmd.push_back(std::move(a));
+        }
+        const auto r0 = std::chrono::steady_clock::now();
+        auto tick = [&] {
+          const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const double per = done_now ? spent / static_cast<double>(done_now) : 0.0;
+          const std::string eta = done_now ? hms(per * static_cast<double>(n - i)) : "?";
+          std::fprintf(stderr, "%s[%s] row %zu/%zu  elapsed %s  eta %s  (%s)%s", tty ? "\r" : "", spec.name.c_str(), i + 1, n,
+                       hms(now).c_str(), eta.c_str(), row.id.c_str(), tty ? "   " : "\n");
+        };
+        tick();
+        const int rc = spawn(cmd, rdir + "/log.txt", opt.row_timeout_s, tty ? std::function<void()>(tick) : [] {});
+        spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+        ++done_now;
+        if (rc != 0 || !fs::exists(result)) {
+          // A row whose check failed still has its result: it is data, not a crash.
+          if (!fs::exists(result)) {
+            failed.push_back(row.id + " (exit " + std::to_string(rc) + ", see " + rdir + "/log.txt)");
+            continue;
+          }
+        }
+      } else if (tty) {
+        std::fprintf(stderr, "\r[%s] row %zu/%zu  elapsed %s  (done earlier: %s)   ", spec.name.c_str(), i + 1, n,
+                     hms(elapsed).c_str(), row.id.c_str());
+      }
+      try {
+        const auto j = parse_json_file(result);
+        for (auto& r : spec.kind == "overhead" ? summarize_overhead(j, row, spec) : summarize_run(j, row, spec))
+          csv_rows.push_back(std::move(r));
+      } catch (const std::exception& e) {
+        failed.push_back(row.id + " (" + e.what() + ")");
+      }
+    }
+    if (tty && n) std::fprintf(stderr, "\n");
+    write_csv(dir + "/rows.csv", csv_rows);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    ordered_json manifest;
+    manifest["experiment"] = spec.name;
+    manifest["title"] = spec.title;
+    manifest["command"] = opt.argv;
+    manifest["commit"] = opt.commit;
+    manifest["date"] = utc_now();
+    manifest["machine"] = {{"hostname", host},
+                           {"cpus", std::thread::hardware_concurrency()},
+                           {"cpu_model", machine_cpu()},
+                           {"memory_gib", static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30)}};
+    manifest["quick"] = opt.quick;
+    manifest["rows"] = n;
+    manifest["rows_failed"] = failed;
+    manifest["elapsed_s"] = elapsed;
+    manifest["spec"] = spec.raw;
+    formats::write_file_atomic(dir + "/manifest.json", manifest.dump(2) + "\n");
+    for (const auto& f : failed) std::fprintf(stderr, "[%s] row failed: %s\n", spec.name.c_str(), f.c_str());
+    failures += static_cast<int>(failed.size());
+
+    // Tables and plots from the CSV (matplotlib, Debian's python3).
+    const int rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {});
+    if (rc != 0) {
+      std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), rc, dir.c_str());
+      ++failures;
+    } else {
+      std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(),
+                   dir.c_str());
+    }
+  }
+  if (!opt.quick) {
+    const int rc = spawn({opt.python, opt.report_script, "--index", opt.out_dir}, opt.out_dir + "/.index.log", 120, [] {});
+    if (rc != 0) ++failures;
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace sf::experiments

@@ -1,0 +1,55 @@
+// sf::experiments — declared sweeps (experiments/specs/*.json) run as real mpirun subprocesses,
+// resumable row by row, collected into results/<name>/ (rows.csv, manifest.json; table.md and
+// plots come from experiments/report.py over the CSV).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sf::experiments {
+
+/// One run of an experiment: the arguments of `sf-testbed run` and its rank count.
+struct Row {
+  std::string id;                 ///< stable, file-name safe: finished rows are not redone
+  int ranks = 1;
+  std::vector<std::string> args;  ///< `run` options (without --out/--quiet)
+  nlohmann::ordered_json params;  ///< the row's parameters as declared (scenario, delay_ms, ...)
+};
+
+struct Spec {
+  std::string name, title;
+  std::string kind;               ///< "runs", "overhead" or "fixtures"
+  bool per_window = false;        ///< one CSV line per recorder window (A/B/A)
+  std::vector<Row> rows;
+  nlohmann::ordered_json raw;     ///< the spec file, for the report
+};
+
+/// Reads a spec; `quick` takes its "quick" overrides (tiny rows for CI). Throws
+/// formats::FormatError naming the file and the problem.
+Spec load_spec(const std::string& path, bool quick);
+/// Names of the specs in a directory (sorted).
+std::vector<std::string> list_specs(const std::string& dir);
+
+struct DriverOptions {
+  std::vector<std::string> names;   ///< experiment names, or {"all"}
+  bool quick = false;
+  std::string specs_dir = "experiments/specs";
+  std::string out_dir = "results";
+  std::string self;                 ///< path of the sf-testbed binary
+  std::string mpirun = "mpirun";
+  std::string python = "/usr/bin/python3";
+  std::string report_script = "experiments/report.py";
+  bool force = false;               ///< redo finished rows
+  int row_timeout_s = 900;
+  std::string commit;
+  std::vector<std::string> argv;
+};
+
+/// Runs the experiments; returns the process exit code (0 ok, 1 a row or report failed,
+/// 2 bad input).
+int run(const DriverOptions& opt);
+
+}  // namespace sf::experiments

@@ -1,0 +1,382 @@
+#!/usr/bin/python3
+"""Tables and plots for sf-testbed experiments, from rows.csv (pandas + matplotlib, Debian's python3).
+
+    report.py results/NAME            writes results/NAME/table.md and results/NAME/*.png
+    report.py --index results         writes results/README.md from every experiment's summary
+
+Called by `sf-testbed experiment`; safe to re-run by hand. Every table puts the paper's figure
+(arXiv 2606.06751) beside ours, and says so where a row cannot be reproduced on CPU ranks.
+"""
+import json
+import pathlib
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+RULES = ["per_stage_max", "per_stage_avg", "raw_spread", "slowest_rank", "rank0_total"]
+RULE_NAMES = {"frontier": "StageFrontier", "per_stage_max": "Per-stage max", "per_stage_avg": "Per-stage average",
+              "raw_spread": "Raw rank spread", "slowest_rank": "Slowest-rank breakdown", "rank0_total": "Rank-0 local total"}
+STAGE = {"data_tail": "data.next_wait", "bwd_compute": "model.backward_cpu_wall", "comm_delay": "model.backward_cpu_wall",
+         "fwd_device": "model.fwd_loss_cpu_wall", "fwd_host": "model.fwd_loss_cpu_wall",
+         "callback_sync_tail": "callbacks.cpu_wall", "callback_host_tail": "callbacks.cpu_wall",
+         "optim_host_local": "optim.step_cpu_wall"}
+SCEN_NAMES = {"data_tail": "Data", "bwd_compute": "Backward", "comm_delay": "Backward/comm", "fwd_device": "Forward/device",
+              "fwd_host": "Forward/host", "callback_sync_tail": "Callback/sync", "callback_host_tail": "Callback/host",
+              "optim_host_local": "Optimizer (host-local control)"}
+
+
+def b(x):
+    return x.astype(float).fillna(0).astype(int)
+
+
+def frac(k, n):
+    return f"{int(k)}/{int(n)}"
+
+
+def md_table(df):
+    cols = list(df.columns)
+    out = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        out.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def header(d, title):
+    m = json.loads((d / "manifest.json").read_text())
+    mach = m["machine"]
+    return (f"# {title}\n\n"
+            f"Regenerate: `{' '.join(m['command'])}` (commit `{m['commit']}`, {m['date']}, "
+            f"{mach['cpus']} CPUs {mach['cpu_model']}, {mach['memory_gib']:.0f} GiB; {m['elapsed_s'] / 60:.1f} min"
+            f"{', QUICK run' if m['quick'] else ''}). Rows: `rows.csv`; per-run JSON under `rows/`.\n\n"), m
+
+
+def rule_hits(df, stage_col="stage"):
+    rows = []
+    for rule in ["frontier"] + RULES:
+        p = "" if rule == "frontier" else rule + "_"
+        top1 = b(df[p + "top1"]).sum()
+        top2 = b(df[p + "top2"]).sum()
+        cand = b(df[p + "cand_hit"]).sum()
+        size = df[p + "cand_size"].astype(float)
+        rows.append({"method": RULE_NAMES[rule], "exact acct.": "yes" if rule == "frontier" else "no",
+                     "top-1": frac(top1, len(df)), "top-2": frac(top2, len(df)), "cand. hit": frac(cand, len(df)),
+                     "avg cand.": f"{size.mean():.2f}", "max cand.": f"{size.max():.0f}"})
+    return pd.DataFrame(rows)
+
+
+def p50_by_ranks(df):
+    p = df[df["scenario"] == "none"]
+    return {int(r): float(g["median_step_ms"].median()) for r, g in p.groupby("ranks")}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def report_fixtures(d, df):
+    text, _ = header(d, "§6.1 algorithmic validation")
+    t = df[["metric", "ours", "paper", "note"]].copy()
+    t["ours"] = t["ours"].map(lambda x: f"{x:.3g}")
+    text += md_table(t.fillna(""))
+    sw = df[df.metric.str.startswith("sync_wait:")]
+    de = df[df.metric.str.startswith("direct_exposure:")]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    labels = [m.split(":")[1] for m in sw.metric]
+    ax.bar([x - 0.2 for x in range(len(sw))], sw.ours, 0.4, label="sync-wait fixture (n=120)")
+    ax.bar([x + 0.2 for x in range(len(de))], de.ours, 0.4, label="direct-exposure fixture (n=240)")
+    ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+    ax.set_ylabel("top-1 recovery")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "fixtures.png", dpi=120)
+    props = df[df.metric.str.startswith("property:")]
+    headline = (f"telescoping error {df.set_index('metric').loc['telescoping_max_abs_error_s', 'ours']:.2g} s, "
+                f"{int(df.set_index('metric').loc['prop1_violations', 'ours'] + df.set_index('metric').loc['prop2_violations', 'ours'])} bound violations, "
+                f"sync-wait fixture frontier {df.set_index('metric').loc['sync_wait:frontier', 'ours']:.0%} vs max "
+                f"{df.set_index('metric').loc['sync_wait:per_stage_max', 'ours']:.0%} / avg {df.set_index('metric').loc['sync_wait:per_stage_avg', 'ours']:.0%}, "
+                f"{int(props.ours.sum())}/{len(props)} properties hold")
+    return text, headline, "fixtures.png", "paper: 8.88e-16, 0 violations, 100% vs 0%"
+
+
+def report_routing(d, df):
+    text, m = header(d, "E3 hidden-rank routing at 120 ms")
+    p50 = p50_by_ranks(df)
+    main = df[df["group"].fillna("") == ""].copy()
+    text += "## Table 4: routing on the same matrices, per scoring rule\n\n"
+    t = rule_hits(main)
+    paper = {"StageFrontier": ("40/50", "50/50", "50/50", "2.00", "2"), "Per-stage max": ("22/50", "50/50", "50/50", "2.40", "3"),
+             "Per-stage average": ("20/50", "40/50", "40/50", "2.30", "3"), "Raw rank spread": ("40/50", "40/50", "50/50", "2.20", "3"),
+             "Slowest-rank breakdown": ("20/50", "40/50", "46/50", "2.40", "3"), "Rank-0 local total": ("20/50", "40/50", "40/50", "2.16", "3")}
+    t["paper top-1/top-2/cand/avg/max"] = t["method"].map(lambda x: " / ".join(paper[x]))
+    text += md_table(t)
+    text += ("\nOur rows run on the host-stream device model (no GPU): forward device work is queued on a worker "
+             "thread and becomes host-visible at the backward synchronisation, as on a GPU.\n\n")
+    text += "## Table 14: per scenario and rank count\n\n"
+    rows = []
+    for (sc, r), g in main.groupby(["scenario", "ranks"], sort=False):
+        dp = g["delay_ms"].iloc[0] / p50.get(int(r), float("nan"))
+        rows.append({"scenario": SCEN_NAMES[sc], "ranks": int(r), "delay": f"{g['delay_ms'].iloc[0]:.0f} ms",
+                     "Delay/p50": f"{dp:.2f}", "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
+                     "top-2": frac(b(g.top2).sum(), len(g)), "cand. hit": frac(b(g.cand_hit).sum(), len(g)),
+                     "cand. size": f"{g.cand_size.astype(float).mean():.1f}", "rank hit": frac(b(g.rank_hit).sum(), len(g)),
+                     "paper top-1/top-2": "0/5, 5/5" if sc == "fwd_device" else "5/5, 5/5"})
+    text += md_table(pd.DataFrame(rows))
+    text += f"\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + " (paper: 207.8 ms at 8 ranks).\n\n"
+    spot = df[df["group"] == "spot"]
+    if len(spot):
+        text += "## Spot checks beyond 32 ranks\n\n"
+        st = spot[["scenario", "ranks", "delay_ms", "top1", "top2", "cand_size", "rank_hit", "median_step_ms"]].copy()
+        text += md_table(st)
+        text += "\nPaper: 64/128-rank comm and 180 ms data-tail rows route top-2; the 120 ms data row at 128 ranks falls below the threshold.\n"
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    n = len(main)
+    for i, key in enumerate(["top-1", "top-2", "cand. hit"]):
+        vals = [int(x.split("/")[0]) for x in t[key]]
+        ax.bar([j + (i - 1) * 0.27 for j in range(len(t))], vals, 0.27, label=key)
+    ax.set_xticks(range(len(t)), ["SF" if x == "StageFrontier" else x.split()[0].lower() for x in t.method], fontsize=8)
+    ax.set_ylabel(f"count out of {n}")
+    ax.set_title("routing counts by scoring rule (paper Fig. 3a)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "routing.png", dpi=120)
+    sf = t.iloc[0]
+    headline = f"StageFrontier top-1 {sf['top-1']}, top-2 {sf['top-2']}, candidate hit {sf['cand. hit']} (avg size {sf['avg cand.']})"
+    return text, headline, "routing.png", "paper: 40/50, 50/50, 50/50, size 2.00"
+
+
+def report_detectability(d, df):
+    text, _ = header(d, "Data-tail detectability (Figure 3b)")
+    p50 = p50_by_ranks(df)
+    dt = df[df.scenario == "data_tail"].copy()
+    rows = []
+    paper = {12: "0.06", 120: "0.43"}
+    for (r, delay), g in dt.groupby(["ranks", "delay_ms"]):
+        share = g["share:data.next_wait"].astype(float)
+        rows.append({"ranks": int(r), "delay": f"{delay:.0f} ms", "Delay/p50": f"{delay / p50.get(int(r), float('nan')):.2f}",
+                     "mean data share": f"{share.mean():.3f}", "top-1": frac(b(g.top1).sum(), len(g)),
+                     "top-2": frac(b(g.top2).sum(), len(g)), "routed (cand. hit)": frac(b(g.cand_hit).sum(), len(g)),
+                     "avg cand. size": f"{g.cand_size.astype(float).mean():.1f}",
+                     "paper data share (8 ranks)": paper.get(int(delay), "") if int(r) == 8 else ""})
+    text += md_table(pd.DataFrame(rows))
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    for r, g in dt.groupby("ranks"):
+        s = g.groupby("delay_ms")["share:data.next_wait"].mean()
+        ax.plot(s.index, s.values, marker="o", label=f"{int(r)} ranks")
+    ax.axhline(0.43, ls=":", c="gray", label="paper's cutoff (0.43)")
+    ax.set_xscale("log")
+    ax.set_xlabel("injected data-tail delay (ms)")
+    ax.set_ylabel("data.next_wait frontier share")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "detectability.png", dpi=120)
+    routed = dt[b(dt.cand_hit) == 1].groupby("ranks")["delay_ms"].min()
+    headline = "first delay routed in all seeds: " + ", ".join(
+        f"{int(r)} ranks {int(dt[(dt.ranks == r)].groupby('delay_ms').cand_hit.apply(lambda x: b(x).all()).pipe(lambda s: s[s].index.min()))} ms"
+        for r in routed.index)
+    return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms"
+
+
+def report_callback(d, df):
+    text, _ = header(d, "Sync-bearing vs host-only callbacks")
+    rows = []
+    paper = {("callback_sync_tail", 60): "0/3, 3/3", ("callback_sync_tail", 120): "0/3, 3/3",
+             ("callback_sync_tail", 180): "3/3, 3/3", ("callback_sync_tail", 240): "3/3, 3/3",
+             ("callback_host_tail", 120): "0/3, 0/3"}
+    for (sc, delay), g in df.groupby(["scenario", "delay_ms"], sort=False):
+        rows.append({"scenario": SCEN_NAMES[sc], "delay": f"{delay:.0f} ms", "rows": len(g),
+                     "callback share": f"{g['share:callbacks.cpu_wall'].astype(float).mean():.3f}",
+                     "top-1": frac(b(g.top1).sum(), len(g)), "top-2": frac(b(g.top2).sum(), len(g)),
+                     "routed": frac(b(g.cand_hit).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
+                     "paper top-1, top-2": paper.get((sc, int(delay)), "")})
+    text += md_table(pd.DataFrame(rows))
+    sync = df[df.scenario == "callback_sync_tail"]
+    host = df[df.scenario == "callback_host_tail"]
+    top1_from = sync.groupby("delay_ms").top1.apply(lambda x: b(x).all())
+    first = top1_from[top1_from].index.min() if top1_from.any() else None
+    headline = (f"sync callback top-1 in every seed from {first:.0f} ms" if first is not None else "sync callback never top-1") + \
+        f"; host-only routed {b(host.cand_hit).sum()}/{len(host)}"
+    return text, headline, None, "paper: top-1 from 180 ms; host-only never routed"
+
+
+def report_overhead(d, df):
+    text, _ = header(d, "E1 always-on overhead (Table 7)")
+    paper_cpu = {8: "0.019", 16: "0.160", 32: "0.047", 64: "≤ 0", 128: "0.107"}
+    paper_ev = {8: "0.004", 16: "0.043", 32: "0.023", 64: "≤ 0", 128: "≤ 0"}
+    rows = []
+    for r, g in df.groupby("ranks"):
+        c = g[g["mode"] == "cpu"].iloc[0]
+        e = g[g["mode"] == "event"].iloc[0]
+        rows.append({"ranks": int(r), "windows (steps each)": f"{int(c.blocks)} x 3 ({int(c.window_steps)})",
+                     "median step off/cpu/event ms": f"{c.median_step_ms_off:.1f} / {c.median_step_ms:.1f} / {e.median_step_ms:.1f}",
+                     "CPU-wall mean [95% CI] %": f"{c.overhead_mean_pct:+.3f} [{c.overhead_ci_low_pct:+.3f}, {c.overhead_ci_high_pct:+.3f}]",
+                     "event mean [95% CI] %": f"{e.overhead_mean_pct:+.3f} [{e.overhead_ci_low_pct:+.3f}, {e.overhead_ci_high_pct:+.3f}]",
+                     "recorder CPU µs/step": f"{c.recorder_cpu_us_per_step:.1f}",
+                     "bottom-up % of step": f"{c.recorder_cpu_us_per_step / (c.median_step_ms_off * 1e3) * 100:.4f}",
+                     "payload B/rank/window": int(c.payload_bytes_per_rank_window), "packet B": int(c.packet_bytes),
+                     "paper CI upper CPU / event %": f"{paper_cpu.get(int(r), '')} / {paper_ev.get(int(r), '')}"})
+    text += md_table(pd.DataFrame(rows))
+    text += ("\nThe CI is over whole blocks (one off, one CPU-wall and one event window each, order rotating). "
+             "On this 2-core VM the per-window step time scatters by tenths of a percent, so the CI bounds the overhead "
+             "only to that resolution; the bottom-up column (the recorder's measured CPU time per step over the step time) "
+             "is the precise figure.\n")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for mode in ["cpu", "event"]:
+        g = df[df["mode"] == mode].sort_values("ranks")
+        ax.errorbar(g.ranks, g.overhead_mean_pct, yerr=[g.overhead_mean_pct - g.overhead_ci_low_pct, g.overhead_ci_high_pct - g.overhead_mean_pct],
+                    marker="o", capsize=3, label=mode)
+    ax.axhline(0.05, ls=":", c="gray", label="goal 0.05%")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("throughput overhead (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "overhead.png", dpi=120)
+    worst = df.overhead_ci_high_pct.max()
+    bu = (df.recorder_cpu_us_per_step / (df.median_step_ms_off * 1e3) * 100).max()
+    headline = f"largest 95% CI upper bound {worst:.3f}%; bottom-up recorder cost ≤ {bu:.4f}% of a step"
+    return text, headline, "overhead.png", "paper: ≤ 0.181% (CPU), ≤ 0.043% (event); goal ≤ 0.05%"
+
+
+def report_aba(d, df):
+    text, _ = header(d, "E6 A/B/A removed-injection consistency")
+    rows = []
+    names = {0: "A1", 1: "B (120 ms sync callback)", 2: "A2"}
+    for (seed, w), g in df.groupby(["seed", "window"]):
+        r = g.iloc[0]
+        rows.append({"seed": int(seed), "window": names.get(int(w), str(w)), "median step ms": f"{r.window_median_step_ms:.2f}",
+                     "callback share": f"{float(r['window_share:callbacks.cpu_wall']):.4f}", "labels": r.window_labels})
+    text += md_table(pd.DataFrame(rows))
+    agg = df.groupby("window").agg(step=("window_median_step_ms", "median"), share=("window_share:callbacks.cpu_wall", "median"))
+    rec = agg.step.iloc[2] / agg.step.iloc[0] if len(agg) >= 3 else float("nan")
+    text += (f"\nMedian over seeds: step {agg.step.iloc[0]:.2f} → {agg.step.iloc[1]:.2f} → {agg.step.iloc[2]:.2f} ms, callback share "
+             f"{agg.share.iloc[0]:.4f} → {agg.share.iloc[1]:.4f} → {agg.share.iloc[2]:.4f}; recovery ratio A2/A1 = {rec:.4f}. "
+             "Paper: 207.81 → 294.12 → 208.02 ms, 1.75% → 41.06% → 1.75%, recovery 0.998.\n") if len(agg) >= 3 else ""
+    fig, ax = plt.subplots(1, 2, figsize=(7, 3))
+    ax[0].bar(["A1", "B", "A2"][: len(agg)], agg.step)
+    ax[0].set_ylabel("median step (ms)")
+    ax[1].bar(["A1", "B", "A2"][: len(agg)], agg.share)
+    ax[1].set_ylabel("callback frontier share")
+    fig.tight_layout()
+    fig.savefig(d / "aba.png", dpi=120)
+    headline = (f"step {agg.step.iloc[0]:.1f} → {agg.step.iloc[1]:.1f} → {agg.step.iloc[2]:.1f} ms, callback share "
+                f"{agg.share.iloc[0]:.1%} → {agg.share.iloc[1]:.1%} → {agg.share.iloc[2]:.1%}, recovery {rec:.3f}") if len(agg) >= 3 else "quick run"
+    return text, headline, "aba.png", "paper: 207.8 → 294.1 → 208.0 ms, 1.75% → 41% → 1.75%"
+
+
+def report_accumulation(d, df):
+    text, _ = header(d, "E7 gradient accumulation x4")
+    rows = []
+    for sc, g in df.groupby("scenario", sort=False):
+        rows.append({"scenario": SCEN_NAMES[sc], "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
+                     "top-2": frac(b(g.top2).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
+                     "gradient_accumulation_ambiguous": frac(g.labels.str.contains("gradient_accumulation_ambiguous").sum(), len(g)),
+                     "paper": "top-2 (co-critical with backward)" if sc == "fwd_device" else "top-1 and top-2 on all rows"})
+    text += md_table(pd.DataFrame(rows))
+    text += "\nStages are unfolded per microstep (`data.next_wait#0..3`, ...) and grouped only after the frontier is taken.\n"
+    pos = df[df.scenario != "fwd_device"]
+    headline = f"data/backward top-1 {b(pos.top1).sum()}/{len(pos)}, top-2 {b(pos.top2).sum()}/{len(pos)}"
+    return text, headline, None, "paper: data and backward top-1/top-2 on all rows"
+
+
+def report_sharded(d, df):
+    text, _ = header(d, "E8 sharded step")
+    rows = []
+    for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
+        rows.append({"scenario": SCEN_NAMES[sc], "ranks": int(r), "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
+                     "top-2": frac(b(g.top2).sum(), len(g)), "routed": frac(b(g.cand_hit).sum(), len(g)),
+                     "rank hit": frac(b(g.rank_hit).sum(), len(g))})
+    text += md_table(pd.DataFrame(rows))
+    pos = df[df.scenario != "optim_host_local"]
+    ctl = df[df.scenario == "optim_host_local"]
+    text += (f"\nPositive rows: top-2 {b(pos.top2).sum()}/{len(pos)}, top-1 {b(pos.top1).sum()}/{len(pos)} "
+             f"(paper, FSDP FULL_SHARD and ZeRO-1 on GPUs: 90/90 top-2, 87/90 top-1). Host-local optimizer control routed "
+             f"{b(ctl.cand_hit).sum()}/{len(ctl)} (paper 0/18). Ours is one sharded data-parallel step (all-gather of "
+             "parameter shards in forward, reduce-scatter of gradients in backward), not FSDP or ZeRO themselves.\n")
+    headline = f"top-2 {b(pos.top2).sum()}/{len(pos)}, top-1 {b(pos.top1).sum()}/{len(pos)}; optimizer control routed {b(ctl.cand_hit).sum()}/{len(ctl)}"
+    return text, headline, None, "paper: 90/90 top-2, 87/90 top-1; control 0/18"
+
+
+def report_periodic(d, df):
+    text, _ = header(d, "Vision-B: a periodic callback spike under three views (Table 9)")
+    rows = []
+    for _, r in df.iterrows():
+        dump = d / "rows" / r["row"] / "dump.jsonl"
+        lines = dump.read_text().splitlines() if dump.exists() else []
+        recs = [json.loads(x) for x in lines if '"step"' in x]
+        cb_idx = 3
+        per_step = pd.DataFrame([{"step": x["step"], "cb": x["d"][cb_idx], "wall": x["wall"]} for x in recs])
+        if per_step.empty:
+            continue
+        cb = per_step.groupby("step").cb.max()
+        step = per_step.groupby("step").wall.max()
+        rows.append({"seed": int(r.seed), "p50 callback ms": f"{cb.median() * 1e3:.1f}",
+                     "p50 as % of median step": f"{cb.median() / step.median() * 100:.2f}%",
+                     "max / p95 callback ms": f"{cb.max() * 1e3:.0f} / {cb.quantile(0.95) * 1e3:.0f}",
+                     "frontier callback share": f"{float(r['share:callbacks.cpu_wall']):.1%}",
+                     "routed to callbacks": "yes" if int(float(r.cand_hit)) else "no", "labels": r.labels})
+    t = pd.DataFrame(rows)
+    text += md_table(t)
+    text += ("\nPaper (field window): p50 ≈ 2 ms (0.13% of a 1.526 s step) — negligible; max/p95 7.17 s — magnitude only; "
+             "frontier 24% exposed-makespan share, routed to the callback.\n")
+    headline = (f"p50 {t['p50 as % of median step'].iloc[0]} of a step, frontier share {t['frontier callback share'].iloc[0]}, "
+                f"routed {sum(t['routed to callbacks'] == 'yes')}/{len(t)}") if len(t) else "no rows"
+    return text, headline, None, "paper: p50 0.13%, frontier 24%, routed"
+
+
+REPORTS = {"fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
+           "callback": report_callback, "overhead": report_overhead, "aba": report_aba,
+           "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic}
+
+
+def report(d):
+    d = pathlib.Path(d)
+    name = d.name.removesuffix("-quick")
+    df = pd.read_csv(d / "rows.csv")
+    text, headline, picture, paper = REPORTS[name](d, df)
+    (d / "table.md").write_text(text)
+    (d / "summary.json").write_text(json.dumps({"headline": headline, "picture": picture, "paper": paper}, indent=2) + "\n")
+    print(f"{d}/table.md: {headline}")
+
+
+def index(results):
+    results = pathlib.Path(results)
+    notes_path = results / "NOTES.json"
+    notes = json.loads(notes_path.read_text()) if notes_path.exists() else {}
+    out = ["# sf-testbed results beside the StageFrontier paper\n",
+           "Every directory holds `rows.csv` (one line per run, with seed and commit), `table.md` (the paper's layout with "
+           "its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
+           "Regenerate everything with `build/sf-testbed experiment all` (about 1.5 h on the project's 2-core VM); "
+           "one experiment with `build/sf-testbed experiment NAME`. Runs are real `mpirun` processes with the host-stream "
+           "device model (no GPU here); GPU rows are in `gpu/` where a GPU session produced them.\n",
+           "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
+    for name in REPORTS:
+        s = results / name / "summary.json"
+        if not s.exists():
+            out.append(f"| {name} | not run yet | | |")
+            continue
+        j = json.loads(s.read_text())
+        out.append(f"| [{name}]({name}/table.md) | {j['headline']} | {j['paper']} | {notes.get(name, '')} |")
+    out.append("")
+    for name in REPORTS:
+        s = results / name / "summary.json"
+        if s.exists():
+            j = json.loads(s.read_text())
+            if j.get("picture"):
+                out.append(f"### {name}\n\n![{name}]({name}/{j['picture']})\n")
+    extra = notes.get("_extra", [])
+    if extra:
+        out.append("## Other recorded figures\n")
+        out += [f"- {x}" for x in extra]
+    (results / "README.md").write_text("\n".join(out) + "\n")
+    print(f"{results}/README.md")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--index":
+        index(sys.argv[2])
+    elif len(sys.argv) == 2:
+        report(sys.argv[1])
+    else:
+        sys.exit(__doc__)
