@@ -35,47 +35,73 @@ Accounting account(const StageMatrix& m, const AccountOptions& opt) {
   acc.leader = Eigen::MatrixXi::Constant(n, s_count, Accounting::kNone);
   acc.scored.assign(n, 0);
 
-  Eigen::VectorXd p(r_count);     // running prefix P[t,·,s]; missing ranks sit at −inf
-  Eigen::VectorXd start(r_count);
+  // Per stage of the current step: the largest prefix, the runner-up, and the first rank
+  // attaining the largest.
+  std::vector<double> top(s_count), runner_up(s_count);
+  std::vector<int> who(s_count);
   for (int t = 0; t < n; ++t) {
     if (m.step_present_count(t) == 0) continue;
     acc.scored[t] = 1;
-    if (m.step_complete(t)) {
-      p.setZero();
-    } else {
-      for (int r = 0; r < r_count; ++r) start[r] = m.present(t, r) ? 0.0 : kNegInf;
-      p = start;
+    std::fill(top.begin(), top.end(), kNegInf);
+    std::fill(runner_up.begin(), runner_up.end(), kNegInf);
+    std::fill(who.begin(), who.end(), 0);
+    const bool complete = m.step_complete(t);
+    const double* d = m.step_block(t).data();  // R × S, column-major: d[t,r,s] = d[s·R + r]
+    // Rank by rank, so each stage's maximum is its own dependency chain and the CPU overlaps
+    // them; the updates are branchless because a stage-by-stage pass with a branch per new
+    // maximum mispredicted often at small R.
+    for (int r = 0; r < r_count; ++r) {
+      if (!complete && !m.present(t, r)) continue;
+      double p = 0;
+      for (int s = 0; s < s_count; ++s) {
+        p += d[static_cast<std::ptrdiff_t>(s) * r_count + r];  // prefix identity, paper eq. (1)
+        runner_up[s] = std::max(runner_up[s], std::min(top[s], p));
+        who[s] = p > top[s] ? r : who[s];
+        top[s] = std::max(top[s], p);
+      }
     }
-    const auto block = m.step_block(t);
     double f_prev = 0;
     for (int s = 0; s < s_count; ++s) {
-      p += block.col(s);  // prefix identity, paper eq. (1): P[t,r,s] = Σ_{j≤s} d[t,r,j]
-      const double f = p.maxCoeff();
+      const double f = top[s];
       acc.frontier(t, s) = f;
-      acc.advance(t, s) = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+      const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+      acc.advance(t, s) = a;
       f_prev = f;
 
       const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
-      const auto attains = (p.array() >= f - tol);
-      const auto count = attains.count();
-      if (r_count > 1 && count == 1) {
-        const double second = attains.select(Eigen::VectorXd::Constant(r_count, kNegInf), p).maxCoeff();
-        acc.gap(t, s) = std::isfinite(second) ? f - second : 0.0;
+      const double attain = f - tol;  // prefixes at or above this attain the frontier
+      if (f >= attain && runner_up[s] < attain) [[likely]] {
+        // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
+        if (r_count > 1) acc.gap(t, s) = std::isfinite(runner_up[s]) ? f - runner_up[s] : 0.0;
+        if (a > 0) acc.leader(t, s) = who[s];
+        continue;
       }
-      if (acc.advance(t, s) <= 0) continue;
+      // Several ranks within the tie tolerance (or none, for a negative tolerance): recompute
+      // this stage's prefixes, summed in the same order as above.
+      std::vector<double> p(r_count, kNegInf);
+      for (int r = 0; r < r_count; ++r)
+        if (complete || m.present(t, r)) {
+          p[r] = 0;
+          for (int j = 0; j <= s; ++j) p[r] += d[static_cast<std::ptrdiff_t>(j) * r_count + r];
+        }
+      int count = 0, first = 0;
+      double below = kNegInf;
+      for (int r = 0; r < r_count; ++r) {
+        if (p[r] >= attain) {
+          if (count++ == 0) first = r;
+        } else {
+          below = std::max(below, p[r]);
+        }
+      }
+      if (r_count > 1 && count == 1) acc.gap(t, s) = std::isfinite(below) ? f - below : 0.0;
+      if (a <= 0) continue;
       if (count == 1) {
-        Eigen::Index who = 0;
-        for (Eigen::Index r = 0; r < r_count; ++r)
-          if (attains[r]) {
-            who = r;
-            break;
-          }
-        acc.leader(t, s) = static_cast<int>(who);
+        acc.leader(t, s) = first;
       } else {
         acc.leader(t, s) = Accounting::kTie;
         Accounting::Tie tie{t, s, {}};
         for (int r = 0; r < r_count; ++r)
-          if (attains[r]) tie.ranks.push_back(r);
+          if (p[r] >= attain) tie.ranks.push_back(r);
         acc.ties.push_back(std::move(tie));
       }
     }
