@@ -1,6 +1,7 @@
 #include "frontier/detail.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -17,6 +18,103 @@ std::string fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
+}
+
+/// Moves the elements of [v, v + n) for which less(x) holds to the front, keeping the rest
+/// behind them; returns their count. Branchless Lomuto: a swap every element, the front
+/// advancing only on less(x).
+template <class Less>
+std::size_t partition_branchless(double* v, std::size_t n, Less less) {
+  std::size_t front = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const double x = v[j];
+    v[j] = v[front];
+    v[front] = x;
+    front += less(x) ? 1 : 0;
+  }
+  return front;
+}
+
+std::size_t median_of_three_index(const double* v, std::size_t a, std::size_t b, std::size_t c) {
+  if (v[a] < v[b]) return v[b] < v[c] ? b : (v[a] < v[c] ? c : a);
+  return v[a] < v[c] ? a : (v[b] < v[c] ? c : b);
+}
+
+/// The k-th smallest of v[0, n) (0-based; v is reordered), and the (k−1)-th in *lower when
+/// lower is not null (0 < k). The per-step medians over ranks are the labeler's largest cost,
+/// and std::nth_element mispredicts about every other comparison on unordered data; this
+/// quickselect partitions without branches. Runs of keys equal to the smallest are split off
+/// so ties cannot make it quadratic, and a bad pivot sequence ends in std::nth_element.
+double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
+  constexpr std::size_t kSmall = 32;
+  std::size_t lo = 0, hi = n;  // v[0, lo) ≤ v[lo, hi) ≤ v[hi, n), and lo ≤ k < hi
+  double left_max = kNegInf;   // max of v[0, lo)
+  const int rounds = 2 * static_cast<int>(std::bit_width(n));
+  for (int round = 0; hi - lo > kSmall && round < rounds; ++round) {
+    std::swap(v[median_of_three_index(v, lo, lo + (hi - lo) / 2, hi - 1)], v[hi - 1]);
+    const double pivot = v[hi - 1];
+    const std::size_t lt = lo + partition_branchless(v + lo, hi - 1 - lo, [pivot](double x) { return x < pivot; });
+    std::swap(v[lt], v[hi - 1]);  // v[lo, lt) < pivot = v[lt] ≤ v[lt + 1, hi)
+    if (k < lt) {
+      hi = lt;
+      continue;
+    }
+    if (k == lt) {
+      if (lower) *lower = lt > lo ? *std::max_element(v + lo, v + lt) : left_max;
+      return pivot;
+    }
+    std::size_t next = lt + 1;
+    if (lt == lo) {
+      // The pivot is the range's smallest key: step over all its copies at once.
+      next += partition_branchless(v + next, hi - next, [pivot](double x) { return x <= pivot; });
+      if (k < next) {
+        if (lower) *lower = pivot;
+        return pivot;
+      }
+    }
+    lo = next;
+    left_max = pivot;
+  }
+  std::nth_element(v + lo, v + k, v + hi);
+  if (lower) *lower = k > lo ? *std::max_element(v + lo, v + k) : left_max;
+  return v[k];
+}
+
+/// One step's durations for its present ranks only, as columns of n values (n × S,
+/// column-major): the matrix's own storage when every rank is present, a compacted copy
+/// otherwise. Row i is rank rank(i), ranks ascending.
+class PresentStep {
+public:
+  PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)) {
+    const auto block = m.step_block(t);
+    if (m.step_complete(t)) {
+      data_ = block.data();
+      return;
+    }
+    for (int r = 0; r < m.ranks(); ++r)
+      if (m.present(t, r)) ranks_.push_back(r);
+    copy_.resize(static_cast<std::size_t>(n_) * m.stages());
+    for (int s = 0; s < m.stages(); ++s)
+      for (int i = 0; i < n_; ++i) copy_[static_cast<std::size_t>(s) * n_ + i] = block(ranks_[i], s);
+    data_ = copy_.data();
+  }
+  int size() const { return n_; }
+  int rank(int i) const { return ranks_.empty() ? i : ranks_[i]; }
+  Eigen::Map<const Eigen::ArrayXd> stage(int s) const { return {data_ + static_cast<std::ptrdiff_t>(s) * n_, n_}; }
+
+private:
+  int n_;
+  const double* data_ = nullptr;
+  std::vector<int> ranks_;  // empty when complete
+  std::vector<double> copy_;
+};
+
+/// b̃ of stage s for each present rank of the step (before clipping).
+Eigen::ArrayXd step_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
+  if (b.kind != GainBaseline::rank_median) return Eigen::ArrayXd::Constant(d.size(), b.value(schema, 0, s));
+  Eigen::ArrayXd out(d.size());
+  for (int i = 0; i < d.size(); ++i) out[i] = (*b.rank_median)(d.rank(i), s);
+  return out;
 }
 }  // namespace
 
@@ -87,12 +185,19 @@ StepFrontier step_frontier_from(const Accounting& acc, int t) {
 
 double median_inplace(std::vector<double>& v) {
   const std::size_t n = v.size();
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (n % 2 == 1) return *mid;
-  const double hi = *mid;
-  const double lo = *std::max_element(v.begin(), mid);
+  if (n % 2 == 1) return select_kth(v.data(), n, n / 2, nullptr);
+  double lo = 0;
+  const double hi = select_kth(v.data(), n, n / 2, &lo);
   return lo + (hi - lo) / 2;
+}
+
+void cohort_medians(const StageMatrix& m, int t, std::span<double> out) {
+  const PresentStep d(m, t);
+  std::vector<double> v(d.size());
+  for (int s = 0; s < m.stages(); ++s) {
+    Eigen::Map<Eigen::ArrayXd>(v.data(), d.size()) = d.stage(s);
+    out[s] = v.empty() ? 0.0 : median_inplace(v);
+  }
 }
 
 Eigen::MatrixXd rank_window_median(const StageMatrix& m) {
@@ -110,44 +215,44 @@ Eigen::MatrixXd rank_window_median(const StageMatrix& m) {
 
 double StepBaseline::value(const StageSchema& schema, int r, int s) const {
   switch (kind) {
-    case GainBaseline::cohort_median: return (*cohort_median)[s];
+    case GainBaseline::cohort_median: return cohort_median[s];
     case GainBaseline::rank_median: return (*rank_median)(r, s);
     case GainBaseline::reference: return reference[schema.group_of(s)];
   }
   return 0;
 }
 
-double step_gain(const StageMatrix& m, int t, int g, const StepBaseline& b, double exposed) {
+void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out) {
   const auto& schema = m.schema();
-  double f_cf = kNegInf;
-  for (int r = 0; r < m.ranks(); ++r) {
-    if (!m.present(t, r)) continue;
-    double total = 0, reduction = 0;
-    for (int s = 0; s < m.stages(); ++s) {
-      const double d = m.d(t, r, s);
-      total += d;
-      if (schema.group_of(s) == g) reduction += d - std::min(d, b.value(schema, r, s));  // clipped b = min(d, b̃)
-    }
-    f_cf = std::max(f_cf, total - reduction);
+  const PresentStep d(m, t);
+  const int n = d.size(), G = schema.group_count();
+  // Per present rank: P[t,r,S] and, per group, Σ_{s∈g} (d − min(d, b̃)), both in stage order.
+  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(n);
+  Eigen::ArrayXXd reduction = Eigen::ArrayXXd::Zero(n, G);
+  for (int s = 0; s < m.stages(); ++s) {
+    const auto x = d.stage(s);
+    total += x;
+    reduction.col(schema.group_of(s)) += x - x.min(step_baseline(b, schema, d, s));  // clipped b = min(d, b̃)
   }
-  return std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
+  for (int g = 0; g < G; ++g) {
+    const double f_cf = n > 0 ? (total - reduction.col(g)).maxCoeff() : kNegInf;
+    gain_out[g] = std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
+  }
 }
 
 void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline& b, std::vector<double>& adv_out,
                          double& exposed_out) {
   const auto& schema = m.schema();
   adv_out.assign(schema.group_count(), 0.0);
-  std::vector<double> p(m.ranks(), 0.0);
+  const PresentStep d(m, t);
+  Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
   double f_prev = 0;
   for (int s = 0; s < m.stages(); ++s) {
-    double front = kNegInf;
-    const bool replaced = schema.group_of(s) == g;
-    for (int r = 0; r < m.ranks(); ++r) {
-      if (!m.present(t, r)) continue;
-      const double d = m.d(t, r, s);
-      p[r] += replaced ? std::min(d, b.value(schema, r, s)) : d;
-      front = std::max(front, p[r]);
-    }
+    if (schema.group_of(s) == g)
+      p += d.stage(s).min(step_baseline(b, schema, d, s));
+    else
+      p += d.stage(s);
+    const double front = d.size() > 0 ? p.maxCoeff() : kNegInf;
     adv_out[schema.group_of(s)] += front - f_prev;
     f_prev = front;
   }
@@ -160,31 +265,30 @@ BaselineAccumulator::BaselineAccumulator(const StageSchema& s) : schema(&s) {
   for (auto& v : score) v.assign(s.group_count(), 0.0);
 }
 
-void BaselineAccumulator::add_step(const StageMatrix& m, int t, const std::vector<double>& cohort_median) {
-  const int R = m.ranks(), S = m.stages();
-  int slowest = -1;
-  double slowest_total = kNegInf;
-  for (int r = 0; r < R; ++r) {
-    if (!m.present(t, r)) continue;
-    double total = 0;
-    for (int s = 0; s < S; ++s) total += m.d(t, r, s);
-    if (total > slowest_total) {
-      slowest_total = total;
-      slowest = r;
-    }
+void BaselineAccumulator::add_step(const StageMatrix& m, int t, std::span<const double> cohort_median) {
+  const int S = m.stages();
+  const PresentStep d(m, t);
+  if (d.size() == 0) return;
+  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(d.size());
+  std::vector<double> stage_max(S), stage_sum(S, 0.0);
+  std::vector<const double*> col(S);
+  for (int s = 0; s < S; ++s) {
+    total += d.stage(s);
+    stage_max[s] = d.stage(s).maxCoeff();
+    col[s] = d.stage(s).data();
   }
-  if (slowest < 0) return;
+  // The per-stage sums stay in rank order; rank by rank keeps the S sums independent chains.
+  for (int i = 0; i < d.size(); ++i)
+    for (int s = 0; s < S; ++s) stage_sum[s] += col[s][i];
+  int slowest = 0;
+  for (int i = 1; i < d.size(); ++i)
+    if (total[i] > total[slowest]) slowest = i;
+  slowest = d.rank(slowest);
   const int n = m.step_present_count(t);
   for (int s = 0; s < S; ++s) {
     const int g = schema->group_of(s);
-    double mx = kNegInf, sum = 0;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      const double d = m.d(t, r, s);
-      mx = std::max(mx, d);
-      sum += d;
-    }
-    const double mean = sum / n;
+    const double mx = stage_max[s];
+    const double mean = stage_sum[s] / n;
     score[static_cast<int>(BaselineRule::per_stage_max)][g] += mx;
     score[static_cast<int>(BaselineRule::per_stage_avg)][g] += mean;
     score[static_cast<int>(BaselineRule::raw_spread)][g] += mx - cohort_median[s];
@@ -231,19 +335,8 @@ WindowStats::WindowStats(const StageSchema& schema, int world_size, const LabelC
   cf_seen_.assign(G_, 0);
 }
 
-std::vector<double> WindowStats::cohort_median_for(const StageMatrix& m, int t) const {
-  std::vector<double> out(S_, 0.0), v;
-  v.reserve(m.ranks());
-  for (int s = 0; s < S_; ++s) {
-    v.clear();
-    for (int r = 0; r < m.ranks(); ++r)
-      if (m.present(t, r)) v.push_back(m.d(t, r, s));
-    if (!v.empty()) out[s] = median_inplace(v);
-  }
-  return out;
-}
-
-void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, const Eigen::MatrixXd* rank_median) {
+void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
+                           const Eigen::MatrixXd* rank_median) {
   const int R = m.ranks();
   if (m.step_present_count(t) == 0) return;
   ++steps_;
@@ -252,26 +345,22 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
   exposed_.push_back(exposed);
   for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
 
-  const std::vector<double> cm = cohort_median_for(m, t);
-  base_.add_step(m, t, cm);
+  base_.add_step(m, t, cohort_median);
 
-  const StepBaseline b{cfg_.gain_baseline, &cm, rank_median, cfg_.reference_s};
-  for (int g = 0; g < G_; ++g) gain_num_[g] += step_gain(m, t, g, b, exposed);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
+  std::vector<double> gain(G_);
+  step_gains(m, t, b, exposed, gain);
+  for (int g = 0; g < G_; ++g) gain_num_[g] += gain[g];
 
   // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
-  std::vector<double> p(R, 0.0), tmp;
-  tmp.reserve(R);
+  const PresentStep d(m, t);
+  Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
+  std::vector<double> tmp(d.size());
   double lag_prev = 0;
   for (int s = 0; s < S_; ++s) {
-    tmp.clear();
-    double mx = kNegInf;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      p[r] += m.d(t, r, s);
-      mx = std::max(mx, p[r]);
-      tmp.push_back(p[r]);
-    }
-    const double lag = mx - median_inplace(tmp);
+    p += d.stage(s);
+    Eigen::Map<Eigen::ArrayXd>(tmp.data(), d.size()) = p;
+    const double lag = p.maxCoeff() - median_inplace(tmp);
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
     lag_prev = lag;
@@ -361,10 +450,10 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
   if (roles_.empty() && !m.roles().empty()) roles_ = m.roles();
 }
 
-void WindowStats::add_counterfactual(const StageMatrix& m, int t, int g, const Eigen::MatrixXd* rank_median) {
+void WindowStats::add_counterfactual(const StageMatrix& m, int t, int g, std::span<const double> cohort_median,
+                                     const Eigen::MatrixXd* rank_median) {
   if (m.step_present_count(t) == 0) return;
-  const std::vector<double> cm = cohort_median_for(m, t);
-  const StepBaseline b{cfg_.gain_baseline, &cm, rank_median, cfg_.reference_s};
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
   std::vector<double> adv;
   double exposed = 0;
   step_counterfactual(m, t, g, b, adv, exposed);
