@@ -359,8 +359,12 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   double lag_prev = 0;
   for (int s = 0; s < S_; ++s) {
     p += d.stage(s);
-    Eigen::Map<Eigen::ArrayXd>(tmp.data(), d.size()) = p;
-    const double lag = p.maxCoeff() - median_inplace(tmp);
+    double median = cohort_median[0];  // at the first stage P = d: the cohort median, already at hand
+    if (s > 0) {
+      Eigen::Map<Eigen::ArrayXd>(tmp.data(), d.size()) = p;
+      median = median_inplace(tmp);
+    }
+    const double lag = p.maxCoeff() - median;
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
     lag_prev = lag;
@@ -407,15 +411,15 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       }
     }
 
-  if (const auto gf = schema_.group_index(cfg_.forward_group))
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      double sum = 0;
-      for (int s = 0; s < S_; ++s)
-        if (schema_.group_of(s) == *gf) sum += m.d(t, r, s);
-      cpu_fwd_sum_[r] += sum;
-      ++cpu_fwd_n_[r];
+  if (const auto gf = schema_.group_index(cfg_.forward_group)) {
+    Eigen::ArrayXd fwd = Eigen::ArrayXd::Zero(d.size());
+    for (int s = 0; s < S_; ++s)
+      if (schema_.group_of(s) == *gf) fwd += d.stage(s);
+    for (int i = 0; i < d.size(); ++i) {
+      cpu_fwd_sum_[d.rank(i)] += fwd[i];
+      ++cpu_fwd_n_[d.rank(i)];
     }
+  }
 
   if (m.has_fwd_events())
     for (int r = 0; r < R; ++r) {
