@@ -109,11 +109,12 @@ private:
   std::vector<double> copy_;
 };
 
-/// b̃ of stage s for each present rank of the step (before clipping).
-Eigen::ArrayXd step_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
-  if (b.kind != GainBaseline::rank_median) return Eigen::ArrayXd::Constant(d.size(), b.value(schema, 0, s));
+/// The clipped baseline min(d, b̃) of stage s for each present rank of the step (eq. 4).
+Eigen::ArrayXd clipped_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
+  const auto x = d.stage(s);
+  if (b.kind != GainBaseline::rank_median) return x.min(b.value(schema, 0, s));
   Eigen::ArrayXd out(d.size());
-  for (int i = 0; i < d.size(); ++i) out[i] = (*b.rank_median)(d.rank(i), s);
+  for (int i = 0; i < d.size(); ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i), s));
   return out;
 }
 }  // namespace
@@ -232,7 +233,7 @@ void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double expos
   for (int s = 0; s < m.stages(); ++s) {
     const auto x = d.stage(s);
     total += x;
-    reduction.col(schema.group_of(s)) += x - x.min(step_baseline(b, schema, d, s));  // clipped b = min(d, b̃)
+    reduction.col(schema.group_of(s)) += x - clipped_baseline(b, schema, d, s);
   }
   for (int g = 0; g < G; ++g) {
     const double f_cf = n > 0 ? (total - reduction.col(g)).maxCoeff() : kNegInf;
@@ -249,7 +250,7 @@ void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline&
   double f_prev = 0;
   for (int s = 0; s < m.stages(); ++s) {
     if (schema.group_of(s) == g)
-      p += d.stage(s).min(step_baseline(b, schema, d, s));
+      p += clipped_baseline(b, schema, d, s);
     else
       p += d.stage(s);
     const double front = d.size() > 0 ? p.maxCoeff() : kNegInf;
@@ -270,16 +271,22 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, std::span<const 
   const PresentStep d(m, t);
   if (d.size() == 0) return;
   Eigen::ArrayXd total = Eigen::ArrayXd::Zero(d.size());
-  std::vector<double> stage_max(S), stage_sum(S, 0.0);
-  std::vector<const double*> col(S);
+  std::vector<double> stage_max(S), stage_sum(S);
   for (int s = 0; s < S; ++s) {
     total += d.stage(s);
     stage_max[s] = d.stage(s).maxCoeff();
-    col[s] = d.stage(s).data();
   }
-  // The per-stage sums stay in rank order; rank by rank keeps the S sums independent chains.
-  for (int i = 0; i < d.size(); ++i)
-    for (int s = 0; s < S; ++s) stage_sum[s] += col[s][i];
+  // The per-stage sums stay in rank order. Four stages at a time, so the four running sums
+  // are independent chains in registers rather than one latency-bound chain after another.
+  constexpr int kLanes = 4;
+  for (int s0 = 0; s0 < S; s0 += kLanes) {
+    const double* col[kLanes];
+    for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data();  // spare lanes repeat the last stage
+    double sum[kLanes] = {};
+    for (int i = 0; i < d.size(); ++i)
+      for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
+    for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum[s0 + j] = sum[j];
+  }
   int slowest = 0;
   for (int i = 1; i < d.size(); ++i)
     if (total[i] > total[slowest]) slowest = i;
@@ -439,6 +446,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
     }
 
   has_wall_ = schema_.has_residual();
+  double residual_sum = residual_sum_, overlap_sum = overlap_sum_, wall_sum = wall_sum_;  // in registers
   for (int r = 0; r < R; ++r) {
     if (!m.present(t, r)) {
       rank_missing_[r] = 1;
@@ -446,11 +454,14 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       continue;
     }
     if (has_wall_) {
-      residual_sum_ += m.d(t, r, schema_.residual_index());
-      overlap_sum_ += m.overlap(t, r);
-      wall_sum_ += m.wall(t, r);
+      residual_sum += m.d(t, r, schema_.residual_index());
+      overlap_sum += m.overlap(t, r);
+      wall_sum += m.wall(t, r);
     }
   }
+  residual_sum_ = residual_sum;
+  overlap_sum_ = overlap_sum;
+  wall_sum_ = wall_sum;
   if (roles_.empty() && !m.roles().empty()) roles_ = m.roles();
 }
 
