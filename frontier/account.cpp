@@ -8,7 +8,37 @@ namespace sf::frontier {
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct TopTwo {
+  double top = kNegInf, second = kNegInf;  ///< the largest value and the largest of the rest
+  void add(double v) {
+    second = std::max(second, std::min(top, v));
+    top = std::max(top, v);
+  }
+};
+
+/// p[r] += d[r] for r < n (the prefix identity, paper eq. (1): P[t,r,s] = Σ_{j≤s} d[t,r,j]),
+/// returning the two largest prefixes. One pass without branches: eight lanes of ranks each
+/// keep their own two largest, so the max/min chains are independent and vectorise.
+TopTwo add_stage(double* p, const double* d, int n) {
+  using Lanes = Eigen::Array<double, 8, 1>;
+  Lanes top = Lanes::Constant(kNegInf), second = Lanes::Constant(kNegInf);
+  int r = 0;
+  for (; r + Lanes::SizeAtCompileTime <= n; r += Lanes::SizeAtCompileTime) {
+    const Lanes v = Eigen::Map<const Lanes>(p + r) + Eigen::Map<const Lanes>(d + r);
+    Eigen::Map<Lanes>(p + r) = v;
+    second = second.max(top.min(v));
+    top = top.max(v);
+  }
+  TopTwo out;
+  for (int j = 0; j < Lanes::SizeAtCompileTime; ++j) {
+    out.add(top[j]);
+    out.second = std::max(out.second, second[j]);
+  }
+  for (; r < n; ++r) out.add(p[r] += d[r]);
+  return out;
 }
+}  // namespace
 
 double Accounting::exposed_makespan() const {
   double sum = 0;
@@ -35,34 +65,17 @@ Accounting account(const StageMatrix& m, const AccountOptions& opt) {
   acc.leader = Eigen::MatrixXi::Constant(n, s_count, Accounting::kNone);
   acc.scored.assign(n, 0);
 
-  // Per stage of the current step: the largest prefix, the runner-up, and the first rank
-  // attaining the largest.
-  std::vector<double> top(s_count), runner_up(s_count);
-  std::vector<int> who(s_count);
+  std::vector<double> p(r_count);  // running prefix P[t,·,s]; missing ranks sit at −inf
   for (int t = 0; t < n; ++t) {
     if (m.step_present_count(t) == 0) continue;
     acc.scored[t] = 1;
-    std::fill(top.begin(), top.end(), kNegInf);
-    std::fill(runner_up.begin(), runner_up.end(), kNegInf);
-    std::fill(who.begin(), who.end(), 0);
     const bool complete = m.step_complete(t);
-    const double* d = m.step_block(t).data();  // R × S, column-major: d[t,r,s] = d[s·R + r]
-    // Rank by rank, so each stage's maximum is its own dependency chain and the CPU overlaps
-    // them; the updates are branchless because a stage-by-stage pass with a branch per new
-    // maximum mispredicted often at small R.
-    for (int r = 0; r < r_count; ++r) {
-      if (!complete && !m.present(t, r)) continue;
-      double p = 0;
-      for (int s = 0; s < s_count; ++s) {
-        p += d[static_cast<std::ptrdiff_t>(s) * r_count + r];  // prefix identity, paper eq. (1)
-        runner_up[s] = std::max(runner_up[s], std::min(top[s], p));
-        who[s] = p > top[s] ? r : who[s];
-        top[s] = std::max(top[s], p);
-      }
-    }
+    for (int r = 0; r < r_count; ++r) p[r] = complete || m.present(t, r) ? 0.0 : kNegInf;
+    const auto block = m.step_block(t);
     double f_prev = 0;
     for (int s = 0; s < s_count; ++s) {
-      const double f = top[s];
+      const TopTwo top = add_stage(p.data(), block.col(s).data(), r_count);
+      const double f = top.top;
       acc.frontier(t, s) = f;
       const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
       acc.advance(t, s) = a;
@@ -70,20 +83,17 @@ Accounting account(const StageMatrix& m, const AccountOptions& opt) {
 
       const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
       const double attain = f - tol;  // prefixes at or above this attain the frontier
-      if (f >= attain && runner_up[s] < attain) [[likely]] {
+      if (f >= attain && top.second < attain) [[likely]] {
         // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
-        if (r_count > 1) acc.gap(t, s) = std::isfinite(runner_up[s]) ? f - runner_up[s] : 0.0;
-        if (a > 0) acc.leader(t, s) = who[s];
+        if (r_count > 1) acc.gap(t, s) = std::isfinite(top.second) ? f - top.second : 0.0;
+        if (a > 0) {
+          int who = 0;
+          while (p[who] < attain) ++who;
+          acc.leader(t, s) = who;
+        }
         continue;
       }
-      // Several ranks within the tie tolerance (or none, for a negative tolerance): recompute
-      // this stage's prefixes, summed in the same order as above.
-      std::vector<double> p(r_count, kNegInf);
-      for (int r = 0; r < r_count; ++r)
-        if (complete || m.present(t, r)) {
-          p[r] = 0;
-          for (int j = 0; j <= s; ++j) p[r] += d[static_cast<std::ptrdiff_t>(j) * r_count + r];
-        }
+      // Several ranks within the tie tolerance (or none, for a negative tolerance).
       int count = 0, first = 0;
       double below = kNegInf;
       for (int r = 0; r < r_count; ++r) {
