@@ -385,6 +385,61 @@ bool parse_plain_row(std::string_view line, std::vector<double>& row) {
   return true;
 }
 
+/// The common case, read in one pass straight into the window's matrix: one window, every data
+/// line a plain row, the first line holding the smallest step and the last line the largest
+/// step and (unless opt.world_size is given) the largest rank, as write_csv and sorted files
+/// have them, and no duplicate (step, rank). Builds the matrix the general path would, without
+/// its list of pending records. nullopt for any other input, valid or not; the caller then
+/// takes the general path, which also words every error.
+std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const std::vector<std::string>& stages,
+                                                    bool has_wall, std::size_t ncol, const ReadOptions& opt) {
+  if (opt.window_steps > 0) return std::nullopt;
+  std::vector<double> row(ncol);
+  std::string_view first_line, last_line;
+  for (std::size_t pos = 0; pos < body.size() && first_line.empty();) {
+    const std::size_t end = std::min(body.find('\n', pos), body.size());
+    if (!trim(body.substr(pos, end - pos)).empty()) first_line = body.substr(pos, end - pos);
+    pos = end + 1;
+  }
+  for (std::size_t end = body.size(); end > 0 && last_line.empty();) {
+    const std::size_t nl = body.rfind('\n', end - 1);
+    const std::size_t start = nl == std::string_view::npos ? 0 : nl + 1;
+    if (!trim(body.substr(start, end - start)).empty()) last_line = body.substr(start, end - start);
+    end = nl == std::string_view::npos ? 0 : nl;
+  }
+  if (first_line.empty() || !parse_plain_row(first_line, row)) return std::nullopt;
+  const auto first = static_cast<std::int64_t>(row[0]);
+  if (!parse_plain_row(last_line, row)) return std::nullopt;
+  const auto last = static_cast<std::int64_t>(row[0]);
+  const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(row[1]) + 1;
+  if (last < first || last - first + 1 > std::numeric_limits<int>::max() / world) return std::nullopt;
+
+  std::vector<Window> out(1);
+  Window& w = out[0];
+  w.header_line = 1;
+  try {
+    w.matrix = StageMatrix(StageSchema(stages, has_wall, opt.accumulation), world, first,
+                           static_cast<int>(last - first + 1));
+    for (std::size_t pos = 0; pos < body.size();) {
+      const std::size_t end = std::min(body.find('\n', pos), body.size());
+      const std::string_view line = body.substr(pos, end - pos);
+      pos = end + 1;
+      if (trim(line).empty()) continue;
+      if (!parse_plain_row(line, row)) return std::nullopt;
+      const auto step = static_cast<std::int64_t>(row[0]);
+      const int rank = static_cast<int>(row[1]);
+      if (step < first || step > last || rank >= world) return std::nullopt;
+      const int t = static_cast<int>(step - first);
+      if (w.matrix.present(t, rank)) return std::nullopt;  // duplicate: the general path words it
+      w.matrix.set_record(t, rank, std::span<const double>(row).subspan(2, stages.size()),
+                          has_wall ? std::optional<double>(row[ncol - 1]) : std::nullopt);
+    }
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
 std::vector<Window> parse_csv(std::string_view text, const std::string& file, const ReadOptions& opt) {
   std::size_t pos = 0;
   std::int64_t line_no = 0;
@@ -416,6 +471,8 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   const std::vector<std::string> stages(cols.begin() + 2, cols.end() - (has_wall ? 1 : 0));
   if (stages.empty()) throw FormatError(file, line_no, "header names no stage column");
   const std::size_t k = stages.size(), ncol = cols.size();
+  if (auto direct = parse_csv_direct(text.substr(std::min(pos, text.size())), stages, has_wall, ncol, opt))
+    return std::move(*direct);
 
   PendingWindow pw;
   pw.stages = stages;
