@@ -25,6 +25,26 @@ StepFrontier step_frontier_from(const Accounting& acc, int t);
 /// Median of v (v is reordered; must be non-empty). Even sizes average the two middle values.
 double median_inplace(std::vector<double>& v);
 
+/// One step's durations for its present ranks only, as columns of n values (n × S,
+/// column-major): the matrix's own storage when every rank is present, a compacted copy
+/// otherwise. Row i is rank rank(i), ranks ascending.
+class PresentStep {
+public:
+  PresentStep(const StageMatrix& m, int t);
+  int size() const { return n_; }
+  int stages() const { return stages_; }
+  int rank(int i) const { return ranks_.empty() ? i : ranks_[i]; }
+  Eigen::Map<const Eigen::ArrayXd> stage(int s) const { return {data_ + static_cast<std::ptrdiff_t>(s) * n_, n_}; }
+  /// P[t,r,S] per present rank, summed in stage order.
+  Eigen::ArrayXd totals() const;
+
+private:
+  int n_, stages_;
+  const double* data_ = nullptr;
+  std::vector<int> ranks_;  // empty when complete
+  std::vector<double> copy_;
+};
+
 /// Per-stage median over the present ranks of step t (0 for a step with no present rank);
 /// out has m.stages() entries. The cohort baseline b̃ and the raw-spread reference.
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out);
@@ -44,6 +64,9 @@ struct StepBaseline {
 /// gain_out[g] = F[t,S] − F'[t,S] when group g's stages are replaced by min(d, b̃) on every
 /// present rank, for every group g (gain_out has schema().group_count() entries).
 void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out);
+/// Same, for a step already viewed, with its totals (d.totals()).
+void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out);
 
 /// Per-group advances of the counterfactual step where group g is replaced by min(d, b̃),
 /// and its F'[t,S].
@@ -55,6 +78,9 @@ struct BaselineAccumulator {
   explicit BaselineAccumulator(const StageSchema& schema);
   /// cohort_median: per-stage median over present ranks of this step; totals: P[t,r,S].
   void add_step(const StageMatrix& m, int t, std::span<const double> cohort_median);
+  /// Same, for a step already viewed, with its totals (d.totals()).
+  void add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& totals,
+                std::span<const double> cohort_median);
   BaselineSet finish(double tau_c) const;
 
   const StageSchema* schema;

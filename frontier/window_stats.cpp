@@ -88,34 +88,21 @@ double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
   return v[k];
 }
 
-/// One step's durations for its present ranks only, as columns of n values (n × S,
-/// column-major): the matrix's own storage when every rank is present, a compacted copy
-/// otherwise. Row i is rank rank(i), ranks ascending.
-class PresentStep {
-public:
-  PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)) {
-    const auto block = m.step_block(t);
-    if (m.step_complete(t)) {
-      data_ = block.data();
-      return;
-    }
-    for (int r = 0; r < m.ranks(); ++r)
-      if (m.present(t, r)) ranks_.push_back(r);
-    copy_.resize(static_cast<std::size_t>(n_) * m.stages());
-    for (int s = 0; s < m.stages(); ++s)
-      for (int i = 0; i < n_; ++i) copy_[static_cast<std::size_t>(s) * n_ + i] = block(ranks_[i], s);
-    data_ = copy_.data();
+/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
+/// keep independent maxima, so it vectorises.
+double add_and_max(double* p, const double* x, int n) {
+  using Lanes = Eigen::Array<double, 8, 1>;
+  Lanes top = Lanes::Constant(kNegInf);
+  int i = 0;
+  for (; i + Lanes::SizeAtCompileTime <= n; i += Lanes::SizeAtCompileTime) {
+    const Lanes v = Eigen::Map<const Lanes>(p + i) + Eigen::Map<const Lanes>(x + i);
+    Eigen::Map<Lanes>(p + i) = v;
+    top = top.max(v);
   }
-  int size() const { return n_; }
-  int rank(int i) const { return ranks_.empty() ? i : ranks_[i]; }
-  Eigen::Map<const Eigen::ArrayXd> stage(int s) const { return {data_ + static_cast<std::ptrdiff_t>(s) * n_, n_}; }
-
-private:
-  int n_;
-  const double* data_ = nullptr;
-  std::vector<int> ranks_;  // empty when complete
-  std::vector<double> copy_;
-};
+  double out = top.maxCoeff();
+  for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
+  return out;
+}
 
 /// The clipped baseline min(d, b̃) of stage s for each present rank of the step (eq. 4).
 Eigen::ArrayXd clipped_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
@@ -126,6 +113,26 @@ Eigen::ArrayXd clipped_baseline(const StepBaseline& b, const StageSchema& schema
   return out;
 }
 }  // namespace
+
+PresentStep::PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)), stages_(m.stages()) {
+  const auto block = m.step_block(t);
+  if (m.step_complete(t)) {
+    data_ = block.data();
+    return;
+  }
+  for (int r = 0; r < m.ranks(); ++r)
+    if (m.present(t, r)) ranks_.push_back(r);
+  copy_.resize(static_cast<std::size_t>(n_) * stages_);
+  for (int s = 0; s < stages_; ++s)
+    for (int i = 0; i < n_; ++i) copy_[static_cast<std::size_t>(s) * n_ + i] = block(ranks_[i], s);
+  data_ = copy_.data();
+}
+
+Eigen::ArrayXd PresentStep::totals() const {
+  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(n_);
+  for (int s = 0; s < stages_; ++s) total += stage(s);
+  return total;
+}
 
 StepFrontier step_frontier_reference(const StageMatrix& m, int t, const AccountOptions& opt) {
   const int R = m.ranks(), S = m.stages();
@@ -232,19 +239,26 @@ double StepBaseline::value(const StageSchema& schema, int r, int s) const {
 }
 
 void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out) {
-  const auto& schema = m.schema();
   const PresentStep d(m, t);
-  const int n = d.size(), G = schema.group_count();
-  // Per present rank: P[t,r,S] and, per group, Σ_{s∈g} (d − min(d, b̃)), both in stage order.
-  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(n);
-  Eigen::ArrayXXd reduction = Eigen::ArrayXXd::Zero(n, G);
-  for (int s = 0; s < m.stages(); ++s) {
-    const auto x = d.stage(s);
-    total += x;
-    reduction.col(schema.group_of(s)) += x - clipped_baseline(b, schema, d, s);
-  }
-  for (int g = 0; g < G; ++g) {
-    const double f_cf = n > 0 ? (total - reduction.col(g)).maxCoeff() : kNegInf;
+  step_gains(d, d.totals(), m.schema(), b, exposed, gain_out);
+}
+
+void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out) {
+  // F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction summed in stage order.
+  for (int g = 0; g < schema.group_count(); ++g) {
+    double f_cf = kNegInf;
+    if (d.size() > 0) {
+      Eigen::ArrayXd reduction;
+      for (int s = 0; s < d.stages(); ++s) {
+        if (schema.group_of(s) != g) continue;
+        if (reduction.size() == 0)
+          reduction = d.stage(s) - clipped_baseline(b, schema, d, s);  // = 0 + that, exactly: it is ≥ +0
+        else
+          reduction += d.stage(s) - clipped_baseline(b, schema, d, s);
+      }
+      f_cf = reduction.size() == 0 ? totals.maxCoeff() : (totals - reduction).maxCoeff();
+    }
     gain_out[g] = std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
   }
 }
@@ -257,11 +271,13 @@ void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline&
   Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
   double f_prev = 0;
   for (int s = 0; s < m.stages(); ++s) {
-    if (schema.group_of(s) == g)
-      p += clipped_baseline(b, schema, d, s);
-    else
-      p += d.stage(s);
-    const double front = d.size() > 0 ? p.maxCoeff() : kNegInf;
+    double front;
+    if (schema.group_of(s) == g) {
+      const Eigen::ArrayXd clipped = clipped_baseline(b, schema, d, s);
+      front = add_and_max(p.data(), clipped.data(), d.size());
+    } else {
+      front = add_and_max(p.data(), d.stage(s).data(), d.size());
+    }
     adv_out[schema.group_of(s)] += front - f_prev;
     f_prev = front;
   }
@@ -275,15 +291,16 @@ BaselineAccumulator::BaselineAccumulator(const StageSchema& s) : schema(&s) {
 }
 
 void BaselineAccumulator::add_step(const StageMatrix& m, int t, std::span<const double> cohort_median) {
-  const int S = m.stages();
   const PresentStep d(m, t);
+  add_step(m, t, d, d.totals(), cohort_median);
+}
+
+void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& total,
+                                   std::span<const double> cohort_median) {
+  const int S = m.stages();
   if (d.size() == 0) return;
-  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(d.size());
   std::vector<double> stage_max(S), stage_sum(S);
-  for (int s = 0; s < S; ++s) {
-    total += d.stage(s);
-    stage_max[s] = d.stage(s).maxCoeff();
-  }
+  for (int s = 0; s < S; ++s) stage_max[s] = d.stage(s).maxCoeff();
   // The per-stage sums stay in rank order. Four stages at a time, so the four running sums
   // are independent chains in registers rather than one latency-bound chain after another.
   constexpr int kLanes = 4;
@@ -360,25 +377,23 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   exposed_.push_back(exposed);
   for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
 
-  base_.add_step(m, t, cohort_median);
+  const PresentStep d(m, t);
+  const Eigen::ArrayXd totals = d.totals();
+  base_.add_step(m, t, d, totals, cohort_median);
 
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
   std::vector<double> gain(G_);
-  step_gains(m, t, b, exposed, gain);
+  step_gains(d, totals, schema_, b, exposed, gain);
   for (int g = 0; g < G_; ++g) gain_num_[g] += gain[g];
 
   // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
-  const PresentStep d(m, t);
-  Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
-  std::vector<double> tmp(d.size());
+  std::vector<double> p(d.size(), 0.0), tmp(d.size());
   double lag_prev = 0;
   for (int s = 0; s < S_; ++s) {
-    p += d.stage(s);
-    double median = cohort_median[0];  // at the first stage P = d: the cohort median, already at hand
-    if (s > 0) {
-      Eigen::Map<Eigen::ArrayXd>(tmp.data(), d.size()) = p;
-      median = median_inplace(tmp);
-    }
+    const double* x = d.stage(s).data();
+    for (int i = 0; i < d.size(); ++i) tmp[i] = p[i] += x[i];
+    // At the first stage P = d: its median is the cohort median, already at hand.
+    const double median = s == 0 ? cohort_median[0] : median_inplace(tmp);
     const double lag = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
