@@ -22,16 +22,24 @@ std::string fmt(double v) {
 
 /// Moves the elements of [v, v + n) for which less(x) holds to the front, keeping the rest
 /// behind them; returns their count. Branchless Lomuto: a swap every element, the front
-/// advancing only on less(x).
+/// advancing only on less(x). Unrolled by four by hand (GCC does not at -O3): the loop
+/// overhead was a fair share of this, the labeler's hottest loop.
 template <class Less>
 std::size_t partition_branchless(double* v, std::size_t n, Less less) {
-  std::size_t front = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const double x = v[j];
-    v[j] = v[front];
+  std::size_t front = 0, j = 0;
+  auto visit = [&](std::size_t at) {
+    const double x = v[at];
+    v[at] = v[front];
     v[front] = x;
     front += less(x) ? 1 : 0;
+  };
+  for (; j + 4 <= n; j += 4) {
+    visit(j);
+    visit(j + 1);
+    visit(j + 2);
+    visit(j + 3);
   }
+  for (; j < n; ++j) visit(j);
   return front;
 }
 
