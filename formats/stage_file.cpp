@@ -7,8 +7,14 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <ostream>
 #include <sstream>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace sf::formats {
 
@@ -35,14 +41,14 @@ namespace {
 /// One parsed (step, rank) record waiting for its window to close.
 struct Pending {
   std::int64_t step;
-  int rank;
   std::int64_t line;
   std::size_t offset;  // into values
-  bool has_wall;
   double wall;
-  frontier::EventState event = frontier::EventState::unsampled;
   double event_s = 0;
   std::int64_t sync_offset = -1;  // into sync values, explicit-stage count entries (NaN = null)
+  int rank;
+  bool has_wall;
+  frontier::EventState event = frontier::EventState::unsampled;
 };
 
 struct PendingWindow {
@@ -346,6 +352,94 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// Parses a data line of the plain form "step,rank,x,...,x" (no blanks around fields) into
+/// row's row.size() columns. Returns false for any other line, valid or not: the caller then
+/// takes the general path, which accepts blanks and words the error. Accepts only lines the
+/// general path accepts, with the same values.
+bool parse_plain_row(std::string_view line, std::vector<double>& row) {
+  const char* p = line.data();
+  const char* const e = p + line.size();
+  const std::size_t ncol = row.size();
+  for (std::size_t col = 0; col < ncol; ++col) {
+    const char* end = nullptr;
+    if (col < 2) {
+      std::int64_t iv = 0;
+      const auto r = std::from_chars(p, e, iv);
+      if (r.ec != std::errc() || r.ptr == p || (col == 1 && (iv < 0 || iv > (1 << 24)))) return false;
+      row[col] = static_cast<double>(iv);
+      end = r.ptr;
+    } else {
+      double v = 0;
+      const auto r = std::from_chars(p, e, v);
+      if (r.ec != std::errc() || r.ptr == p || !std::isfinite(v) || v < 0) return false;
+      row[col] = v;
+      end = r.ptr;
+    }
+    if (col + 1 < ncol) {
+      if (end == e || *end != ',') return false;
+      p = end + 1;
+    } else if (end != e && !(end + 1 == e && *end == '\r')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The common case, read in one pass straight into the window's matrix: one window, every data
+/// line a plain row, the first line holding the smallest step and the last line the largest
+/// step and (unless opt.world_size is given) the largest rank, as write_csv and sorted files
+/// have them, and no duplicate (step, rank). Builds the matrix the general path would, without
+/// its list of pending records. nullopt for any other input, valid or not; the caller then
+/// takes the general path, which also words every error.
+std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const std::vector<std::string>& stages,
+                                                    bool has_wall, std::size_t ncol, const ReadOptions& opt) {
+  if (opt.window_steps > 0) return std::nullopt;
+  std::vector<double> row(ncol);
+  std::string_view first_line, last_line;
+  for (std::size_t pos = 0; pos < body.size() && first_line.empty();) {
+    const std::size_t end = std::min(body.find('\n', pos), body.size());
+    if (!trim(body.substr(pos, end - pos)).empty()) first_line = body.substr(pos, end - pos);
+    pos = end + 1;
+  }
+  for (std::size_t end = body.size(); end > 0 && last_line.empty();) {
+    const std::size_t nl = body.rfind('\n', end - 1);
+    const std::size_t start = nl == std::string_view::npos ? 0 : nl + 1;
+    if (!trim(body.substr(start, end - start)).empty()) last_line = body.substr(start, end - start);
+    end = nl == std::string_view::npos ? 0 : nl;
+  }
+  if (first_line.empty() || !parse_plain_row(first_line, row)) return std::nullopt;
+  const auto first = static_cast<std::int64_t>(row[0]);
+  if (!parse_plain_row(last_line, row)) return std::nullopt;
+  const auto last = static_cast<std::int64_t>(row[0]);
+  const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(row[1]) + 1;
+  if (last < first || last - first + 1 > std::numeric_limits<int>::max() / world) return std::nullopt;
+
+  std::vector<Window> out(1);
+  Window& w = out[0];
+  w.header_line = 1;
+  try {
+    w.matrix = StageMatrix(StageSchema(stages, has_wall, opt.accumulation), world, first,
+                           static_cast<int>(last - first + 1));
+    for (std::size_t pos = 0; pos < body.size();) {
+      const std::size_t end = std::min(body.find('\n', pos), body.size());
+      const std::string_view line = body.substr(pos, end - pos);
+      pos = end + 1;
+      if (trim(line).empty()) continue;
+      if (!parse_plain_row(line, row)) return std::nullopt;
+      const auto step = static_cast<std::int64_t>(row[0]);
+      const int rank = static_cast<int>(row[1]);
+      if (step < first || step > last || rank >= world) return std::nullopt;
+      const int t = static_cast<int>(step - first);
+      if (w.matrix.present(t, rank)) return std::nullopt;  // duplicate: the general path words it
+      w.matrix.set_record(t, rank, std::span<const double>(row).subspan(2, stages.size()),
+                          has_wall ? std::optional<double>(row[ncol - 1]) : std::nullopt);
+    }
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
 std::vector<Window> parse_csv(std::string_view text, const std::string& file, const ReadOptions& opt) {
   std::size_t pos = 0;
   std::int64_t line_no = 0;
@@ -377,6 +471,8 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   const std::vector<std::string> stages(cols.begin() + 2, cols.end() - (has_wall ? 1 : 0));
   if (stages.empty()) throw FormatError(file, line_no, "header names no stage column");
   const std::size_t k = stages.size(), ncol = cols.size();
+  if (auto direct = parse_csv_direct(text.substr(std::min(pos, text.size())), stages, has_wall, ncol, opt))
+    return std::move(*direct);
 
   PendingWindow pw;
   pw.stages = stages;
@@ -384,7 +480,8 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   pw.accumulation = opt.accumulation;
   int max_rank = -1;
   std::vector<double> row(ncol);
-  while (next_line(line)) {
+  // General path: blanks around fields, and every error message.
+  auto parse_row = [&] {
     const char* p = line.data();
     const char* e = line.data() + line.size();
     std::size_t col = 0;
@@ -420,12 +517,20 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     }
     if (col != ncol)
       throw FormatError(file, line_no, std::to_string(col) + " columns, expected " + std::to_string(ncol));
+  };
+  // One record per remaining line, at most: reserve once instead of growing through copies.
+  std::size_t lines = 1;
+  for (std::size_t q = pos; (q = text.find('\n', q)) != std::string_view::npos; ++q) ++lines;
+  pw.records.reserve(lines);
+  pw.values.reserve(lines * k);
+  while (next_line(line)) {
+    if (!parse_plain_row(line, row)) parse_row();
     Pending rec{};
     rec.line = line_no;
     rec.step = static_cast<std::int64_t>(row[0]);
     rec.rank = static_cast<int>(row[1]);
     rec.offset = pw.values.size();
-    pw.values.insert(pw.values.end(), row.begin() + 2, row.begin() + 2 + static_cast<std::ptrdiff_t>(k));
+    for (std::size_t s = 0; s < k; ++s) pw.values.push_back(row[2 + s]);
     rec.has_wall = has_wall;
     rec.wall = has_wall ? row[ncol - 1] : 0.0;
     max_rank = std::max(max_rank, rec.rank);
@@ -442,6 +547,40 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   return out;
 }
 
+/// A regular, non-empty file mapped read-only and populated in one go: no copy into a buffer
+/// and no zeroing of one. Not mapped (mapped() false) for anything else or on any failure;
+/// the caller then reads the file. Stage files are replaced by rename (write_file_atomic),
+/// which leaves an existing mapping intact.
+class MappedFile {
+public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+      const auto size = static_cast<std::size_t>(st.st_size);
+      void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (p != MAP_FAILED) {
+        data_ = p;
+        size_ = size;
+      }
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(data_, size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  bool mapped() const { return data_ != nullptr; }
+  std::string_view text() const { return {static_cast<const char*>(data_), size_}; }
+
+private:
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 }  // namespace
 
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
@@ -452,16 +591,18 @@ std::vector<Window> parse_stage_text(std::string_view text, const std::string& n
 std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& opt) {
   const auto format = opt.format ? opt.format : format_from_path(path);
   if (!format) throw FormatError(path, 0, "unknown file extension; expected .jsonl or .csv (or pass --format)");
+  if (const MappedFile mapped(path); mapped.mapped()) return parse_stage_text(mapped.text(), path, *format, opt);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(path, 0, "cannot open file for reading");
   in.seekg(0, std::ios::end);
   const auto size = in.tellg();
   if (size < 0) throw FormatError(path, 0, "cannot read file size");
-  std::string text(static_cast<std::size_t>(size), '\0');
+  // Uninitialised: read() fills every byte, so zeroing first would be one more pass over the file.
+  const auto text = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(size));
   in.seekg(0);
-  in.read(text.data(), size);
+  in.read(text.get(), size);
   if (!in) throw FormatError(path, 0, "read failed");
-  return parse_stage_text(text, path, *format, opt);
+  return parse_stage_text(std::string_view(text.get(), static_cast<std::size_t>(size)), path, *format, opt);
 }
 
 // --- writers -----------------------------------------------------------------------------------

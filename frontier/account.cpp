@@ -8,7 +8,37 @@ namespace sf::frontier {
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct TopTwo {
+  double top = kNegInf, second = kNegInf;  ///< the largest value and the largest of the rest
+  void add(double v) {
+    second = std::max(second, std::min(top, v));
+    top = std::max(top, v);
+  }
+};
+
+/// p[r] += d[r] for r < n (the prefix identity, paper eq. (1): P[t,r,s] = Σ_{j≤s} d[t,r,j]),
+/// returning the two largest prefixes. One pass without branches: eight lanes of ranks each
+/// keep their own two largest, so the max/min chains are independent and vectorise.
+TopTwo add_stage(double* p, const double* d, int n) {
+  using Lanes = Eigen::Array<double, 8, 1>;
+  Lanes top = Lanes::Constant(kNegInf), second = Lanes::Constant(kNegInf);
+  int r = 0;
+  for (; r + Lanes::SizeAtCompileTime <= n; r += Lanes::SizeAtCompileTime) {
+    const Lanes v = Eigen::Map<const Lanes>(p + r) + Eigen::Map<const Lanes>(d + r);
+    Eigen::Map<Lanes>(p + r) = v;
+    second = second.max(top.min(v));
+    top = top.max(v);
+  }
+  TopTwo out;
+  for (int j = 0; j < Lanes::SizeAtCompileTime; ++j) {
+    out.add(top[j]);
+    out.second = std::max(out.second, second[j]);
+  }
+  for (; r < n; ++r) out.add(p[r] += d[r]);
+  return out;
 }
+}  // namespace
 
 double Accounting::exposed_makespan() const {
   double sum = 0;
@@ -35,47 +65,53 @@ Accounting account(const StageMatrix& m, const AccountOptions& opt) {
   acc.leader = Eigen::MatrixXi::Constant(n, s_count, Accounting::kNone);
   acc.scored.assign(n, 0);
 
-  Eigen::VectorXd p(r_count);     // running prefix P[t,·,s]; missing ranks sit at −inf
-  Eigen::VectorXd start(r_count);
+  std::vector<double> p(r_count);  // running prefix P[t,·,s]; missing ranks sit at −inf
   for (int t = 0; t < n; ++t) {
     if (m.step_present_count(t) == 0) continue;
     acc.scored[t] = 1;
-    if (m.step_complete(t)) {
-      p.setZero();
-    } else {
-      for (int r = 0; r < r_count; ++r) start[r] = m.present(t, r) ? 0.0 : kNegInf;
-      p = start;
-    }
+    const bool complete = m.step_complete(t);
+    for (int r = 0; r < r_count; ++r) p[r] = complete || m.present(t, r) ? 0.0 : kNegInf;
     const auto block = m.step_block(t);
     double f_prev = 0;
     for (int s = 0; s < s_count; ++s) {
-      p += block.col(s);  // prefix identity, paper eq. (1): P[t,r,s] = Σ_{j≤s} d[t,r,j]
-      const double f = p.maxCoeff();
+      const TopTwo top = add_stage(p.data(), block.col(s).data(), r_count);
+      const double f = top.top;
       acc.frontier(t, s) = f;
-      acc.advance(t, s) = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+      const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+      acc.advance(t, s) = a;
       f_prev = f;
 
       const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
-      const auto attains = (p.array() >= f - tol);
-      const auto count = attains.count();
-      if (r_count > 1 && count == 1) {
-        const double second = attains.select(Eigen::VectorXd::Constant(r_count, kNegInf), p).maxCoeff();
-        acc.gap(t, s) = std::isfinite(second) ? f - second : 0.0;
+      const double attain = f - tol;  // prefixes at or above this attain the frontier
+      if (f >= attain && top.second < attain) [[likely]] {
+        // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
+        if (r_count > 1) acc.gap(t, s) = std::isfinite(top.second) ? f - top.second : 0.0;
+        if (a > 0) {
+          int who = 0;
+          while (p[who] < attain) ++who;
+          acc.leader(t, s) = who;
+        }
+        continue;
       }
-      if (acc.advance(t, s) <= 0) continue;
+      // Several ranks within the tie tolerance (or none, for a negative tolerance).
+      int count = 0, first = 0;
+      double below = kNegInf;
+      for (int r = 0; r < r_count; ++r) {
+        if (p[r] >= attain) {
+          if (count++ == 0) first = r;
+        } else {
+          below = std::max(below, p[r]);
+        }
+      }
+      if (r_count > 1 && count == 1) acc.gap(t, s) = std::isfinite(below) ? f - below : 0.0;
+      if (a <= 0) continue;
       if (count == 1) {
-        Eigen::Index who = 0;
-        for (Eigen::Index r = 0; r < r_count; ++r)
-          if (attains[r]) {
-            who = r;
-            break;
-          }
-        acc.leader(t, s) = static_cast<int>(who);
+        acc.leader(t, s) = first;
       } else {
         acc.leader(t, s) = Accounting::kTie;
         Accounting::Tie tie{t, s, {}};
         for (int r = 0; r < r_count; ++r)
-          if (attains[r]) tie.ranks.push_back(r);
+          if (p[r] >= attain) tie.ranks.push_back(r);
         acc.ties.push_back(std::move(tie));
       }
     }

@@ -5,6 +5,7 @@
 
 #include "frontier/frontier.h"
 
+#include <span>
 #include <vector>
 
 namespace sf::frontier::detail {
@@ -24,20 +25,48 @@ StepFrontier step_frontier_from(const Accounting& acc, int t);
 /// Median of v (v is reordered; must be non-empty). Even sizes average the two middle values.
 double median_inplace(std::vector<double>& v);
 
+/// One step's durations for its present ranks only, as columns of n values (n × S,
+/// column-major): the matrix's own storage when every rank is present, a compacted copy
+/// otherwise. Row i is rank rank(i), ranks ascending.
+class PresentStep {
+public:
+  PresentStep(const StageMatrix& m, int t);
+  int size() const { return n_; }
+  int stages() const { return stages_; }
+  int rank(int i) const { return ranks_.empty() ? i : ranks_[i]; }
+  Eigen::Map<const Eigen::ArrayXd> stage(int s) const { return {data_ + static_cast<std::ptrdiff_t>(s) * n_, n_}; }
+  /// P[t,r,S] per present rank, summed in stage order.
+  Eigen::ArrayXd totals() const;
+
+private:
+  int n_, stages_;
+  const double* data_ = nullptr;
+  std::vector<int> ranks_;  // empty when complete
+  std::vector<double> copy_;
+};
+
+/// Per-stage median over the present ranks of step t (0 for a step with no present rank);
+/// out has m.stages() entries. The cohort baseline b̃ and the raw-spread reference.
+void cohort_medians(const StageMatrix& m, int t, std::span<double> out);
+
 /// Per-rank window median b̃[r,s] over present steps (GainBaseline::rank_median), R × S.
 Eigen::MatrixXd rank_window_median(const StageMatrix& m);
 
 /// Per-step baseline b̃ for stage s on rank r, before clipping.
 struct StepBaseline {
   GainBaseline kind;
-  const std::vector<double>* cohort_median;  ///< per stage, this step
+  std::span<const double> cohort_median;     ///< per stage, this step
   const Eigen::MatrixXd* rank_median;        ///< R × S
   std::span<const double> reference;         ///< per group
   double value(const StageSchema& schema, int r, int s) const;
 };
 
-/// F[t,S] − F'[t,S] when group g's stages are replaced by min(d, b̃) on every present rank.
-double step_gain(const StageMatrix& m, int t, int g, const StepBaseline& b, double exposed);
+/// gain_out[g] = F[t,S] − F'[t,S] when group g's stages are replaced by min(d, b̃) on every
+/// present rank, for every group g (gain_out has schema().group_count() entries).
+void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out);
+/// Same, for a step already viewed, with its totals (d.totals()).
+void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out);
 
 /// Per-group advances of the counterfactual step where group g is replaced by min(d, b̃),
 /// and its F'[t,S].
@@ -48,7 +77,10 @@ void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline&
 struct BaselineAccumulator {
   explicit BaselineAccumulator(const StageSchema& schema);
   /// cohort_median: per-stage median over present ranks of this step; totals: P[t,r,S].
-  void add_step(const StageMatrix& m, int t, const std::vector<double>& cohort_median);
+  void add_step(const StageMatrix& m, int t, std::span<const double> cohort_median);
+  /// Same, for a step already viewed, with its totals (d.totals()).
+  void add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& totals,
+                std::span<const double> cohort_median);
   BaselineSet finish(double tau_c) const;
 
   const StageSchema* schema;
@@ -61,18 +93,19 @@ class WindowStats {
 public:
   WindowStats(const StageSchema& schema, int world_size, const LabelConfig& cfg);
 
-  /// rank_median may be null unless cfg.gain_baseline == rank_median.
-  void add_step(const StageMatrix& m, int t, const StepFrontier& f, const Eigen::MatrixXd* rank_median);
+  /// cohort_median: cohort_medians(m, t). rank_median may be null unless
+  /// cfg.gain_baseline == rank_median.
+  void add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
+                const Eigen::MatrixXd* rank_median);
   /// Residual-leader counterfactual for group g (call for every group when streaming).
-  void add_counterfactual(const StageMatrix& m, int t, int g, const Eigen::MatrixXd* rank_median);
+  void add_counterfactual(const StageMatrix& m, int t, int g, std::span<const double> cohort_median,
+                          const Eigen::MatrixXd* rank_median);
   /// Top group by advance (the s1 whose counterfactual the ambiguity set needs), −1 if none.
   int top_group() const;
   Evidence finish(const TelemetryInput& tel, std::int64_t first_step, std::int64_t last_step,
                   int missing_steps) const;
 
 private:
-  std::vector<double> cohort_median_for(const StageMatrix& m, int t) const;
-
   const StageSchema& schema_;
   int world_;
   LabelConfig cfg_;

@@ -68,15 +68,10 @@ double per_stage_avg_step(const StageMatrix& m, int t) {
 
 BaselineSet baselines(const StageMatrix& m, const Accounting& acc, double tau_c) {
   detail::BaselineAccumulator b(m.schema());
-  std::vector<double> cm(m.stages()), v;
+  std::vector<double> cm(m.stages());
   for (int t = 0; t < m.steps(); ++t) {
     if (!acc.scored[t]) continue;
-    for (int s = 0; s < m.stages(); ++s) {
-      v.clear();
-      for (int r = 0; r < m.ranks(); ++r)
-        if (m.present(t, r)) v.push_back(m.d(t, r, s));
-      cm[s] = detail::median_inplace(v);
-    }
+    detail::cohort_medians(m, t, cm);
     b.add_step(m, t, cm);
   }
   return b.finish(tau_c);
@@ -89,20 +84,16 @@ std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, Gai
     throw std::invalid_argument("reference baseline needs one value per stage group");
   Eigen::MatrixXd rm;
   if (kind == GainBaseline::rank_median) rm = detail::rank_window_median(m);
-  std::vector<double> num(schema.group_count(), 0.0), cm(m.stages()), v;
+  std::vector<double> num(schema.group_count(), 0.0), cm(m.stages()), gain(schema.group_count());
   double denom = 0;
   for (int t = 0; t < m.steps(); ++t) {
     if (!acc.scored[t]) continue;
-    for (int s = 0; s < m.stages(); ++s) {
-      v.clear();
-      for (int r = 0; r < m.ranks(); ++r)
-        if (m.present(t, r)) v.push_back(m.d(t, r, s));
-      cm[s] = detail::median_inplace(v);
-    }
-    const detail::StepBaseline b{kind, &cm, &rm, reference};
+    detail::cohort_medians(m, t, cm);
+    const detail::StepBaseline b{kind, cm, &rm, reference};
     const double exposed = acc.exposed(t);
     denom += exposed;
-    for (int g = 0; g < schema.group_count(); ++g) num[g] += detail::step_gain(m, t, g, b, exposed);
+    detail::step_gains(m, t, b, exposed, gain);
+    for (int g = 0; g < schema.group_count(); ++g) num[g] += gain[g];
   }
   if (denom > 0)
     for (double& x : num) x /= denom;
@@ -122,11 +113,18 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
     rmp = &rm;
   }
   detail::WindowStats ws(m.schema(), m.ranks(), cfg);
+  // Cohort medians per step, kept for the counterfactual pass (N × S, small beside the matrix).
+  const int S = m.stages();
+  std::vector<double> cm(static_cast<std::size_t>(m.steps()) * S);
+  auto cm_of = [&](int t) { return std::span<double>(cm).subspan(static_cast<std::size_t>(t) * S, S); };
   for (int t = 0; t < m.steps(); ++t)
-    if (acc.scored[t]) ws.add_step(m, t, detail::step_frontier_from(acc, t), rmp);
+    if (acc.scored[t]) {
+      detail::cohort_medians(m, t, cm_of(t));
+      ws.add_step(m, t, detail::step_frontier_from(acc, t), cm_of(t), rmp);
+    }
   if (const int s1 = ws.top_group(); s1 >= 0)
     for (int t = 0; t < m.steps(); ++t)
-      if (acc.scored[t]) ws.add_counterfactual(m, t, s1, rmp);
+      if (acc.scored[t]) ws.add_counterfactual(m, t, s1, cm_of(t), rmp);
   int missing = 0;
   for (int t = 0; t < m.steps(); ++t)
     if (!acc.scored[t]) ++missing;
@@ -174,9 +172,11 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
     ++st.missing;
     return;
   }
-  st.stats.add_step(one, 0, detail::step_frontier_reference(one, 0, st.cfg.account), nullptr);
+  std::vector<double> cm(one.stages());
+  detail::cohort_medians(one, 0, cm);
+  st.stats.add_step(one, 0, detail::step_frontier_reference(one, 0, st.cfg.account), cm, nullptr);
   // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step).
-  for (int g = 0; g < st.schema.group_count(); ++g) st.stats.add_counterfactual(one, 0, g, nullptr);
+  for (int g = 0; g < st.schema.group_count(); ++g) st.stats.add_counterfactual(one, 0, g, cm, nullptr);
 }
 
 Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {

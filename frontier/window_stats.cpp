@@ -1,6 +1,7 @@
 #include "frontier/detail.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -18,7 +19,128 @@ std::string fmt(double v) {
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }
+
+/// Moves the elements of [v, v + n) for which less(x) holds to the front, keeping the rest
+/// behind them; returns their count. Branchless Lomuto: a swap every element, the front
+/// advancing only on less(x). Unrolled by four by hand (GCC does not at -O3): the loop
+/// overhead was a fair share of this, the labeler's hottest loop.
+template <class Less>
+std::size_t partition_branchless(double* v, std::size_t n, Less less) {
+  std::size_t front = 0, j = 0;
+  auto visit = [&](std::size_t at) {
+    const double x = v[at];
+    v[at] = v[front];
+    v[front] = x;
+    front += less(x) ? 1 : 0;
+  };
+  for (; j + 4 <= n; j += 4) {
+    visit(j);
+    visit(j + 1);
+    visit(j + 2);
+    visit(j + 3);
+  }
+  for (; j < n; ++j) visit(j);
+  return front;
+}
+
+std::size_t median_of_three_index(const double* v, std::size_t a, std::size_t b, std::size_t c) {
+  if (v[a] < v[b]) return v[b] < v[c] ? b : (v[a] < v[c] ? c : a);
+  return v[a] < v[c] ? a : (v[b] < v[c] ? c : b);
+}
+
+/// The k-th smallest of v[0, n) (0-based; v is reordered), and the (k−1)-th in *lower when
+/// lower is not null (0 < k). The per-step medians over ranks are the labeler's largest cost,
+/// and std::nth_element mispredicts about every other comparison on unordered data; this
+/// quickselect partitions without branches. Runs of keys equal to the smallest are split off
+/// so ties cannot make it quadratic, and a bad pivot sequence ends in std::nth_element.
+double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
+  constexpr std::size_t kSmall = 32;
+  std::size_t lo = 0, hi = n;  // v[0, lo) ≤ v[lo, hi) ≤ v[hi, n), and lo ≤ k < hi
+  double left_max = kNegInf;   // max of v[0, lo)
+  const int rounds = 2 * static_cast<int>(std::bit_width(n));
+  for (int round = 0; hi - lo > kSmall && round < rounds; ++round) {
+    // Pivot: median of three, or of three medians of three (Tukey's ninther) on long ranges,
+    // which cuts about an eighth of the elements visited.
+    const std::size_t m = hi - lo, step = m / 9;
+    const std::size_t pivot_at =
+        m > 128 ? median_of_three_index(v, median_of_three_index(v, lo, lo + step, lo + 2 * step),
+                                        median_of_three_index(v, lo + 3 * step, lo + 4 * step, lo + 5 * step),
+                                        median_of_three_index(v, lo + 6 * step, lo + 7 * step, lo + 8 * step))
+                : median_of_three_index(v, lo, lo + m / 2, hi - 1);
+    std::swap(v[pivot_at], v[hi - 1]);
+    const double pivot = v[hi - 1];
+    const std::size_t lt = lo + partition_branchless(v + lo, hi - 1 - lo, [pivot](double x) { return x < pivot; });
+    std::swap(v[lt], v[hi - 1]);  // v[lo, lt) < pivot = v[lt] ≤ v[lt + 1, hi)
+    if (k < lt) {
+      hi = lt;
+      continue;
+    }
+    if (k == lt) {
+      if (lower) *lower = lt > lo ? *std::max_element(v + lo, v + lt) : left_max;
+      return pivot;
+    }
+    std::size_t next = lt + 1;
+    if (lt == lo) {
+      // The pivot is the range's smallest key: step over all its copies at once.
+      next += partition_branchless(v + next, hi - next, [pivot](double x) { return x <= pivot; });
+      if (k < next) {
+        if (lower) *lower = pivot;
+        return pivot;
+      }
+    }
+    lo = next;
+    left_max = pivot;
+  }
+  std::nth_element(v + lo, v + k, v + hi);
+  if (lower) *lower = k > lo ? *std::max_element(v + lo, v + k) : left_max;
+  return v[k];
+}
+
+/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
+/// keep independent maxima, so it vectorises.
+double add_and_max(double* p, const double* x, int n) {
+  using Lanes = Eigen::Array<double, 8, 1>;
+  Lanes top = Lanes::Constant(kNegInf);
+  int i = 0;
+  for (; i + Lanes::SizeAtCompileTime <= n; i += Lanes::SizeAtCompileTime) {
+    const Lanes v = Eigen::Map<const Lanes>(p + i) + Eigen::Map<const Lanes>(x + i);
+    Eigen::Map<Lanes>(p + i) = v;
+    top = top.max(v);
+  }
+  double out = top.maxCoeff();
+  for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
+  return out;
+}
+
+/// The clipped baseline min(d, b̃) of stage s for each present rank of the step (eq. 4).
+Eigen::ArrayXd clipped_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
+  const auto x = d.stage(s);
+  if (b.kind != GainBaseline::rank_median) return x.min(b.value(schema, 0, s));
+  Eigen::ArrayXd out(d.size());
+  for (int i = 0; i < d.size(); ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i), s));
+  return out;
+}
 }  // namespace
+
+PresentStep::PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)), stages_(m.stages()) {
+  const auto block = m.step_block(t);
+  if (m.step_complete(t)) {
+    data_ = block.data();
+    return;
+  }
+  for (int r = 0; r < m.ranks(); ++r)
+    if (m.present(t, r)) ranks_.push_back(r);
+  copy_.resize(static_cast<std::size_t>(n_) * stages_);
+  for (int s = 0; s < stages_; ++s)
+    for (int i = 0; i < n_; ++i) copy_[static_cast<std::size_t>(s) * n_ + i] = block(ranks_[i], s);
+  data_ = copy_.data();
+}
+
+Eigen::ArrayXd PresentStep::totals() const {
+  Eigen::ArrayXd total = Eigen::ArrayXd::Zero(n_);
+  for (int s = 0; s < stages_; ++s) total += stage(s);
+  return total;
+}
 
 StepFrontier step_frontier_reference(const StageMatrix& m, int t, const AccountOptions& opt) {
   const int R = m.ranks(), S = m.stages();
@@ -87,12 +209,19 @@ StepFrontier step_frontier_from(const Accounting& acc, int t) {
 
 double median_inplace(std::vector<double>& v) {
   const std::size_t n = v.size();
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(n / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  if (n % 2 == 1) return *mid;
-  const double hi = *mid;
-  const double lo = *std::max_element(v.begin(), mid);
+  if (n % 2 == 1) return select_kth(v.data(), n, n / 2, nullptr);
+  double lo = 0;
+  const double hi = select_kth(v.data(), n, n / 2, &lo);
   return lo + (hi - lo) / 2;
+}
+
+void cohort_medians(const StageMatrix& m, int t, std::span<double> out) {
+  const PresentStep d(m, t);
+  std::vector<double> v(d.size());
+  for (int s = 0; s < m.stages(); ++s) {
+    Eigen::Map<Eigen::ArrayXd>(v.data(), d.size()) = d.stage(s);
+    out[s] = v.empty() ? 0.0 : median_inplace(v);
+  }
 }
 
 Eigen::MatrixXd rank_window_median(const StageMatrix& m) {
@@ -110,43 +239,52 @@ Eigen::MatrixXd rank_window_median(const StageMatrix& m) {
 
 double StepBaseline::value(const StageSchema& schema, int r, int s) const {
   switch (kind) {
-    case GainBaseline::cohort_median: return (*cohort_median)[s];
+    case GainBaseline::cohort_median: return cohort_median[s];
     case GainBaseline::rank_median: return (*rank_median)(r, s);
     case GainBaseline::reference: return reference[schema.group_of(s)];
   }
   return 0;
 }
 
-double step_gain(const StageMatrix& m, int t, int g, const StepBaseline& b, double exposed) {
-  const auto& schema = m.schema();
-  double f_cf = kNegInf;
-  for (int r = 0; r < m.ranks(); ++r) {
-    if (!m.present(t, r)) continue;
-    double total = 0, reduction = 0;
-    for (int s = 0; s < m.stages(); ++s) {
-      const double d = m.d(t, r, s);
-      total += d;
-      if (schema.group_of(s) == g) reduction += d - std::min(d, b.value(schema, r, s));  // clipped b = min(d, b̃)
+void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out) {
+  const PresentStep d(m, t);
+  step_gains(d, d.totals(), m.schema(), b, exposed, gain_out);
+}
+
+void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out) {
+  // F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction summed in stage order.
+  for (int g = 0; g < schema.group_count(); ++g) {
+    double f_cf = kNegInf;
+    if (d.size() > 0) {
+      Eigen::ArrayXd reduction;
+      for (int s = 0; s < d.stages(); ++s) {
+        if (schema.group_of(s) != g) continue;
+        if (reduction.size() == 0)
+          reduction = d.stage(s) - clipped_baseline(b, schema, d, s);  // = 0 + that, exactly: it is ≥ +0
+        else
+          reduction += d.stage(s) - clipped_baseline(b, schema, d, s);
+      }
+      f_cf = reduction.size() == 0 ? totals.maxCoeff() : (totals - reduction).maxCoeff();
     }
-    f_cf = std::max(f_cf, total - reduction);
+    gain_out[g] = std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
   }
-  return std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
 }
 
 void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline& b, std::vector<double>& adv_out,
                          double& exposed_out) {
   const auto& schema = m.schema();
   adv_out.assign(schema.group_count(), 0.0);
-  std::vector<double> p(m.ranks(), 0.0);
+  const PresentStep d(m, t);
+  Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
   double f_prev = 0;
   for (int s = 0; s < m.stages(); ++s) {
-    double front = kNegInf;
-    const bool replaced = schema.group_of(s) == g;
-    for (int r = 0; r < m.ranks(); ++r) {
-      if (!m.present(t, r)) continue;
-      const double d = m.d(t, r, s);
-      p[r] += replaced ? std::min(d, b.value(schema, r, s)) : d;
-      front = std::max(front, p[r]);
+    double front;
+    if (schema.group_of(s) == g) {
+      const Eigen::ArrayXd clipped = clipped_baseline(b, schema, d, s);
+      front = add_and_max(p.data(), clipped.data(), d.size());
+    } else {
+      front = add_and_max(p.data(), d.stage(s).data(), d.size());
     }
     adv_out[schema.group_of(s)] += front - f_prev;
     f_prev = front;
@@ -160,31 +298,37 @@ BaselineAccumulator::BaselineAccumulator(const StageSchema& s) : schema(&s) {
   for (auto& v : score) v.assign(s.group_count(), 0.0);
 }
 
-void BaselineAccumulator::add_step(const StageMatrix& m, int t, const std::vector<double>& cohort_median) {
-  const int R = m.ranks(), S = m.stages();
-  int slowest = -1;
-  double slowest_total = kNegInf;
-  for (int r = 0; r < R; ++r) {
-    if (!m.present(t, r)) continue;
-    double total = 0;
-    for (int s = 0; s < S; ++s) total += m.d(t, r, s);
-    if (total > slowest_total) {
-      slowest_total = total;
-      slowest = r;
-    }
+void BaselineAccumulator::add_step(const StageMatrix& m, int t, std::span<const double> cohort_median) {
+  const PresentStep d(m, t);
+  add_step(m, t, d, d.totals(), cohort_median);
+}
+
+void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& total,
+                                   std::span<const double> cohort_median) {
+  const int S = m.stages();
+  if (d.size() == 0) return;
+  std::vector<double> stage_max(S), stage_sum(S);
+  for (int s = 0; s < S; ++s) stage_max[s] = d.stage(s).maxCoeff();
+  // The per-stage sums stay in rank order. Four stages at a time, so the four running sums
+  // are independent chains in registers rather than one latency-bound chain after another.
+  constexpr int kLanes = 4;
+  for (int s0 = 0; s0 < S; s0 += kLanes) {
+    const double* col[kLanes];
+    for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data();  // spare lanes repeat the last stage
+    double sum[kLanes] = {};
+    for (int i = 0; i < d.size(); ++i)
+      for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
+    for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum[s0 + j] = sum[j];
   }
-  if (slowest < 0) return;
+  int slowest = 0;
+  for (int i = 1; i < d.size(); ++i)
+    if (total[i] > total[slowest]) slowest = i;
+  slowest = d.rank(slowest);
   const int n = m.step_present_count(t);
   for (int s = 0; s < S; ++s) {
     const int g = schema->group_of(s);
-    double mx = kNegInf, sum = 0;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      const double d = m.d(t, r, s);
-      mx = std::max(mx, d);
-      sum += d;
-    }
-    const double mean = sum / n;
+    const double mx = stage_max[s];
+    const double mean = stage_sum[s] / n;
     score[static_cast<int>(BaselineRule::per_stage_max)][g] += mx;
     score[static_cast<int>(BaselineRule::per_stage_avg)][g] += mean;
     score[static_cast<int>(BaselineRule::raw_spread)][g] += mx - cohort_median[s];
@@ -231,19 +375,8 @@ WindowStats::WindowStats(const StageSchema& schema, int world_size, const LabelC
   cf_seen_.assign(G_, 0);
 }
 
-std::vector<double> WindowStats::cohort_median_for(const StageMatrix& m, int t) const {
-  std::vector<double> out(S_, 0.0), v;
-  v.reserve(m.ranks());
-  for (int s = 0; s < S_; ++s) {
-    v.clear();
-    for (int r = 0; r < m.ranks(); ++r)
-      if (m.present(t, r)) v.push_back(m.d(t, r, s));
-    if (!v.empty()) out[s] = median_inplace(v);
-  }
-  return out;
-}
-
-void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, const Eigen::MatrixXd* rank_median) {
+void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
+                           const Eigen::MatrixXd* rank_median) {
   const int R = m.ranks();
   if (m.step_present_count(t) == 0) return;
   ++steps_;
@@ -252,26 +385,24 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
   exposed_.push_back(exposed);
   for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
 
-  const std::vector<double> cm = cohort_median_for(m, t);
-  base_.add_step(m, t, cm);
+  const PresentStep d(m, t);
+  const Eigen::ArrayXd totals = d.totals();
+  base_.add_step(m, t, d, totals, cohort_median);
 
-  const StepBaseline b{cfg_.gain_baseline, &cm, rank_median, cfg_.reference_s};
-  for (int g = 0; g < G_; ++g) gain_num_[g] += step_gain(m, t, g, b, exposed);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
+  std::vector<double> gain(G_);
+  step_gains(d, totals, schema_, b, exposed, gain);
+  for (int g = 0; g < G_; ++g) gain_num_[g] += gain[g];
 
   // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
-  std::vector<double> p(R, 0.0), tmp;
-  tmp.reserve(R);
+  std::vector<double> p(d.size(), 0.0), tmp(d.size());
   double lag_prev = 0;
   for (int s = 0; s < S_; ++s) {
-    tmp.clear();
-    double mx = kNegInf;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      p[r] += m.d(t, r, s);
-      mx = std::max(mx, p[r]);
-      tmp.push_back(p[r]);
-    }
-    const double lag = mx - median_inplace(tmp);
+    const double* x = d.stage(s).data();
+    for (int i = 0; i < d.size(); ++i) tmp[i] = p[i] += x[i];
+    // At the first stage P = d: its median is the cohort median, already at hand.
+    const double median = s == 0 ? cohort_median[0] : median_inplace(tmp);
+    const double lag = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
     lag_prev = lag;
@@ -318,15 +449,15 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
       }
     }
 
-  if (const auto gf = schema_.group_index(cfg_.forward_group))
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      double sum = 0;
-      for (int s = 0; s < S_; ++s)
-        if (schema_.group_of(s) == *gf) sum += m.d(t, r, s);
-      cpu_fwd_sum_[r] += sum;
-      ++cpu_fwd_n_[r];
+  if (const auto gf = schema_.group_index(cfg_.forward_group)) {
+    Eigen::ArrayXd fwd = Eigen::ArrayXd::Zero(d.size());
+    for (int s = 0; s < S_; ++s)
+      if (schema_.group_of(s) == *gf) fwd += d.stage(s);
+    for (int i = 0; i < d.size(); ++i) {
+      cpu_fwd_sum_[d.rank(i)] += fwd[i];
+      ++cpu_fwd_n_[d.rank(i)];
     }
+  }
 
   if (m.has_fwd_events())
     for (int r = 0; r < R; ++r) {
@@ -346,6 +477,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
     }
 
   has_wall_ = schema_.has_residual();
+  double residual_sum = residual_sum_, overlap_sum = overlap_sum_, wall_sum = wall_sum_;  // in registers
   for (int r = 0; r < R; ++r) {
     if (!m.present(t, r)) {
       rank_missing_[r] = 1;
@@ -353,18 +485,21 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, c
       continue;
     }
     if (has_wall_) {
-      residual_sum_ += m.d(t, r, schema_.residual_index());
-      overlap_sum_ += m.overlap(t, r);
-      wall_sum_ += m.wall(t, r);
+      residual_sum += m.d(t, r, schema_.residual_index());
+      overlap_sum += m.overlap(t, r);
+      wall_sum += m.wall(t, r);
     }
   }
+  residual_sum_ = residual_sum;
+  overlap_sum_ = overlap_sum;
+  wall_sum_ = wall_sum;
   if (roles_.empty() && !m.roles().empty()) roles_ = m.roles();
 }
 
-void WindowStats::add_counterfactual(const StageMatrix& m, int t, int g, const Eigen::MatrixXd* rank_median) {
+void WindowStats::add_counterfactual(const StageMatrix& m, int t, int g, std::span<const double> cohort_median,
+                                     const Eigen::MatrixXd* rank_median) {
   if (m.step_present_count(t) == 0) return;
-  const std::vector<double> cm = cohort_median_for(m, t);
-  const StepBaseline b{cfg_.gain_baseline, &cm, rank_median, cfg_.reference_s};
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
   std::vector<double> adv;
   double exposed = 0;
   step_counterfactual(m, t, g, b, adv, exposed);
