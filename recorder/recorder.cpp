@@ -118,6 +118,7 @@ Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events,
       events_(events),
       sink_(std::move(sink)),
       S_(schema_.explicit_count()) {
+  skip_ = !cfg_.enabled;
   if (cfg_.window_steps < 1) throw std::invalid_argument("window_steps must be >= 1");
   if (cfg_.event_q < 0 || cfg_.event_q > 1) throw std::invalid_argument("event_q must be in [0, 1]");
   for (int s : cfg_.sync_wait_stages)
@@ -139,7 +140,7 @@ int Recorder::stage_index(std::string_view name) const {
   return i && *i < S_ ? *i : -1;
 }
 
-void Recorder::on_full(std::int64_t, std::int64_t) noexcept {
+void Recorder::on_full() noexcept {
   ++dropped_;
   ++dropped_total_;
   if (cfg_.overflow == OverflowPolicy::overwrite_oldest) {
@@ -151,7 +152,7 @@ void Recorder::on_full(std::int64_t, std::int64_t) noexcept {
 // The event pair is side evidence: sampled deterministically at fraction q (evenly spread),
 // never synchronized, polled at safe points.
 void Recorder::begin_device_event() noexcept {
-  if (!cfg_.enabled || events_ == nullptr || cfg_.event_q <= 0 || cur_ == nullptr) return;
+  if (skip_ || events_ == nullptr || cfg_.event_q <= 0 || cur_ == nullptr) return;
   const std::int64_t k = sample_counter_++;
   const bool sampled = std::floor(static_cast<double>(k + 1) * cfg_.event_q) > std::floor(static_cast<double>(k) * cfg_.event_q);
   if (!sampled) return;
@@ -167,7 +168,7 @@ void Recorder::begin_device_event() noexcept {
 }
 
 void Recorder::end_device_event() noexcept {
-  if (!cfg_.enabled || events_ == nullptr || cur_ == nullptr) return;
+  if (skip_ || events_ == nullptr || cur_ == nullptr) return;
   const std::int64_t v = cur_[3 + 3 * S_];
   if (v > 0 && cur_[4 + 3 * S_] == -1) {
     events_->record_end(static_cast<int>(v - 1));
