@@ -182,6 +182,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
   base["exposed_makespan_s"] = m.value("exposed_makespan_s", 0.0);
   base["makespan_vs_wall_rel"] = m.value("makespan_vs_wall_rel", 0.0);
   base["steps_completed_min"] = m.value("steps_completed_min", 0);
+  base["vm_steal_fraction"] = m.value("vm_steal_fraction", 0.0);
   auto join = [](const ordered_json& a) {
     std::string s;
     for (const auto& x : a) s += (s.empty() ? "" : ";") + x.get<std::string>();
@@ -257,6 +258,7 @@ std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& r
     r["boundary_ns"] = o["boundary_ns"];
     r["payload_bytes_per_rank_window"] = o["payload_bytes_per_rank_window"];
     r["packet_bytes"] = o["packet_bytes"];
+    r["vm_steal_fraction"] = o.value("vm_steal_fraction", 0.0);
     out.push_back(std::move(r));
   }
   return out;

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <unistd.h>
 
 namespace sf::sim {
@@ -27,6 +28,25 @@ std::string hostname() {
   char h[256] = {};
   gethostname(h, sizeof h - 1);
   return h;
+}
+
+/// CPU time the hypervisor took from this VM (the "steal" column of /proc/stat), as jiffies of
+/// steal and of all states; the difference of two readings gives the stolen fraction.
+std::pair<double, double> steal_jiffies() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (!f) return {0, 0};
+  unsigned long long v[8] = {};
+  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                            &v[6], &v[7]);
+  std::fclose(f);
+  if (n < 8) return {0, 0};
+  double total = 0;
+  for (auto x : v) total += static_cast<double>(x);
+  return {static_cast<double>(v[7]), total};
+}
+
+double steal_fraction(std::pair<double, double> a, std::pair<double, double> b) {
+  return b.second > a.second ? (b.first - a.first) / (b.second - a.second) : 0.0;
 }
 
 /// Schema and provenance fields every result file starts with.
@@ -245,6 +265,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
                                      {RecorderMode::event, RecorderMode::off, RecorderMode::cpu}};
   std::int64_t local[2] = {0, 0};  // per recorder: its own contiguous step ids
   std::vector<std::array<double, 3>> block_s(static_cast<std::size_t>(cfg.overhead_pairs));
+  const auto steal0 = steal_jiffies();
   for (int k = 0; k < cfg.overhead_pairs; ++k)
     for (RecorderMode mode : orders[k % 3]) {
       recorder::Recorder* rec = mode == RecorderMode::cpu ? &rec_cpu : mode == RecorderMode::event ? &rec_ev : nullptr;
@@ -263,6 +284,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
       MPI_Barrier(world);
       block_s[static_cast<std::size_t>(k)][static_cast<int>(mode)] = static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
     }
+  const double steal = steal_fraction(steal0, steal_jiffies());
   rec_cpu.finish();
   rec_ev.finish();
 
@@ -314,6 +336,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
                 static_cast<long long>(packet_bytes));
     std::printf("# goal: CI upper bound <= 0.05%%; paper <= 0.181%% (CPU), <= 0.043%% (event). cpu %.3f%%, event %.3f%%\n",
                 ci_cpu.hi * 100, ci_ev.hi * 100);
+    std::printf("# the hypervisor took %.1f%% of this VM's CPU during the measurement (/proc/stat steal)\n", steal * 100);
   }
   if (!cfg.out_dir.empty()) {
     ordered_json j = provenance(cfg, "sf.overhead/1");
@@ -331,6 +354,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
     j["boundary_ns"] = boundary_sum / size;
     j["payload_bytes_per_rank_window"] = payload_bytes;
     j["packet_bytes"] = packet_bytes;
+    j["vm_steal_fraction"] = steal;
     formats::write_file_atomic(cfg.out_dir + "/overhead.json", j.dump(2) + "\n");
   }
   return 0;
@@ -443,6 +467,7 @@ int run(const RunConfig& cfg, MPI_Comm world) {
   MPI_Barrier(world);
   for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
   const std::int64_t t_start = inject::monotonic_ns();
+  const auto steal0 = steal_jiffies();
   std::int64_t completed = 0;
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
     const bool drop = faulty && cfg.telemetry_fault == inject::TelemetryFault::drop_steps && t % 4 == 1;
@@ -452,6 +477,7 @@ int run(const RunConfig& cfg, MPI_Comm world) {
     rec.safe_point();
   }
   const double elapsed_s = static_cast<double>(inject::monotonic_ns() - t_start) * 1e-9;
+  const double steal = steal_fraction(steal0, steal_jiffies());
   rec.finish();
 
   std::int64_t min_completed = 0;
@@ -481,7 +507,7 @@ int run(const RunConfig& cfg, MPI_Comm world) {
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
                       {"gather_deadline_s", cfg.gather_deadline_s}};
   result["truth"] = truth_json(truth);
-  result["measured"] = {{"steps_completed_min", min_completed}, {"rank0_elapsed_s", elapsed_s}};
+  result["measured"] = {{"steps_completed_min", min_completed}, {"rank0_elapsed_s", elapsed_s}, {"vm_steal_fraction", steal}};
   result["backend_notes"] = b.notes;
 
   int exit_code = 0;
