@@ -19,6 +19,8 @@ void setup_experiment(CLI::App& app) {
   sub->add_option("--python", o->python, "Python with pandas and matplotlib");
   sub->add_option("--mpirun", o->mpirun, "MPI launcher");
   sub->add_flag("--force", o->force, "redo rows that already finished");
+  sub->add_option("--set", o->overrides, "override a run option of every row, e.g. --set device=cuda (repeatable)");
+  sub->add_option("--tag", o->tag, "write results/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
   sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));
   sub->callback([o, sub] {
     auto opt = *o;
@@ -28,6 +30,8 @@ void setup_experiment(CLI::App& app) {
     opt.argv = {"sf-testbed", "experiment"};
     for (const auto& n : opt.names) opt.argv.push_back(n);
     if (opt.quick) opt.argv.push_back("--quick");
+    for (const auto& kv : opt.overrides) opt.argv.insert(opt.argv.end(), {"--set", kv});
+    if (!opt.tag.empty()) opt.argv.insert(opt.argv.end(), {"--tag", opt.tag});
     for (const auto& n : opt.names)
       if (n != "all" && !std::filesystem::exists(opt.specs_dir + "/" + n + ".json")) {
         std::string known;

@@ -254,6 +254,9 @@ std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& r
     r["overhead_mean_pct"] = o["overhead_pct"][mode]["mean"];
     r["overhead_ci_low_pct"] = o["overhead_pct"][mode]["ci_low"];
     r["overhead_ci_high_pct"] = o["overhead_pct"][mode]["ci_high"];
+    r["median_overhead_pct"] = o["median_step_overhead_pct"][mode]["mean"];
+    r["median_overhead_ci_low_pct"] = o["median_step_overhead_pct"][mode]["ci_low"];
+    r["median_overhead_ci_high_pct"] = o["median_step_overhead_pct"][mode]["ci_high"];
     r["recorder_cpu_us_per_step"] = o["recorder_cpu_us_per_step"];
     r["boundary_ns"] = o["boundary_ns"];
     r["payload_bytes_per_rank_window"] = o["payload_bytes_per_rank_window"];
@@ -328,7 +331,7 @@ void write_csv(const std::string& path, const std::vector<ordered_json>& rows) {
 
 }  // namespace
 
-Spec load_spec(const std::string& path, bool quick) {
+Spec load_spec(const std::string& path, bool quick, const std::vector<std::string>& overrides) {
   const ordered_json j = parse_json_file(path);
   Spec s;
   s.raw = j;
@@ -349,6 +352,18 @@ Spec load_spec(const std::string& path, bool quick) {
       for (const auto& [k, v] : q["base"].items()) base[k] = v;
     if (q.contains("matrix")) matrix = q["matrix"];
     extra = q.value("rows", ordered_json::array());
+  }
+  for (const auto& kv : overrides) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw formats::FormatError(path, 0, "--set " + kv + ": expected KEY=VALUE");
+    const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+    try {
+      base[key] = ordered_json::parse(value);
+    } catch (const nlohmann::json::parse_error&) {
+      base[key] = value;  // not JSON: a plain string such as cuda
+    }
+    matrix.erase(key);  // an override replaces a swept option too
+    s.raw["overrides"][key] = base[key];
   }
   if (s.kind == "fixtures") return s;
   std::vector<ordered_json> params = matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(base, matrix, path);
@@ -390,7 +405,7 @@ int run(const DriverOptions& opt) {
   }
   std::vector<Spec> specs;
   try {
-    for (const auto& n : names) specs.push_back(load_spec(opt.specs_dir + "/" + n + ".json", opt.quick));
+    for (const auto& n : names) specs.push_back(load_spec(opt.specs_dir + "/" + n + ".json", opt.quick, opt.overrides));
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
     return 2;
@@ -406,7 +421,7 @@ int run(const DriverOptions& opt) {
   const bool tty = isatty(2);
   int failures = 0;
   for (const auto& spec : specs) {
-    const std::string dir = opt.out_dir + "/" + spec.name + (opt.quick ? "-quick" : "");
+    const std::string dir = opt.out_dir + "/" + spec.name + (opt.tag.empty() ? "" : "-" + opt.tag) + (opt.quick ? "-quick" : "");
     fs::create_directories(dir + "/rows");
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<ordered_json> csv_rows;
@@ -499,7 +514,7 @@ int run(const DriverOptions& opt) {
                    dir.c_str());
     }
   }
-  if (!opt.quick) {
+  if (!opt.quick && opt.tag.empty()) {
     const int rc = spawn({opt.python, opt.report_script, "--index", opt.out_dir}, opt.out_dir + "/.index.log", 120, [] {});
     if (rc != 0) ++failures;
   }

@@ -27,9 +27,10 @@ struct Spec {
   nlohmann::ordered_json raw;     ///< the spec file, for the report
 };
 
-/// Reads a spec; `quick` takes its "quick" overrides (tiny rows for CI). Throws
-/// formats::FormatError naming the file and the problem.
-Spec load_spec(const std::string& path, bool quick);
+/// Reads a spec; `quick` takes its "quick" overrides (tiny rows for CI); `overrides`
+/// ("key=value", value parsed as JSON when it is JSON) replace base options of every row, e.g.
+/// device=cuda on a GPU host. Throws formats::FormatError naming the file and the problem.
+Spec load_spec(const std::string& path, bool quick, const std::vector<std::string>& overrides = {});
 /// Names of the specs in a directory (sorted).
 std::vector<std::string> list_specs(const std::string& dir);
 
@@ -43,6 +44,8 @@ struct DriverOptions {
   std::string python = "/usr/bin/python3";
   std::string report_script = "experiments/report.py";
   bool force = false;               ///< redo finished rows
+  std::vector<std::string> overrides; ///< --set key=value on every row's base options
+  std::string tag;                  ///< results/NAME-TAG/ (e.g. "gpu")
   int row_timeout_s = 900;
   std::string commit;
   std::vector<std::string> argv;

@@ -156,8 +156,9 @@ def report_detectability(d, df):
         share = g["share:data.next_wait"].astype(float)
         rows.append({"ranks": int(r), "delay": f"{delay:.0f} ms", "Delay/p50": f"{delay / p50.get(int(r), float('nan')):.2f}",
                      "mean data share": f"{share.mean():.3f}", "top-1": frac(b(g.top1).sum(), len(g)),
-                     "top-2": frac(b(g.top2).sum(), len(g)), "routed (cand. hit)": frac(b(g.cand_hit).sum(), len(g)),
+                     "top-2": frac(b(g.top2).sum(), len(g)), "cand. hit": frac(b(g.cand_hit).sum(), len(g)),
                      "avg cand. size": f"{g.cand_size.astype(float).mean():.1f}",
+                     "compact routed (hit, size ≤ 2)": frac(((b(g.cand_hit) == 1) & (g.cand_size.astype(float) <= 2)).sum(), len(g)),
                      "paper data share (8 ranks)": paper.get(int(delay), "") if int(r) == 8 else ""})
     text += md_table(pd.DataFrame(rows))
     fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -171,10 +172,15 @@ def report_detectability(d, df):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(d / "detectability.png", dpi=120)
-    routed = dt[b(dt.cand_hit) == 1].groupby("ranks")["delay_ms"].min()
-    headline = "first delay routed in all seeds: " + ", ".join(
-        f"{int(r)} ranks {int(dt[(dt.ranks == r)].groupby('delay_ms').cand_hit.apply(lambda x: b(x).all()).pipe(lambda s: s[s].index.min()))} ms"
-        for r in routed.index)
+    text += ("\nThe transition is data entering the *compact* candidate set (hit with at most two stages): below it, "
+             "data can still appear as the third member of a larger set, which the cand. hit column alone would overstate.\n")
+    dt["compact"] = (b(dt.cand_hit) == 1) & (dt.cand_size.astype(float) <= 2)
+    parts = []
+    for r, g in dt.groupby("ranks"):
+        ok = g.groupby("delay_ms").compact.all()
+        first = ok[ok].index.min() if ok.any() else None
+        parts.append(f"{int(r)} ranks {first:.0f} ms" if first is not None else f"{int(r)} ranks never")
+    headline = "compact routing (data in a ≤ 2-stage set) in every seed from: " + ", ".join(parts)
     return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms"
 
 
@@ -208,20 +214,24 @@ def report_overhead(d, df):
     for r, g in df.groupby("ranks"):
         c = g[g["mode"] == "cpu"].iloc[0]
         e = g[g["mode"] == "event"].iloc[0]
-        rows.append({"ranks": int(r), "windows (steps each)": f"{int(c.blocks)} x 3 ({int(c.window_steps)})",
+        rows.append({"ranks": int(r), "blocks x triplets": f"{int(c.blocks)} x {int(c.window_steps)}",
                      "median step off/cpu/event ms": f"{c.median_step_ms_off:.1f} / {c.median_step_ms:.1f} / {e.median_step_ms:.1f}",
-                     "CPU-wall mean [95% CI] %": f"{c.overhead_mean_pct:+.3f} [{c.overhead_ci_low_pct:+.3f}, {c.overhead_ci_high_pct:+.3f}]",
-                     "event mean [95% CI] %": f"{e.overhead_mean_pct:+.3f} [{e.overhead_ci_low_pct:+.3f}, {e.overhead_ci_high_pct:+.3f}]",
+                     "CPU-wall throughput % [95% CI]": f"{c.overhead_mean_pct:+.2f} [{c.overhead_ci_low_pct:+.2f}, {c.overhead_ci_high_pct:+.2f}]",
+                     "event throughput % [95% CI]": f"{e.overhead_mean_pct:+.2f} [{e.overhead_ci_low_pct:+.2f}, {e.overhead_ci_high_pct:+.2f}]",
+                     "CPU-wall median-step % [95% CI]": f"{c.median_overhead_pct:+.2f} [{c.median_overhead_ci_low_pct:+.2f}, {c.median_overhead_ci_high_pct:+.2f}]",
                      "recorder CPU µs/step": f"{c.recorder_cpu_us_per_step:.1f}",
                      "bottom-up % of step": f"{c.recorder_cpu_us_per_step / (c.median_step_ms_off * 1e3) * 100:.4f}",
                      "payload B/rank/window": int(c.payload_bytes_per_rank_window), "packet B": int(c.packet_bytes),
                      "VM steal": f"{float(c.get('vm_steal_fraction', 0)):.1%}",
                      "paper CI upper CPU / event %": f"{paper_cpu.get(int(r), '')} / {paper_ev.get(int(r), '')}"})
     text += md_table(pd.DataFrame(rows))
-    text += ("\nThe CI is over whole blocks (one off, one CPU-wall and one event window each, order rotating). "
-             "On this 2-core VM the per-window step time scatters by tenths of a percent, so the CI bounds the overhead "
-             "only to that resolution; the bottom-up column (the recorder's measured CPU time per step over the step time) "
-             "is the precise figure.\n")
+    text += ("\nModes alternate step by step (off, CPU-wall, event in a rotating order per triplet) so neighbouring steps, "
+             "which saw the same machine, are compared; the bootstrap resamples whole blocks. Throughput overhead is the ratio "
+             "of mean step times (the paper's measure); the median-step ratio is robust to the VM's steal bursts. On this "
+             "2-core VM, whose hypervisor takes a varying share of the CPU (the VM steal column), step times scatter by "
+             "percents, so the measured CIs bound the overhead only to that resolution; the bottom-up column (the recorder's "
+             "own CPU time per step, measured, over the step time) is the precise figure. The paper's NCCL-gather columns "
+             "need GPUs and are not reproduced here; our gather is MPI point-to-point.\n")
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for mode in ["cpu", "event"]:
         g = df[df["mode"] == mode].sort_values("ranks")
@@ -326,14 +336,44 @@ def report_periodic(d, df):
     return text, headline, None, "paper: p50 0.13%, frontier 24%, routed"
 
 
+def report_events(d, df):
+    text, m = header(d, "E5 forward event side channel (Table 5)")
+    device = m["spec"].get("overrides", {}).get("device", m["spec"]["base"].get("device", "host"))
+    rows = []
+    for (sc, delay, q), g in df.groupby(["scenario", "delay_ms", "event_q"], sort=False):
+        def count(label):
+            return frac(g.labels.fillna("").str.contains(label).sum(), len(g))
+        rows.append({"scenario": SCEN_NAMES[sc], "delay": f"{delay:.0f} ms", "q": q, "rows": len(g),
+                     "CPU-wall top-1": frac(b(g.top1).sum(), len(g)), "CPU-wall top-2": frac(b(g.top2).sum(), len(g)),
+                     "forward_device_supported": count("forward_device_supported"),
+                     "forward_host_overhead_suspected": count("forward_host_overhead_suspected"),
+                     "forward_spillover_suspected": count("forward_spillover_suspected"),
+                     "ready ratio": f"{g.events_ready_ratio.astype(float).mean():.2f}"})
+    text += md_table(pd.DataFrame(rows))
+    text += (f"\nDevice backend: `{device}`"
+             + (" — the host-stream model: device work runs on a per-rank worker thread and its event pairs are stamped when "
+                "the worker reaches them; on a GPU the same spec runs with `--set device=cuda --tag gpu`." if device == "host" else ".")
+             + "\n\nPaper (Table 5): forward/device is not claimed top-1 (0/10) but is top-2 (10/10) and emits "
+             "forward_device_supported on event-enabled rows; forward/host is top-1 and top-2 (10/10) and emits "
+             "forward_host_overhead_suspected when CPU-wall is high and event time is low.\n")
+    dev = df[(df.scenario == "fwd_device") & (df.event_q > 0)]
+    host = df[(df.scenario == "fwd_host") & (df.event_q > 0)]
+    headline = (f"fwd_device top-2 {b(df[df.scenario == 'fwd_device'].top2).sum()}/{len(df[df.scenario == 'fwd_device'])}, "
+                f"forward_device_supported {dev.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(dev)} (q > 0); "
+                f"fwd_host top-1 {b(df[df.scenario == 'fwd_host'].top1).sum()}/{len(df[df.scenario == 'fwd_host'])}, "
+                f"forward_host_overhead_suspected {host.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(host)}")
+    return text, headline, None, "paper: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead"
+
+
 REPORTS = {"fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
            "callback": report_callback, "overhead": report_overhead, "aba": report_aba,
-           "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic}
+           "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic,
+           "events": report_events}
 
 
 def report(d):
     d = pathlib.Path(d)
-    name = d.name.removesuffix("-quick")
+    name = d.name.removesuffix("-quick").split("-")[0]
     df = pd.read_csv(d / "rows.csv")
     text, headline, picture, paper = REPORTS[name](d, df)
     (d / "table.md").write_text(text)

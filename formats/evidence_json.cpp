@@ -170,6 +170,11 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
                   {"rank", e.suspect.rank >= 0 ? ordered_json(e.suspect.rank) : ordered_json(nullptr)},
                   {"basis", e.suspect.basis},
                   {"confidence", e.suspect.confidence}};
+  auto& sus = j["stage_suspects"] = ordered_json::object();
+  for (const auto& x : e.stage_suspects)
+    sus[e.group_name(x.group)] = {{"rank", x.rank >= 0 ? ordered_json(x.rank) : ordered_json(nullptr)},
+                                  {"basis", x.basis},
+                                  {"confidence", x.confidence}};
   auto& lag = j["lag"] = ordered_json::object();
   for (int g = 0; g < e.schema.group_count(); ++g)
     lag[e.group_name(g)] = {{"lag_mean_s", e.lag_mean_s[g]},

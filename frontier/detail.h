@@ -104,6 +104,9 @@ public:
   int top_group() const;
   Evidence finish(const TelemetryInput& tel, std::int64_t first_step, std::int64_t last_step,
                   int missing_steps) const;
+  /// The rank the evidence names for group g: confident frontier leader, else the rank the
+  /// others waited for in g's collectives, else the most-credited leader.
+  Suspect suspect_for(int g, double median_step_s) const;
 
 private:
   const StageSchema& schema_;

@@ -329,7 +329,8 @@ struct Evidence {
   std::vector<int> share_order;             ///< all groups, largest share first
   std::vector<int> co_critical_stages;      ///< ambiguity set E_amb = C_A ∪ C_G ∪ residual leaders
   std::vector<Label> labels;
-  Suspect suspect;
+  Suspect suspect;                          ///< for the top stage
+  std::vector<Suspect> stage_suspects;      ///< for every stage with an advance, in stage order
   BaselineSet baselines;
   EventSummary events;
   // telemetry

@@ -513,6 +513,46 @@ int WindowStats::top_group() const {
   return ranked.order.empty() || adv_[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
 }
 
+Suspect WindowStats::suspect_for(int g, double median_step_s) const {
+  Suspect sus;
+  sus.group = g;
+  const auto row = static_cast<std::size_t>(g) * world_;
+  int best_conf = -1, best = -1;
+  for (int r = 0; r < world_; ++r) {
+    if (conf_credit_[row + r] > 0 && (best_conf < 0 || conf_credit_[row + r] > conf_credit_[row + best_conf])) best_conf = r;
+    if (credit_[row + r] > 0 && (best < 0 || credit_[row + r] > credit_[row + best])) best = r;
+  }
+  std::vector<double> waits;
+  int quiet = -1;
+  double quiet_wait = 0;
+  for (int r = 0; r < world_; ++r) {
+    if (sync_n_[row + r] == 0) continue;
+    const double w = sync_sum_[row + r] / sync_n_[row + r];
+    waits.push_back(w);
+    if (quiet < 0 || w < quiet_wait) {
+      quiet = r;
+      quiet_wait = w;
+    }
+  }
+  const double wait_median = waits.empty() ? 0.0 : median_inplace(waits);
+  if (best_conf >= 0 && conf_credit_[row + best_conf] >= 0.5 * adv_[g]) {
+    sus.rank = best_conf;
+    sus.basis = "frontier_leader";
+    sus.confidence = conf_credit_[row + best_conf] / adv_[g];
+  } else if (world_ > 1 && quiet >= 0 && waits.size() > 1 && wait_median - quiet_wait >= cfg_.eta_q * median_step_s &&
+             wait_median > 0) {
+    // The rank the others waited for blocks least inside the stage's collectives.
+    sus.rank = quiet;
+    sus.basis = "sync_wait_side_evidence";
+    sus.confidence = 1.0 - quiet_wait / wait_median;
+  } else if (best >= 0) {
+    sus.rank = best;
+    sus.basis = "frontier_leader_weak";
+    sus.confidence = credit_[row + best] / adv_[g];
+  }
+  return sus;
+}
+
 Evidence WindowStats::finish(const TelemetryInput& tel, std::int64_t first_step, std::int64_t last_step,
                              int missing_steps) const {
   Evidence e;
@@ -777,44 +817,12 @@ Evidence WindowStats::finish(const TelemetryInput& tel, std::int64_t first_step,
   for (int i = 0; i < kLabelCount; ++i)
     if (lab[i]) e.labels.push_back(static_cast<Label>(i));
 
-  // Suspect: the top stage and the rank evidence behind it.
-  if (s1 >= 0 && adv_[s1] > 0) {
-    e.suspect.group = s1;
-    const auto row = static_cast<std::size_t>(s1) * world_;
-    int best_conf = -1, best = -1;
-    for (int r = 0; r < world_; ++r) {
-      if (conf_credit_[row + r] > 0 && (best_conf < 0 || conf_credit_[row + r] > conf_credit_[row + best_conf])) best_conf = r;
-      if (credit_[row + r] > 0 && (best < 0 || credit_[row + r] > credit_[row + best])) best = r;
-    }
-    std::vector<double> waits;
-    int quiet = -1;
-    double quiet_wait = 0;
-    for (int r = 0; r < world_; ++r) {
-      if (sync_n_[row + r] == 0) continue;
-      const double w = sync_sum_[row + r] / sync_n_[row + r];
-      waits.push_back(w);
-      if (quiet < 0 || w < quiet_wait) {
-        quiet = r;
-        quiet_wait = w;
-      }
-    }
-    const double wait_median = waits.empty() ? 0.0 : median_inplace(waits);
-    if (best_conf >= 0 && conf_credit_[row + best_conf] >= 0.5 * adv_[s1]) {
-      e.suspect.rank = best_conf;
-      e.suspect.basis = "frontier_leader";
-      e.suspect.confidence = conf_credit_[row + best_conf] / adv_[s1];
-    } else if (world_ > 1 && quiet >= 0 && waits.size() > 1 &&
-               wait_median - quiet_wait >= cfg_.eta_q * e.median_step_s && wait_median > 0) {
-      // The rank the others waited for blocks least inside the stage's collectives.
-      e.suspect.rank = quiet;
-      e.suspect.basis = "sync_wait_side_evidence";
-      e.suspect.confidence = 1.0 - quiet_wait / wait_median;
-    } else if (best >= 0) {
-      e.suspect.rank = best;
-      e.suspect.basis = "frontier_leader_weak";
-      e.suspect.confidence = credit_[row + best] / adv_[s1];
-    }
-  }
+  // Suspects: for every stage with an advance, the rank the evidence names; the top stage's
+  // is the packet's headline suspect.
+  for (int g = 0; g < G_; ++g)
+    if (adv_[g] > 0) e.stage_suspects.push_back(suspect_for(g, e.median_step_s));
+  for (const auto& sus : e.stage_suspects)
+    if (sus.group == s1) e.suspect = sus;
   return e;
 }
 

@@ -246,7 +246,9 @@ std::vector<std::byte> Recorder::pack(std::int64_t window) {
   h.rank = transport_.rank();
   h.window = static_cast<std::int32_t>(window);
   h.first_step = start;
-  h.steps = cfg_.window_steps;
+  // The span this rank reached: the whole window, or up to its last step when the run ended
+  // inside it. The root takes the largest span, so steps no rank recorded count as missing.
+  h.steps = static_cast<std::int32_t>(std::clamp<std::int64_t>(last_step_ - start + 1, 0, cfg_.window_steps));
   h.stages = S_;
   h.records = records;
   h.n_sync = n_sync;
@@ -401,18 +403,7 @@ void Recorder::pump_root(bool final_pass) {
       span = std::max(span, dec[r].h.steps);
     }
     const std::int64_t start = cfg_.first_step + static_cast<std::int64_t>(p.window) * cfg_.window_steps;
-    // The final window covers only the steps some rank actually reached.
-    std::int64_t last = start - 1;
-    for (int r = 0; r < R; ++r) {
-      if (!dec[r].ok) continue;
-      const std::byte* q = dec[r].records;
-      for (int i = 0; i < dec[r].h.records; ++i) {
-        last = std::max(last, start + get<std::int32_t>(q));
-        q += record_bytes(S_, n_sync) - sizeof(std::int32_t);
-      }
-    }
-    const bool is_last_window = final_pass || p.window + 1 == open_window_;
-    const int steps = is_last_window ? static_cast<int>(std::max<std::int64_t>(last - start + 1, 0)) : span;
+    const int steps = span;
     w.matrix = frontier::StageMatrix(schema_, R, start, std::max(steps, 0));
     std::vector<std::string> roles(R);
     bool any_role = false;

@@ -18,8 +18,9 @@ public:
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
-  /// Blocks until a batch is ready; `stall_s` is an injected main-process stall.
-  void next(double stall_s);
+  /// Blocks until a batch is ready; `stall_s` is an injected main-process stall. With gradient
+  /// accumulation each microstep consumes a micro-batch: `batch_fraction` = 1/m of the costs.
+  void next(double stall_s, double batch_fraction);
 
 private:
   void produce();

@@ -119,35 +119,6 @@ ordered_json rule_json(const verify::RuleVerdict& v) {
   return {{"top1", v.top1}, {"top2", v.top2}, {"candidate_hit", v.candidate_hit}, {"candidate_size", v.candidate_size}};
 }
 
-/// The claim a run is checked against (--check), per scenario family.
-struct Claim {
-  bool pass = false;
-  std::string criterion;
-};
-
-Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const verify::Verdict& v,
-                  double makespan_gap) {
-  Claim c;
-  bool ok = true;
-  if (sc.site == inject::Site::none) {
-    c.criterion = "no strong label";
-    for (auto l : e.labels) ok &= !frontier::is_strong(l);
-  } else if (!sc.should_route) {
-    c.criterion = sc.stage + " not in the routing set";
-    ok = !v.frontier.candidate_hit;
-  } else if (sc.site == inject::Site::forward_device) {
-    c.criterion = sc.stage + " in the top-2 (device work becomes host-visible in backward)";
-    ok = v.frontier.top2;
-  } else {
-    c.criterion = sc.stage + " in the top-2 and the target rank named";
-    ok = v.frontier.top2 && v.rank_hit;
-  }
-  c.criterion += "; exposed makespan within 2% of the slowest-rank wall sum";
-  ok &= makespan_gap <= 0.02;
-  c.pass = ok;
-  return c;
-}
-
 struct Backends {
   std::unique_ptr<Device> device;
   std::unique_ptr<Comm> comm;
@@ -216,6 +187,96 @@ double boundary_cost_ns() {
   return ns / (kSteps * 12.0);
 }
 
+/// The claim a run is checked against (--check), per scenario family.
+struct Claim {
+  bool pass = false;
+  std::string criterion;
+};
+
+Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const verify::Verdict& v,
+                  double makespan_gap) {
+  Claim c;
+  bool ok = true;
+  if (sc.site == inject::Site::none) {
+    c.criterion = "no strong label";
+    for (auto l : e.labels) ok &= !frontier::is_strong(l);
+  } else if (!sc.should_route) {
+    c.criterion = sc.stage + " not in the routing set";
+    ok = !v.frontier.candidate_hit;
+  } else if (sc.site == inject::Site::forward_device) {
+    c.criterion = sc.stage + " in the top-2 (device work becomes host-visible in backward)";
+    ok = v.frontier.top2;
+  } else {
+    c.criterion = sc.stage + " in the top-2 and the target rank named";
+    ok = v.frontier.top2 && v.rank_hit;
+  }
+  c.criterion += "; exposed makespan within 2% of the slowest-rank wall sum";
+  ok &= makespan_gap <= 0.02;
+  c.pass = ok;
+  return c;
+}
+
+
+}  // namespace
+
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap) {
+  const auto& scenario = *plan.scenario;
+  const auto truth = inject::truth(plan);
+  VerdictReport out;
+  out.verdict = verify::score(e, {scenario.stage, plan.ranks, scenario.should_route});
+  const auto& v = out.verdict;
+  const Claim claim = check_claim(scenario, e, v, makespan_gap);
+  out.claim_pass = claim.pass;
+  out.claim = claim.criterion;
+  char line[512];
+  auto yn = [](bool flag) { return flag ? "yes" : "no"; };
+  out.truth_text = "# truth: ";
+  if (truth.empty()) out.truth_text += "no fault";
+  for (const auto& r : truth) {
+    std::snprintf(line, sizeof line, "rank %d %s %s %.0f ms%s%s; ", r.rank, r.stage.c_str(), r.kind.c_str(), r.delay_ms,
+                  r.sync_bearing ? " sync-bearing" : "", r.should_route ? "" : " (must stay unrouted)");
+    out.truth_text += line;
+  }
+  out.truth_text += "\n";
+  std::string& t = out.verdict_text;
+  if (!truth.empty()) {
+    std::snprintf(line, sizeof line, "# verdict: top-1 %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (suspect %d, %s)\n",
+                  yn(v.frontier.top1), yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size,
+                  yn(v.rank_hit), e.suspect.rank, e.suspect.basis.c_str());
+    t += line;
+    t += "# baselines top-1/top-2:";
+    for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
+      t += " " + std::string(frontier::to_string(frontier::kBaselineRules[i])) + " " + yn(v.baselines[i].top1) + "/" +
+           yn(v.baselines[i].top2);
+    t += "\n";
+  }
+  t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
+
+  auto& j = out.json;
+  j["expected"] = {{"stage", scenario.stage}, {"ranks", plan.ranks}, {"should_route", scenario.should_route}};
+  j["frontier"] = rule_json(v.frontier);
+  j["rank_hit"] = v.rank_hit;
+  j["suspect"] = {{"rank", e.suspect.rank}, {"basis", e.suspect.basis}};
+  auto& bls = j["baselines"] = ordered_json::object();
+  for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
+    bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
+  j["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
+  return out;
+}
+
+double slowest_wall_sum(const frontier::StageMatrix& m) {
+  double sum = 0;
+  for (int t = 0; t < m.steps(); ++t) {
+    double mx = 0;
+    for (int r = 0; r < m.ranks(); ++r)
+      if (m.present(t, r)) mx = std::max(mx, m.wall(t, r));
+    sum += mx;
+  }
+  return sum;
+}
+
+namespace {
+
 // ---- overhead mode ----------------------------------------------------------------------------
 
 struct Interval {
@@ -259,31 +320,32 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
 
   std::int64_t step = 0;
   for (int t = 0; t < cfg.warmup; ++t) work.step(step++, nullptr);
-  // Blocks of three windows; the order rotates so no mode always runs first or last.
+  // Modes alternate step by step (off, cpu, event in a rotating order per triplet), so every
+  // comparison is between neighbouring steps that saw the same machine: the VM's steal bursts
+  // last seconds and would swamp a window-by-window comparison. A block is W triplets; rank 0
+  // times every step, safe point included.
   const RecorderMode orders[3][3] = {{RecorderMode::off, RecorderMode::cpu, RecorderMode::event},
                                      {RecorderMode::cpu, RecorderMode::event, RecorderMode::off},
                                      {RecorderMode::event, RecorderMode::off, RecorderMode::cpu}};
   std::int64_t local[2] = {0, 0};  // per recorder: its own contiguous step ids
-  std::vector<std::array<double, 3>> block_s(static_cast<std::size_t>(cfg.overhead_pairs));
+  std::vector<std::array<std::vector<double>, 3>> block_steps(static_cast<std::size_t>(cfg.overhead_pairs));
   const auto steal0 = steal_jiffies();
+  MPI_Barrier(world);
   for (int k = 0; k < cfg.overhead_pairs; ++k)
-    for (RecorderMode mode : orders[k % 3]) {
-      recorder::Recorder* rec = mode == RecorderMode::cpu ? &rec_cpu : mode == RecorderMode::event ? &rec_ev : nullptr;
-      MPI_Barrier(world);
-      const std::int64_t t0 = inject::monotonic_ns();
-      for (int i = 0; i < W; ++i) {
+    for (int i = 0; i < W; ++i)
+      for (RecorderMode mode : orders[(k * W + i) % 3]) {
+        recorder::Recorder* rec = mode == RecorderMode::cpu ? &rec_cpu : mode == RecorderMode::event ? &rec_ev : nullptr;
+        const std::int64_t t0 = inject::monotonic_ns();
         if (rec) {
-          const int which = rec == &rec_cpu ? 0 : 1;
-          work.step(local[which]++, rec);
+          work.step(local[rec == &rec_cpu ? 0 : 1]++, rec);
           rec->safe_point();
         } else {
           work.step(step, nullptr);
         }
         ++step;
+        block_steps[static_cast<std::size_t>(k)][static_cast<int>(mode)].push_back(
+            static_cast<double>(inject::monotonic_ns() - t0) * 1e-9);
       }
-      MPI_Barrier(world);
-      block_s[static_cast<std::size_t>(k)][static_cast<int>(mode)] = static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
-    }
   const double steal = steal_fraction(steal0, steal_jiffies());
   rec_cpu.finish();
   rec_ev.finish();
@@ -296,40 +358,46 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
   payload_bytes = static_cast<std::int64_t>(recorder::payload_bytes(recorder_config(ev_cfg, 0, W), W));
   if (rank != 0) return 0;
 
-  std::vector<double> ov_cpu, ov_ev;
-  for (const auto& blk : block_s) {
-    ov_cpu.push_back(blk[1] / blk[0] - 1.0);
-    ov_ev.push_back(blk[2] / blk[0] - 1.0);
-  }
-  const Interval ci_cpu = bootstrap(ov_cpu, cfg.seed), ci_ev = bootstrap(ov_ev, cfg.seed + 1);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
   };
-  std::vector<double> t_off, t_cpu, t_ev;
-  for (const auto& blk : block_s) {
-    t_off.push_back(blk[0] / W);
-    t_cpu.push_back(blk[1] / W);
-    t_ev.push_back(blk[2] / W);
+  auto mean = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  };
+  // Per block: throughput overhead (ratio of mean step times) and the median-step ratio.
+  std::vector<double> ov_cpu, ov_ev, med_cpu, med_ev, all[3];
+  for (const auto& blk : block_steps) {
+    ov_cpu.push_back(mean(blk[1]) / mean(blk[0]) - 1.0);
+    ov_ev.push_back(mean(blk[2]) / mean(blk[0]) - 1.0);
+    med_cpu.push_back(median(blk[1]) / median(blk[0]) - 1.0);
+    med_ev.push_back(median(blk[2]) / median(blk[0]) - 1.0);
+    for (int m = 0; m < 3; ++m) all[m].insert(all[m].end(), blk[m].begin(), blk[m].end());
   }
+  const Interval ci_cpu = bootstrap(ov_cpu, cfg.seed), ci_ev = bootstrap(ov_ev, cfg.seed + 1);
+  const Interval mci_cpu = bootstrap(med_cpu, cfg.seed + 2), mci_ev = bootstrap(med_ev, cfg.seed + 3);
+  const std::vector<double> t_off = all[0], t_cpu = all[1], t_ev = all[2];
   // Recorder CPU per recorded step: safe points (packing, gather, rank-0 scoring) measured as
   // thread CPU time, plus the hot-path boundaries at their calibrated cost.
   const int boundaries_per_step = 2 + 2 * static_cast<int>(workload_stages(cfg.workload).size()) + 2;
-  const double safe_point_us_per_step = (cpu_sum / size) / (2.0 * cfg.overhead_pairs * W) * 1e6;
+  const double safe_point_us_per_step = (cpu_sum / size) / (2.0 * cfg.overhead_pairs * W) * 1e6;  // 2W recorded steps/block
   const double rec_cpu_us_per_step = safe_point_us_per_step + boundaries_per_step * (boundary_sum / size) * 1e-3;
 
   if (!cfg.quiet) {
     std::printf("# sf-testbed run --overhead-pairs %d  commit %s  %s  host %s\n", cfg.overhead_pairs, cfg.commit.c_str(), utc_now().c_str(),
                 hostname().c_str());
-    std::printf("# ranks %d, %d-step windows, blocks of off/cpu/event (rotating order), scenario %s, event q %.3g\n", size, W,
-                cfg.scenario.c_str(), cfg.event_q);
-    std::printf("#\n# %-8s %7s %12s %22s %22s\n", "mode", "windows", "median step", "overhead mean", "95% CI (bootstrap)");
-    std::printf("# %-8s %7s %12s %22s %22s\n", "", "", "ms", "%", "%");
-    std::printf("  %-8s %7d %12.2f %22s %22s\n", "off", cfg.overhead_pairs, median(t_off) * 1e3, "-", "-");
-    std::printf("  %-8s %7d %12.2f %22.3f %10.3f .. %-9.3f\n", "cpu", cfg.overhead_pairs, median(t_cpu) * 1e3,
-                ci_cpu.mean * 100, ci_cpu.lo * 100, ci_cpu.hi * 100);
-    std::printf("  %-8s %7d %12.2f %22.3f %10.3f .. %-9.3f\n", "event", cfg.overhead_pairs, median(t_ev) * 1e3,
-                ci_ev.mean * 100, ci_ev.lo * 100, ci_ev.hi * 100);
+    std::printf("# ranks %d, %d blocks of %d step triplets (off/cpu/event alternating step by step, rotating order),"
+                " scenario %s, event q %.3g\n", size, cfg.overhead_pairs, W, cfg.scenario.c_str(), cfg.event_q);
+    std::printf("#\n# %-6s %6s %11s %14s %22s %14s %22s\n", "mode", "steps", "median step", "throughput", "95% CI (bootstrap)",
+                "median-step", "95% CI (bootstrap)");
+    std::printf("# %-6s %6s %11s %14s %22s %14s %22s\n", "", "", "ms", "overhead %", "%", "overhead %", "%");
+    std::printf("  %-6s %6zu %11.2f %14s %22s %14s %22s\n", "off", t_off.size(), median(t_off) * 1e3, "-", "-", "-", "-");
+    std::printf("  %-6s %6zu %11.2f %14.3f %10.3f .. %-9.3f %14.3f %10.3f .. %-9.3f\n", "cpu", t_cpu.size(),
+                median(t_cpu) * 1e3, ci_cpu.mean * 100, ci_cpu.lo * 100, ci_cpu.hi * 100, mci_cpu.mean * 100,
+                mci_cpu.lo * 100, mci_cpu.hi * 100);
+    std::printf("  %-6s %6zu %11.2f %14.3f %10.3f .. %-9.3f %14.3f %10.3f .. %-9.3f\n", "event", t_ev.size(),
+                median(t_ev) * 1e3, ci_ev.mean * 100, ci_ev.lo * 100, ci_ev.hi * 100, mci_ev.mean * 100, mci_ev.lo * 100,
+                mci_ev.hi * 100);
     std::printf("# recorder CPU per step %.2f us (boundary %.1f ns x %d, safe points %.2f us); payload %lld B/rank/window; packet %lld B\n",
                 rec_cpu_us_per_step, boundary_sum / size, boundaries_per_step, safe_point_us_per_step,
                 static_cast<long long>(payload_bytes),
@@ -346,10 +414,13 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
     j["seed"] = cfg.seed;
     j["event_q"] = cfg.event_q;
     j["median_step_ms"] = {{"off", median(t_off) * 1e3}, {"cpu", median(t_cpu) * 1e3}, {"event", median(t_ev) * 1e3}};
-    j["overhead_pct"] = {{"cpu", {{"mean", ci_cpu.mean * 100}, {"ci_low", ci_cpu.lo * 100}, {"ci_high", ci_cpu.hi * 100}}},
-                         {"event", {{"mean", ci_ev.mean * 100}, {"ci_low", ci_ev.lo * 100}, {"ci_high", ci_ev.hi * 100}}}};
-    auto& blocks = j["block_seconds"] = ordered_json::array();
-    for (const auto& blk : block_s) blocks.push_back({{"off", blk[0]}, {"cpu", blk[1]}, {"event", blk[2]}});
+    auto interval = [](const Interval& iv) {
+      return ordered_json{{"mean", iv.mean * 100}, {"ci_low", iv.lo * 100}, {"ci_high", iv.hi * 100}};
+    };
+    j["overhead_pct"] = {{"cpu", interval(ci_cpu)}, {"event", interval(ci_ev)}};
+    j["median_step_overhead_pct"] = {{"cpu", interval(mci_cpu)}, {"event", interval(mci_ev)}};
+    auto& blocks = j["block_mean_step_s"] = ordered_json::array();
+    for (const auto& blk : block_steps) blocks.push_back({{"off", mean(blk[0])}, {"cpu", mean(blk[1])}, {"event", mean(blk[2])}});
     j["recorder_cpu_us_per_step"] = rec_cpu_us_per_step;
     j["boundary_ns"] = boundary_sum / size;
     j["payload_bytes_per_rank_window"] = payload_bytes;
@@ -539,56 +610,18 @@ int run(const RunConfig& cfg, MPI_Comm world) {
     const auto all = concat(windows);
     const auto e = frontier::evaluate(all.matrix, cfg.label, all.telemetry);
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
-    double wall_sum = 0;
-    for (int t = 0; t < all.matrix.steps(); ++t) {
-      double mx = 0;
-      for (int r = 0; r < all.matrix.ranks(); ++r)
-        if (all.matrix.present(t, r)) mx = std::max(mx, all.matrix.wall(t, r));
-      wall_sum += mx;
-    }
+    const double wall_sum = slowest_wall_sum(all.matrix);
     const double gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - wall_sum) / e.exposed_makespan_s : 0.0;
-    verify::Expected x{scenario->stage, plan.ranks, scenario->should_route};
-    const auto v = verify::score(e, x);
-    const Claim claim = check_claim(*scenario, e, v, gap);
-
-    std::string truth_line = "# truth: ";
-    if (truth.empty()) truth_line += "no fault";
-    for (const auto& t : truth) {
-      std::snprintf(line, sizeof line, "rank %d %s %s %.0f ms%s%s; ", t.rank, t.stage.c_str(), t.kind.c_str(), t.delay_ms,
-                    t.sync_bearing ? " sync-bearing" : "", t.should_route ? "" : " (must stay unrouted)");
-      truth_line += line;
-    }
-    table += truth_line + "\n#\n";
+    const VerdictReport vr = verdict_report(plan, e, gap);
+    table += vr.truth_text + "#\n";
     table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))");
     std::snprintf(line, sizeof line,
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart); rank-0 elapsed %.4f s\n",
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;
-    auto yn = [](bool flag) { return flag ? "yes" : "no"; };
-    if (!truth.empty()) {
-      std::snprintf(line, sizeof line, "# verdict: top-1 %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (suspect %d, %s)\n",
-                    yn(v.frontier.top1), yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size,
-                    yn(v.rank_hit), e.suspect.rank, e.suspect.basis.c_str());
-      table += line;
-      std::string bl = "# baselines top-1/top-2:";
-      for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
-        bl += " " + std::string(frontier::to_string(frontier::kBaselineRules[i])) + " " + yn(v.baselines[i].top1) + "/" +
-              yn(v.baselines[i].top2);
-      table += bl + "\n";
-    }
-    table += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
-    if (cfg.check && !claim.pass) exit_code = 1;
-
-    ordered_json verdict;
-    verdict["expected"] = {{"stage", x.stage}, {"ranks", x.ranks}, {"should_route", x.should_route}};
-    verdict["frontier"] = rule_json(v.frontier);
-    verdict["rank_hit"] = v.rank_hit;
-    verdict["suspect"] = {{"rank", e.suspect.rank}, {"basis", e.suspect.basis}};
-    auto& bls = verdict["baselines"] = ordered_json::object();
-    for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
-      bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
-    verdict["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
-    result["verdict"] = verdict;
+    table += vr.verdict_text;
+    if (cfg.check && !vr.claim_pass) exit_code = 1;
+    result["verdict"] = vr.json;
     result["evidence"] = formats::evidence_to_json(e, all.ranks);
     result["measured"]["exposed_makespan_s"] = e.exposed_makespan_s;
     result["measured"]["slowest_rank_wall_sum_s"] = wall_sum;

@@ -144,6 +144,43 @@ struct RunConfig {
 /// Validates a RunConfig without MPI (rank count not yet known): returns "" or one line.
 std::string validate(const RunConfig& cfg);
 
+// ---- model-driven ranks (no MPI) -------------------------------------------------------------
+
+/// The synthetic step as a timeline model: per-rank host and device clocks, device work that
+/// becomes host-visible at the next synchronize, collectives that release every rank when the
+/// last arrives. Same scenario catalogue and stage costs as `run`; no processes, no clock.
+struct ModelConfig {
+  std::string scenario = "data_tail";
+  std::optional<double> delay_ms;
+  std::vector<int> target_ranks;          ///< default: one rank drawn from seed
+  std::int64_t onset = 0, offset = inject::kForever;
+  int every = 1;
+  int ranks = 1024;
+  int steps = 100;
+  std::uint64_t seed = 1;
+  double jitter = 0.03;                   ///< lognormal sigma applied to every stage cost
+  double event_q = 0;                     ///< sampled fraction of steps with a forward event
+  bool sync_callbacks = false;
+  StageCosts costs;
+};
+std::string validate(const ModelConfig& cfg);
+inject::FaultPlan model_plan(const ModelConfig& cfg);
+/// One window of the model: the stage matrix with walls, sync-wait side evidence and events.
+formats::Window model_window(const ModelConfig& cfg, const inject::FaultPlan& plan);
+
+/// The verdict of one scored window against the plan's truth, as both `run` and `sim` report it.
+struct VerdictReport {
+  verify::Verdict verdict;
+  bool claim_pass = false;
+  std::string claim;         ///< the scenario's claim (what --check asserts)
+  std::string truth_text;    ///< "# truth: ..." line
+  std::string verdict_text;  ///< verdict, baseline and check lines
+  nlohmann::ordered_json json;
+};
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
+/// Σ_t max_r wall[t,r]: the slowest rank's measured step times, to cross-check Σ_t F[t,S].
+double slowest_wall_sum(const frontier::StageMatrix& m);
+
 /// Runs the testbed on every rank of `world` (MPI initialized). Rank 0 prints the table, writes
 /// the result files and returns the process exit code (0, or 1 when --check fails); the other
 /// ranks return 0.

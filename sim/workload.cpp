@@ -59,7 +59,7 @@ void Loader::produce() {
   }
 }
 
-void Loader::next(double stall_s) {
+void Loader::next(double stall_s, double batch_fraction) {
   if (prefetch_) {
     std::unique_lock lock(m_);
     cv_.wait(lock, [&] { return ready_ > 0; });
@@ -67,10 +67,10 @@ void Loader::next(double stall_s) {
     lock.unlock();
     cv_.notify_all();
   } else {
-    inject::host_delay(costs_.loader_ms * 1e-3, spin_ns_);
+    inject::host_delay(costs_.loader_ms * 1e-3 * batch_fraction, spin_ns_);
   }
   // Collate/transfer in the main process, plus an injected worker-to-main stall.
-  inject::host_delay(costs_.data_ms * 1e-3 + stall_s, spin_ns_);
+  inject::host_delay(costs_.data_ms * 1e-3 * batch_fraction + stall_s, spin_ns_);
 }
 
 Workload::Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Device& device, Comm& comm, int rank)
@@ -85,7 +85,7 @@ Workload::Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Dev
 void Workload::fetch_ahead(std::int64_t next_step, recorder::Recorder* rec) {
   // Called between steps: the recorder charges this wait to the step that consumes the batch.
   if (rec) rec->begin_stage(idx_.data[0]);
-  loader_.next(plan_.delay_s(inject::Site::data, rank_, next_step));
+  loader_.next(plan_.delay_s(inject::Site::data, rank_, next_step), 1.0 / static_cast<double>(idx_.data.size()));
   if (rec) rec->end_stage(idx_.data[0]);
   have_batch_ = true;
 }
@@ -108,7 +108,7 @@ void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record
     // data: wait for the batch this microstep consumes
     if (!(i == 0 && have_batch_)) {
       begin(idx_.data[i]);
-      loader_.next(i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0);
+      loader_.next(i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0, inv);
       end(idx_.data[i]);
     }
     if (i == 0) have_batch_ = false;

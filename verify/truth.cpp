@@ -33,7 +33,11 @@ Verdict score(const Evidence& e, const Expected& x) {
     const auto& rs = e.baselines.rules[i];
     v.baselines[i] = rule_verdict(rs.order, rs.score, rs.candidates, gi);
   }
-  v.rank_hit = e.suspect.rank >= 0 && std::find(x.ranks.begin(), x.ranks.end(), e.suspect.rank) != x.ranks.end();
+  // The rank the evidence names for the injected stage (the headline suspect when it has none).
+  int named = e.suspect.rank;
+  for (const auto& s : e.stage_suspects)
+    if (s.group == gi) named = s.rank;
+  v.rank_hit = named >= 0 && std::find(x.ranks.begin(), x.ranks.end(), named) != x.ranks.end();
   v.routed = v.frontier.candidate_hit;
   return v;
 }
@@ -113,6 +117,12 @@ std::string evidence_difference(const Evidence& a, const Evidence& b, double rel
   d.num("suspect.rank", a.suspect.rank, b.suspect.rank);
   d.same("suspect.basis", a.suspect.basis == b.suspect.basis);
   d.num("suspect.confidence", a.suspect.confidence, b.suspect.confidence);
+  d.same("stage_suspects size", a.stage_suspects.size() == b.stage_suspects.size());
+  for (std::size_t i = 0; i < a.stage_suspects.size() && i < b.stage_suspects.size(); ++i) {
+    d.num("stage_suspect group", a.stage_suspects[i].group, b.stage_suspects[i].group);
+    d.num("stage_suspect rank", a.stage_suspects[i].rank, b.stage_suspects[i].rank);
+    d.same("stage_suspect basis", a.stage_suspects[i].basis == b.stage_suspects[i].basis);
+  }
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i) {
     const std::string n = "baseline " + std::string(frontier::to_string(frontier::kBaselineRules[i]));
     d.vec(n + " score", a.baselines.rules[i].score, b.baselines.rules[i].score);

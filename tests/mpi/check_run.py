@@ -23,11 +23,11 @@ errors = []
 
 if a.overhead:
     o = json.loads((d / "overhead.json").read_text())
-    for mode in ("cpu", "event"):
-        iv = o["overhead_pct"][mode]
+    for key, mode in [(k, m) for k in ("overhead_pct", "median_step_overhead_pct") for m in ("cpu", "event")]:
+        iv = o[key][mode]
         if not (iv["ci_low"] <= iv["mean"] <= iv["ci_high"]):
             errors.append(f"{mode}: mean {iv['mean']} outside its CI [{iv['ci_low']}, {iv['ci_high']}]")
-    if len(o["block_seconds"]) != o["blocks"]:
+    if len(o["block_mean_step_s"]) != o["blocks"]:
         errors.append("block count mismatch")
     if o["recorder_cpu_us_per_step"] <= 0 or o["payload_bytes_per_rank_window"] <= 0:
         errors.append("recorder CPU time or payload not measured")
