@@ -32,10 +32,7 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     if (inject::to_string(f) == o.telemetry_fault) cfg.telemetry_fault = f;
   cfg.workload.prefetch = !o.no_prefetch;
-  auto& c = cfg.workload.costs;
-  for (double* x : {&c.data_ms, &c.loader_ms, &c.fwd_host_ms, &c.fwd_device_ms, &c.bwd_host_ms, &c.bwd_device_ms,
-                    &c.callbacks_ms, &c.optim_ms})
-    *x *= o.cost_scale;
+  cfg.workload.costs = cfg.workload.costs.scaled(o.cost_scale);
   try {
     cfg.label = make_label_config(o.label);
   } catch (const formats::FormatError& e) {

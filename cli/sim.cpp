@@ -23,10 +23,7 @@ struct SimOptions {
 int run_sim(SimOptions& o) {
   auto& cfg = o.cfg;
   if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
-  auto& c = cfg.costs;
-  for (double* x : {&c.data_ms, &c.loader_ms, &c.fwd_host_ms, &c.fwd_device_ms, &c.bwd_host_ms, &c.bwd_device_ms,
-                    &c.callbacks_ms, &c.optim_ms})
-    *x *= o.cost_scale;
+  cfg.costs = cfg.costs.scaled(o.cost_scale);
   frontier::LabelConfig label;
   try {
     label = make_label_config(o.label);

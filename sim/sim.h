@@ -87,6 +87,11 @@ std::unique_ptr<Comm> make_nccl_comm(MPI_Comm parent, Device& device, std::strin
 struct StageCosts {
   double data_ms = 12, loader_ms = 4, fwd_host_ms = 36, fwd_device_ms = 25, bwd_host_ms = 15,
          bwd_device_ms = 125, callbacks_ms = 5, optim_ms = 10;
+  /// Every cost multiplied by f (--cost-scale).
+  StageCosts scaled(double f) const {
+    return {data_ms * f, loader_ms * f, fwd_host_ms * f, fwd_device_ms * f, bwd_host_ms * f, bwd_device_ms * f,
+            callbacks_ms * f, optim_ms * f};
+  }
 };
 
 struct WorkloadConfig {
