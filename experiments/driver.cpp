@@ -262,6 +262,7 @@ std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& r
     r["payload_bytes_per_rank_window"] = o["payload_bytes_per_rank_window"];
     r["packet_bytes"] = o["packet_bytes"];
     r["vm_steal_fraction"] = o.value("vm_steal_fraction", 0.0);
+    r["peak_rss_mib_per_rank"] = o.value("peak_rss_mib_per_rank", 0.0);
     out.push_back(std::move(r));
   }
   return out;

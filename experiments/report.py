@@ -222,6 +222,7 @@ def report_overhead(d, df):
                      "recorder CPU µs/step": f"{c.recorder_cpu_us_per_step:.1f}",
                      "bottom-up % of step": f"{c.recorder_cpu_us_per_step / (c.median_step_ms_off * 1e3) * 100:.4f}",
                      "payload B/rank/window": int(c.payload_bytes_per_rank_window), "packet B": int(c.packet_bytes),
+                     "peak RSS MiB/rank": f"{float(c.get('peak_rss_mib_per_rank', 0)):.1f}" if float(c.get('peak_rss_mib_per_rank', 0)) > 0 else "n/a",
                      "VM steal": f"{float(c.get('vm_steal_fraction', 0)):.1%}",
                      "paper CI upper CPU / event %": f"{paper_cpu.get(int(r), '')} / {paper_ev.get(int(r), '')}"})
     text += md_table(pd.DataFrame(rows))

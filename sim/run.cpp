@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <utility>
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace sf::sim {
@@ -167,10 +168,14 @@ recorder::RecorderConfig recorder_config(const RunConfig& cfg, std::int64_t firs
 double boundary_cost_ns() {
   auto hub = recorder::make_loopback_hub(1);
   auto tr = recorder::make_loopback_transport(hub, 0);
-  recorder::RecorderConfig rc;
-  rc.window_steps = 1 << 20;
-  recorder::Recorder rec(rc, *tr);
   constexpr int kSteps = 20000;
+  recorder::RecorderConfig rc;
+  // One window longer than the measurement, so no boundary gathers inside it. The ring is
+  // preallocated (steps × stages), so this size is the scratch recorder's memory: sized to the
+  // measurement it is a few MB, where a 2^20-step window was 330 MB per rank and put a 128-rank
+  // overhead run out of memory on a 24 GiB machine.
+  rc.window_steps = kSteps + 1;
+  recorder::Recorder rec(rc, *tr);
   timespec a{}, b{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
   for (int t = 0; t < kSteps; ++t) {
@@ -356,6 +361,13 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
   double boundary_sum = 0;
   MPI_Reduce(&boundary_ns, &boundary_sum, 1, MPI_DOUBLE, MPI_SUM, 0, world);
   payload_bytes = static_cast<std::int64_t>(recorder::payload_bytes(recorder_config(ev_cfg, 0, W), W));
+  // Peak resident memory of the largest rank (workload + two recorders + the boundary probe):
+  // what always-on recording costs in memory, and a guard against a ring sized far too large.
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double rss_mib = static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: ru_maxrss in KiB
+  double rss_max_mib = 0;
+  MPI_Reduce(&rss_mib, &rss_max_mib, 1, MPI_DOUBLE, MPI_MAX, 0, world);
   if (rank != 0) return 0;
 
   auto median = [](std::vector<double> v) {
@@ -405,6 +417,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
     std::printf("# goal: CI upper bound <= 0.05%%; paper <= 0.181%% (CPU), <= 0.043%% (event). cpu %.3f%%, event %.3f%%\n",
                 ci_cpu.hi * 100, ci_ev.hi * 100);
     std::printf("# the hypervisor took %.1f%% of this VM's CPU during the measurement (/proc/stat steal)\n", steal * 100);
+    std::printf("# peak resident memory of the largest rank: %.1f MiB\n", rss_max_mib);
   }
   if (!cfg.out_dir.empty()) {
     ordered_json j = provenance(cfg, "sf.overhead/1");
@@ -426,6 +439,7 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
     j["payload_bytes_per_rank_window"] = payload_bytes;
     j["packet_bytes"] = packet_bytes;
     j["vm_steal_fraction"] = steal;
+    j["peak_rss_mib_per_rank"] = rss_max_mib;
     formats::write_file_atomic(cfg.out_dir + "/overhead.json", j.dump(2) + "\n");
   }
   return 0;

@@ -31,6 +31,10 @@ if a.overhead:
         errors.append("block count mismatch")
     if o["recorder_cpu_us_per_step"] <= 0 or o["payload_bytes_per_rank_window"] <= 0:
         errors.append("recorder CPU time or payload not measured")
+    # A rank of the synthetic workload with both recorders stays near 20 MiB; a preallocated
+    # ring sized far beyond its window (once 330 MiB a rank) would put 128 ranks out of memory.
+    if not 0 < o["peak_rss_mib_per_rank"] < 64:
+        errors.append(f"peak resident memory per rank {o['peak_rss_mib_per_rank']:.1f} MiB, expected under 64 MiB")
 else:
     r = json.loads((d / "run.json").read_text())
     if a.steps is not None and r["measured"]["steps_completed_min"] != a.steps:
