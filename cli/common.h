@@ -3,6 +3,7 @@
 
 #include "formats/formats.h"
 #include "frontier/frontier.h"
+#include "inject/inject.h"
 
 #include <CLI/CLI.hpp>
 
@@ -49,6 +50,21 @@ CLI::Validator choice(const std::map<std::string, T>& m) {
         return "";
       },
       "{" + names + "}");
+}
+
+/// The fault options `run` and `sim` share, bound to either's config (RunConfig and ModelConfig
+/// name these fields alike); delay_ms stays negative unless given (the scenario's default).
+template <typename Config>
+void add_fault_options(CLI::App* sub, Config& cfg, double& delay_ms) {
+  std::map<std::string, std::string> names;
+  for (const auto& s : inject::catalogue()) names[s.name] = s.name;
+  sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
+  sub->add_option("--delay-ms", delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
+  sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
+      ->delimiter(',')->check(CLI::NonNegativeNumber);
+  sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
+  sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
+  sub->add_option("--every", cfg.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
 }
 
 /// Before MPI_Init only the launcher's environment knows the rank: errors are printed once.

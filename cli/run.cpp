@@ -79,17 +79,8 @@ void setup_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
-  std::map<std::string, std::string> names;
-  for (const auto& s : inject::catalogue()) names[s.name] = s.name;
-  sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")
-      ->transform(choice(names));
-  sub->add_option("--delay-ms", o->delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
-  sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
-      ->delimiter(',')->check(CLI::NonNegativeNumber);
+  add_fault_options(sub, cfg, o->delay_ms);
   sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber);
-  sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
-  sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
-  sub->add_option("--every", cfg.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000));
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps)")->check(CLI::NonNegativeNumber);

@@ -38,8 +38,7 @@ int run_sim(SimOptions& o) {
   const auto plan = sim::model_plan(cfg);
   const auto w = sim::model_window(cfg, plan);
   const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
-  const double wall_sum = sim::slowest_wall_sum(w.matrix);
-  const double gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - wall_sum) / e.exposed_makespan_s : 0.0;
+  const auto [wall_sum, gap] = sim::makespan_check(e, w.matrix);
   const auto vr = sim::verdict_report(plan, e, gap);
   if (!o.dump.empty()) {
     std::ostringstream out;
@@ -76,16 +75,9 @@ void setup_sim(CLI::App& app) {
   auto o = std::make_shared<SimOptions>();
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("sim", "Model-driven ranks at scale (no MPI): a scenario scored and checked in milliseconds");
-  std::map<std::string, std::string> names;
-  for (const auto& s : inject::catalogue()) names[s.name] = s.name;
-  sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
+  add_fault_options(sub, cfg, o->delay_ms);
   sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000));
-  sub->add_option("--delay-ms", o->delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
-  sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed)")->delimiter(',');
-  sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
-  sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
-  sub->add_option("--every", cfg.every, "fault every K-th step from the onset")->check(CLI::PositiveNumber);
   sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)");
   sub->add_option("--jitter", cfg.jitter, "lognormal sigma of every stage cost")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0));

@@ -403,8 +403,7 @@ void Recorder::pump_root(bool final_pass) {
       span = std::max(span, dec[r].h.steps);
     }
     const std::int64_t start = cfg_.first_step + static_cast<std::int64_t>(p.window) * cfg_.window_steps;
-    const int steps = span;
-    w.matrix = frontier::StageMatrix(schema_, R, start, std::max(steps, 0));
+    w.matrix = frontier::StageMatrix(schema_, R, start, std::max(span, 0));
     std::vector<std::string> roles(R);
     bool any_role = false;
     std::vector<double> d(S_);

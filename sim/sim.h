@@ -183,8 +183,12 @@ struct VerdictReport {
   nlohmann::ordered_json json;
 };
 VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
-/// Σ_t max_r wall[t,r]: the slowest rank's measured step times, to cross-check Σ_t F[t,S].
-double slowest_wall_sum(const frontier::StageMatrix& m);
+/// The cross-check of the exposed makespan Σ_t F[t,S] against the slowest rank's measured step
+/// times Σ_t max_r wall[t,r]; gap = |exposed − wall sum| / exposed (0 when nothing is exposed).
+struct MakespanCheck {
+  double wall_sum_s = 0, gap = 0;
+};
+MakespanCheck makespan_check(const frontier::Evidence& e, const frontier::StageMatrix& m);
 
 /// Runs the testbed on every rank of `world` (MPI initialized). Rank 0 prints the table, writes
 /// the result files and returns the process exit code (0, or 1 when --check fails); the other
