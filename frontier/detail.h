@@ -88,7 +88,13 @@ struct BaselineAccumulator {
   double per_stage_max_s = 0, per_stage_avg_s = 0;
 };
 
-/// Accumulates every per-step quantity the labeler needs, then labels.
+/// A window's statistics and the per-rank side evidence, before labelling.
+struct WindowSummary {
+  Evidence evidence;
+  SideEvidence side;
+};
+
+/// Accumulates every per-step quantity of a window the labeler reads.
 class WindowStats {
 public:
   WindowStats(const StageSchema& schema, int world_size, const LabelConfig& cfg);
@@ -102,11 +108,8 @@ public:
                           const Eigen::MatrixXd* rank_median);
   /// Top group by advance (the s1 whose counterfactual the ambiguity set needs), −1 if none.
   int top_group() const;
-  Evidence finish(const TelemetryInput& tel, std::int64_t first_step, std::int64_t last_step,
-                  int missing_steps) const;
-  /// The rank the evidence names for group g: confident frontier leader, else the rank the
-  /// others waited for in g's collectives, else the most-credited leader.
-  Suspect suspect_for(int g, double median_step_s) const;
+  /// The window's statistics (no labels, reasons, ambiguity set or suspects: label() adds them).
+  WindowSummary finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const;
 
 private:
   const StageSchema& schema_;

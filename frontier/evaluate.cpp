@@ -128,7 +128,9 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   int missing = 0;
   for (int t = 0; t < m.steps(); ++t)
     if (!acc.scored[t]) ++missing;
-  return ws.finish(tel, m.first_step(), m.first_step() + m.steps() - 1, missing);
+  auto [ev, side] = ws.finish(m.first_step(), m.first_step() + m.steps() - 1, missing);
+  label(ev, side, cfg, tel);
+  return ev;
 }
 
 // --- streaming ---------------------------------------------------------------------------------
@@ -181,7 +183,9 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
 
 Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {
   const auto& st = *state_;
-  return st.stats.finish(tel, st.first, st.last, st.missing);
+  auto [ev, side] = st.stats.finish(st.first, st.last, st.missing);
+  label(ev, side, st.cfg, tel);
+  return ev;
 }
 
 // --- names -------------------------------------------------------------------------------------

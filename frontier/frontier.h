@@ -349,6 +349,26 @@ struct Evidence {
   const std::string& group_name(int g) const { return schema.groups()[g]; }
 };
 
+/// Per-rank facts of one window beside its shares that the labeler reads — the "side evidence"
+/// of `label(config, side evidence)` in DESIGN.md. G × R tables are group-major (g·R + r).
+struct SideEvidence {
+  int ranks = 0;
+  std::vector<double> confident_credit_s;  ///< G × R: advance led by the rank as a confident unique leader
+  std::vector<double> sync_wait_mean_s;    ///< G × R: mean time blocked inside the group's collectives; NaN: none
+  std::vector<double> fwd_cpu_mean_s;      ///< R: mean CPU-wall time of the forward group; NaN: no record
+  std::vector<double> fwd_event_median_s;  ///< R: median ready forward event time; NaN: no ready sample
+  /// G: shares once the top group is replaced by its clipped baseline (the residual leaders);
+  /// empty when not computed.
+  std::vector<double> residual_shares;
+  std::vector<std::string> roles;          ///< R, or empty when unknown
+};
+
+/// The labeler (Appendix C, Tables 12–13): applies the telemetry, role and accumulation gates,
+/// then the stage-diagnosis and forward-event rules to a window's statistics (e, as evaluate()
+/// computes them), and fills e's labels, downgrade reasons, ambiguity set (co_critical_stages),
+/// suspects and telemetry fields. Deterministic; documented in docs/labeler.md.
+void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const TelemetryInput& tel = {});
+
 /// The deterministic labeler (Appendix C): validates, accounts, computes baselines, gain, lag,
 /// leaders, routing and ambiguity sets, applies the gates and emits labels with reasons.
 Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg = {}, const TelemetryInput& tel = {});

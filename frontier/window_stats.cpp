@@ -14,88 +14,6 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr std::size_t kMaxLeadersPerStage = 8;
 
-std::string fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
-}
-
-/// Moves the elements of [v, v + n) for which less(x) holds to the front, keeping the rest
-/// behind them; returns their count. Branchless Lomuto: a swap every element, the front
-/// advancing only on less(x). Unrolled by four by hand (GCC does not at -O3): the loop
-/// overhead was a fair share of this, the labeler's hottest loop.
-template <class Less>
-std::size_t partition_branchless(double* v, std::size_t n, Less less) {
-  std::size_t front = 0, j = 0;
-  auto visit = [&](std::size_t at) {
-    const double x = v[at];
-    v[at] = v[front];
-    v[front] = x;
-    front += less(x) ? 1 : 0;
-  };
-  for (; j + 4 <= n; j += 4) {
-    visit(j);
-    visit(j + 1);
-    visit(j + 2);
-    visit(j + 3);
-  }
-  for (; j < n; ++j) visit(j);
-  return front;
-}
-
-std::size_t median_of_three_index(const double* v, std::size_t a, std::size_t b, std::size_t c) {
-  if (v[a] < v[b]) return v[b] < v[c] ? b : (v[a] < v[c] ? c : a);
-  return v[a] < v[c] ? a : (v[b] < v[c] ? c : b);
-}
-
-/// The k-th smallest of v[0, n) (0-based; v is reordered), and the (k−1)-th in *lower when
-/// lower is not null (0 < k). The per-step medians over ranks are the labeler's largest cost,
-/// and std::nth_element mispredicts about every other comparison on unordered data; this
-/// quickselect partitions without branches. Runs of keys equal to the smallest are split off
-/// so ties cannot make it quadratic, and a bad pivot sequence ends in std::nth_element.
-double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
-  constexpr std::size_t kSmall = 32;
-  std::size_t lo = 0, hi = n;  // v[0, lo) ≤ v[lo, hi) ≤ v[hi, n), and lo ≤ k < hi
-  double left_max = kNegInf;   // max of v[0, lo)
-  const int rounds = 2 * static_cast<int>(std::bit_width(n));
-  for (int round = 0; hi - lo > kSmall && round < rounds; ++round) {
-    // Pivot: median of three, or of three medians of three (Tukey's ninther) on long ranges,
-    // which cuts about an eighth of the elements visited.
-    const std::size_t m = hi - lo, step = m / 9;
-    const std::size_t pivot_at =
-        m > 128 ? median_of_three_index(v, median_of_three_index(v, lo, lo + step, lo + 2 * step),
-                                        median_of_three_index(v, lo + 3 * step, lo + 4 * step, lo + 5 * step),
-                                        median_of_three_index(v, lo + 6 * step, lo + 7 * step, lo + 8 * step))
-                : median_of_three_index(v, lo, lo + m / 2, hi - 1);
-    std::swap(v[pivot_at], v[hi - 1]);
-    const double pivot = v[hi - 1];
-    const std::size_t lt = lo + partition_branchless(v + lo, hi - 1 - lo, [pivot](double x) { return x < pivot; });
-    std::swap(v[lt], v[hi - 1]);  // v[lo, lt) < pivot = v[lt] ≤ v[lt + 1, hi)
-    if (k < lt) {
-      hi = lt;
-      continue;
-    }
-    if (k == lt) {
-      if (lower) *lower = lt > lo ? *std::max_element(v + lo, v + lt) : left_max;
-      return pivot;
-    }
-    std::size_t next = lt + 1;
-    if (lt == lo) {
-      // The pivot is the range's smallest key: step over all its copies at once.
-      next += partition_branchless(v + next, hi - next, [pivot](double x) { return x <= pivot; });
-      if (k < next) {
-        if (lower) *lower = pivot;
-        return pivot;
-      }
-    }
-    lo = next;
-    left_max = pivot;
-  }
-  std::nth_element(v + lo, v + k, v + hi);
-  if (lower) *lower = k > lo ? *std::max_element(v + lo, v + k) : left_max;
-  return v[k];
-}
-
 /// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
 /// keep independent maxima, so it vectorises.
 double add_and_max(double* p, const double* x, int n) {
@@ -205,14 +123,6 @@ StepFrontier step_frontier_from(const Accounting& acc, int t) {
                              [](const Accounting::Tie& tie, int step) { return tie.t < step; });
   for (; lo != acc.ties.end() && lo->t == t; ++lo) f.tie[lo->s] = lo->ranks;
   return f;
-}
-
-double median_inplace(std::vector<double>& v) {
-  const std::size_t n = v.size();
-  if (n % 2 == 1) return select_kth(v.data(), n, n / 2, nullptr);
-  double lo = 0;
-  const double hi = select_kth(v.data(), n, n / 2, &lo);
-  return lo + (hi - lo) / 2;
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out) {
@@ -513,49 +423,10 @@ int WindowStats::top_group() const {
   return ranked.order.empty() || adv_[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
 }
 
-Suspect WindowStats::suspect_for(int g, double median_step_s) const {
-  Suspect sus;
-  sus.group = g;
-  const auto row = static_cast<std::size_t>(g) * world_;
-  int best_conf = -1, best = -1;
-  for (int r = 0; r < world_; ++r) {
-    if (conf_credit_[row + r] > 0 && (best_conf < 0 || conf_credit_[row + r] > conf_credit_[row + best_conf])) best_conf = r;
-    if (credit_[row + r] > 0 && (best < 0 || credit_[row + r] > credit_[row + best])) best = r;
-  }
-  std::vector<double> waits;
-  int quiet = -1;
-  double quiet_wait = 0;
-  for (int r = 0; r < world_; ++r) {
-    if (sync_n_[row + r] == 0) continue;
-    const double w = sync_sum_[row + r] / sync_n_[row + r];
-    waits.push_back(w);
-    if (quiet < 0 || w < quiet_wait) {
-      quiet = r;
-      quiet_wait = w;
-    }
-  }
-  const double wait_median = waits.empty() ? 0.0 : median_inplace(waits);
-  if (best_conf >= 0 && conf_credit_[row + best_conf] >= 0.5 * adv_[g]) {
-    sus.rank = best_conf;
-    sus.basis = "frontier_leader";
-    sus.confidence = conf_credit_[row + best_conf] / adv_[g];
-  } else if (world_ > 1 && quiet >= 0 && waits.size() > 1 && wait_median - quiet_wait >= cfg_.eta_q * median_step_s &&
-             wait_median > 0) {
-    // The rank the others waited for blocks least inside the stage's collectives.
-    sus.rank = quiet;
-    sus.basis = "sync_wait_side_evidence";
-    sus.confidence = 1.0 - quiet_wait / wait_median;
-  } else if (best >= 0) {
-    sus.rank = best;
-    sus.basis = "frontier_leader_weak";
-    sus.confidence = credit_[row + best] / adv_[g];
-  }
-  return sus;
-}
-
-Evidence WindowStats::finish(const TelemetryInput& tel, std::int64_t first_step, std::int64_t last_step,
-                             int missing_steps) const {
-  Evidence e;
+WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const {
+  WindowSummary out;
+  Evidence& e = out.evidence;
+  SideEvidence& side = out.side;
   e.schema = schema_;
   e.config = cfg_;
   e.first_step = first_step;
@@ -619,7 +490,10 @@ Evidence WindowStats::finish(const TelemetryInput& tel, std::int64_t first_step,
   e.events.ready = ev_ready_;
   e.events.missing = ev_missing_;
   e.events.ready_ratio = ev_sampled_ > 0 ? static_cast<double>(ev_ready_) / ev_sampled_ : 0.0;
-  std::vector<double> rank_medians(world_, std::numeric_limits<double>::quiet_NaN()), present_medians;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double>& rank_medians = side.fwd_event_median_s;
+  rank_medians.assign(world_, kNaN);
+  std::vector<double> present_medians;
   for (int r = 0; r < world_; ++r) {
     if (event_samples_[r].empty()) continue;
     std::vector<double> tmp = event_samples_[r];
@@ -641,189 +515,27 @@ Evidence WindowStats::finish(const TelemetryInput& tel, std::int64_t first_step,
   for (int r = 0; r < world_; ++r)
     if (rank_missing_[r]) e.missing_ranks.push_back(r);
   e.missing_records = missing_records_;
-  e.gather_ok = tel.gather_ok;
-  e.dropped_records = tel.dropped_records;
-  e.duplicate_records = tel.duplicate_records;
 
-  // ---- gates (Appendix C, Table 13) ----
-  auto& why = e.downgrade_reasons;
-  bool telemetry_limited = false;
-  auto limit = [&](std::string reason) {
-    telemetry_limited = true;
-    why.push_back(std::move(reason));
-  };
-  if (!tel.gather_ok) limit("gather_ok=false: window scored with what arrived");
-  for (const auto& r : tel.reasons) limit(r);
-  if (tel.dropped_records > 0) limit("recorder dropped " + std::to_string(tel.dropped_records) + " records (buffer overflow)");
-  if (tel.duplicate_records > 0) limit(std::to_string(tel.duplicate_records) + " duplicate (step, rank) records");
-  if (static_cast<int>(e.missing_ranks.size()) > cfg_.max_missing_ranks) {
-    std::string list;
-    for (std::size_t i = 0; i < e.missing_ranks.size() && i < 8; ++i)
-      list += (i ? "," : "") + std::to_string(e.missing_ranks[i]);
-    if (e.missing_ranks.size() > 8) list += ",...";
-    limit("missing ranks: " + std::to_string(e.missing_ranks.size()) + " rank(s) [" + list + "] absent from " +
-          std::to_string(missing_records_) + " (step, rank) records; gate allows " + std::to_string(cfg_.max_missing_ranks));
-  }
-  if (missing_steps > 0) limit(std::to_string(missing_steps) + " step(s) of the window have no records");
-  if (has_wall_ && e.closure_residual_share > cfg_.max_closure_residual_share)
-    limit("closure residual share " + fmt(e.closure_residual_share) + " > " + fmt(cfg_.max_closure_residual_share));
-  if (has_wall_ && e.overlap_error_share > cfg_.max_overlap_error_share)
-    limit("overlap error share " + fmt(e.overlap_error_share) + " > " + fmt(cfg_.max_overlap_error_share));
-  if (steps_ == 0) limit("no step has any record");
-
-  bool lab[kLabelCount] = {};
-  auto set = [&](Label l) { lab[static_cast<int>(l)] = true; };
-  if (steps_ > 0) set(Label::frontier_accounting);
-  if (telemetry_limited) set(Label::telemetry_limited);
-
-  bool roles_differ = false;
-  for (const auto& r : roles_)
-    if (r != roles_.front()) roles_differ = true;
-  if (roles_differ) {
-    set(Label::role_aware_needed);
-    why.push_back("ranks have different roles: global frontier across roles is unsafe; group ranks by role");
-  }
-  if (schema_.accumulation() > 1 && !schema_.microstep_expanded()) {
-    set(Label::gradient_accumulation_ambiguous);
-    why.push_back("accumulation factor " + std::to_string(schema_.accumulation()) +
-                  " with collapsed microsteps: data/backward displacement cannot be separated");
-  }
-  if (!e.shares_valid && steps_ > 0)
-    why.push_back("exposed makespan " + fmt(denom_) + " s below the share floor " + fmt(cfg_.share_floor_s) +
-                  " s: raw advances only");
-  if (world_ == 1) why.push_back("world size 1: the frontier is the rank's own vector, no cross-rank evidence");
-
-  const bool diagnose = !telemetry_limited && !roles_differ && e.shares_valid && steps_ > 0;
+  // Per-rank side facts the labeler reads.
+  side.ranks = world_;
+  side.roles = roles_;
+  const auto gr = static_cast<std::size_t>(G_) * world_;
+  side.confident_credit_s = conf_credit_;
+  side.sync_wait_mean_s.assign(gr, kNaN);
+  for (std::size_t i = 0; i < gr; ++i)
+    if (sync_n_[i] > 0) side.sync_wait_mean_s[i] = sync_sum_[i] / sync_n_[i];
+  side.fwd_cpu_mean_s.assign(world_, kNaN);
+  for (int r = 0; r < world_; ++r)
+    if (cpu_fwd_n_[r] > 0) side.fwd_cpu_mean_s[r] = cpu_fwd_sum_[r] / cpu_fwd_n_[r];
+  // The residual-leader counterfactual of the top group (only it is needed; the streaming path
+  // keeps every group's because the top one is known only now).
   const int s1 = e.share_order.empty() ? -1 : e.share_order[0];
-  const int s2 = e.share_order.size() > 1 ? e.share_order[1] : -1;
-  const double a1 = s1 >= 0 ? e.shares[s1] : 0.0;
-  const double a2 = s2 >= 0 ? e.shares[s2] : 0.0;
-  const double g1 = s1 >= 0 ? e.static_gain[s1] : 0.0;
-  const bool dominant = a1 > cfg_.gamma_a;
-  const bool near_tie = s2 >= 0 && a2 >= cfg_.gamma_a / 2 && a1 - a2 < cfg_.eta_a;
-  bool w1 = false;
-  for (const auto& w : cfg_.wait_model)
-    if (s1 >= 0 && w == schema_.groups()[s1]) w1 = true;
-
-  // Ambiguity set E_amb = C_A ∪ C_G ∪ residual leaders (docs/labeler.md).
-  if (e.shares_valid && s1 >= 0 && a1 > 0) {
-    std::vector<std::uint8_t> in(G_, 0);
-    double gmax = 0;
-    for (int g = 0; g < G_; ++g) gmax = std::max(gmax, e.static_gain[g]);
-    for (int g = 0; g < G_; ++g) {
-      if (e.shares[g] > 0 && e.shares[g] >= a1 - cfg_.eta_a) in[g] = 1;                  // C_A
-      if (e.static_gain[g] >= cfg_.gamma_g && e.static_gain[g] >= gmax - cfg_.eta_g) in[g] = 1;  // C_G
-    }
-    if (cf_seen_[s1] && cf_denom_[s1] > 0) {
-      // Stages that lead once s1 is replaced by its clipped baseline "can remain bottlenecks
-      // after optimizing one stage" (Table 12, co_critical).
-      double top = 0;
-      for (int h = 0; h < G_; ++h) top = std::max(top, cf_adv_[static_cast<std::size_t>(s1) * G_ + h] / cf_denom_[s1]);
-      for (int h = 0; h < G_; ++h) {
-        const double rs = cf_adv_[static_cast<std::size_t>(s1) * G_ + h] / cf_denom_[s1];
-        if (rs > 0 && rs >= top - cfg_.eta_a) in[h] = 1;
-      }
-    }
-    for (int g : e.share_order)
-      if (in[g]) e.co_critical_stages.push_back(g);
+  if (s1 >= 0 && cf_seen_[s1] && cf_denom_[s1] > 0) {
+    side.residual_shares.assign(G_, 0.0);
+    for (int h = 0; h < G_; ++h) side.residual_shares[h] = cf_adv_[static_cast<std::size_t>(s1) * G_ + h] / cf_denom_[s1];
   }
-
-  if (diagnose && s1 >= 0) {
-    const std::string n1 = schema_.groups()[s1];
-    if (!dominant)
-      why.push_back("no dominant stage: top share " + fmt(a1) + " (" + n1 + ") <= gamma_A " + fmt(cfg_.gamma_a));
-    if (near_tie) {
-      set(Label::co_critical);
-      why.push_back("near tie: " + n1 + " " + fmt(a1) + " and " + schema_.groups()[s2] + " " + fmt(a2) +
-                    " are within eta_A " + fmt(cfg_.eta_a));
-    }
-    int gain_leaders = 0;
-    double gmax = 0;
-    for (int g = 0; g < G_; ++g) gmax = std::max(gmax, e.static_gain[g]);
-    for (int g = 0; g < G_; ++g)
-      if (e.static_gain[g] >= cfg_.gamma_g && e.static_gain[g] >= gmax - cfg_.eta_g) ++gain_leaders;
-    if (gain_leaders > 1) {
-      set(Label::co_critical);
-      why.push_back(std::to_string(gain_leaders) + " stages have static gain >= gamma_G within eta_G of each other");
-    }
-    if (dominant && !near_tie) {
-      const auto& spread = e.baselines[BaselineRule::raw_spread].order;
-      const auto& pmax = e.baselines[BaselineRule::per_stage_max].order;
-      auto top2 = [&](const std::vector<int>& o) {
-        return (!o.empty() && o[0] == s1) || (o.size() > 1 && o[1] == s1);
-      };
-      if (g1 >= cfg_.gamma_g) {
-        if (top2(spread) || top2(pmax))
-          set(Label::direct_exposure);
-        else
-          why.push_back("gain of " + n1 + " " + fmt(g1) + " >= gamma_G but raw duration and spread rank it below top-2");
-      } else if (w1 && world_ > 1) {
-        set(Label::sync_wait_dependent);
-      } else if (world_ > 1) {
-        set(Label::co_critical);
-        why.push_back(n1 + " share " + fmt(a1) + " > gamma_A with static gain " + fmt(g1) +
-                      " < gamma_G and no wait model (W=0): cause and co-critical stages not separable");
-      }
-      if (w1 && world_ > 1) {
-        // Sync-wait signature: the lag opens at s1 and collapses downstream as ranks wait.
-        double collapse = 0;
-        for (int g = s1 + 1; g < G_; ++g) collapse += std::min(0.0, e.lag_increment_mean_s[g]);
-        const double open = e.lag_increment_mean_s[s1];
-        if (open > 0 && -collapse >= 0.5 * open)
-          set(Label::likely_sync_wait);
-        else
-          why.push_back("wait model asserted for " + n1 + " but the lag does not open there and close downstream");
-      }
-    }
-    if (world_ > 1 && conf_n_.size() > 0) {
-      int conf = e.confident_leaders[s1], sw = e.leader_switches[s1];
-      if (conf >= 3 && static_cast<double>(sw) / (conf - 1) > cfg_.gamma_switch) {
-        set(Label::co_critical);
-        why.push_back("leader of " + n1 + " switched " + std::to_string(sw) + " times among " + std::to_string(conf) +
-                      " confident unique leaders: several ranks co-critical");
-      }
-    }
-  }
-
-  // Forward CUDA-event side evidence (Table 12 device axis).
-  if (e.events.sampled > 0 || cfg_.event_scope_limited) {
-    const bool low_ready = e.events.sampled > 0 && e.events.ready_ratio < cfg_.min_event_ready_ratio;
-    if (low_ready || cfg_.event_scope_limited) {
-      set(Label::forward_event_scope_limited);
-      why.push_back(low_ready ? "event ready ratio " + fmt(e.events.ready_ratio) + " < " + fmt(cfg_.min_event_ready_ratio)
-                              : "trainer declares streams not covered by the event markers");
-    } else if (e.events.ready < cfg_.min_event_samples) {
-      why.push_back("only " + std::to_string(e.events.ready) + " ready event samples (< " +
-                    std::to_string(cfg_.min_event_samples) + "): no device labels");
-    } else if (diagnose) {
-      if (const auto gf = schema_.group_index(cfg_.forward_group)) {
-        const int f = *gf;
-        const bool ev_high = e.median_step_s > 0 && e.events.max_rank_median_s >= cfg_.gamma_event * e.median_step_s;
-        const bool fwd_top2 = (s1 == f) || (s2 == f);
-        if (ev_high && fwd_top2) set(Label::forward_device_supported);
-        if (ev_high && s1 > f) set(Label::forward_spillover_suspected);
-        // Host overhead: CPU-wall forward high on its leading rank while its event time is low.
-        if (s1 == f || e.shares[f] > cfg_.gamma_a) {
-          int rf = e.leaders[f].empty() ? -1 : e.leaders[f].front().rank;
-          if (rf >= 0 && cpu_fwd_n_[rf] > 0 && std::isfinite(rank_medians[rf])) {
-            const double cpu = cpu_fwd_sum_[rf] / cpu_fwd_n_[rf];
-            if (cpu > 0 && rank_medians[rf] <= cfg_.event_low_ratio * cpu) set(Label::forward_host_overhead_suspected);
-          }
-        }
-      }
-    }
-  }
-
-  for (int i = 0; i < kLabelCount; ++i)
-    if (lab[i]) e.labels.push_back(static_cast<Label>(i));
-
-  // Suspects: for every stage with an advance, the rank the evidence names; the top stage's
-  // is the packet's headline suspect.
-  for (int g = 0; g < G_; ++g)
-    if (adv_[g] > 0) e.stage_suspects.push_back(suspect_for(g, e.median_step_s));
-  for (const auto& sus : e.stage_suspects)
-    if (sus.group == s1) e.suspect = sus;
-  return e;
+  return out;
 }
+
 
 }  // namespace sf::frontier::detail
