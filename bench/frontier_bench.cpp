@@ -6,7 +6,7 @@
 // Names read BM_<what>/R:<ranks>/N:<steps>/real_time; S is always 6 (the default schema).
 // bench/report.py turns the JSON into account/memcpy bandwidth ratios. Debian's libbenchmark
 // is a DEBUG build of the library: quote that beside any figure.
-#include "bench/synthetic.h"
+#include "synthetic.h"
 
 #include <benchmark/benchmark.h>
 

@@ -2,8 +2,8 @@
 // (step,rank,<five stages>,wall), the input run_bench.sh scores with sf-testbed and with pandas.
 //
 //   sf_make_csv RANKS STEPS OUT.csv
-#include "bench/synthetic.h"
-#include "formats/formats.h"
+#include "synthetic.h"
+#include "sf/formats/formats.h"
 
 #include <charconv>
 #include <cstdio>

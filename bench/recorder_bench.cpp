@@ -6,7 +6,8 @@
 // A recorded step is 12 boundaries (begin/end of the step and of five stages); the yardstick
 // reads the clock 12 times. Safe points (packing, the gather) are not hot path: they run every
 // 4096 steps with the timer paused. Debian's libbenchmark is a DEBUG build of the library.
-#include "recorder/recorder.h"
+#include "sf/formats/formats.h"
+#include "sf/recorder/recorder.h"
 
 #include <benchmark/benchmark.h>
 

@@ -3,7 +3,7 @@
 // and one slow rank whose backward pass runs 12 ms long.
 #pragma once
 
-#include "frontier/frontier.h"
+#include "sf/frontier/frontier.h"
 
 #include <array>
 #include <cstdint>

@@ -1,9 +1,9 @@
 // Shared pieces of the sf-testbed subcommands: labeler options and exit handling.
 #pragma once
 
-#include "formats/formats.h"
-#include "frontier/frontier.h"
-#include "inject/inject.h"
+#include "sf/formats/formats.h"
+#include "sf/frontier/frontier.h"
+#include "sf/inject/inject.h"
 
 #include <CLI/CLI.hpp>
 

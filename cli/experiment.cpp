@@ -1,6 +1,6 @@
 // sf-testbed experiment NAME...|all: declared sweeps of real mpirun runs into results/.
-#include "cli/common.h"
-#include "experiments/experiments.h"
+#include "common.h"
+#include "sf/experiments/experiments.h"
 
 #include <filesystem>
 #include <memory>

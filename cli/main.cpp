@@ -1,5 +1,5 @@
 // sf-testbed: wires the subcommands; each lives in its own file (cli/<name>.cpp).
-#include "cli/common.h"
+#include "common.h"
 
 #include <cstdio>
 #include <exception>

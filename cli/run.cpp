@@ -1,23 +1,20 @@
 // sf-testbed run: one scenario on real MPI ranks (mpirun -np R sf-testbed run --scenario NAME).
 // Options are parsed and validated before MPI_Init.
-#include "cli/common.h"
-#include "sim/sim.h"
+#include "common.h"
+#include "sf/testbed/testbed.h"
 
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <thread>
 
 namespace sf::cli {
 
 namespace {
 
 struct RunOptions {
-  sim::RunConfig cfg;
+  testbed::RunConfig cfg;
   LabelOptions label;
   double cost_scale = 1.0;
-  double spin_us = -1;
   bool no_prefetch = false;
   double delay_ms = -1;
   std::string telemetry_fault = "none";
@@ -39,7 +36,7 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", e.what());
     return kExitBadInput;
   }
-  if (const auto err = sim::validate(cfg); !err.empty()) {
+  if (const auto err = testbed::validate(cfg); !err.empty()) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
     return kExitBadInput;
   }
@@ -52,25 +49,7 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     }
   }
 
-  int provided = 0;
-  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (o.spin_us < 0) {
-    // Spin the last stretch of each sleep only when ranks do not outnumber cores.
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    o.spin_us = static_cast<unsigned>(size) <= cores ? 100 : 0;
-  }
-  cfg.workload.spin_ns = static_cast<std::int64_t>(o.spin_us * 1e3);
-  int rc = 0;
-  try {
-    rc = sim::run(cfg, MPI_COMM_WORLD);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sf-testbed run: internal error: %s\n", e.what());
-    MPI_Abort(MPI_COMM_WORLD, kExitFail);
-  }
-  MPI_Finalize();
-  return rc;
+  return testbed::run(cfg);
 }
 
 }  // namespace
@@ -85,14 +64,14 @@ void setup_run(CLI::App& app) {
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps)")->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
-  const std::map<std::string, sim::CommKind> comms{{"mpi", sim::CommKind::mpi}, {"nccl", sim::CommKind::nccl}};
+  const std::map<std::string, testbed::CommKind> comms{{"mpi", testbed::CommKind::mpi}, {"nccl", testbed::CommKind::nccl}};
   sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));
-  const std::map<std::string, sim::DeviceKind> devices{
-      {"auto", sim::DeviceKind::automatic}, {"cuda", sim::DeviceKind::cuda}, {"host", sim::DeviceKind::host}};
+  const std::map<std::string, testbed::DeviceKind> devices{
+      {"auto", testbed::DeviceKind::automatic}, {"cuda", testbed::DeviceKind::cuda}, {"host", testbed::DeviceKind::host}};
   sub->add_option("--device", cfg.device, "device backend (auto: CUDA where present, else the host-stream model)")
       ->transform(choice(devices));
-  const std::map<std::string, sim::RecorderMode> modes{
-      {"off", sim::RecorderMode::off}, {"cpu", sim::RecorderMode::cpu}, {"event", sim::RecorderMode::event}};
+  const std::map<std::string, testbed::RecorderMode> modes{
+      {"off", testbed::RecorderMode::off}, {"cpu", testbed::RecorderMode::cpu}, {"event", testbed::RecorderMode::event}};
   sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(choice(modes));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
       ->check(CLI::Range(0.0, 1.0));
@@ -114,7 +93,7 @@ void setup_run(CLI::App& app) {
   sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost (default step ~200 ms)")
       ->check(CLI::Range(0.01, 100.0))->group(w);
   sub->add_option("--grad-floats", cfg.grad_floats, "gradient buffer size (floats)")->check(CLI::Range(64, 1 << 28))->group(w);
-  sub->add_option("--spin-us", o->spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
+  sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
   const std::string t = "Telemetry faults and overhead";
   // A string option mapped afterwards: CLI11 2.1 trips over enums that have an ADL to_string.

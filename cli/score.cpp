@@ -1,5 +1,5 @@
 // sf-testbed score FILE: score a stage-matrix file (JSONL or CSV) from any source.
-#include "cli/common.h"
+#include "common.h"
 
 #include <cstdio>
 #include <iostream>

@@ -1,6 +1,7 @@
 // sf-testbed sim: model-driven ranks at scale, no MPI — the same scenarios, scored and checked.
-#include "cli/common.h"
-#include "sim/sim.h"
+#include "common.h"
+#include "sf/sim/sim.h"
+#include "sf/testbed/testbed.h"
 
 #include <cmath>
 #include <fstream>
@@ -38,8 +39,8 @@ int run_sim(SimOptions& o) {
   const auto plan = sim::model_plan(cfg);
   const auto w = sim::model_window(cfg, plan);
   const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
-  const auto [wall_sum, gap] = sim::makespan_check(e, w.matrix);
-  const auto vr = sim::verdict_report(plan, e, gap);
+  const auto [wall_sum, gap] = testbed::makespan_check(e, w.matrix);
+  const auto vr = testbed::verdict_report(plan, e, gap);
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);

@@ -1,6 +1,6 @@
 // sf-testbed verify: the property verifier and the paper's §6.1 fixtures, for a user.
-#include "cli/common.h"
-#include "verify/verify.h"
+#include "common.h"
+#include "sf/verify/verify.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,7 +1,8 @@
-#include "experiments/experiments.h"
+#include "sf/experiments/experiments.h"
 
-#include "formats/formats.h"
-#include "verify/verify.h"
+#include "sf/formats/formats.h"
+#include "sf/testbed/testbed.h"
+#include "sf/verify/verify.h"
 
 #include <algorithm>
 #include <chrono>
@@ -97,21 +98,6 @@ std::vector<ordered_json> expand_matrix(const ordered_json& base, const ordered_
     out = std::move(next);
   }
   return out;
-}
-
-std::string machine_cpu() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 std::string hms(double s) {
@@ -484,18 +470,13 @@ int run(const DriverOptions& opt) {
     if (tty && n) std::fprintf(stderr, "\n");
     write_csv(dir + "/rows.csv", csv_rows);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
     ordered_json manifest;
     manifest["experiment"] = spec.name;
     manifest["title"] = spec.title;
     manifest["command"] = opt.argv;
     manifest["commit"] = opt.commit;
-    manifest["date"] = utc_now();
-    manifest["machine"] = {{"hostname", host},
-                           {"cpus", std::thread::hardware_concurrency()},
-                           {"cpu_model", machine_cpu()},
-                           {"memory_gib", static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30)}};
+    manifest["date"] = testbed::utc_now();
+    manifest["machine"] = testbed::machine_json();
     manifest["quick"] = opt.quick;
     manifest["rows"] = n;
     manifest["rows_failed"] = failed;

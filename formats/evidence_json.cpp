@@ -1,4 +1,4 @@
-#include "formats/formats.h"
+#include "sf/formats/formats.h"
 
 #include <cerrno>
 #include <cstdio>

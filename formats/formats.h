@@ -3,7 +3,7 @@
 // labeler configuration files, and atomic file writes. Knows sf::frontier; no MPI, no clock.
 #pragma once
 
-#include "frontier/frontier.h"
+#include "sf/frontier/frontier.h"
 
 #include <nlohmann/json.hpp>
 

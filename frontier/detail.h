@@ -3,7 +3,7 @@
 // order and finish through one labeler.
 #pragma once
 
-#include "frontier/frontier.h"
+#include "sf/frontier/frontier.h"
 
 #include <span>
 #include <vector>

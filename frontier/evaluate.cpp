@@ -1,4 +1,4 @@
-#include "frontier/detail.h"
+#include "detail.h"
 
 #include <algorithm>
 #include <numeric>

@@ -1,4 +1,4 @@
-#include "frontier/frontier.h"
+#include "sf/frontier/frontier.h"
 
 #include <cstdio>
 #include <stdexcept>

@@ -1,4 +1,7 @@
-#include "recorder/recorder.h"
+#include "sf/recorder/recorder.h"
+
+#include "sf/formats/formats.h"
+#include "sf/frontier/frontier.h"
 
 #include <algorithm>
 #include <cmath>
@@ -101,7 +104,14 @@ std::size_t payload_bytes(const RecorderConfig& cfg, int records) {
 
 // ---- root state -----------------------------------------------------------------------------------
 
-struct Recorder::RootState {
+std::vector<std::string> default_stages() { return frontier::default_explicit_stages(); }
+
+struct Recorder::Impl {
+  Impl(const RecorderConfig& cfg, WindowSink s, bool is_root)
+      : schema(cfg.stages, true, cfg.accumulation), sink(std::move(s)), root(is_root) {}
+  frontier::StageSchema schema;
+  WindowSink sink;
+  bool root;
   struct Pending {
     int window;
     std::int64_t opened_ns;
@@ -113,11 +123,10 @@ struct Recorder::RootState {
 
 Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events, WindowSink sink)
     : cfg_(std::move(cfg)),
-      schema_(cfg_.stages, true, cfg_.accumulation),
+      impl_(std::make_unique<Impl>(cfg_, std::move(sink), transport.rank() == 0)),
       transport_(transport),
       events_(events),
-      sink_(std::move(sink)),
-      S_(schema_.explicit_count()) {
+      S_(impl_->schema.explicit_count()) {
   skip_ = !cfg_.enabled;
   if (cfg_.window_steps < 1) throw std::invalid_argument("window_steps must be >= 1");
   if (cfg_.event_q < 0 || cfg_.event_q > 1) throw std::invalid_argument("event_q must be in [0, 1]");
@@ -130,13 +139,12 @@ Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events,
   width_ = static_cast<std::size_t>(5 + 3 * S_);
   ring_.assign(static_cast<std::size_t>(pow2) * width_, 0);
   open_window_ = 0;
-  if (transport_.rank() == 0) root_ = std::make_unique<RootState>();
 }
 
 Recorder::~Recorder() = default;
 
 int Recorder::stage_index(std::string_view name) const {
-  const auto i = schema_.index_of(name);
+  const auto i = impl_->schema.index_of(name);
   return i && *i < S_ ? *i : -1;
 }
 
@@ -242,7 +250,7 @@ std::vector<std::byte> Recorder::pack(std::int64_t window) {
   Header h{};
   h.magic = kMagic;
   h.version = kVersion;
-  h.schema_hash = schema_.order_hash();
+  h.schema_hash = impl_->schema.order_hash();
   h.rank = transport_.rank();
   h.window = static_cast<std::int32_t>(window);
   h.first_step = start;
@@ -272,7 +280,7 @@ void Recorder::close_window(std::int64_t window) {
   auto payload = pack(window);
   bytes_sent_ += static_cast<std::int64_t>(payload.size());
   ++windows_closed_;
-  if (root_) root_->pending.push_back({static_cast<int>(window), now_ns(), std::vector<std::optional<Contribution>>(transport_.size())});
+  if (impl_->root) impl_->pending.push_back({static_cast<int>(window), now_ns(), std::vector<std::optional<Contribution>>(transport_.size())});
   transport_.send(static_cast<int>(window), std::move(payload));
 }
 
@@ -288,7 +296,7 @@ void Recorder::safe_point() {
     close_window(open_window_++);
   }
   transport_.progress();
-  if (root_) pump_root(false);
+  if (impl_->root) pump_root(false);
   safe_point_cpu_s_ += thread_cpu_s() - cpu0;
 }
 
@@ -306,12 +314,12 @@ void Recorder::finish() {
   const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
   while (true) {
     transport_.progress();
-    if (root_) pump_root(false);
-    if (!root_ || root_->pending.empty() || now_ns() >= deadline) break;
+    if (impl_->root) pump_root(false);
+    if (!impl_->root || impl_->pending.empty() || now_ns() >= deadline) break;
     struct timespec ts{0, 200000};
     nanosleep(&ts, nullptr);
   }
-  if (root_) pump_root(true);
+  if (impl_->root) pump_root(true);
   transport_.drain(cfg_.gather_deadline_s);
   safe_point_cpu_s_ += thread_cpu_s() - cpu0;
 }
@@ -365,7 +373,7 @@ Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int
 }  // namespace
 
 void Recorder::pump_root(bool final_pass) {
-  auto& pending = root_->pending;
+  auto& pending = impl_->pending;
   const int R = transport_.size();
   const int n_sync = static_cast<int>(cfg_.sync_wait_stages.size());
   const std::size_t max_bytes = payload_bytes(cfg_, cfg_.window_steps);
@@ -394,7 +402,7 @@ void Recorder::pump_root(bool final_pass) {
         tel.reasons.emplace_back(buf);
         continue;
       }
-      dec[r] = decode(*p.got[r], schema_.order_hash(), p.window, S_, n_sync);
+      dec[r] = decode(*p.got[r], impl_->schema.order_hash(), p.window, S_, n_sync);
       if (!dec[r].ok) {
         tel.gather_ok = false;
         tel.reasons.push_back(dec[r].why);
@@ -403,7 +411,7 @@ void Recorder::pump_root(bool final_pass) {
       span = std::max(span, dec[r].h.steps);
     }
     const std::int64_t start = cfg_.first_step + static_cast<std::int64_t>(p.window) * cfg_.window_steps;
-    w.matrix = frontier::StageMatrix(schema_, R, start, std::max(span, 0));
+    w.matrix = frontier::StageMatrix(impl_->schema, R, start, std::max(span, 0));
     std::vector<std::string> roles(R);
     bool any_role = false;
     std::vector<double> d(S_);
@@ -444,7 +452,7 @@ void Recorder::pump_root(bool final_pass) {
     if (any_role) w.matrix.set_roles(roles);
     const int index = p.window;
     pending.erase(pending.begin());
-    if (sink_) sink_(std::move(w), index);
+    if (impl_->sink) impl_->sink(std::move(w), index);
   }
 }
 

@@ -4,12 +4,11 @@
 // a preallocated ring buffer; no lock, allocation, syscall besides the clock, exception or device
 // synchronize. Misuse sets an error bit, reported at the window boundary. Everything else —
 // packing, the gather to rank 0 over a Transport, event polling — happens at safe points.
+//
+// This header is light on purpose (a training loop includes it): no MPI, JSON or Eigen. The MPI
+// transport is declared in <sf/recorder/mpi_transport.h>; the gathered window a root-side sink
+// receives is sf::formats::Window (<sf/formats/formats.h>).
 #pragma once
-
-#include "formats/formats.h"
-#include "frontier/frontier.h"
-
-#include <mpi.h>
 
 #include <chrono>
 #include <cstddef>
@@ -20,7 +19,15 @@
 #include <string>
 #include <vector>
 
+namespace sf::formats {
+struct RankInfo;
+struct Window;
+}  // namespace sf::formats
+
 namespace sf::recorder {
+
+/// The paper's five explicit stages in order (frontier::default_explicit_stages()).
+std::vector<std::string> default_stages();
 
 /// Nanoseconds on the monotonic clock: the only clock the recorder reads.
 inline std::int64_t now_ns() noexcept {
@@ -96,14 +103,8 @@ std::shared_ptr<LoopbackHub> make_loopback_hub(int size);
 std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> hub, int rank,
                                                    std::string hostname = "localhost");
 
-/// MPI transport on its own duplicate of `parent` (collective: every rank must call it).
-/// Non-blocking point-to-point to rank 0, so the root can score whatever arrived by the
-/// deadline (a collective would give it nothing while any one rank is late). Also resolves the
-/// rank identity: global, local (shared-memory node) and node rank, hostname.
-std::unique_ptr<Transport> make_mpi_transport(MPI_Comm parent);
-
 struct RecorderConfig {
-  std::vector<std::string> stages = frontier::default_explicit_stages();  ///< explicit, ordered
+  std::vector<std::string> stages = default_stages();  ///< explicit, ordered
   int accumulation = 1;
   std::int64_t first_step = 0;  ///< step id where window 0 starts
   int window_steps = 100;
@@ -155,7 +156,6 @@ public:
   void finish();
 
   // ---- introspection -------------------------------------------------------------------------
-  const frontier::StageSchema& schema() const { return schema_; }
   int rank() const { return transport_.rank(); }
   bool enabled() const { return cfg_.enabled; }
   std::int64_t dropped_records() const { return dropped_total_; }
@@ -207,11 +207,11 @@ private:
   void pump_root(bool final_pass);
   std::vector<std::byte> pack(std::int64_t window);
 
+  struct Impl;  // off the hot path: the stage schema, the sink, the root's pending windows
   RecorderConfig cfg_;
-  frontier::StageSchema schema_;
+  std::unique_ptr<Impl> impl_;
   Transport& transport_;
   EventTimer* events_;
-  WindowSink sink_;
   int S_;
   std::size_t width_;
   std::int64_t mask_;
@@ -234,8 +234,6 @@ private:
   double safe_point_cpu_s_ = 0;
   std::int64_t sample_counter_ = 0;
   std::vector<std::int64_t> orphan_pairs_;  // event pairs reported missing, released once done
-  struct RootState;
-  std::unique_ptr<RootState> root_;
 };
 
 // ---- hot path, inline -------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-// The CPU build's answers for the GPU backends: they are compiled only with SF_WITH_CUDA /
-// SF_WITH_NCCL (the `cuda` CMake preset); here every entry point says why it cannot be used.
-#include "sim/sim.h"
+// The CPU build's answers for the CUDA backend: it is compiled only with SF_WITH_CUDA (the
+// `cuda` CMake preset); here every entry point says why it cannot be used.
+#include "sf/sim/sim.h"
 
 #include <stdexcept>
 
@@ -17,11 +17,6 @@ std::unique_ptr<Device> make_cuda_device(int, std::size_t) {
 
 std::vector<SpinCalibration> cuda_spin_calibration(Device&, const std::vector<double>&) {
   throw std::runtime_error("this binary was built without CUDA (configure with the cuda preset)");
-}
-
-std::unique_ptr<Comm> make_nccl_comm(MPI_Comm, Device&, std::string* why) {
-  if (why) *why = "this binary was built without NCCL (configure with the cuda preset)";
-  return nullptr;
 }
 
 }  // namespace sf::sim

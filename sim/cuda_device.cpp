@@ -1,9 +1,12 @@
 // The CUDA device backend: real kernels on a per-rank stream, asynchronous launches, cudaEvent
 // pairs polled with cudaEventQuery, never a synchronize outside Device::synchronize().
-#include "sim/cuda_kernels.h"
-#include "sim/sim.h"
+#include "cuda_kernels.h"
+
+#include "sf/check/check.h"
+#include "sf/sim/sim.h"
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,52 +17,46 @@ namespace sf::sim {
 
 namespace {
 
-[[noreturn]] void cuda_fail(const char* what, const char* call, const char* file, int line) {
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + what);
-}
+void destroy_stream(cudaStream_t s) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
+void destroy_event(cudaEvent_t e) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
+void destroy_blas(cublasHandle_t h) noexcept { SF_CUBLAS_CHECK_NOEXCEPT(cublasDestroy(h)); }
+void free_device(void* p) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaFree(p)); }
+void free_host(float* p) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaFreeHost(p)); }
 
-#define SF_CUDA(call)                                                   \
-  do {                                                                  \
-    const cudaError_t sf_e_ = (call);                                   \
-    if (sf_e_ != cudaSuccess) cuda_fail(cudaGetErrorString(sf_e_), #call, __FILE__, __LINE__); \
-  } while (0)
-#define SF_CUBLAS(call)                                                 \
-  do {                                                                  \
-    const cublasStatus_t sf_s_ = (call);                                \
-    if (sf_s_ != CUBLAS_STATUS_SUCCESS) cuda_fail(cublasGetStatusString(sf_s_), #call, __FILE__, __LINE__); \
-  } while (0)
-// Destructors must not throw: errors there are ignored on purpose.
-#define SF_CUDA_NOEXCEPT(call) static_cast<void>(call)
+using Stream = check::Owner<cudaStream_t, destroy_stream>;
+using Event = check::Owner<cudaEvent_t, destroy_event>;
+using BlasHandle = check::Owner<cublasHandle_t, destroy_blas>;
+using PinnedHost = check::Owner<float*, free_host>;
+
+Event make_event() {
+  cudaEvent_t e = nullptr;
+  SF_CUDA_CHECK(cudaEventCreate(&e));
+  return Event(e);
+}
 
 /// Move-only owner of a device allocation.
 class DeviceBuffer {
 public:
-  explicit DeviceBuffer(std::size_t bytes) { SF_CUDA(cudaMalloc(&p_, bytes)); }
-  ~DeviceBuffer() {
-    if (p_) SF_CUDA_NOEXCEPT(cudaFree(p_));
+  explicit DeviceBuffer(std::size_t bytes) {
+    void* p = nullptr;
+    SF_CUDA_CHECK(cudaMalloc(&p, bytes));
+    p_ = check::Owner<void*, free_device>(p);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* get() const { return static_cast<float*>(p_); }
+  float* get() const { return static_cast<float*>(p_.get()); }
 
 private:
-  void* p_ = nullptr;
+  check::Owner<void*, free_device> p_;
 };
 
 /// cudaEvent pairs from a fixed pool; query() never synchronizes.
 class EventPool final : public recorder::EventTimer {
 public:
-  explicit EventPool(int pairs, cudaStream_t stream) : stream_(stream), begin_(pairs), end_(pairs) {
+  explicit EventPool(int pairs, cudaStream_t stream) : stream_(stream) {
     for (int i = 0; i < pairs; ++i) {
-      SF_CUDA(cudaEventCreate(&begin_[i]));
-      SF_CUDA(cudaEventCreate(&end_[i]));
+      begin_.push_back(make_event());
+      end_.push_back(make_event());
       free_.push_back(pairs - 1 - i);
     }
-  }
-  ~EventPool() override {
-    for (auto e : begin_) SF_CUDA_NOEXCEPT(cudaEventDestroy(e));
-    for (auto e : end_) SF_CUDA_NOEXCEPT(cudaEventDestroy(e));
   }
   int acquire() override {
     if (free_.empty()) return -1;
@@ -67,46 +64,46 @@ public:
     free_.pop_back();
     return p;
   }
-  void record_begin(int p) override { SF_CUDA(cudaEventRecord(begin_[p], stream_)); }
-  void record_end(int p) override { SF_CUDA(cudaEventRecord(end_[p], stream_)); }
+  void record_begin(int p) override { SF_CUDA_CHECK(cudaEventRecord(begin_[p].get(), stream_)); }
+  void record_end(int p) override { SF_CUDA_CHECK(cudaEventRecord(end_[p].get(), stream_)); }
   std::optional<double> query(int p) override {
-    if (cudaEventQuery(end_[p]) != cudaSuccess) return std::nullopt;  // not ready (or failed): no value
+    // Not ready (or failed): no value; the recorder reports the sample missing at its boundary.
+    if (cudaEventQuery(end_[p].get()) != cudaSuccess) return std::nullopt;
     float ms = 0;
-    if (cudaEventElapsedTime(&ms, begin_[p], end_[p]) != cudaSuccess) return std::nullopt;
+    if (cudaEventElapsedTime(&ms, begin_[p].get(), end_[p].get()) != cudaSuccess) return std::nullopt;
     return ms * 1e-3;
   }
   void release(int p) override { free_.push_back(p); }
 
 private:
   cudaStream_t stream_;
-  std::vector<cudaEvent_t> begin_, end_;
+  std::vector<Event> begin_, end_;
   std::vector<int> free_;
 };
 
 class CudaDevice final : public Device {
 public:
-  CudaDevice(int local_rank, std::size_t grad_floats) : grads_(grad_floats * sizeof(float)), n_(grad_floats) {
-    int count = 0;
-    SF_CUDA(cudaGetDeviceCount(&count));
-    if (count == 0) throw std::runtime_error("no CUDA device");
-    gpu_ = local_rank % count;
-    SF_CUDA(cudaSetDevice(gpu_));
-    SF_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    SF_CUDA(cudaMallocHost(&host_, grad_floats * sizeof(float)));
+  // Every resource is an owner member, so a throw anywhere in the constructor leaks nothing.
+  CudaDevice(int local_rank, std::size_t grad_floats) : gpu_(select_gpu(local_rank)), grads_(grad_floats * sizeof(float)), n_(grad_floats) {
+    cudaStream_t s = nullptr;
+    SF_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    stream_owner_ = Stream(s);
+    stream_ = s;
+    float* h = nullptr;
+    SF_CUDA_CHECK(cudaMallocHost(&h, grad_floats * sizeof(float)));
+    host_owner_ = PinnedHost(h);
+    host_ = h;
     std::fill(host_, host_ + grad_floats, 1.0f);
-    SF_CUDA(cudaMemcpy(grads_.get(), host_, grad_floats * sizeof(float), cudaMemcpyHostToDevice));
-    SF_CUBLAS(cublasCreate(&blas_));
-    SF_CUBLAS(cublasSetStream(blas_, stream_));
+    SF_CUDA_CHECK(cudaMemcpy(grads_.get(), host_, grad_floats * sizeof(float), cudaMemcpyHostToDevice));
+    cublasHandle_t b = nullptr;
+    SF_CUBLAS_CHECK(cublasCreate(&b));
+    blas_owner_ = BlasHandle(b);
+    blas_ = b;
+    SF_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     events_ = std::make_unique<EventPool>(256, stream_);
     calibrate();
   }
-  ~CudaDevice() override {
-    SF_CUDA_NOEXCEPT(cudaStreamSynchronize(stream_));
-    events_.reset();
-    SF_CUDA_NOEXCEPT(cublasDestroy(blas_));
-    SF_CUDA_NOEXCEPT(cudaFreeHost(host_));
-    SF_CUDA_NOEXCEPT(cudaStreamDestroy(stream_));
-  }
+  ~CudaDevice() override { SF_CUDA_CHECK_NOEXCEPT(cudaStreamSynchronize(stream_)); }
 
   std::string name() const override { return "cuda:" + std::to_string(gpu_); }
 
@@ -115,25 +112,25 @@ public:
     const int reps = std::max(1, static_cast<int>(std::lround(seconds / gemm_s_)));
     const float one = 1.0f, zero = 0.0f;
     for (int i = 0; i < reps; ++i)
-      SF_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, a_->get(), kN, b_->get(), kN, &zero,
+      SF_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, a_->get(), kN, b_->get(), kN, &zero,
                             c_->get(), kN));
   }
 
   void spin(double seconds) override {
     const double ns = std::max(0.0, seconds * 1e9 - spin_overhead_ns_);
-    SF_CUDA(cuda::launch_spin(stream_, static_cast<unsigned long long>(ns)));
+    SF_CUDA_CHECK(cuda::launch_spin(stream_, static_cast<unsigned long long>(ns)));
   }
 
-  void synchronize() override { SF_CUDA(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { SF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   recorder::EventTimer& events() override { return *events_; }
   float* host_grads() override { return host_; }
   std::size_t grad_floats() const override { return n_; }
   void grads_to_host() override {
-    SF_CUDA(cudaMemcpyAsync(host_, grads_.get(), n_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    SF_CUDA(cudaStreamSynchronize(stream_));
+    SF_CUDA_CHECK(cudaMemcpyAsync(host_, grads_.get(), n_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    SF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void grads_from_host() override {
-    SF_CUDA(cudaMemcpyAsync(grads_.get(), host_, n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    SF_CUDA_CHECK(cudaMemcpyAsync(grads_.get(), host_, n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
   }
 
   cudaStream_t stream() const { return stream_; }
@@ -141,17 +138,13 @@ public:
 
   /// Device time of a spin measured with an event pair (for calibration reports).
   double measure_spin(double seconds) {
-    cudaEvent_t b, e;
-    SF_CUDA(cudaEventCreate(&b));
-    SF_CUDA(cudaEventCreate(&e));
-    SF_CUDA(cudaEventRecord(b, stream_));
+    const Event b = make_event(), e = make_event();
+    SF_CUDA_CHECK(cudaEventRecord(b.get(), stream_));
     spin(seconds);
-    SF_CUDA(cudaEventRecord(e, stream_));
-    SF_CUDA(cudaEventSynchronize(e));
+    SF_CUDA_CHECK(cudaEventRecord(e.get(), stream_));
+    SF_CUDA_CHECK(cudaEventSynchronize(e.get()));
     float ms = 0;
-    SF_CUDA(cudaEventElapsedTime(&ms, b, e));
-    SF_CUDA_NOEXCEPT(cudaEventDestroy(b));
-    SF_CUDA_NOEXCEPT(cudaEventDestroy(e));
+    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, b.get(), e.get()));
     return ms * 1e-3;
   }
 
@@ -163,25 +156,24 @@ private:
     a_ = std::make_unique<DeviceBuffer>(bytes);
     b_ = std::make_unique<DeviceBuffer>(bytes);
     c_ = std::make_unique<DeviceBuffer>(bytes);
-    SF_CUDA(cudaMemsetAsync(a_->get(), 0, bytes, stream_));
-    SF_CUDA(cudaMemsetAsync(b_->get(), 0, bytes, stream_));
+    SF_CUDA_CHECK(cudaMemsetAsync(a_->get(), 0, bytes, stream_));
+    SF_CUDA_CHECK(cudaMemsetAsync(b_->get(), 0, bytes, stream_));
     // GEMM rate: median of several timed batches after a warm-up.
-    cudaEvent_t b, e;
-    SF_CUDA(cudaEventCreate(&b));
-    SF_CUDA(cudaEventCreate(&e));
+    const Event ev_b = make_event(), ev_e = make_event();
+    cudaEvent_t b = ev_b.get(), e = ev_e.get();
     gemm_s_ = 1e-3;
     compute(10e-3);
     std::vector<double> per;
     for (int k = 0; k < 5; ++k) {
-      SF_CUDA(cudaEventRecord(b, stream_));
+      SF_CUDA_CHECK(cudaEventRecord(b, stream_));
       const float one = 1.0f, zero = 0.0f;
       for (int i = 0; i < 20; ++i)
-        SF_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, a_->get(), kN, b_->get(), kN, &zero,
+        SF_CUBLAS_CHECK(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, kN, kN, kN, &one, a_->get(), kN, b_->get(), kN, &zero,
                               c_->get(), kN));
-      SF_CUDA(cudaEventRecord(e, stream_));
-      SF_CUDA(cudaEventSynchronize(e));
+      SF_CUDA_CHECK(cudaEventRecord(e, stream_));
+      SF_CUDA_CHECK(cudaEventSynchronize(e));
       float ms = 0;
-      SF_CUDA(cudaEventElapsedTime(&ms, b, e));
+      SF_CUDA_CHECK(cudaEventElapsedTime(&ms, b, e));
       per.push_back(ms * 1e-3 / 20);
     }
     std::sort(per.begin(), per.end());
@@ -192,11 +184,23 @@ private:
     for (int k = 0; k < 5; ++k) err.push_back(measure_spin(1e-3) * 1e9 - 1e6);
     std::sort(err.begin(), err.end());
     spin_overhead_ns_ = std::max(0.0, err[err.size() / 2]);
-    SF_CUDA_NOEXCEPT(cudaEventDestroy(b));
-    SF_CUDA_NOEXCEPT(cudaEventDestroy(e));
+  }
+
+  static int select_gpu(int local_rank) {
+    int count = 0;
+    SF_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (count == 0) throw std::runtime_error("no CUDA device");
+    const int gpu = local_rank % count;
+    SF_CUDA_CHECK(cudaSetDevice(gpu));
+    return gpu;
   }
 
   int gpu_ = 0;
+  // Owners first: members are destroyed in reverse order, the pool and buffers before the
+  // stream they were used on.
+  Stream stream_owner_;
+  BlasHandle blas_owner_;
+  PinnedHost host_owner_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer grads_;

@@ -1,6 +1,6 @@
 // Device kernels of the CUDA backend. Kept apart from the host code so nvcc never sees the
 // project's host-only headers (Eigen, nlohmann-json).
-#include "sim/cuda_kernels.h"
+#include "cuda_kernels.h"
 
 namespace sf::sim::cuda {
 

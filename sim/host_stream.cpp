@@ -1,6 +1,6 @@
 // The host-stream model of a device (CPU builds, CI): one worker thread per rank executes the
 // queued items in order, sleeping (not spinning) through "device" time.
-#include "sim/sim.h"
+#include "sf/sim/sim.h"
 
 #include <atomic>
 #include <condition_variable>

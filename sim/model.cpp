@@ -1,6 +1,6 @@
 // Model-driven ranks (`sf-testbed sim`): the synthetic step as a timeline model instead of real
 // processes, so scenarios can be scored at thousands of ranks without MPI or a clock.
-#include "sim/detail.h"
+#include "sf/sim/sim.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,12 @@
 // NCCL comm backend: collectives on the CUDA device's gradient buffer and stream. Every wait
 // polls ncclCommGetAsyncError with a deadline, so a failed or stuck peer aborts, never hangs.
-#include "sim/cuda_kernels.h"
-#include "sim/sim.h"
+#include "cuda_kernels.h"
 
+#include "sf/check/check.h"
+#include "sf/recorder/mpi_transport.h"
+#include "sf/sim/mpi_backends.h"
+
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdlib>
@@ -21,36 +25,38 @@ std::string version_string(int code) {
   return std::to_string(code / 10000) + "." + std::to_string(code % 10000 / 100) + "." + std::to_string(code % 100);
 }
 
+/// A communicator that completed its set-up: finalized and destroyed once. An aborted one is
+/// released from its owner first (ncclCommAbort frees it).
+void close_nccl(ncclComm_t c) noexcept {
+  SF_NCCL_CHECK_NOEXCEPT(ncclCommFinalize(c));
+  SF_NCCL_CHECK_NOEXCEPT(ncclCommDestroy(c));
+}
+using NcclOwner = check::Owner<ncclComm_t, close_nccl>;
+
 class NcclComm final : public Comm {
 public:
   NcclComm(MPI_Comm parent, Device& device) : device_(device) {
-    MPI_Comm_dup(parent, &mpi_);
-    MPI_Comm_rank(mpi_, &rank_);
-    MPI_Comm_size(mpi_, &size_);
-  }
-  ~NcclComm() override {
-    if (comm_) {
-      ncclCommFinalize(comm_);
-      ncclCommDestroy(comm_);
-    }
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&mpi_);
+    MPI_Comm c = MPI_COMM_NULL;
+    SF_MPI_CHECK(MPI_Comm_dup(parent, &c));
+    mpi_owner_ = recorder::CommOwner(c);
+    mpi_ = c;
+    SF_MPI_CHECK(MPI_Comm_rank(mpi_, &rank_));
+    SF_MPI_CHECK(MPI_Comm_size(mpi_, &size_));
   }
 
   /// Collective: returns "" on every rank or the same reason on every rank.
   std::string init() {
     std::string why;
     int version = 0;
-    ncclGetVersion(&version);
+    SF_NCCL_CHECK(ncclGetVersion(&version));
     // Ranks per GPU on this node decide whether NCCL must share a device between ranks.
-    MPI_Comm node;
-    MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm node_raw = MPI_COMM_NULL;
+    SF_MPI_CHECK(MPI_Comm_split_type(mpi_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_raw));
+    const recorder::CommOwner node(node_raw);
     int local_size = 1;
-    MPI_Comm_size(node, &local_size);
-    MPI_Comm_free(&node);
+    SF_MPI_CHECK(MPI_Comm_size(node.get(), &local_size));
     int gpus = 0;
-    cudaGetDeviceCount(&gpus);
+    SF_CUDA_CHECK(cudaGetDeviceCount(&gpus));
     const bool shared_gpu = gpus > 0 && local_size > gpus;
     if (shared_gpu) {
       if (version < 23000)
@@ -61,9 +67,9 @@ public:
     }
     if (agree(why)) return why;
 
-    ncclUniqueId id;
-    if (rank_ == 0) ncclGetUniqueId(&id);
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_);
+    ncclUniqueId id{};
+    if (rank_ == 0) SF_NCCL_CHECK(ncclGetUniqueId(&id));
+    SF_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_));
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  // non-blocking: init progress is polled with a deadline below
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg);
@@ -72,12 +78,10 @@ public:
       why = "NCCL " + version_string(version) + " init failed: " + ncclGetErrorString(r) +
             (shared_gpu ? " (ranks share a GPU)" : "");
     if (agree(why)) {
-      if (comm_) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-      }
+      abort_comm();
       return why;
     }
+    owner_ = NcclOwner(comm_);
     name_ = "nccl " + version_string(version) + (shared_gpu ? " (multi-rank per GPU)" : "");
     return "";
   }
@@ -102,13 +106,13 @@ public:
           "ncclReduceScatter");
     wait_stream(d);
   }
-  void barrier() override { MPI_Barrier(mpi_); }
+  void barrier() override { SF_MPI_CHECK(MPI_Barrier(mpi_)); }
 
 private:
   /// True when any rank has a reason (then every rank returns it).
   bool agree(std::string& why) {
     int bad = why.empty() ? 0 : 1, any = 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, mpi_);
+    SF_MPI_CHECK(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, mpi_));
     if (any && why.empty()) why = "NCCL set-up failed on another rank";
     return any != 0;
   }
@@ -137,20 +141,30 @@ private:
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) fail(std::string("stream: ") + cudaGetErrorString(q));
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      if (const ncclResult_t q_err = ncclCommGetAsyncError(comm_, &async); q_err != ncclSuccess) async = q_err;
       if (async != ncclSuccess && async != ncclInProgress) fail(std::string("async error: ") + ncclGetErrorString(async));
       if (std::chrono::steady_clock::now() > deadline) fail("collective did not complete within 60 s");
       std::this_thread::yield();
     }
   }
 
-  [[noreturn]] void fail(const std::string& what) {
-    ncclCommAbort(comm_);
+  /// Aborts the communicator (a failed or stuck collective, or a failed set-up): nothing to
+  /// finalize afterwards.
+  void abort_comm() noexcept {
+    if (!comm_) return;
+    owner_.release();
+    SF_NCCL_CHECK_NOEXCEPT(ncclCommAbort(comm_));
     comm_ = nullptr;
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    abort_comm();
     throw std::runtime_error("NCCL " + what + " (communicator aborted)");
   }
 
   Device& device_;
+  recorder::CommOwner mpi_owner_;
+  NcclOwner owner_;
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

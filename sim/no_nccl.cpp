@@ -1,5 +1,5 @@
-// CUDA builds without NCCL (SF_WITH_NCCL=OFF): the comm backend is MPI only.
-#include "sim/sim.h"
+// Builds without NCCL (SF_WITH_NCCL=OFF): the comm backend is MPI only.
+#include "sf/sim/mpi_backends.h"
 
 namespace sf::sim {
 

@@ -1,13 +1,15 @@
-// sf::sim — the synthetic data-parallel training step on real MPI ranks, its device and comm
-// backends, and the `run` orchestration (record → gather → score → verdict against truth).
+// sf::sim — the synthetic data-parallel training step and its backends: device (host-stream
+// model, CUDA) and communication (MPI, NCCL), and the same step as a timeline model of many
+// ranks without processes. Knows the recorder (it records itself) and the fault plan (it
+// injects); knows nothing of labels or verdicts (sf::testbed runs and judges it).
+//
+// No MPI in this header: the MPI and NCCL backends are made through <sf/sim/mpi_backends.h>
+// (builds with SF_WITH_MPI).
 #pragma once
 
-#include "formats/formats.h"
-#include "inject/inject.h"
-#include "recorder/recorder.h"
-#include "verify/verify.h"
-
-#include <mpi.h>
+#include "sf/formats/formats.h"
+#include "sf/inject/inject.h"
+#include "sf/recorder/recorder.h"
 
 #include <cstdint>
 #include <memory>
@@ -71,11 +73,6 @@ public:
   virtual void barrier() = 0;
 };
 
-std::unique_ptr<Comm> make_mpi_comm(MPI_Comm parent);
-/// NCCL on device buffers (CUDA+NCCL builds with a CUDA device). Detects the library version;
-/// several ranks on one GPU need NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (set here where
-/// allowed). Returns nullptr with *why set when it cannot be used, so the caller falls back to MPI.
-std::unique_ptr<Comm> make_nccl_comm(MPI_Comm parent, Device& device, std::string* why);
 
 // ---- the synthetic step -----------------------------------------------------------------------
 
@@ -107,47 +104,38 @@ struct WorkloadConfig {
 /// Recorder stage names for a workload (accumulation unfolds data/forward/backward).
 std::vector<std::string> workload_stages(const WorkloadConfig& cfg);
 
-// ---- run --------------------------------------------------------------------------------------
-
-enum class RecorderMode { off, cpu, event };
-enum class CommKind { mpi, nccl };
-enum class DeviceKind { automatic, cuda, host };
-
-struct RunConfig {
-  std::string scenario = "data_tail";
-  std::optional<double> delay_ms;          ///< default: the scenario's
-  std::vector<int> target_ranks;           ///< default: drawn from seed (hidden until the verdict)
-  int target_count = 1;
-  std::int64_t onset = 0, offset = inject::kForever;
-  int every = 1;
-  int steps = 60;
-  int warmup = 5;
-  int window = 0;                          ///< 0 → one window over all measured steps
-  std::uint64_t seed = 1;
-  CommKind comm = CommKind::mpi;
-  DeviceKind device = DeviceKind::automatic;
-  RecorderMode recorder = RecorderMode::cpu;
-  double event_q = 0.05;                   ///< with --recorder event
-  std::string out_dir;                     ///< results-style JSON and per-window packets
-  std::string dump;                        ///< gathered stage matrix as JSONL
-  bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
-  bool quiet = false;                      ///< no table
-  double gather_deadline_s = 2.0;
-  WorkloadConfig workload;
-  size_t grad_floats = 4096;
-  // telemetry faults (injected on purpose; training must not notice)
-  inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
-  int telemetry_fault_rank = 1;
-  // overhead mode: paired windows alternating off / cpu / event
-  int overhead_pairs = 0;                  ///< > 0: overhead mode with this many blocks
-  int overhead_window = 50;                ///< steps per overhead window
-  frontier::LabelConfig label;
-  std::vector<std::string> argv;           ///< the command line, for the result file
-  std::string commit;                      ///< git commit of the binary, for the result file
+/// Stage indices of a workload's schema.
+struct StageIndex {
+  std::vector<int> data, fwd, bwd;  ///< per microstep
+  int callbacks = -1, optim = -1;
 };
+StageIndex stage_index(const WorkloadConfig& cfg);
 
-/// Validates a RunConfig without MPI (rank count not yet known): returns "" or one line.
-std::string validate(const RunConfig& cfg);
+/// One rank's synthetic data-parallel training step.
+class Workload {
+public:
+  Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Device& device, Comm& comm, int rank);
+  ~Workload();
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+  /// Runs step `step`; `rec` may be null (warm-up, recorder off). `skip_record` drops this
+  /// step from the recorder only (telemetry fault: training runs it).
+  void step(std::int64_t step, recorder::Recorder* rec, bool skip_record = false);
+  /// With fetch_ahead: fetch the batch of `next_step` now (charged to that step by the recorder).
+  void fetch_ahead(std::int64_t next_step, recorder::Recorder* rec);
+
+private:
+  class Loader;
+  void host(double seconds) const { inject::host_delay(seconds, cfg_.spin_ns); }
+  WorkloadConfig cfg_;
+  const inject::FaultPlan& plan_;
+  Device& device_;
+  Comm& comm_;
+  int rank_;
+  StageIndex idx_;
+  std::unique_ptr<Loader> loader_;
+  bool have_batch_ = false;
+};
 
 // ---- model-driven ranks (no MPI) -------------------------------------------------------------
 
@@ -172,27 +160,5 @@ std::string validate(const ModelConfig& cfg);
 inject::FaultPlan model_plan(const ModelConfig& cfg);
 /// One window of the model: the stage matrix with walls, sync-wait side evidence and events.
 formats::Window model_window(const ModelConfig& cfg, const inject::FaultPlan& plan);
-
-/// The verdict of one scored window against the plan's truth, as both `run` and `sim` report it.
-struct VerdictReport {
-  verify::Verdict verdict;
-  bool claim_pass = false;
-  std::string claim;         ///< the scenario's claim (what --check asserts)
-  std::string truth_text;    ///< "# truth: ..." line
-  std::string verdict_text;  ///< verdict, baseline and check lines
-  nlohmann::ordered_json json;
-};
-VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
-/// The cross-check of the exposed makespan Σ_t F[t,S] against the slowest rank's measured step
-/// times Σ_t max_r wall[t,r]; gap = |exposed − wall sum| / exposed (0 when nothing is exposed).
-struct MakespanCheck {
-  double wall_sum_s = 0, gap = 0;
-};
-MakespanCheck makespan_check(const frontier::Evidence& e, const frontier::StageMatrix& m);
-
-/// Runs the testbed on every rank of `world` (MPI initialized). Rank 0 prints the table, writes
-/// the result files and returns the process exit code (0, or 1 when --check fails); the other
-/// ranks return 0.
-int run(const RunConfig& cfg, MPI_Comm world);
 
 }  // namespace sf::sim

@@ -1,4 +1,4 @@
-#include "sim/detail.h"
+#include "detail.h"
 
 namespace sf::sim {
 
@@ -13,8 +13,6 @@ std::vector<std::string> workload_stages(const WorkloadConfig& cfg) {
   return out;
 }
 
-namespace detail {
-
 StageIndex stage_index(const WorkloadConfig& cfg) {
   StageIndex idx;
   const int m = std::max(1, cfg.accumulation);
@@ -28,12 +26,12 @@ StageIndex stage_index(const WorkloadConfig& cfg) {
   return idx;
 }
 
-Loader::Loader(const StageCosts& costs, bool prefetch, std::int64_t spin_ns)
+Workload::Loader::Loader(const StageCosts& costs, bool prefetch, std::int64_t spin_ns)
     : costs_(costs), prefetch_(prefetch), spin_ns_(spin_ns) {
   if (prefetch_) thread_ = std::thread([this] { produce(); });
 }
 
-Loader::~Loader() {
+Workload::Loader::~Loader() {
   if (!prefetch_) return;
   {
     std::lock_guard lock(m_);
@@ -43,7 +41,7 @@ Loader::~Loader() {
   thread_.join();
 }
 
-void Loader::produce() {
+void Workload::Loader::produce() {
   for (;;) {
     {
       std::unique_lock lock(m_);
@@ -59,7 +57,7 @@ void Loader::produce() {
   }
 }
 
-void Loader::next(double stall_s, double batch_fraction) {
+void Workload::Loader::next(double stall_s, double batch_fraction) {
   if (prefetch_) {
     std::unique_lock lock(m_);
     cv_.wait(lock, [&] { return ready_ > 0; });
@@ -80,12 +78,14 @@ Workload::Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Dev
       comm_(comm),
       rank_(rank),
       idx_(stage_index(cfg)),
-      loader_(cfg.costs, cfg.prefetch, cfg.spin_ns) {}
+      loader_(std::make_unique<Loader>(cfg.costs, cfg.prefetch, cfg.spin_ns)) {}
+
+Workload::~Workload() = default;
 
 void Workload::fetch_ahead(std::int64_t next_step, recorder::Recorder* rec) {
   // Called between steps: the recorder charges this wait to the step that consumes the batch.
   if (rec) rec->begin_stage(idx_.data[0]);
-  loader_.next(plan_.delay_s(inject::Site::data, rank_, next_step), 1.0 / static_cast<double>(idx_.data.size()));
+  loader_->next(plan_.delay_s(inject::Site::data, rank_, next_step), 1.0 / static_cast<double>(idx_.data.size()));
   if (rec) rec->end_stage(idx_.data[0]);
   have_batch_ = true;
 }
@@ -108,7 +108,7 @@ void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record
     // data: wait for the batch this microstep consumes
     if (!(i == 0 && have_batch_)) {
       begin(idx_.data[i]);
-      loader_.next(i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0, inv);
+      loader_->next(i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0, inv);
       end(idx_.data[i]);
     }
     if (i == 0) have_batch_ = false;
@@ -162,66 +162,4 @@ void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record
   if (rec) rec->end_step();
 }
 
-// ---- telemetry faults ---------------------------------------------------------------------------
-
-namespace {
-
-class FaultyTransport final : public recorder::Transport {
-public:
-  FaultyTransport(std::unique_ptr<recorder::Transport> inner, inject::TelemetryFault fault, double late_s)
-      : inner_(std::move(inner)), fault_(fault), late_ns_(static_cast<std::int64_t>(late_s * 1e9)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  formats::RankInfo identity() const override { return inner_->identity(); }
-  void send(int window, std::vector<std::byte> payload) override {
-    if (fault_ == inject::TelemetryFault::corrupt && payload.size() > 16) {
-      for (std::size_t i = payload.size() / 2; i < payload.size() / 2 + 8 && i < payload.size(); ++i)
-        payload[i] = ~payload[i];
-    }
-    if (fault_ == inject::TelemetryFault::late) {
-      held_.push_back({window, inject::monotonic_ns() + late_ns_, std::move(payload)});
-      return;
-    }
-    inner_->send(window, std::move(payload));
-  }
-  std::vector<recorder::Contribution> receive(int window, std::size_t max_bytes) override {
-    return inner_->receive(window, max_bytes);
-  }
-  void abandon(int window) override { inner_->abandon(window); }
-  void progress() override {
-    const std::int64_t now = inject::monotonic_ns();
-    std::erase_if(held_, [&](Held& h) {
-      if (now < h.release_ns) return false;
-      inner_->send(h.window, std::move(h.payload));
-      return true;
-    });
-    inner_->progress();
-  }
-  void drain(double deadline_s) override {
-    for (auto& h : held_) inner_->send(h.window, std::move(h.payload));
-    held_.clear();
-    inner_->drain(deadline_s);
-  }
-  std::int64_t late_discarded() const override { return inner_->late_discarded(); }
-
-private:
-  struct Held {
-    int window;
-    std::int64_t release_ns;
-    std::vector<std::byte> payload;
-  };
-  std::unique_ptr<recorder::Transport> inner_;
-  inject::TelemetryFault fault_;
-  std::int64_t late_ns_;
-  std::vector<Held> held_;
-};
-
-}  // namespace
-
-std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
-                                                           inject::TelemetryFault fault, double late_s) {
-  return std::make_unique<FaultyTransport>(std::move(inner), fault, late_s);
-}
-
-}  // namespace detail
 }  // namespace sf::sim

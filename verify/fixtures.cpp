@@ -1,4 +1,4 @@
-#include "verify/verify.h"
+#include "sf/verify/verify.h"
 
 #include <algorithm>
 #include <cmath>

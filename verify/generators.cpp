@@ -1,4 +1,4 @@
-#include "verify/generators.h"
+#include "generators.h"
 
 #include <algorithm>
 #include <ostream>

@@ -3,7 +3,7 @@
 // cover the edge cases: R = 1, zeros, exact ties, nanosecond and kilosecond magnitudes.
 #pragma once
 
-#include "frontier/frontier.h"
+#include "sf/frontier/frontier.h"
 
 #include <rapidcheck.h>
 

@@ -1,4 +1,6 @@
-#include "verify/verify.h"
+#include "sf/verify/verify.h"
+
+#include "generators.h"
 
 #include <rapidcheck.h>
 

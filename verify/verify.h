@@ -2,14 +2,20 @@
 // paper's §6.1 fixtures, and scores evidence against injected ground truth. No MPI.
 #pragma once
 
-#include "frontier/frontier.h"
-#include "verify/generators.h"
+#include "sf/frontier/frontier.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace sf::verify {
+
+// Generated inputs (RapidCheck generators in the folder's generators.h, not installed: this
+// header stays free of RapidCheck so that truth scoring can be used without it).
+struct GenWindow;
+struct GenClockWindow;
+struct GenTightness;
+struct GenPerturbed;
 
 // ---- properties (bodies use RC_ASSERT; shared by RC_GTEST_PROP and `sf-testbed verify`) ----
 

@@ -1,6 +1,6 @@
 // GPU tests (CUDA builds). Compiled everywhere the cuda preset builds; registered in CTest only
 // where a GPU is present (tests/gpu/CMakeLists.txt).
-#include "sim/sim.h"
+#include "sf/sim/sim.h"
 
 #include <gtest/gtest.h>
 

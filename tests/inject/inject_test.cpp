@@ -1,4 +1,4 @@
-#include "inject/inject.h"
+#include "sf/inject/inject.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,6 @@
-#include "recorder/recorder.h"
+#include "sf/recorder/recorder.h"
+
+#include "sf/formats/formats.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>

@@ -1,4 +1,4 @@
-#include "sim/sim.h"
+#include "sf/sim/sim.h"
 
 #include <gtest/gtest.h>
 
@@ -46,23 +46,7 @@ TEST(Workload, accumulation_unfolds_microstep_stages) {
   EXPECT_EQ(sim::workload_stages({}).size(), 5u);
 }
 
-TEST(Validate, rejects_bad_run_options_with_one_line) {
-  sim::RunConfig c;
-  EXPECT_EQ(sim::validate(c), "");
-  c.scenario = "nope";
-  EXPECT_NE(sim::validate(c).find("unknown"), std::string::npos);
-  c = {};
-  c.onset = 5;
-  c.offset = 5;
-  EXPECT_NE(sim::validate(c), "");
-  c = {};
-  c.telemetry_fault = inject::TelemetryFault::late;
-  c.telemetry_fault_rank = 0;
-  EXPECT_NE(sim::validate(c).find("root"), std::string::npos);
-  c = {};
-  c.recorder = sim::RecorderMode::off;
-  c.dump = "x.jsonl";
-  EXPECT_NE(sim::validate(c), "");
+TEST(Cuda, cpu_build_says_why_it_has_no_device) {
 #ifndef SF_WITH_CUDA
   std::string why;
   EXPECT_FALSE(sim::cuda_available(&why));  // CPU build: says why

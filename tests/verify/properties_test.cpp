@@ -1,6 +1,7 @@
 // The frontier identities as RapidCheck properties; bodies live in sf::verify so that
 // `sf-testbed verify` checks exactly the same statements.
-#include "verify/verify.h"
+#include "sf/verify/verify.h"
+#include "verify/generators.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>

@@ -1,0 +1,66 @@
+// Run configuration: validation before MPI starts, the fault plan and the recorder set-up.
+#include "detail.h"
+
+#include <algorithm>
+
+namespace sf::testbed {
+
+std::string_view recorder_mode_name(RecorderMode m) {
+  return m == RecorderMode::off ? "off" : m == RecorderMode::cpu ? "cpu" : "event";
+}
+
+std::string validate(const RunConfig& cfg) {
+  const auto* sc = inject::find_scenario(cfg.scenario);
+  if (!sc) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
+  if (cfg.delay_ms && (*cfg.delay_ms < 0 || *cfg.delay_ms > 600000)) return "--delay-ms must be in [0, 600000]";
+  if (cfg.steps < 1) return "--steps must be >= 1";
+  if (cfg.warmup < 0) return "--warmup must be >= 0";
+  if (cfg.window < 0) return "--window must be >= 0";
+  if (cfg.onset < 0 || cfg.offset <= cfg.onset) return "--onset/--offset: need 0 <= onset < offset";
+  if (cfg.every < 1) return "--every must be >= 1";
+  if (cfg.event_q < 0 || cfg.event_q > 1) return "--event-q must be in [0, 1]";
+  if (cfg.workload.accumulation < 1 || cfg.workload.accumulation > 64) return "--accumulation must be in [1, 64]";
+  if (cfg.target_count < 1) return "--targets must be >= 1";
+  if (cfg.overhead_pairs < 0) return "--overhead-pairs must be >= 0";
+  if (cfg.overhead_pairs > 0 && cfg.overhead_window < 2) return "--overhead-window must be >= 2";
+  if (cfg.gather_deadline_s <= 0) return "--gather-deadline must be > 0";
+  if ((cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt) &&
+      cfg.telemetry_fault_rank == 0)
+    return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
+  if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
+  return "";
+}
+
+namespace detail {
+
+inject::FaultPlan make_plan(const RunConfig& cfg, int world_size) {
+  const auto* scenario = inject::find_scenario(cfg.scenario);
+  inject::FaultPlan plan;
+  plan.scenario = scenario;
+  plan.delay_ms = cfg.delay_ms.value_or(scenario->default_delay_ms);
+  plan.ranks = cfg.target_ranks.empty() ? inject::draw_targets(cfg.seed, world_size, cfg.target_count) : cfg.target_ranks;
+  plan.onset = cfg.onset;
+  plan.offset = cfg.offset;
+  plan.every = cfg.every;
+  return plan;
+}
+
+recorder::RecorderConfig recorder_config(const RunConfig& cfg, std::int64_t first_step, int window) {
+  recorder::RecorderConfig rc;
+  rc.stages = sim::workload_stages(cfg.workload);
+  rc.accumulation = cfg.workload.accumulation;
+  rc.first_step = first_step;
+  rc.window_steps = window;
+  rc.event_q = cfg.recorder == RecorderMode::event ? cfg.event_q : 0.0;
+  rc.gather_deadline_s = cfg.gather_deadline_s;
+  rc.enabled = cfg.recorder != RecorderMode::off;
+  const auto idx = sim::stage_index(cfg.workload);
+  rc.sync_wait_stages.push_back(idx.bwd.back());
+  if (cfg.workload.sync_callbacks) rc.sync_wait_stages.push_back(idx.callbacks);
+  if (cfg.workload.sharded) rc.sync_wait_stages.push_back(idx.fwd.front());
+  std::sort(rc.sync_wait_stages.begin(), rc.sync_wait_stages.end());
+  return rc;
+}
+
+}  // namespace detail
+}  // namespace sf::testbed

@@ -1,0 +1,45 @@
+// Internal to sf::testbed: the pieces run() and the overhead experiment share.
+#pragma once
+
+#include "sf/testbed/testbed.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#if SF_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace sf::testbed::detail {
+
+/// The recorder configuration of a run: the workload's stages, and the stages whose
+/// collectives carry sync-wait side evidence.
+recorder::RecorderConfig recorder_config(const RunConfig& cfg, std::int64_t first_step, int window);
+
+/// Consecutive windows concatenated into one run-level window (all measured steps).
+formats::Window concat(const std::vector<formats::Window>& windows);
+
+/// Decorates a transport with a telemetry fault on one rank: a contribution held past the
+/// gather deadline (late), or bytes flipped in flight (corrupt).
+std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
+                                                           inject::TelemetryFault fault, double late_s);
+
+/// The fault plan of a run: the scenario, its delay, the (drawn) target ranks, onset/offset.
+inject::FaultPlan make_plan(const RunConfig& cfg, int world_size);
+
+#if SF_WITH_MPI
+struct Backends {
+  std::unique_ptr<sim::Device> device;
+  std::unique_ptr<sim::Comm> comm;
+  std::string notes;
+};
+
+/// Chooses device and comm backends; returns an error line (identical on every rank) or "".
+std::string make_backends(const RunConfig& cfg, MPI_Comm world, int local_rank, Backends& b);
+
+/// The paired overhead experiment (run --overhead-pairs K).
+int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& plan, Backends& b, int rank, int size);
+#endif
+
+}  // namespace sf::testbed::detail

@@ -1,0 +1,65 @@
+// Telemetry faults injected on purpose: the recorder's side breaks, training must not notice.
+#include "detail.h"
+
+namespace sf::testbed::detail {
+
+namespace {
+
+class FaultyTransport final : public recorder::Transport {
+public:
+  FaultyTransport(std::unique_ptr<recorder::Transport> inner, inject::TelemetryFault fault, double late_s)
+      : inner_(std::move(inner)), fault_(fault), late_ns_(static_cast<std::int64_t>(late_s * 1e9)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  formats::RankInfo identity() const override { return inner_->identity(); }
+  void send(int window, std::vector<std::byte> payload) override {
+    if (fault_ == inject::TelemetryFault::corrupt && payload.size() > 16) {
+      for (std::size_t i = payload.size() / 2; i < payload.size() / 2 + 8 && i < payload.size(); ++i)
+        payload[i] = ~payload[i];
+    }
+    if (fault_ == inject::TelemetryFault::late) {
+      held_.push_back({window, inject::monotonic_ns() + late_ns_, std::move(payload)});
+      return;
+    }
+    inner_->send(window, std::move(payload));
+  }
+  std::vector<recorder::Contribution> receive(int window, std::size_t max_bytes) override {
+    return inner_->receive(window, max_bytes);
+  }
+  void abandon(int window) override { inner_->abandon(window); }
+  void progress() override {
+    const std::int64_t now = inject::monotonic_ns();
+    std::erase_if(held_, [&](Held& h) {
+      if (now < h.release_ns) return false;
+      inner_->send(h.window, std::move(h.payload));
+      return true;
+    });
+    inner_->progress();
+  }
+  void drain(double deadline_s) override {
+    for (auto& h : held_) inner_->send(h.window, std::move(h.payload));
+    held_.clear();
+    inner_->drain(deadline_s);
+  }
+  std::int64_t late_discarded() const override { return inner_->late_discarded(); }
+
+private:
+  struct Held {
+    int window;
+    std::int64_t release_ns;
+    std::vector<std::byte> payload;
+  };
+  std::unique_ptr<recorder::Transport> inner_;
+  inject::TelemetryFault fault_;
+  std::int64_t late_ns_;
+  std::vector<Held> held_;
+};
+
+}  // namespace
+
+std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
+                                                           inject::TelemetryFault fault, double late_s) {
+  return std::make_unique<FaultyTransport>(std::move(inner), fault, late_s);
+}
+
+}  // namespace sf::testbed::detail

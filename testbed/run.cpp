@@ -1,0 +1,249 @@
+// The run loop on real MPI ranks (MPI builds): backends, workload, recorder windows, and on
+// rank 0 scoring, the verdict against the truth, the table and the result files.
+#include "detail.h"
+
+#include "sf/check/check.h"
+#include "sf/recorder/mpi_transport.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+namespace sf::testbed {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+/// The run on every rank of `world` (MPI initialised).
+int run_world(const RunConfig& cfg_in, MPI_Comm world) {
+  int rank = 0, size = 1;
+  SF_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  SF_MPI_CHECK(MPI_Comm_size(world, &size));
+  RunConfig cfg = cfg_in;
+  if (cfg.spin_us < 0) {
+    // Spin the last stretch of each sleep only when ranks do not outnumber cores: oversubscribed,
+    // spinning would turn the workload into a CPU benchmark.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    cfg.spin_us = static_cast<unsigned>(size) <= cores ? 100 : 0;
+  }
+  cfg.workload.spin_ns = static_cast<std::int64_t>(cfg.spin_us * 1e3);
+  auto fail = [&](const std::string& msg) {
+    if (rank == 0) std::fprintf(stderr, "sf-testbed run: %s\n", msg.c_str());
+    return 2;
+  };
+  if (const auto v = validate(cfg); !v.empty()) return fail(v);
+  for (int r : cfg.target_ranks)
+    if (r < 0 || r >= size) return fail("--target-rank " + std::to_string(r) + " outside 0.." + std::to_string(size - 1));
+  if (cfg.target_count > size) return fail("--targets " + std::to_string(cfg.target_count) + " > world size");
+  if (cfg.telemetry_fault != inject::TelemetryFault::none && (cfg.telemetry_fault_rank < 0 || cfg.telemetry_fault_rank >= size))
+    return fail("--telemetry-fault-rank outside the world");
+
+  const inject::FaultPlan plan = detail::make_plan(cfg, size);
+  const auto* scenario = plan.scenario;
+
+  RunConfig run_cfg = cfg;
+  run_cfg.workload.sync_callbacks = cfg.workload.sync_callbacks || scenario->sync_callbacks;
+
+  // Local rank for device selection.
+  int local_rank = 0;
+  {
+    MPI_Comm node = MPI_COMM_NULL;
+    SF_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    const recorder::CommOwner owner(node);
+    SF_MPI_CHECK(MPI_Comm_rank(node, &local_rank));
+  }
+
+  detail::Backends b;
+  std::string err;
+  try {
+    err = detail::make_backends(run_cfg, world, local_rank, b);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  int bad = err.empty() ? 0 : 1, any_bad = 0;
+  SF_MPI_CHECK(MPI_Allreduce(&bad, &any_bad, 1, MPI_INT, MPI_MAX, world));
+  if (any_bad) return fail(err.empty() ? "backend set-up failed on another rank" : err);
+
+  if (cfg.overhead_pairs > 0) return detail::run_overhead(run_cfg, world, plan, b, rank, size);
+
+  const int window = cfg.window > 0 ? cfg.window : cfg.steps;
+  auto rc = detail::recorder_config(run_cfg, cfg.warmup, window);
+  if (cfg.telemetry_fault == inject::TelemetryFault::schema_mismatch && rank == cfg.telemetry_fault_rank)
+    rc.stages.push_back("extra.unexpected_stage");  // this rank's schema no longer matches
+  const bool faulty = cfg.telemetry_fault != inject::TelemetryFault::none && rank == cfg.telemetry_fault_rank;
+  auto transport = recorder::make_mpi_transport(world);
+  if (faulty && (cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt))
+    transport = detail::make_faulty_transport(std::move(transport), cfg.telemetry_fault, 2.5 * cfg.gather_deadline_s);
+
+  // Rank 0: each gathered window is scored and its packet written as soon as it arrives.
+  std::vector<formats::Window> windows;
+  std::vector<std::string> window_packets;
+  double scoring_s = 0;
+  auto sink = [&](formats::Window&& w, int index) {
+    const std::int64_t t0 = inject::monotonic_ns();
+    const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+    std::string packet = formats::evidence_to_json(e, w.ranks).dump();
+    if (!cfg.out_dir.empty()) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/window_%03d.json", index);
+      formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
+    }
+    window_packets.push_back(std::move(packet));
+    windows.push_back(std::move(w));
+    scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
+  };
+  recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
+  sim::Workload work(run_cfg.workload, plan, *b.device, *b.comm, rank);
+
+  SF_MPI_CHECK(MPI_Barrier(world));
+  for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
+  const std::int64_t t_start = inject::monotonic_ns();
+  const StealMeter steal_meter;
+  std::int64_t completed = 0;
+  for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
+    const bool drop = faulty && cfg.telemetry_fault == inject::TelemetryFault::drop_steps && t % 4 == 1;
+    work.step(t, &rec, drop);
+    ++completed;
+    if (run_cfg.workload.fetch_ahead && t + 1 < cfg.warmup + cfg.steps) work.fetch_ahead(t + 1, &rec);
+    rec.safe_point();
+  }
+  const double elapsed_s = static_cast<double>(inject::monotonic_ns() - t_start) * 1e-9;
+  const double steal = steal_meter.fraction();
+  rec.finish();
+
+  std::int64_t min_completed = 0;
+  SF_MPI_CHECK(MPI_Reduce(&completed, &min_completed, 1, MPI_INT64_T, MPI_MIN, 0, world));
+  std::int64_t dropped = rec.dropped_records(), dropped_sum = 0;
+  SF_MPI_CHECK(MPI_Reduce(&dropped, &dropped_sum, 1, MPI_INT64_T, MPI_SUM, 0, world));
+  if (rank != 0) return 0;
+
+  // ---- rank 0: verdict against the injected truth ----
+  const auto truth = inject::truth(plan);
+  ordered_json result = provenance_json("sf.run/1", cfg.argv, cfg.commit);
+  result["config"] = {{"scenario", cfg.scenario},
+                      {"delay_ms", plan.delay_ms},
+                      {"ranks", size},
+                      {"steps", cfg.steps},
+                      {"warmup", cfg.warmup},
+                      {"window", window},
+                      {"seed", cfg.seed},
+                      {"comm", b.comm->name()},
+                      {"device", b.device->name()},
+                      {"recorder", recorder_mode_name(cfg.recorder)},
+                      {"event_q", cfg.recorder == RecorderMode::event ? cfg.event_q : 0.0},
+                      {"accumulation", cfg.workload.accumulation},
+                      {"sharded", cfg.workload.sharded},
+                      {"fetch_ahead", cfg.workload.fetch_ahead},
+                      {"sync_callbacks", run_cfg.workload.sync_callbacks},
+                      {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
+                      {"gather_deadline_s", cfg.gather_deadline_s}};
+  result["truth"] = truth_json(truth);
+  result["measured"] = {{"steps_completed_min", min_completed}, {"rank0_elapsed_s", elapsed_s}, {"vm_steal_fraction", steal}};
+  result["backend_notes"] = b.notes;
+
+  int exit_code = 0;
+  std::string table;
+  char line[512];
+  std::snprintf(line, sizeof line, "# sf-testbed run  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+  table += line;
+  std::snprintf(line, sizeof line, "# scenario %s: %s\n", scenario->name.c_str(), scenario->injects.c_str());
+  table += line;
+  std::string targets;
+  for (int r : plan.ranks) targets += (targets.empty() ? "" : ",") + std::to_string(r);
+  std::snprintf(line, sizeof line,
+                "# ranks %d  steps %d (+%d warm-up)  window %d  seed %llu  comm %s  device %s  recorder %s%s\n", size,
+                cfg.steps, cfg.warmup, window, static_cast<unsigned long long>(cfg.seed), b.comm->name().c_str(),
+                b.device->name().c_str(), std::string(recorder_mode_name(cfg.recorder)).c_str(),
+                cfg.recorder == RecorderMode::event ? (" (q " + std::to_string(cfg.event_q).substr(0, 4) + ")").c_str() : "");
+  table += line;
+  if (!b.notes.empty()) table += "# note: " + b.notes + "\n";
+  if (cfg.telemetry_fault != inject::TelemetryFault::none)
+    table += "# telemetry fault injected: " + std::string(inject::to_string(cfg.telemetry_fault)) + " on rank " +
+             std::to_string(cfg.telemetry_fault_rank) + "\n";
+  table += "#\n";
+
+  if (windows.empty()) {
+    table += "# recorder off: no evidence (steps completed by every rank: " + std::to_string(min_completed) + ")\n";
+    std::snprintf(line, sizeof line, "# rank-0 elapsed %.3f s, %.2f ms/step\n", elapsed_s, elapsed_s / cfg.steps * 1e3);
+    table += line;
+  } else {
+    const auto all = detail::concat(windows);
+    const auto e = frontier::evaluate(all.matrix, cfg.label, all.telemetry);
+    // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
+    const auto [wall_sum, gap] = makespan_check(e, all.matrix);
+    const VerdictReport vr = verdict_report(plan, e, gap);
+    table += vr.truth_text + "#\n";
+    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))");
+    std::snprintf(line, sizeof line,
+                  "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart); rank-0 elapsed %.4f s\n",
+                  e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
+    table += line;
+    table += vr.verdict_text;
+    if (cfg.check && !vr.claim_pass) exit_code = 1;
+    result["verdict"] = vr.json;
+    result["evidence"] = formats::evidence_to_json(e, all.ranks);
+    result["measured"]["exposed_makespan_s"] = e.exposed_makespan_s;
+    result["measured"]["slowest_rank_wall_sum_s"] = wall_sum;
+    result["measured"]["makespan_vs_wall_rel"] = gap;
+    result["measured"]["median_step_s"] = e.median_step_s;
+    auto& wl = result["windows"] = ordered_json::array();
+    for (std::size_t i = 0; i < windows.size(); ++i) {
+      const auto pj = ordered_json::parse(window_packets[i]);
+      wl.push_back({{"index", i},
+                    {"first_step", pj["window"]["first_step"]},
+                    {"last_step", pj["window"]["last_step"]},
+                    {"shares", pj["shares"]},
+                    {"labels", pj["labels"]},
+                    {"routing_set", pj["routing_set"]},
+                    {"median_step_s", pj["median_step_s"]},
+                    {"gather_ok", pj["telemetry"]["gather_ok"]}});
+    }
+    result["telemetry"] = {{"payload_bytes_per_rank_window", recorder::payload_bytes(rc, window)},
+                           {"packet_bytes", window_packets.empty() ? 0 : window_packets.front().size()},
+                           {"dropped_records", dropped_sum},
+                           {"late_contributions_discarded", transport->late_discarded()},
+                           {"rank0_recorder_safe_point_cpu_s", rec.safe_point_cpu_s()},
+                           {"rank0_scoring_s", scoring_s}};
+  }
+
+  if (!cfg.dump.empty()) {
+    std::ostringstream out;
+    for (const auto& w : windows) formats::write_jsonl(out, w);
+    formats::write_file_atomic(cfg.dump, out.str());
+  }
+  if (!cfg.out_dir.empty()) formats::write_file_atomic(cfg.out_dir + "/run.json", result.dump(2) + "\n");
+  if (!cfg.quiet) std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+  return exit_code;
+}
+
+}  // namespace
+
+bool built_with_mpi() { return true; }
+
+int run(const RunConfig& cfg) {
+  int initialized = 0;
+  SF_MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  }
+  int rc = 0;
+  try {
+    rc = run_world(cfg, MPI_COMM_WORLD);
+  } catch (const std::exception& e) {
+    // A failure past set-up on one rank cannot be answered by that rank alone: the others wait
+    // in collectives. One line, then the whole job ends.
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "sf-testbed run: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (!initialized) SF_MPI_CHECK(MPI_Finalize());
+  return rc;
+}
+
+}  // namespace sf::testbed

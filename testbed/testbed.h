@@ -1,0 +1,128 @@
+// sf::testbed — runs the testbed and judges it: run configuration and its validation, the choice
+// of device and comm backends, the run loop with its recorder windows, the verdict against the
+// injected truth and the scenario's claim, the overhead experiment, and the provenance every
+// result file carries (commit, host, date, hypervisor steal). The top of the libraries: it uses
+// sim (workload), recorder, inject, formats, frontier and verify (truth scoring).
+//
+// No MPI in this header: run() initialises MPI itself when the build has it (SF_WITH_MPI).
+#pragma once
+
+#include "sf/formats/formats.h"
+#include "sf/frontier/frontier.h"
+#include "sf/inject/inject.h"
+#include "sf/sim/sim.h"
+#include "sf/verify/verify.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sf::testbed {
+
+// ---- configuration ------------------------------------------------------------------------------
+
+enum class RecorderMode { off, cpu, event };
+enum class CommKind { mpi, nccl };
+enum class DeviceKind { automatic, cuda, host };
+std::string_view recorder_mode_name(RecorderMode m);
+
+struct RunConfig {
+  std::string scenario = "data_tail";
+  std::optional<double> delay_ms;          ///< default: the scenario's
+  std::vector<int> target_ranks;           ///< default: drawn from seed (hidden until the verdict)
+  int target_count = 1;
+  std::int64_t onset = 0, offset = inject::kForever;
+  int every = 1;
+  int steps = 60;
+  int warmup = 5;
+  int window = 0;                          ///< 0 → one window over all measured steps
+  std::uint64_t seed = 1;
+  CommKind comm = CommKind::mpi;
+  DeviceKind device = DeviceKind::automatic;
+  RecorderMode recorder = RecorderMode::cpu;
+  double event_q = 0.05;                   ///< with --recorder event
+  std::string out_dir;                     ///< results-style JSON and per-window packets
+  std::string dump;                        ///< gathered stage matrix as JSONL
+  bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
+  bool quiet = false;                      ///< no table
+  double gather_deadline_s = 2.0;
+  sim::WorkloadConfig workload;
+  /// Microseconds of each host sleep spent spinning; < 0: 100 when the ranks do not outnumber
+  /// the cores, else 0 (decided once the world size is known).
+  double spin_us = -1;
+  std::size_t grad_floats = 4096;
+  // telemetry faults (injected on purpose; training must not notice)
+  inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
+  int telemetry_fault_rank = 1;
+  // overhead mode: paired windows alternating off / cpu / event
+  int overhead_pairs = 0;                  ///< > 0: overhead mode with this many blocks
+  int overhead_window = 50;                ///< steps per overhead window
+  frontier::LabelConfig label;
+  std::vector<std::string> argv;           ///< the command line, for the result file
+  std::string commit;                      ///< git commit of the binary, for the result file
+};
+
+/// Validates a RunConfig without MPI (rank count not yet known): returns "" or one line.
+std::string validate(const RunConfig& cfg);
+
+/// True when this build can run() (configured with SF_WITH_MPI).
+bool built_with_mpi();
+
+/// Runs the testbed on every rank of MPI_COMM_WORLD (call it on every rank under mpirun):
+/// initialises MPI unless the caller did (and then finalises it), builds the backends, runs the
+/// workload with the recorder, and on rank 0 scores each gathered window, prints the table and
+/// writes the result files. Returns the process exit code: 0, 1 when --check fails, 2 for bad
+/// input (one line on stderr from rank 0). Without MPI in the build it prints why and returns 2.
+int run(const RunConfig& cfg);
+
+// ---- verdicts -----------------------------------------------------------------------------------
+
+/// The verdict of one scored window against the plan's truth, as both `run` and `sim` report it.
+struct VerdictReport {
+  verify::Verdict verdict;
+  bool claim_pass = false;
+  std::string claim;         ///< the scenario's claim (what --check asserts)
+  std::string truth_text;    ///< "# truth: ..." line
+  std::string verdict_text;  ///< verdict, baseline and check lines
+  nlohmann::ordered_json json;
+};
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
+
+/// The cross-check of the exposed makespan Σ_t F[t,S] against the slowest rank's measured step
+/// times Σ_t max_r wall[t,r]; gap = |exposed − wall sum| / exposed (0 when nothing is exposed).
+struct MakespanCheck {
+  double wall_sum_s = 0, gap = 0;
+};
+MakespanCheck makespan_check(const frontier::Evidence& e, const frontier::StageMatrix& m);
+
+/// Truth records as they appear in run.json.
+nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);
+
+// ---- provenance ---------------------------------------------------------------------------------
+
+/// Now, as "YYYY-MM-DDTHH:MM:SSZ".
+std::string utc_now();
+/// This machine's host name.
+std::string host_name();
+/// The machine a figure was measured on: hostname, cpus, cpu_model, memory_gib.
+nlohmann::ordered_json machine_json();
+/// The fields every result file starts with: schema, command, commit, date, host.
+nlohmann::ordered_json provenance_json(std::string_view schema, const std::vector<std::string>& argv,
+                                       const std::string& commit);
+
+/// Share of this VM's CPU time the hypervisor took (the steal column of /proc/stat) between
+/// construction and fraction(); 0 where /proc/stat is not readable.
+class StealMeter {
+public:
+  StealMeter();
+  double fraction() const;
+
+private:
+  double steal_ = 0, total_ = 0;
+};
+
+}  // namespace sf::testbed

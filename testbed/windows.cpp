@@ -1,0 +1,45 @@
+// Window handling: the run-level window made of the recorder's consecutive windows.
+#include "detail.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sf::testbed::detail {
+
+/// Concatenates consecutive windows into one run-level window (all measured steps).
+formats::Window concat(const std::vector<formats::Window>& windows) {
+  formats::Window out;
+  if (windows.empty()) return out;
+  const auto& first = windows.front().matrix;
+  std::int64_t last = first.first_step() - 1;
+  for (const auto& w : windows) last = std::max(last, w.matrix.first_step() + w.matrix.steps() - 1);
+  out.matrix = frontier::StageMatrix(first.schema(), first.ranks(), first.first_step(),
+                                     static_cast<int>(last - first.first_step() + 1));
+  out.ranks = windows.front().ranks;
+  std::vector<std::string> roles = first.roles();
+  const int k = first.schema().explicit_count();
+  std::vector<double> d(k);
+  for (const auto& w : windows) {
+    const auto& m = w.matrix;
+    if (roles.empty() && !m.roles().empty()) roles = m.roles();
+    out.telemetry.gather_ok = out.telemetry.gather_ok && w.telemetry.gather_ok;
+    out.telemetry.dropped_records += w.telemetry.dropped_records;
+    for (const auto& r : w.telemetry.reasons) out.telemetry.reasons.push_back(r);
+    for (int t = 0; t < m.steps(); ++t)
+      for (int r = 0; r < m.ranks(); ++r) {
+        if (!m.present(t, r)) continue;
+        const int tt = static_cast<int>(m.step_id(t) - first.first_step());
+        for (int s = 0; s < k; ++s) d[s] = m.d(t, r, s);
+        out.matrix.set_record(tt, r, d, m.wall(t, r));
+        if (m.fwd_event_state(t, r) != frontier::EventState::unsampled)
+          out.matrix.set_fwd_event(tt, r, m.fwd_event_state(t, r), m.fwd_event_s(t, r));
+        if (m.has_sync_wait())
+          for (int s = 0; s < k; ++s)
+            if (const double v = m.sync_wait(t, r, s); !std::isnan(v)) out.matrix.set_sync_wait(tt, r, s, v);
+      }
+  }
+  if (!roles.empty()) out.matrix.set_roles(roles);
+  return out;
+}
+
+}  // namespace sf::testbed::detail
