@@ -73,6 +73,44 @@ def p50_by_ranks(df):
     return {int(r): float(g["median_step_ms"].median()) for r, g in p.groupby("ranks")}
 
 
+def rate(x):
+    """Fraction of rows whose 0/1 column is set; NaN for no rows (quick runs may leave a group empty)."""
+    return float(b(x).mean()) if len(x) else float("nan")
+
+
+def ratio(s):
+    """'k/n' (the tables' paper cells) as a fraction."""
+    k, n = s.split("/")
+    return int(k) / int(n)
+
+
+def grouped_bars(ax, groups, series, paper=None):
+    """One cluster of bars per group, one bar per series (rates in [0, 1]). A zero bar gets a small '0' so it reads as
+    measured rather than missing; paper[name][i] (None where the paper gives nothing) is a black dashed cap."""
+    n = max(len(series), 1)
+    w = 0.8 / n
+    marked = False
+    for i, (name, vals) in enumerate(series.items()):
+        xs = [j + (i - (n - 1) / 2) * w for j in range(len(groups))]
+        ax.bar(xs, vals, w, label=name)
+        for x, v in zip(xs, vals):
+            if v == 0:
+                ax.text(x, 0.01, "0", ha="center", va="bottom", fontsize=6)
+        for x, p in zip(xs, (paper or {}).get(name, [])):
+            if p is not None:
+                ax.plot([x - w / 2, x + w / 2], [p, p], c="black", ls="--", lw=1.3, label=None if marked else "paper")
+                marked = True
+    ax.set_xticks(range(len(groups)), groups, fontsize=8)
+    ax.set_xlim(-0.6, len(groups) - 0.4)
+    ax.set_ylim(0, 1.2)
+    ax.set_ylabel("rate (fraction of runs)")
+
+
+def figure_note(picture, sentence):
+    """The picture's link and one sentence on what it shows, for the end of table.md."""
+    return f"\n![{picture.removesuffix('.png')}]({picture})\n\n{sentence}\n"
+
+
 # ---------------------------------------------------------------------------------------------
 
 def report_fixtures(d, df):
@@ -203,7 +241,40 @@ def report_callback(d, df):
     first = top1_from[top1_from].index.min() if top1_from.any() else None
     headline = (f"sync callback top-1 in every seed from {first:.0f} ms" if first is not None else "sync callback never top-1") + \
         f"; host-only routed {b(host.cand_hit).sum()}/{len(host)}"
-    return text, headline, None, "paper: top-1 from 180 ms; host-only never routed"
+    share = "share:callbacks.cpu_wall"
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1, 1.2]})
+    if len(sync):
+        s = sync.groupby("delay_ms")[share].mean()
+        ax[0].plot(s.index, s.values, marker="o", label="sync-bearing callback (mean)")
+        ax[0].scatter(sync.delay_ms, sync[share].astype(float), s=12, c="C0", alpha=0.5, label="sync-bearing, per seed")
+    if len(host):
+        ax[0].scatter(host.delay_ms, host[share].astype(float), s=40, marker="x", c="C3", label="host-only control, per seed")
+    ax[0].axvline(180, ls="--", c="black", lw=1, label="paper: top-1 from 180 ms")
+    ax[0].set_xlabel("injected callback delay (ms)")
+    ax[0].set_ylabel("callbacks.cpu_wall frontier share")
+    ax[0].set_ylim(0, None)
+    ax[0].legend(fontsize=7)
+    groups, top1, top2, p1, p2 = [], [], [], [], []
+    for (sc, delay), g in df.groupby(["scenario", "delay_ms"], sort=False):
+        groups.append(f"{delay:.0f} ms" + ("\nhost-only" if sc == "callback_host_tail" else ""))
+        top1.append(rate(g.top1))
+        top2.append(rate(g.top2))
+        cell = paper.get((sc, int(delay)))
+        p1.append(ratio(cell.split(", ")[0]) if cell else None)
+        p2.append(ratio(cell.split(", ")[1]) if cell else None)
+    grouped_bars(ax[1], groups, {"top-1": top1, "top-2": top2}, {"top-1": p1, "top-2": p2})
+    for j, gname in enumerate(groups):
+        if "host-only" in gname:
+            ax[1].axvspan(j - 0.45, j + 0.45, color="0.9", zorder=0)
+    ax[1].set_xlabel("injected callback delay (ms); shaded: host-only control")
+    ax[1].legend(fontsize=7, loc="upper center", ncol=3)
+    fig.suptitle("Callback frontier share and routing vs delay (paper §6.2, Table 14)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(d / "callback.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("callback.png", "The figure plots the callback stage's frontier share (left) and the top-1/top-2 rate "
+                        "(right) against the injected delay, with the host-only control shaded and the paper's counts as dashed caps.")
+    return text, headline, "callback.png", "paper: top-1 from 180 ms; host-only never routed"
 
 
 def report_overhead(d, df):
@@ -283,13 +354,33 @@ def report_accumulation(d, df):
     for sc, g in df.groupby("scenario", sort=False):
         rows.append({"scenario": SCEN_NAMES[sc], "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
                      "top-2": frac(b(g.top2).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
-                     "gradient_accumulation_ambiguous": frac(g.labels.str.contains("gradient_accumulation_ambiguous").sum(), len(g)),
+                     "gradient_accumulation_ambiguous": frac(g.labels.fillna("").astype(str).str.contains("gradient_accumulation_ambiguous").sum(), len(g)),
                      "paper": "top-2 (co-critical with backward)" if sc == "fwd_device" else "top-1 and top-2 on all rows"})
     text += md_table(pd.DataFrame(rows))
     text += "\nStages are unfolded per microstep (`data.next_wait#0..3`, ...) and grouped only after the frontier is taken.\n"
     pos = df[df.scenario != "fwd_device"]
     headline = f"data/backward top-1 {b(pos.top1).sum()}/{len(pos)}, top-2 {b(pos.top2).sum()}/{len(pos)}"
-    return text, headline, None, "paper: data and backward top-1/top-2 on all rows"
+    groups, series, paper = [], {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}, {"top-1": [], "top-2": []}
+    for sc, g in df.groupby("scenario", sort=False):
+        groups.append(f"{SCEN_NAMES[sc]}\n({len(g)} run{'s' if len(g) != 1 else ''})")
+        series["top-1"].append(rate(g.top1))
+        series["top-2"].append(rate(g.top2))
+        series["rank hit"].append(rate(g.rank_hit))
+        series["gradient_accumulation_ambiguous label"].append(g.labels.fillna("").astype(str).str.contains("gradient_accumulation_ambiguous").mean())
+        paper["top-1"].append(None if sc == "fwd_device" else 1.0)  # the table's paper column: top-2 only for forward/device
+        paper["top-2"].append(1.0)
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    grouped_bars(ax, groups, series, paper)
+    ax.set_xlabel("injected fault (" + ", ".join(f"{x:.0f} ms" for x in sorted(df.delay_ms.dropna().unique())) + "), accumulation ×4, "
+                  + ", ".join(str(int(r)) for r in sorted(df.ranks.dropna().unique())) + " ranks")
+    ax.legend(fontsize=7, loc="upper center", ncol=5)
+    fig.suptitle("E7 gradient accumulation ×4: routing per scenario", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(d / "accumulation.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("accumulation.png", "The figure shows the top-1, top-2, rank-hit and ambiguity-label rates per scenario, with "
+                        "the paper's outcome as dashed caps (top-1 and top-2 for data and backward, top-2 for forward/device).")
+    return text, headline, "accumulation.png", "paper: data and backward top-1/top-2 on all rows"
 
 
 def report_sharded(d, df):
@@ -307,12 +398,48 @@ def report_sharded(d, df):
              f"{b(ctl.cand_hit).sum()}/{len(ctl)} (paper 0/18). Ours is one sharded data-parallel step (all-gather of "
              "parameter shards in forward, reduce-scatter of gradients in backward), not FSDP or ZeRO themselves.\n")
     headline = f"top-2 {b(pos.top2).sum()}/{len(pos)}, top-1 {b(pos.top1).sum()}/{len(pos)}; optimizer control routed {b(ctl.cand_hit).sum()}/{len(ctl)}"
-    return text, headline, None, "paper: 90/90 top-2, 87/90 top-1; control 0/18"
+    groups, series, paper, scen = [], {"top-1": [], "top-2": [], "routed": []}, {"routed": []}, []
+    for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
+        groups.append(f"{int(r)}")
+        scen.append(sc)
+        for key, col in [("top-1", "top1"), ("top-2", "top2"), ("routed", "cand_hit")]:
+            series[key].append(rate(g[col]))
+        paper["routed"].append(0.0 if sc == "optim_host_local" else None)
+    fig, ax = plt.subplots(figsize=(10, 4))
+    grouped_bars(ax, groups, series, paper)
+    ax.set_ylim(0, 1.3)
+    first = {}
+    for j, sc in enumerate(scen):
+        first.setdefault(sc, []).append(j)
+    for sc, js in first.items():
+        name = "Optimizer control\n(must not route)" if sc == "optim_host_local" else SCEN_NAMES[sc]
+        ax.text(sum(js) / len(js), -0.09, name, ha="center", va="top", fontsize=8, weight="bold", transform=ax.get_xaxis_transform())
+        if sc == "optim_host_local":
+            ax.axvspan(min(js) - 0.45, max(js) + 0.45, color="0.9", zorder=0)
+            ax.text(sum(js) / len(js), 0.5, f"control routed {b(ctl.cand_hit).sum()}/{len(ctl)}\n(paper 0/18)", ha="center", fontsize=8)
+        elif js[0] > 0:
+            ax.axvline(js[0] - 0.5, c="0.7", lw=0.8)
+    pj = [j for j, sc in enumerate(scen) if sc != "optim_host_local"]
+    if pj:
+        ax.hlines(87 / 90, min(pj) - 0.45, max(pj) + 0.45, colors="C0", linestyles=":", lw=1.5, zorder=3,
+                  label="paper top-1 87/90 (pooled)")
+        ax.hlines(1.0, min(pj) - 0.45, max(pj) + 0.45, colors="C1", linestyles="--", lw=1.2, zorder=3,
+                  label="paper top-2 90/90 (pooled)")
+    ax.set_xlabel("ranks, per injected scenario (" + ", ".join(f"{x:.0f} ms" for x in sorted(df.delay_ms.dropna().unique()))
+                  + "); the control's black dashed cap is the paper's 0/18", labelpad=34)
+    ax.legend(fontsize=7, loc="upper center", ncol=6)
+    fig.suptitle("E8 sharded step: routing per scenario and rank count, with the host-local optimizer control", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(d / "sharded.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("sharded.png", "The figure shows the top-1, top-2 and routed rates per scenario and rank count against "
+                        "the paper's pooled 87/90 and 90/90, and the optimizer control (shaded), which must stay at 0 routed.")
+    return text, headline, "sharded.png", "paper: 90/90 top-2, 87/90 top-1; control 0/18"
 
 
 def report_periodic(d, df):
     text, _ = header(d, "Vision-B: a periodic callback spike under three views (Table 9)")
-    rows = []
+    rows, series = [], []
     for _, r in df.iterrows():
         dump = d / "rows" / r["row"] / "dump.jsonl"
         lines = dump.read_text().splitlines() if dump.exists() else []
@@ -323,18 +450,54 @@ def report_periodic(d, df):
             continue
         cb = per_step.groupby("step").cb.max()
         step = per_step.groupby("step").wall.max()
+        series.append((r, cb, step))
         rows.append({"seed": int(r.seed), "p50 callback ms": f"{cb.median() * 1e3:.1f}",
                      "p50 as % of median step": f"{cb.median() / step.median() * 100:.2f}%",
                      "max / p95 callback ms": f"{cb.max() * 1e3:.0f} / {cb.quantile(0.95) * 1e3:.0f}",
                      "frontier callback share": f"{float(r['share:callbacks.cpu_wall']):.1%}",
-                     "routed to callbacks": "yes" if int(float(r.cand_hit)) else "no", "labels": r.labels})
+                     "routed to callbacks": "yes" if float(r.cand_hit) == 1 else "no", "labels": r.labels})
     t = pd.DataFrame(rows)
     text += md_table(t)
     text += ("\nPaper (field window): p50 ≈ 2 ms (0.13% of a 1.526 s step) — negligible; max/p95 7.17 s — magnitude only; "
              "frontier 24% exposed-makespan share, routed to the callback.\n")
     headline = (f"p50 {t['p50 as % of median step'].iloc[0]} of a step, frontier share {t['frontier callback share'].iloc[0]}, "
                 f"routed {sum(t['routed to callbacks'] == 'yes')}/{len(t)}") if len(t) else "no rows"
-    return text, headline, None, "paper: p50 0.13%, frontier 24%, routed"
+    if not series:
+        return text, headline, None, "paper: p50 0.13%, frontier 24%, routed"
+    r, cb, step = series[0]
+    fig, ax = plt.subplots(1, 2, figsize=(9.5, 3.6), gridspec_kw={"width_ratios": [2.2, 1]})
+    ax[0].plot(step.index, step.values * 1e3, c="0.6", lw=1, label="step wall time (slowest rank)")
+    ax[0].plot(cb.index, cb.values * 1e3, c="C3", lw=1.2, marker=".", ms=4, label="callbacks.cpu_wall (slowest rank)")
+    ax[0].axhline(cb.median() * 1e3, ls="--", c="black", lw=1,
+                  label=f"p50 callback {cb.median() * 1e3:.1f} ms = {cb.median() / step.median():.2%} of median step")
+    ax[0].set_yscale("log")
+    ax[0].set_xlabel("training step")
+    ax[0].xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    ax[0].set_ylabel("time per step (ms, log)")
+    ax[0].set_title(f"seed {int(r.seed)}: {r.delay_ms:.0f} ms spike every {int(r.every)} steps on one rank", fontsize=9)
+    ax[0].set_ylim(top=max(step.max(), cb.max()) * 1e3 * 15)
+    ax[0].legend(fontsize=7, loc="upper left", ncol=2)
+    ours = [cb.median() / step.median() * 100, float(r["share:callbacks.cpu_wall"]) * 100]
+    xs = [0, 1]
+    ax[1].bar([x - 0.2 for x in xs], ours, 0.4, color="C3", label=f"ours (seed {int(r.seed)})")
+    ax[1].bar([x + 0.2 for x in xs], [0.13, 24], 0.4, color="white", edgecolor="black", hatch="//", label="paper (field window)")
+    for x, v in zip(xs, ours):
+        if v == v:  # a quick row may have no share
+            ax[1].text(x - 0.2, v, f"{v:.2f}%" if v < 10 else f"{v:.1f}%", ha="center", va="bottom", fontsize=7)
+    for x, v in zip(xs, [0.13, 24]):
+        ax[1].text(x + 0.2, v, f"{v:g}%", ha="center", va="bottom", fontsize=7)
+    ax[1].set_xticks(xs, ["p50 view\n(% of median step)", "frontier share\n(% of exposed time)"], fontsize=8)
+    ax[1].set_ylabel("callback stage (%)")
+    ax[1].set_ylim(0, pd.Series(ours + [24]).max() * 1.25)
+    ax[1].legend(fontsize=7, loc="upper left")
+    ax[1].set_title("routed to callbacks: " + ("yes" if float(r.cand_hit) == 1 else "no"), fontsize=9)
+    fig.suptitle("Periodic callback spike under the p50 and the frontier views (paper Table 9)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(d / "periodic.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("periodic.png", f"The figure traces seed {int(r.seed)}'s per-step callback time (slowest rank) with its p50, "
+                        "beside the p50 and frontier views of the callback stage, ours against the paper's.")
+    return text, headline, "periodic.png", "paper: p50 0.13%, frontier 24%, routed"
 
 
 def report_events(d, df):
@@ -363,7 +526,37 @@ def report_events(d, df):
                 f"forward_device_supported {dev.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(dev)} (q > 0); "
                 f"fwd_host top-1 {b(df[df.scenario == 'fwd_host'].top1).sum()}/{len(df[df.scenario == 'fwd_host'])}, "
                 f"forward_host_overhead_suspected {host.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(host)}")
-    return text, headline, None, "paper: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead"
+    labels = ["forward_device_supported", "forward_host_overhead_suspected", "forward_spillover_suspected"]
+    expect = {"fwd_device": {"top-1": 0.0, "top-2": 1.0, "forward_device_supported": 1.0},
+              "fwd_host": {"top-1": 1.0, "top-2": 1.0, "forward_host_overhead_suspected": 1.0}}
+    scen = list(df.scenario.dropna().unique())
+    fig, axs = plt.subplots(1, max(len(scen), 1), figsize=(10, 4), sharey=True, squeeze=False)
+    for ax, sc in zip(axs[0], scen):
+        groups, series, paper = [], {k: [] for k in ["top-1", "top-2"] + labels}, {k: [] for k in ["top-1", "top-2"] + labels}
+        for (delay, q), g in df[df.scenario == sc].groupby(["delay_ms", "event_q"]):
+            groups.append(f"q={q:g}\n{delay:.0f} ms")
+            series["top-1"].append(rate(g.top1))
+            series["top-2"].append(rate(g.top2))
+            for lab in labels:
+                series[lab].append(g.labels.fillna("").astype(str).str.contains(lab).mean())
+            for k in paper:  # the paper's labels are claimed on event-enabled rows only (q > 0)
+                v = expect.get(sc, {}).get(k)
+                paper[k].append(v if k.startswith("top") or q > 0 else None)
+        grouped_bars(ax, groups, {("CPU-wall " + k if k.startswith("top") else k): v for k, v in series.items()},
+                     {("CPU-wall " + k if k.startswith("top") else k): v for k, v in paper.items()})
+        ax.set_title(SCEN_NAMES.get(sc, sc), fontsize=9)
+        ax.set_xlabel("event sampling rate q, injected delay (ms)")
+        if ax is not axs[0][0]:
+            ax.set_ylabel("")
+    handles, names = axs[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=7, loc="lower center", ncol=6)
+    fig.suptitle(f"E5 forward event side channel (device backend: {device}): routing and labels per q (paper Table 5)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(d / "events.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("events.png", "The figure shows, per scenario, delay and q, the CPU-wall top-1/top-2 rates and how often "
+                        "each forward label fires, with the paper's Table 5 outcome as dashed caps (labels on q > 0 rows only).")
+    return text, headline, "events.png", "paper: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead"
 
 
 REPORTS = {"fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
