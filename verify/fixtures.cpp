@@ -15,45 +15,10 @@ namespace {
 
 enum Stage { kData = 0, kFwd = 1, kBwd = 2, kCallbacks = 3, kOptim = 4, kExplicit = 5 };
 
-/// Productive per-stage work of a healthy ~200 ms step (seconds), bwd-dominant like the paper's.
-constexpr double kBase[kExplicit] = {0.012, 0.045, 0.110, 0.006, 0.020};
-
-double jitter(std::mt19937_64& rng, double x, double rel = 0.08) {
-  std::uniform_real_distribution<double> u(1 - rel, 1 + rel);
-  return x * u(rng);
-}
-
-/// One synchronous data-parallel step: every rank leaves the backward collective when the last
-/// rank reaches it, so its backward span holds its own work plus its wait (Figure 1).
-void sync_step(std::mt19937_64& rng, StageMatrix& m, int t, int slow_rank, int slow_stage, double delay) {
-  const int R = m.ranks();
-  std::vector<std::array<double, kExplicit>> x(R);
-  double sync_at = 0;
-  for (int r = 0; r < R; ++r) {
-    for (int s = 0; s < kExplicit; ++s) x[r][s] = jitter(rng, kBase[s]);
-    if (r == slow_rank) x[r][slow_stage] += delay;
-    sync_at = std::max(sync_at, x[r][kData] + x[r][kFwd] + x[r][kBwd]);
-  }
-  for (int r = 0; r < R; ++r) {
-    std::array<double, kExplicit> d = x[r];
-    d[kBwd] += sync_at - (x[r][kData] + x[r][kFwd] + x[r][kBwd]);  // host-visible wait in backward
-    double sum = 0;
-    for (double v : d) sum += v;
-    m.set_record(t, r, d, sum * (1 + jitter(rng, 0.01, 0.5)));  // ~1% residual: closure holds
-  }
-}
-
-/// One step with no collective after the slow stage: ranks run independently.
-void independent_step(std::mt19937_64& rng, StageMatrix& m, int t, int slow_rank, int slow_stage, double delay) {
-  for (int r = 0; r < m.ranks(); ++r) {
-    std::array<double, kExplicit> d;
-    for (int s = 0; s < kExplicit; ++s) d[s] = jitter(rng, kBase[s]);
-    if (r == slow_rank) d[slow_stage] += delay;
-    double sum = 0;
-    for (double v : d) sum += v;
-    m.set_record(t, r, d, sum * (1 + jitter(rng, 0.01, 0.5)));
-  }
-}
+/// The healthy step every fixture starts from (WindowSpec's default ~200 ms backward-dominant
+/// step); fixtures vary the slow rank, stage and delay.
+const WindowSpec kHealthy{};
+constexpr double kJitter = 0.08;
 
 StageMatrix two_stage(const std::vector<std::array<double, 2>>& rows) {
   StageMatrix m(StageSchema({"data.next_wait", "model.backward_cpu_wall"}, false), static_cast<int>(rows.size()), 0, 1);
@@ -64,35 +29,39 @@ StageMatrix two_stage(const std::vector<std::array<double, 2>>& rows) {
 }  // namespace
 
 std::vector<FixtureRow> sync_wait_fixture(std::uint64_t seed, int rows) {
-  std::mt19937_64 rng(seed);
+  SplitMix64 rng(seed);
   std::vector<FixtureRow> out;
   const auto names = frontier::default_explicit_stages();
   for (int i = 0; i < rows; ++i) {
-    const int R = 2 + i % 31, N = 10 + i % 11;
-    const int stage = (i % 2 == 0) ? kData : kFwd;  // an upstream stall, displaced into backward waits
-    const int slow = static_cast<int>(rng() % static_cast<std::uint64_t>(R));
-    std::uniform_real_distribution<double> mult(1.2, 3.0);
-    const double delay = mult(rng) * kBase[kBwd];
-    StageMatrix m(StageSchema::default_schema(), R, 0, N);
-    for (int t = 0; t < N; ++t) sync_step(rng, m, t, slow, stage, delay);
-    out.push_back({std::move(m), names[stage]});
+    WindowSpec spec = kHealthy;
+    spec.ranks = 2 + i % 31;
+    spec.steps = 10 + i % 11;
+    spec.slow_stage = (i % 2 == 0) ? kData : kFwd;  // an upstream stall, displaced into backward waits
+    spec.slow_rank = static_cast<int>(rng.next() % static_cast<std::uint64_t>(spec.ranks));
+    spec.delay_s = rng.uniform(1.2, 3.0) * spec.base_s[kBwd];
+    spec.sync_backward = true;
+    StageMatrix m(StageSchema::default_schema(), spec.ranks, 0, spec.steps);
+    for (int t = 0; t < spec.steps; ++t) build_step(spec, rng, m, t);
+    out.push_back({std::move(m), names[spec.slow_stage]});
   }
   return out;
 }
 
 std::vector<FixtureRow> direct_exposure_fixture(std::uint64_t seed, int rows) {
-  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
+  SplitMix64 rng(seed ^ 0x9e3779b97f4a7c15ULL);
   std::vector<FixtureRow> out;
   const auto names = frontier::default_explicit_stages();
   for (int i = 0; i < rows; ++i) {
-    const int R = 2 + i % 31, N = 10 + i % 11;
-    const int stage = i % kExplicit;
-    const int slow = static_cast<int>(rng() % static_cast<std::uint64_t>(R));
-    std::uniform_real_distribution<double> mult(1.0, 3.0);
-    const double delay = mult(rng) * 0.2;
-    StageMatrix m(StageSchema::default_schema(), R, 0, N);
-    for (int t = 0; t < N; ++t) independent_step(rng, m, t, slow, stage, delay);
-    out.push_back({std::move(m), names[stage]});
+    WindowSpec spec = kHealthy;
+    spec.ranks = 2 + i % 31;
+    spec.steps = 10 + i % 11;
+    spec.slow_stage = i % kExplicit;
+    spec.slow_rank = static_cast<int>(rng.next() % static_cast<std::uint64_t>(spec.ranks));
+    spec.delay_s = rng.uniform(1.0, 3.0) * 0.2;
+    spec.sync_backward = false;  // no collective after the slow stage: ranks run independently
+    StageMatrix m(StageSchema::default_schema(), spec.ranks, 0, spec.steps);
+    for (int t = 0; t < spec.steps; ++t) build_step(spec, rng, m, t);
+    out.push_back({std::move(m), names[spec.slow_stage]});
   }
   return out;
 }
@@ -104,7 +73,7 @@ std::vector<DowngradeFixture> downgrade_fixtures() {
                  {"data.next_wait", "model.backward_cpu_wall"}});
   {
     // Two pipeline roles with different stage profiles: a global frontier mixes them.
-    std::mt19937_64 rng(7);
+    SplitMix64 rng(7);
     StageMatrix m(StageSchema::default_schema(), 8, 0, 20);
     std::vector<std::string> roles;
     for (int r = 0; r < 8; ++r) roles.push_back(r < 4 ? "pipeline_stage_0" : "pipeline_stage_1");
@@ -112,7 +81,7 @@ std::vector<DowngradeFixture> downgrade_fixtures() {
     for (int t = 0; t < 20; ++t)
       for (int r = 0; r < 8; ++r) {
         std::array<double, kExplicit> d;
-        for (int s = 0; s < kExplicit; ++s) d[s] = jitter(rng, kBase[s]);
+        for (int s = 0; s < kExplicit; ++s) d[s] = kHealthy.base_s[s] * rng.uniform(1 - kJitter, 1 + kJitter);
         if (r < 4) d[kFwd] *= 3; else d[kBwd] *= 2;
         double sum = 0;
         for (double v : d) sum += v;
@@ -122,9 +91,14 @@ std::vector<DowngradeFixture> downgrade_fixtures() {
   }
   {
     // Rank 5 contributes nothing for five steps: distributed labels must not stand.
-    std::mt19937_64 rng(11);
-    StageMatrix m(StageSchema::default_schema(), 8, 0, 20);
-    for (int t = 0; t < 20; ++t) sync_step(rng, m, t, 2, kData, 0.3);
+    WindowSpec spec = kHealthy;
+    spec.ranks = 8;
+    spec.steps = 20;
+    spec.slow_rank = 2;
+    spec.slow_stage = kData;
+    spec.delay_s = 0.3;
+    spec.seed = 11;
+    StageMatrix m = build_window(spec);
     for (int t = 3; t < 8; ++t) m.clear_record(t, 5);
     out.push_back({"telemetry_limited", std::move(m), {}, Label::telemetry_limited, {}});
   }

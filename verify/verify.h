@@ -4,6 +4,7 @@
 
 #include "sf/frontier/frontier.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +54,50 @@ struct PropertyResult {
 /// Runs one property with `cases` generated inputs from `seed`. Throws std::invalid_argument
 /// for an unknown name.
 PropertyResult check_property(const std::string& name, int cases, std::uint64_t seed);
+
+// ---- deterministic windows ----
+
+/// SplitMix64: the same stream on every platform and standard library (std::*_distribution is
+/// not), so a built window — and a CSV written from it — is byte-identical everywhere.
+class SplitMix64 {
+public:
+  explicit SplitMix64(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  ///< [0, 1)
+  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+
+private:
+  std::uint64_t state_;
+};
+
+/// A synthetic data-parallel window on the default six-stage schema: per-stage base costs with
+/// relative jitter, one slow rank with extra time in one stage, and (sync_backward) the gradient
+/// collective at the end of backward, where every rank waits for the last — so an upstream
+/// stall is displaced into the other ranks' backward spans, as in the paper's Figure 1.
+struct WindowSpec {
+  int ranks = 8;
+  int steps = 10;
+  std::int64_t first_step = 0;
+  /// data, forward, backward, callbacks, optimizer (seconds): a ~200 ms backward-dominant step.
+  std::array<double, 5> base_s = {0.012, 0.045, 0.110, 0.006, 0.020};
+  double jitter_rel = 0.08;     ///< each duration × uniform[1 − j, 1 + j]
+  int slow_rank = -1;           ///< −1: no slow rank
+  int slow_stage = 0;           ///< explicit stage index 0..4
+  double delay_s = 0;           ///< added to the slow rank's slow stage, every step
+  bool sync_backward = true;    ///< ranks leave backward together (the gradient all-reduce)
+  double residual_rel = 0.01;   ///< wall = Σ d × (1 + residual_rel × uniform[0.5, 1.5])
+  std::uint64_t seed = 1;
+};
+/// The window a spec describes; deterministic in the spec (SplitMix64 from spec.seed).
+frontier::StageMatrix build_window(const WindowSpec& spec);
+/// One step of a spec's window (step t of `m`, which has the default schema), drawing from rng:
+/// the building block of build_window, for windows whose slow rank or delay changes per step.
+void build_step(const WindowSpec& spec, SplitMix64& rng, frontier::StageMatrix& m, int t);
 
 // ---- fixtures (§6.1) ----
 

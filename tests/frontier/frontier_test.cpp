@@ -1,4 +1,5 @@
 #include "sf/frontier/frontier.h"
+#include "sf/verify/verify.h"
 
 #include <gtest/gtest.h>
 
@@ -22,28 +23,22 @@ std::vector<std::string> names(const Evidence& e, const std::vector<int>& g) {
   return out;
 }
 
-/// A synchronous window: `slow` gets `delay` in `stage`; everybody waits at the end of backward
-/// (when `sync`) or runs independently. Default six-stage schema with a 1% residual.
+/// A synchronous window from the project's one builder: `slow` gets `delay` in `stage`;
+/// everybody waits at the end of backward (when `sync`) or runs independently. Default
+/// six-stage schema with a ~0.75% residual.
 StageMatrix sync_window(int ranks, int steps, int slow, int stage, double delay, bool sync = true) {
-  const double base[5] = {0.010, 0.040, 0.120, 0.005, 0.020};
-  StageMatrix m(StageSchema::default_schema(), ranks, 100, steps);
-  for (int t = 0; t < steps; ++t) {
-    std::vector<std::array<double, 5>> x(ranks);
-    double sync_at = 0;
-    for (int r = 0; r < ranks; ++r) {
-      for (int s = 0; s < 5; ++s) x[r][s] = base[s] * (1 + 0.01 * ((r * 7 + t * 3 + s) % 5));
-      if (r == slow) x[r][stage] += delay;
-      sync_at = std::max(sync_at, x[r][0] + x[r][1] + x[r][2]);
-    }
-    for (int r = 0; r < ranks; ++r) {
-      auto d = x[r];
-      if (sync) d[2] += sync_at - (x[r][0] + x[r][1] + x[r][2]);
-      double sum = 0;
-      for (double v : d) sum += v;
-      m.set_record(t, r, d, sum * 1.005);
-    }
-  }
-  return m;
+  sf::verify::WindowSpec spec;
+  spec.ranks = ranks;
+  spec.steps = steps;
+  spec.first_step = 100;
+  spec.base_s = {0.010, 0.040, 0.120, 0.005, 0.020};
+  spec.jitter_rel = 0.02;
+  spec.residual_rel = 0.005;
+  spec.slow_rank = slow;
+  spec.slow_stage = stage;
+  spec.delay_s = delay;
+  spec.sync_backward = sync;
+  return sf::verify::build_window(spec);
 }
 
 }  // namespace

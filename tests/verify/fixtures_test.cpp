@@ -67,3 +67,34 @@ TEST(Truth, evidence_difference_reports_first_mismatch) {
   b.shares[1] += 1e-3;
   EXPECT_NE(v::evidence_difference(a, b, 1e-12).find("shares[1]"), std::string::npos);
 }
+
+TEST(WindowBuilder, is_deterministic_and_does_what_its_spec_says) {
+  sf::verify::WindowSpec spec;
+  spec.ranks = 6;
+  spec.steps = 12;
+  spec.first_step = 40;
+  spec.slow_rank = 4;
+  spec.slow_stage = 0;
+  spec.delay_s = 0.150;
+  spec.seed = 3;
+  const auto a = sf::verify::build_window(spec), b = sf::verify::build_window(spec);
+  ASSERT_EQ(a.data(), b.data());  // bit-identical for the same spec
+  EXPECT_EQ(a.first_step(), 40);
+  spec.seed = 4;
+  EXPECT_NE(sf::verify::build_window(spec).data(), a.data());
+  // Synchronous: every rank leaves backward together, so their explicit prefixes end level.
+  for (int t = 0; t < a.steps(); ++t) {
+    const double p0 = a.d(t, 0, 0) + a.d(t, 0, 1) + a.d(t, 0, 2);
+    for (int r = 1; r < a.ranks(); ++r) EXPECT_NEAR(a.d(t, r, 0) + a.d(t, r, 1) + a.d(t, r, 2), p0, 1e-12);
+    // The slow rank's data wait carries the delay; the residual stays a small positive share.
+    EXPECT_GT(a.d(t, 4, 0), 0.150);
+    for (int r = 0; r < a.ranks(); ++r) {
+      const double residual = a.d(t, r, 5), wall = a.wall(t, r);
+      EXPECT_GT(residual, 0.0);
+      EXPECT_LT(residual / wall, 0.016);
+    }
+  }
+  const auto e = sf::frontier::evaluate(a);
+  EXPECT_EQ(e.group_name(e.share_order[0]), "data.next_wait");
+  EXPECT_EQ(e.suspect.rank, 4);
+}
