@@ -1,6 +1,7 @@
 #include "detail.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -8,11 +9,18 @@ namespace sf::frontier {
 
 namespace {
 
+void check_reference(const StageSchema& schema, std::span<const double> reference) {
+  const auto n = static_cast<int>(reference.size());
+  if (n != schema.size() && n != schema.group_count())
+    throw std::invalid_argument("gain baseline 'reference' needs " + std::to_string(schema.size()) +
+                                " values (one per stage) or " + std::to_string(schema.group_count()) +
+                                " (one per stage group), got " + std::to_string(n));
+  for (double x : reference)
+    if (!(x >= 0) || !std::isfinite(x)) throw std::invalid_argument("gain baseline 'reference' values must be finite and >= 0");
+}
+
 void validate(const StageSchema& schema, const LabelConfig& cfg) {
-  if (cfg.gain_baseline == GainBaseline::reference &&
-      static_cast<int>(cfg.reference_s.size()) != schema.group_count())
-    throw std::invalid_argument("gain baseline 'reference' needs " + std::to_string(schema.group_count()) +
-                                " per-stage reference values, got " + std::to_string(cfg.reference_s.size()));
+  if (cfg.gain_baseline == GainBaseline::reference) check_reference(schema, cfg.reference_s);
   if (!(cfg.tau_c > 0 && cfg.tau_c <= 1)) throw std::invalid_argument("tau_C must be in (0, 1]");
 }
 
@@ -80,8 +88,7 @@ BaselineSet baselines(const StageMatrix& m, const Accounting& acc, double tau_c)
 std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, GainBaseline kind,
                                 std::span<const double> reference) {
   const auto& schema = m.schema();
-  if (kind == GainBaseline::reference && static_cast<int>(reference.size()) != schema.group_count())
-    throw std::invalid_argument("reference baseline needs one value per stage group");
+  if (kind == GainBaseline::reference) check_reference(schema, reference);
   Eigen::MatrixXd rm;
   if (kind == GainBaseline::rank_median) rm = detail::rank_window_median(m);
   std::vector<double> num(schema.group_count(), 0.0), cm(m.stages()), gain(schema.group_count());

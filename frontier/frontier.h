@@ -219,8 +219,8 @@ std::string_view to_string(GainBaseline b);
 std::optional<GainBaseline> gain_baseline_from_string(std::string_view s);
 
 /// G_g for every reporting group g: replace the group's stages by b = min(d, b̃), recompute
-/// F[t,S], and return Σ_t (F − F') / Σ_t F (0 when Σ_t F is 0). reference (per group,
-/// seconds per step) is required for GainBaseline::reference.
+/// F[t,S], and return Σ_t (F − F') / Σ_t F (0 when Σ_t F is 0). reference (seconds per step, per
+/// stage or per group as LabelConfig::reference_s) is required for GainBaseline::reference.
 std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, GainBaseline kind,
                                 std::span<const double> reference = {});
 
@@ -267,7 +267,9 @@ struct LabelConfig {
   double gamma_event = 0.25;   ///< event forward time / median F[t,S] that counts as high
   double event_low_ratio = 0.5;///< event / CPU-wall forward at or below which event time is low
   GainBaseline gain_baseline = GainBaseline::cohort_median;
-  std::vector<double> reference_s;          ///< per group, for GainBaseline::reference
+  /// No-stall reference b̃ (seconds per step) for GainBaseline::reference: one value per stage
+  /// (schema().size(), residual included) or one per reporting group, applied to each of its stages.
+  std::vector<double> reference_s;
   std::vector<std::string> wait_model;      ///< groups with the model-fit indicator W_s = 1
   bool event_scope_limited = false;         ///< trainer declares streams the markers miss
   std::string forward_group = "model.fwd_loss_cpu_wall";
@@ -357,11 +359,21 @@ struct SideEvidence {
   std::vector<double> sync_wait_mean_s;    ///< G × R: mean time blocked inside the group's collectives; NaN: none
   std::vector<double> fwd_cpu_mean_s;      ///< R: mean CPU-wall time of the forward group; NaN: no record
   std::vector<double> fwd_event_median_s;  ///< R: median ready forward event time; NaN: no ready sample
+  std::vector<int> fwd_event_ready;        ///< R: ready forward event samples (the gate is per rank)
+  /// G: chances for a leader switch, Σ over the group's stages of (confident leaders − 1):
+  /// switches are counted along each stage's own sequence of steps.
+  std::vector<int> switch_chances;
   /// G: shares once the top group is replaced by its clipped baseline (the residual leaders);
   /// empty when not computed.
   std::vector<double> residual_shares;
   std::vector<std::string> roles;          ///< R, or empty when unknown
 };
+
+/// Why a schema's accumulation microsteps cannot be read (Table 12, gradient_accumulation_ambiguous):
+/// "" when the accumulation factor m is 1 or every suffixed group has each microstep 0..m−1 once
+/// and no un-suffixed stage sits between the first and last microstep stage; otherwise the reason
+/// (collapsed, partly unfolded, or mixed).
+std::string accumulation_problem(const StageSchema& schema);
 
 /// The labeler (Appendix C, Tables 12–13): applies the telemetry, role and accumulation gates,
 /// then the stage-diagnosis and forward-event rules to a window's statistics (e, as evaluate()

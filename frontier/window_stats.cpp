@@ -151,7 +151,8 @@ double StepBaseline::value(const StageSchema& schema, int r, int s) const {
   switch (kind) {
     case GainBaseline::cohort_median: return cohort_median[s];
     case GainBaseline::rank_median: return (*rank_median)(r, s);
-    case GainBaseline::reference: return reference[schema.group_of(s)];
+    case GainBaseline::reference:
+      return static_cast<int>(reference.size()) == schema.size() ? reference[s] : reference[schema.group_of(s)];
   }
   return 0;
 }
@@ -230,10 +231,14 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentSte
       for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
     for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum[s0 + j] = sum[j];
   }
+  // Slowest-rank breakdown (§6.2): "the largest stage of the per-step slowest rank" — the slowest
+  // rank (largest P[t,r,S]; ties: lowest rank) names its largest reporting group (ties: the
+  // upstream one), which is credited with that group's duration on that rank.
   int slowest = 0;
   for (int i = 1; i < d.size(); ++i)
     if (total[i] > total[slowest]) slowest = i;
   slowest = d.rank(slowest);
+  std::vector<double> slow_group(schema->group_count(), 0.0);
   const int n = m.step_present_count(t);
   for (int s = 0; s < S; ++s) {
     const int g = schema->group_of(s);
@@ -242,11 +247,13 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentSte
     score[static_cast<int>(BaselineRule::per_stage_max)][g] += mx;
     score[static_cast<int>(BaselineRule::per_stage_avg)][g] += mean;
     score[static_cast<int>(BaselineRule::raw_spread)][g] += mx - cohort_median[s];
-    score[static_cast<int>(BaselineRule::slowest_rank)][g] += m.d(t, slowest, s);
+    slow_group[g] += m.d(t, slowest, s);
     if (m.present(t, 0)) score[static_cast<int>(BaselineRule::rank0_total)][g] += m.d(t, 0, s);
     per_stage_max_s += mx;
     per_stage_avg_s += mean;
   }
+  const auto largest = std::max_element(slow_group.begin(), slow_group.end());  // first of equals: upstream
+  score[static_cast<int>(BaselineRule::slowest_rank)][largest - slow_group.begin()] += *largest;
 }
 
 BaselineSet BaselineAccumulator::finish(double tau_c) const {
@@ -480,9 +487,11 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     if (list.size() > kMaxLeadersPerStage) list.resize(kMaxLeadersPerStage);
     e.leaders[g] = std::move(list);
   }
+  side.switch_chances.assign(G_, 0);
   for (int s = 0; s < S_; ++s) {
     e.leader_switches[schema_.group_of(s)] += switches_[s];
     e.confident_leaders[schema_.group_of(s)] += conf_n_[s];
+    if (conf_n_[s] > 1) side.switch_chances[schema_.group_of(s)] += conf_n_[s] - 1;
   }
 
   // Forward-event side channel summary.
@@ -493,6 +502,8 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   std::vector<double>& rank_medians = side.fwd_event_median_s;
   rank_medians.assign(world_, kNaN);
+  side.fwd_event_ready.assign(world_, 0);
+  for (int r = 0; r < world_; ++r) side.fwd_event_ready[r] = static_cast<int>(event_samples_[r].size());
   std::vector<double> present_medians;
   for (int r = 0; r < world_; ++r) {
     if (event_samples_[r].empty()) continue;

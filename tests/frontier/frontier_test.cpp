@@ -145,7 +145,8 @@ TEST(Labels, section4_charges_data_and_is_co_critical_with_backward) {
 }
 
 TEST(Labels, sync_wait_window_is_co_critical_by_default_and_sync_wait_with_model) {
-  const auto m = sync_window(8, 30, 5, 0, 0.150);
+  auto m = sync_window(8, 30, 5, 0, 0.150);
+  m.set_roles(std::vector<std::string>(8, "dp"));  // homogeneous data-parallel ranks, declared
   auto e = evaluate(m);
   EXPECT_EQ(e.group_name(e.share_order[0]), "data.next_wait");
   EXPECT_TRUE(e.has(Label::co_critical));
@@ -284,10 +285,15 @@ TEST(Shares, floor_reports_raw_advances_only) {
 TEST(Shares, single_rank_gets_a_reason_and_no_distributed_labels) {
   StageMatrix m(StageSchema({"a", "b"}, false), 1, 0, 3);
   for (int t = 0; t < 3; ++t) m.set_record(t, 0, std::vector<double>{1, 3}, std::nullopt);
-  const auto e = evaluate(m);
+  LabelConfig cfg;
+  cfg.wait_model = {"b"};  // even an asserted wait model needs other ranks to wait
+  const auto e = evaluate(m, cfg);
   EXPECT_FALSE(e.has(Label::co_critical));
   EXPECT_FALSE(e.has(Label::sync_wait_dependent));
+  EXPECT_FALSE(e.has(Label::likely_sync_wait));
   EXPECT_NEAR(e.shares[1], 0.75, 1e-12);
+  const std::string reason = "world size 1: the frontier is the rank's own vector, no cross-rank evidence";
+  EXPECT_NE(std::find(e.downgrade_reasons.begin(), e.downgrade_reasons.end(), reason), e.downgrade_reasons.end());
 }
 
 TEST(Routing, smallest_prefix_reaching_tau_c) {
@@ -325,4 +331,204 @@ TEST(Streaming, rejects_rank_median_and_mismatched_steps) {
   const auto e = acc.finish();
   EXPECT_EQ(e.first_step, 5);
   EXPECT_TRUE(e.has(Label::telemetry_limited));  // rank 1 never reported
+}
+
+// ---- issue 10: the labeler as the paper defines it (each test failed on the labeler before) ----
+
+namespace {
+
+bool has_reason(const Evidence& e, const std::string& needle) {
+  for (const auto& r : e.downgrade_reasons)
+    if (r.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+StageMatrix one_step(const std::vector<std::string>& stages, const std::vector<std::vector<double>>& ranks,
+                     int accumulation = 1) {
+  StageMatrix m(StageSchema(stages, false, accumulation), static_cast<int>(ranks.size()), 0, 1);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) m.set_record(0, r, ranks[r], std::nullopt);
+  return m;
+}
+
+}  // namespace
+
+TEST(Labeler, single_rank_near_tie_is_not_co_critical) {
+  // Finding 1: R = 1 has no cross-rank evidence, so no co_critical even for near-tied stages.
+  const auto e = evaluate(one_step({"a", "b"}, {{1.0, 0.98}}));
+  EXPECT_NEAR(e.shares[0] - e.shares[1], 0.02 / 1.98, 1e-12);
+  EXPECT_FALSE(e.has(Label::co_critical));
+  EXPECT_TRUE(has_reason(e, "world size 1"));
+}
+
+TEST(Labeler, gain_tie_downgrades_direct_exposure) {
+  // Finding 2: two stages whose clipped gains tie within eta_G: the window is co-critical and
+  // carries no direct_exposure, though a dominates by share (0.526 vs 0.474, not a share tie).
+  const auto m = one_step({"a", "b"}, {{4.0, 3.6}, {1.0, 1.0}});
+  LabelConfig cfg;
+  cfg.gain_baseline = GainBaseline::reference;
+  cfg.reference_s = {1.0, 0.8};
+  const auto e = evaluate(m, cfg);
+  ASSERT_GT(e.shares[0], cfg.gamma_a);
+  ASSERT_GT(e.shares[0] - e.shares[1], cfg.eta_a);
+  ASSERT_LT(std::abs(e.static_gain[0] - e.static_gain[1]), cfg.eta_g);
+  EXPECT_TRUE(e.has(Label::co_critical));
+  EXPECT_FALSE(e.has(Label::direct_exposure));
+  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(Labeler, high_leader_switch_rate_downgrades_direct_exposure) {
+  // Finding 2: the slow rank alternates every step: the stage is clear, the rank is not; strong
+  // labels are withdrawn and the reason says so.
+  StageMatrix m(StageSchema({"a", "b"}, false), 2, 0, 4);
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 2; ++r) m.set_record(t, r, std::vector<double>{r == t % 2 ? 5.0 : 1.0, 1.0}, std::nullopt);
+  const auto e = evaluate(m);
+  ASSERT_GT(e.static_gain[0], 0.1);
+  EXPECT_EQ(e.leader_switches[0], 3);
+  EXPECT_FALSE(e.has(Label::direct_exposure));
+  EXPECT_TRUE(has_reason(e, "switched"));
+  // One stage in the ambiguity set: the co-critical claim is about ranks, not stages (no label).
+  EXPECT_EQ(e.co_critical_stages.size(), 1u);
+  EXPECT_FALSE(e.has(Label::co_critical));
+}
+
+TEST(Labeler, forward_device_and_host_overhead_never_fire_together) {
+  // Finding 3: rank 6's CPU-wall forward is slow with a low event time while rank 2's event time
+  // is high: the event evidence is high, so the host-overhead reading does not stand.
+  auto m = sync_window(8, 40, 6, 1, 0.150);
+  for (int t = 0; t < 40; ++t)
+    for (int r = 0; r < 8; ++r) m.set_fwd_event(t, r, EventState::ready, r == 2 ? 0.200 : 0.030);
+  const auto e = evaluate(m);
+  EXPECT_EQ(e.group_name(e.share_order[0]), "model.fwd_loss_cpu_wall");
+  EXPECT_TRUE(e.has(Label::forward_device_supported));
+  EXPECT_FALSE(e.has(Label::forward_host_overhead_suspected));
+}
+
+TEST(Labeler, mixed_or_partial_accumulation_is_ambiguous) {
+  // Finding 4: one '#' is not an unfolded schema.
+  EXPECT_TRUE(evaluate(one_step({"data#0", "bwd"}, {{1, 2}, {1, 2}}, 4)).has(Label::gradient_accumulation_ambiguous));
+  EXPECT_TRUE(evaluate(one_step({"data#0", "bwd#0", "data#1", "bwd#1"}, {{1, 2, 1, 2}, {1, 2, 1, 2}}, 4))
+                  .has(Label::gradient_accumulation_ambiguous));  // microsteps 2 and 3 missing
+  EXPECT_TRUE(evaluate(one_step({"data#0", "bwd", "data#1"}, {{1, 2, 1}, {1, 2, 1}}, 2))
+                  .has(Label::gradient_accumulation_ambiguous));  // a collapsed stage inside the loop
+  EXPECT_FALSE(evaluate(one_step({"data#0", "bwd#0", "data#1", "bwd#1", "optim"}, {{1, 2, 1, 2, 1}, {1, 2, 1, 2, 1}}, 2))
+                   .has(Label::gradient_accumulation_ambiguous));
+}
+
+TEST(Labeler, co_critical_names_at_least_two_stages) {
+  // Finding 5: a healthy synchronous window has backward as its largest stage with gain ~0; the
+  // ambiguity set is {backward} alone, so co_critical (which says stages are not separable)
+  // does not fire.
+  const auto healthy = evaluate(sync_window(8, 30, -1, 0, 0.0));
+  EXPECT_EQ(healthy.group_name(healthy.share_order[0]), "model.backward_cpu_wall");
+  EXPECT_EQ(healthy.co_critical_stages.size(), 1u);
+  EXPECT_FALSE(healthy.has(Label::co_critical));
+  // A data tail on a synchronous step: data leads, the displaced waits keep backward in play.
+  const auto tail = evaluate(sync_window(8, 30, 5, 0, 0.150));
+  EXPECT_TRUE(tail.has(Label::co_critical));
+  EXPECT_EQ(names(tail, tail.co_critical_stages), (std::vector<std::string>{"data.next_wait", "model.backward_cpu_wall"}));
+}
+
+TEST(Labeler, share_tie_is_exactly_the_share_part_of_the_ambiguity_set) {
+  // Finding 5: six stages with shares 0.19 .. 0.155, all within eta_A of the top: every one is in
+  // C_A, so the near tie fires (the old rule also asked A_s2 >= gamma_A / 2 = 0.2 and did not).
+  const std::vector<double> d = {1.9, 3.6, 5.25, 6.85, 8.45, 10.0};  // rank k works in stage k only
+  std::vector<std::vector<double>> ranks(6, std::vector<double>(6, 0.0));
+  for (int k = 0; k < 6; ++k) ranks[k][k] = d[k];
+  const auto e = evaluate(one_step({"a", "b", "c", "d", "e", "f"}, ranks));
+  ASSERT_NEAR(e.shares[0], 0.19, 1e-12);
+  ASSERT_NEAR(e.shares[1], 0.17, 1e-12);
+  EXPECT_TRUE(e.has(Label::co_critical));
+  EXPECT_EQ(e.co_critical_stages.size(), 6u);
+}
+
+TEST(Labeler, likely_sync_wait_needs_role_metadata) {
+  // Finding 6: no role metadata is weak role metadata (Table 12), not proof of homogeneity.
+  auto m = sync_window(8, 30, 5, 0, 0.150);
+  LabelConfig cfg;
+  cfg.wait_model = {"data.next_wait"};
+  auto e = evaluate(m, cfg);
+  EXPECT_TRUE(e.has(Label::sync_wait_dependent));
+  EXPECT_FALSE(e.has(Label::likely_sync_wait));
+  EXPECT_TRUE(has_reason(e, "role metadata"));
+  m.set_roles(std::vector<std::string>(8, "dp"));
+  e = evaluate(m, cfg);
+  EXPECT_TRUE(e.has(Label::likely_sync_wait));
+  // Partly declared roles are weak metadata, not different roles.
+  std::vector<std::string> partial(8, "dp");
+  partial[3] = "";
+  m.set_roles(partial);
+  e = evaluate(m, cfg);
+  EXPECT_FALSE(e.has(Label::role_aware_needed));
+  EXPECT_FALSE(e.has(Label::likely_sync_wait));
+}
+
+TEST(Labeler, event_scope_limited_needs_samples) {
+  // Finding 7: with no event sampled there is no device evidence to limit.
+  LabelConfig cfg;
+  cfg.event_scope_limited = true;
+  const auto e = evaluate(sync_window(4, 10, 1, 0, 0.2), cfg);
+  EXPECT_FALSE(e.has(Label::forward_event_scope_limited));
+}
+
+TEST(Labeler, switch_rate_counts_chances_per_microstep_stage) {
+  // Finding 7: group a has three microstep stages, each with two confident leaders; two of them
+  // switch. Two switches in three chances (0.67 > gamma_switch), not 2 / (6 - 1) = 0.4.
+  StageMatrix m(StageSchema({"a#0", "a#1", "a#2"}, false, 3), 2, 0, 2);
+  m.set_record(0, 0, std::vector<double>{3, 3, 3}, std::nullopt);
+  m.set_record(0, 1, std::vector<double>{1, 1, 1}, std::nullopt);
+  m.set_record(1, 0, std::vector<double>{1, 1, 6}, std::nullopt);
+  m.set_record(1, 1, std::vector<double>{3, 3, 1}, std::nullopt);
+  const auto e = evaluate(m);
+  ASSERT_EQ(e.confident_leaders[0], 6);
+  ASSERT_EQ(e.leader_switches[0], 2);
+  EXPECT_TRUE(has_reason(e, "switched"));
+}
+
+TEST(Labeler, spillover_needs_forward_itself_to_stay_short) {
+  // Finding 9: rank 2's forward event time is high, but its CPU-wall forward is long too (0.14 s
+  // exposed per step) and backward leads: the device time did not spill over, it was paid in
+  // forward. No forward_spillover_suspected.
+  sf::verify::WindowSpec spec;
+  spec.ranks = 8;
+  spec.steps = 30;
+  spec.base_s = {0.010, 0.140, 0.420, 0.005, 0.020};
+  spec.jitter_rel = 0.02;
+  const auto m0 = sf::verify::build_window(spec);
+  auto m = m0;
+  for (int t = 0; t < 30; ++t)
+    for (int r = 0; r < 8; ++r) m.set_fwd_event(t, r, EventState::ready, r == 2 ? 0.200 : 0.030);
+  const auto e = evaluate(m);
+  EXPECT_EQ(e.group_name(e.share_order[0]), "model.backward_cpu_wall");
+  EXPECT_FALSE(e.has(Label::forward_spillover_suspected));
+}
+
+TEST(Labeler, event_gate_counts_samples_of_the_deciding_rank) {
+  // Finding 10: rank 2's one ready sample cannot make the forward event time high, however many
+  // samples the other ranks have.
+  auto m = sync_window(8, 40, 2, 2, 0.150);
+  for (int t = 0; t < 40; ++t)
+    for (int r = 0; r < 8; ++r)
+      if (r != 2) m.set_fwd_event(t, r, EventState::ready, 0.030);
+  m.set_fwd_event(7, 2, EventState::ready, 0.200);
+  const auto e = evaluate(m);
+  EXPECT_FALSE(e.has(Label::forward_device_supported));
+  EXPECT_FALSE(e.has(Label::forward_spillover_suspected));
+}
+
+TEST(Labeler, slowest_rank_baseline_reports_the_largest_stage_of_the_slowest_rank) {
+  // Finding 11 (§6.2: "the largest stage of the per-step slowest rank"): step 0's slowest rank
+  // has a as its largest stage, step 1's has c; b is never anyone's largest stage, though it is
+  // the largest sum of the slowest rank's durations.
+  StageMatrix m(StageSchema({"a", "b", "c"}, false), 2, 0, 2);
+  m.set_record(0, 0, std::vector<double>{3.0, 2.9, 0.0}, std::nullopt);
+  m.set_record(0, 1, std::vector<double>{1, 1, 1}, std::nullopt);
+  m.set_record(1, 0, std::vector<double>{0.0, 2.9, 3.0}, std::nullopt);
+  m.set_record(1, 1, std::vector<double>{1, 1, 1}, std::nullopt);
+  const auto e = evaluate(m);
+  const auto& slow = e.baselines[BaselineRule::slowest_rank];
+  EXPECT_DOUBLE_EQ(slow.score[0], 3.0);
+  EXPECT_DOUBLE_EQ(slow.score[1], 0.0);
+  EXPECT_DOUBLE_EQ(slow.score[2], 3.0);
+  EXPECT_EQ(slow.order[0], 0);  // exact tie: the upstream stage first
 }
