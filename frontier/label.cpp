@@ -272,10 +272,15 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
         return (!o.empty() && o[0] == s1) || (o.size() > 1 && o[1] == s1);
       };
       if (g1 >= cfg.gamma_g) {
-        if (top2(spread) || top2(pmax))
+        // Table 12: "raw duration, spread, and clipped static sensitivity agree with the frontier
+        // stage": all three, so s1 must be top-2 by per-stage max and by raw spread.
+        if (top2(spread) && top2(pmax))
           set(Label::direct_exposure);
         else
-          why.push_back("gain of " + n1 + " " + fmt(g1) + " >= gamma_G but raw duration and spread rank it below top-2");
+          why.push_back("gain of " + n1 + " " + fmt(g1) + " >= gamma_G but " +
+                        (top2(pmax) ? std::string("raw spread ranks it") : top2(spread) ? std::string("raw duration ranks it")
+                                                                             : std::string("raw duration and spread rank it")) +
+                        " below top-2: the evidence does not agree, no direct_exposure");
       } else if (w1 && R > 1) {
         set(Label::sync_wait_dependent);
       }

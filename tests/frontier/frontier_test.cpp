@@ -532,3 +532,21 @@ TEST(Labeler, slowest_rank_baseline_reports_the_largest_stage_of_the_slowest_ran
   EXPECT_DOUBLE_EQ(slow.score[2], 3.0);
   EXPECT_EQ(slow.order[0], 0);  // exact tie: the upstream stage first
 }
+
+TEST(Labeler, direct_exposure_needs_duration_spread_and_gain_to_agree) {
+  // Finding 7 (decision: AND): a leads by share (0.5) and by gain against the no-stall reference
+  // (0.375), and by raw duration, but every rank spends the same 4 s in it: its raw spread is 0,
+  // below b and c. The three do not agree, so no direct_exposure.
+  const auto m = one_step({"a", "b", "c"}, {{4, 1, 1}, {4, 2, 2}});
+  LabelConfig cfg;
+  cfg.gain_baseline = GainBaseline::reference;
+  cfg.reference_s = {1.0, 2.0, 2.0};
+  const auto e = evaluate(m, cfg);
+  ASSERT_NEAR(e.shares[0], 0.5, 1e-12);
+  ASSERT_NEAR(e.static_gain[0], 0.375, 1e-12);
+  EXPECT_FALSE(e.has(Label::direct_exposure));
+  EXPECT_TRUE(has_reason(e, "raw spread ranks it below top-2"));
+  // The same stall on one rank only: now spread agrees too.
+  const auto one = evaluate(one_step({"a", "b", "c"}, {{1, 1, 1}, {4, 2, 2}}), cfg);
+  EXPECT_TRUE(one.has(Label::direct_exposure));
+}
