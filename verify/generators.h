@@ -4,11 +4,13 @@
 #pragma once
 
 #include "sf/frontier/frontier.h"
+#include "sf/verify/verify.h"
 
 #include <rapidcheck.h>
 
 #include <cstdint>
 #include <iosfwd>
+#include <string>
 #include <vector>
 
 namespace sf::verify {
@@ -55,11 +57,50 @@ struct GenPerturbed {
 };
 std::ostream& operator<<(std::ostream& os, const GenPerturbed& w);
 
+/// A window for the label properties: a synthetic data-parallel window (WindowSpec) plus the
+/// labeler's other inputs, drawn so that each label's trigger both holds and fails.
+struct GenLabelCase {
+  WindowSpec spec;
+  bool alternate = false;    ///< the slow rank moves every step (leader switches)
+  bool drop_record = false;  ///< rank R−1 misses step 0 (telemetry gate)
+  int role_mode = 0;         ///< 0 none, 1 all "dp", 2 last rank undeclared, 3 last rank "pp"
+  int event_mode = 0;        ///< 0 no event channel, 1 ready samples, 2 with missing samples
+  int event_stride = 1;      ///< sample (t + r) % stride == 0
+  int event_rank = -1;       ///< rank with event_high_s (others event_low_s)
+  double event_low_s = 0.02, event_high_s = 0.2;
+  unsigned wait_mask = 0;    ///< groups with W_s = 1 (bit g)
+  bool reference = false;    ///< gain baseline: the no-stall reference = the spec's base costs
+  bool scope_limited = false;
+  frontier::StageMatrix matrix() const;
+  frontier::LabelConfig config() const;
+};
+std::ostream& operator<<(std::ostream& os, const GenLabelCase& c);
+
+/// Which labels the documented triggers (docs/labeler.md) fire on a case, recomputed from the
+/// window statistics the packet publishes and from the matrix itself.
+struct LabelOracle {
+  bool fires[frontier::kLabelCount] = {};
+};
+LabelOracle label_oracle(const GenLabelCase& c, const frontier::Evidence& e);
+
+/// A stage list with accumulation factor m: `before`, then for each microstep i the loop groups
+/// whose present_mask has bit i (named g#i), an un-indexed "hook" after group `inside`'s
+/// microstep 0 (−1: none), then `after`.
+struct GenAccumulation {
+  int m = 1;
+  std::vector<std::string> before, loop, after;
+  std::vector<unsigned> present_mask;
+  int inside = -1;
+};
+std::ostream& operator<<(std::ostream& os, const GenAccumulation& a);
+
 /// Generators used directly by properties.
 rc::Gen<double> gen_duration();
 rc::Gen<GenWindow> gen_window(int max_steps = 6, int max_ranks = 8, int max_stages = 7);
 rc::Gen<GenWindow> gen_sparse_window();   ///< missing (step, rank) records and whole missing steps
 rc::Gen<GenWindow> gen_single_rank_window();
+rc::Gen<GenLabelCase> gen_label_case();
+rc::Gen<GenAccumulation> gen_accumulation();
 
 }  // namespace sf::verify
 
@@ -71,6 +112,14 @@ struct Arbitrary<sf::verify::GenWindow> {
 template <>
 struct Arbitrary<sf::verify::GenClockWindow> {
   static Gen<sf::verify::GenClockWindow> arbitrary();
+};
+template <>
+struct Arbitrary<sf::verify::GenLabelCase> {
+  static Gen<sf::verify::GenLabelCase> arbitrary() { return sf::verify::gen_label_case(); }
+};
+template <>
+struct Arbitrary<sf::verify::GenAccumulation> {
+  static Gen<sf::verify::GenAccumulation> arbitrary() { return sf::verify::gen_accumulation(); }
 };
 template <>
 struct Arbitrary<sf::verify::GenTightness> {

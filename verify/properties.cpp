@@ -270,8 +270,23 @@ struct Entry {
   Runner run;
 };
 
+std::vector<Entry> label_entries() {
+  // One property per label whose trigger reads the window (gradient_accumulation_ambiguous reads
+  // the schema and has its own generator below).
+  std::vector<Entry> out;
+  for (int i = 0; i < frontier::kLabelCount; ++i) {
+    const auto l = static_cast<frontier::Label>(i);
+    if (l == frontier::Label::gradient_accumulation_ambiguous) continue;
+    const std::string name(frontier::to_string(l));
+    out.push_back({{"label_" + name, name + " fires exactly when its documented trigger holds (Table 12, docs/labeler.md)"},
+                   runner([l](const GenLabelCase& c) { label_fires_exactly_on_its_trigger(l, c); })});
+  }
+  return out;
+}
+
 const std::vector<Entry>& entries() {
-  static const std::vector<Entry> list = {
+  static const std::vector<Entry> list = [] {
+  std::vector<Entry> list = {
       {{"advances_telescope", "sum_s a[t,s] = F[t,S] to 1e-12 relative (Theorem 1)"},
        runner([](const GenWindow& w) { advances_telescope(w); })},
       {{"advances_nonnegative", "every advance a[t,s] >= 0"}, runner([](const GenWindow& w) { advances_nonnegative(w); })},
@@ -304,7 +319,14 @@ const std::vector<Entry>& entries() {
        runner([](const GenWindow& w) { gain_in_unit_interval(w); })},
       {{"telemetry_limited_suppresses_strong_labels", "telemetry_limited windows carry no strong or co_critical label"},
        runner([] { telemetry_limited_suppresses_strong_labels(); })},
+      {{"labels_consistent", "no contradictory labels together; co_critical names >= 2 stages; no strong label under telemetry_limited"},
+       runner([](const GenLabelCase& c) { labels_are_consistent(c); })},
+      {{"label_gradient_accumulation_ambiguous", "gradient_accumulation_ambiguous fires exactly on collapsed or mixed microsteps"},
+       runner([](const GenAccumulation& a) { accumulation_label_iff_collapsed_or_mixed(a); })},
   };
+  for (auto& e : label_entries()) list.push_back(std::move(e));
+  return list;
+  }();
   return list;
 }
 

@@ -17,6 +17,8 @@ struct GenWindow;
 struct GenClockWindow;
 struct GenTightness;
 struct GenPerturbed;
+struct GenLabelCase;
+struct GenAccumulation;
 
 // ---- properties (bodies use RC_ASSERT; shared by RC_GTEST_PROP and `sf-testbed verify`) ----
 
@@ -37,6 +39,13 @@ void streaming_equals_window();                       ///< draws a sparse window
 void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside
 void gain_in_unit_interval(const GenWindow& w);
 void telemetry_limited_suppresses_strong_labels();    ///< draws a sparse window
+/// Label l fires exactly when its documented trigger holds (docs/labeler.md, Table 12).
+void label_fires_exactly_on_its_trigger(frontier::Label l, const GenLabelCase& c);
+/// No contradictory pair; co_critical ⇒ |E_amb| ≥ 2; telemetry_limited ⇒ no strong label; R = 1 ⇒
+/// no cross-rank label.
+void labels_are_consistent(const GenLabelCase& c);
+/// gradient_accumulation_ambiguous fires exactly on collapsed or mixed microsteps.
+void accumulation_label_iff_collapsed_or_mixed(const GenAccumulation& a);
 
 struct PropertyInfo {
   std::string name;

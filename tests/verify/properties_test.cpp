@@ -7,6 +7,7 @@
 #include <rapidcheck/gtest.h>
 
 namespace v = sf::verify;
+using sf::frontier::Label;
 
 RC_GTEST_PROP(Frontier, advances_telescope, (const v::GenWindow& w)) { v::advances_telescope(w); }
 RC_GTEST_PROP(Frontier, advances_nonnegative, (const v::GenWindow& w)) { v::advances_nonnegative(w); }
@@ -28,5 +29,43 @@ RC_GTEST_PROP(Frontier, telemetry_limited_suppresses_strong_labels, ()) {
   v::telemetry_limited_suppresses_strong_labels();
 }
 
+RC_GTEST_PROP(Labels, labels_consistent, (const v::GenLabelCase& c)) { v::labels_are_consistent(c); }
+RC_GTEST_PROP(Labels, label_gradient_accumulation_ambiguous, (const v::GenAccumulation& a)) {
+  v::accumulation_label_iff_collapsed_or_mixed(a);
+}
+#define SF_LABEL_PROP(NAME) \
+  RC_GTEST_PROP(Labels, label_##NAME, (const v::GenLabelCase& c)) { v::label_fires_exactly_on_its_trigger(Label::NAME, c); }
+SF_LABEL_PROP(frontier_accounting)
+SF_LABEL_PROP(likely_sync_wait)
+SF_LABEL_PROP(sync_wait_dependent)
+SF_LABEL_PROP(direct_exposure)
+SF_LABEL_PROP(forward_device_supported)
+SF_LABEL_PROP(forward_spillover_suspected)
+SF_LABEL_PROP(forward_host_overhead_suspected)
+SF_LABEL_PROP(forward_event_scope_limited)
+SF_LABEL_PROP(co_critical)
+SF_LABEL_PROP(role_aware_needed)
+SF_LABEL_PROP(telemetry_limited)
+#undef SF_LABEL_PROP
+
+// The label generator reaches both sides of every label's trigger: each label fires on some
+// drawn case and stays silent on another (a generator that never produces a forward or sync-wait
+// label could not test those labels).
+TEST(Labels, generator_covers_both_sides_of_every_trigger) {
+  int fired[sf::frontier::kLabelCount] = {}, silent[sf::frontier::kLabelCount] = {};
+  const auto gen = v::gen_label_case();
+  for (int i = 0; i < 3000; ++i) {
+    const v::GenLabelCase c = gen(rc::Random(static_cast<std::uint64_t>(i) * 7919 + 1), 100).value();
+    const auto e = sf::frontier::evaluate(c.matrix(), c.config());
+    for (int l = 0; l < sf::frontier::kLabelCount; ++l) (e.has(static_cast<Label>(l)) ? fired : silent)[l]++;
+  }
+  for (int l = 0; l < sf::frontier::kLabelCount; ++l) {
+    const auto name = sf::frontier::to_string(static_cast<Label>(l));
+    if (static_cast<Label>(l) == Label::gradient_accumulation_ambiguous) continue;  // its own generator
+    EXPECT_GT(fired[l], 0) << name << " never fires on the generated cases";
+    if (static_cast<Label>(l) != Label::frontier_accounting) EXPECT_GT(silent[l], 0) << name << " always fires";
+  }
+}
+
 // Every registered property has a GoogleTest twin above.
-TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 17u); }
+TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 30u); }
