@@ -42,7 +42,7 @@ std::vector<FixtureRow> sync_wait_fixture(std::uint64_t seed, int rows) {
     spec.sync_backward = true;
     StageMatrix m(StageSchema::default_schema(), spec.ranks, 0, spec.steps);
     for (int t = 0; t < spec.steps; ++t) build_step(spec, rng, m, t);
-    out.push_back({std::move(m), names[spec.slow_stage]});
+    out.push_back({std::move(m), names[spec.slow_stage], spec.slow_rank});
   }
   return out;
 }
@@ -61,7 +61,7 @@ std::vector<FixtureRow> direct_exposure_fixture(std::uint64_t seed, int rows) {
     spec.sync_backward = false;  // no collective after the slow stage: ranks run independently
     StageMatrix m(StageSchema::default_schema(), spec.ranks, 0, spec.steps);
     for (int t = 0; t < spec.steps; ++t) build_step(spec, rng, m, t);
-    out.push_back({std::move(m), names[spec.slow_stage]});
+    out.push_back({std::move(m), names[spec.slow_stage], spec.slow_rank});
   }
   return out;
 }

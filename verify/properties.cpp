@@ -229,17 +229,52 @@ void routing_set_minimal(const GenWindow& w) {
   RC_ASSERT(with >= cfg.tau_c - 1e-9 || exhausted);
 }
 
-void gain_in_unit_interval(const GenWindow& w) {
+void gain_equals_counterfactual(const GenWindow& w) {
+  // G_g with the no-stall reference, recomputed by brute force: a new matrix whose group-g
+  // durations are min(d, b~), accounted from scratch; G_g = Σ_t (F − F') / Σ_t F. A broken clip
+  // (b > d, or b~ in place of min(d, b~)) changes F' and fails here; so does a wrong denominator.
   const StageMatrix m = w.matrix();
   const Accounting acc = frontier::account(m);
-  const std::vector<double> zeros(m.schema().group_count(), 0.0);
-  for (auto kind : {frontier::GainBaseline::rank_median, frontier::GainBaseline::cohort_median,
-                    frontier::GainBaseline::reference}) {
-    for (double g : frontier::static_gain(m, acc, kind, zeros)) {
-      RC_ASSERT(g >= 0.0);
-      RC_ASSERT(g <= 1.0 + 1e-12);
-    }
+  const auto& schema = m.schema();
+  const int S = m.stages(), E = schema.explicit_count();
+  std::vector<double> ref(S);
+  for (double& x : ref) x = *gen_duration();
+  const std::vector<double> gains = frontier::static_gain(m, acc, frontier::GainBaseline::reference, ref);
+  double denom = 0;
+  for (int t = 0; t < m.steps(); ++t)
+    if (acc.scored[t]) denom += acc.exposed(t);
+  for (int g = 0; g < schema.group_count(); ++g) {
+    StageMatrix cf(schema, m.ranks(), m.first_step(), m.steps());
+    for (int t = 0; t < m.steps(); ++t)
+      for (int r = 0; r < m.ranks(); ++r) {
+        if (!m.present(t, r)) continue;
+        std::vector<double> d(E);
+        double sum = 0;
+        for (int s = 0; s < E; ++s) {
+          d[s] = schema.group_of(s) == g ? std::min(m.d(t, r, s), ref[s]) : m.d(t, r, s);
+          sum += d[s];
+        }
+        std::optional<double> wall;
+        if (schema.has_residual()) {
+          const int res = schema.residual_index();
+          const double rd = m.d(t, r, res);
+          wall = sum + (schema.group_of(res) == g ? std::min(rd, ref[res]) : rd);
+        }
+        cf.set_record(t, r, d, wall);
+      }
+    const Accounting acf = frontier::account(cf);
+    double num = 0;
+    for (int t = 0; t < m.steps(); ++t)
+      if (acc.scored[t]) num += acc.exposed(t) - acf.exposed(t);
+    const double want = denom > 0 ? num / denom : 0.0;
+    RC_ASSERT(std::abs(gains[g] - want) <= 1e-9 * (1.0 + std::abs(want)));
+    RC_ASSERT(gains[g] >= 0.0);
+    RC_ASSERT(gains[g] <= 1.0 + 1e-12);
   }
+  // The median baselines stay in [0, 1] (they clip the same way).
+  for (auto kind : {frontier::GainBaseline::rank_median, frontier::GainBaseline::cohort_median})
+    for (double g : frontier::static_gain(m, acc, kind))
+      RC_ASSERT(g >= 0.0 && g <= 1.0 + 1e-12);
 }
 
 void telemetry_limited_suppresses_strong_labels() {
@@ -315,8 +350,8 @@ const std::vector<Entry>& entries() {
        runner([] { streaming_equals_window(); })},
       {{"routing_set_minimal", "the routing set is the smallest leading share prefix reaching tau_C"},
        runner([](const GenWindow& w) { routing_set_minimal(w); })},
-      {{"gain_in_unit_interval", "clipped static gain G_s lies in [0, 1] for all three baselines"},
-       runner([](const GenWindow& w) { gain_in_unit_interval(w); })},
+      {{"gain_equals_counterfactual", "G_s (reference baseline) = sum_t (F - F') / sum_t F with s replaced by min(d, b~) and re-accounted; all baselines in [0, 1]"},
+       runner([](const GenWindow& w) { gain_equals_counterfactual(w); })},
       {{"telemetry_limited_suppresses_strong_labels", "telemetry_limited windows carry no strong or co_critical label"},
        runner([] { telemetry_limited_suppresses_strong_labels(); })},
       {{"labels_consistent", "no contradictory labels together; co_critical names >= 2 stages; no strong label under telemetry_limited"},

@@ -37,7 +37,7 @@ void single_rank_is_own_vector();                     ///< draws an R = 1 window
 void shares_sum_to_one(const GenWindow& w);
 void streaming_equals_window();                       ///< draws a sparse window
 void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside
-void gain_in_unit_interval(const GenWindow& w);
+void gain_equals_counterfactual(const GenWindow& w);   ///< draws the reference inside
 void telemetry_limited_suppresses_strong_labels();    ///< draws a sparse window
 /// Label l fires exactly when its documented trigger holds (docs/labeler.md, Table 12).
 void label_fires_exactly_on_its_trigger(frontier::Label l, const GenLabelCase& c);
@@ -113,6 +113,7 @@ void build_step(const WindowSpec& spec, SplitMix64& rng, frontier::StageMatrix& 
 struct FixtureRow {
   frontier::StageMatrix matrix;
   std::string expected_stage;
+  int slow_rank = -1;  ///< the rank the fixture slowed (ground truth for rank scoring)
 };
 /// Rows where one rank's upstream stage stalls and every other rank waits at the backward
 /// synchronisation point: frontier should recover the upstream stage, max/avg should not.

@@ -44,7 +44,9 @@ TEST(Fixtures, algorithmic_validation_matches_paper_claims) {
 TEST(Truth, verdict_counts_top1_top2_candidates_and_rank) {
   const auto rows = v::sync_wait_fixture(1, 2);
   const auto e = sf::frontier::evaluate(rows[0].matrix);
-  v::Expected x{rows[0].expected_stage, {e.suspect.rank}, true};
+  // Ground truth from the fixture itself (not the engine's own suspect): the rank it slowed.
+  ASSERT_GE(rows[0].slow_rank, 0);
+  v::Expected x{rows[0].expected_stage, {rows[0].slow_rank}, true};
   const auto verdict = v::score(e, x);
   EXPECT_TRUE(verdict.frontier.top1);
   EXPECT_TRUE(verdict.frontier.top2);
@@ -53,10 +55,13 @@ TEST(Truth, verdict_counts_top1_top2_candidates_and_rank) {
   EXPECT_EQ(verdict.frontier.candidate_size, static_cast<int>(e.routing_set.size()));
   EXPECT_FALSE(verdict.baselines[0].top1);  // per-stage max picks the backward wait
 
-  v::Expected wrong{"callbacks.cpu_wall", {e.suspect.rank + 1}, true};
-  const auto miss = v::score(e, wrong);
-  EXPECT_FALSE(miss.frontier.top1);
-  EXPECT_FALSE(miss.rank_hit);
+  // The right stage with another rank: the stage still routes, the rank does not.
+  v::Expected wrong_rank{rows[0].expected_stage, {(rows[0].slow_rank + 1) % rows[0].matrix.ranks()}, true};
+  const auto miss_rank = v::score(e, wrong_rank);
+  EXPECT_TRUE(miss_rank.frontier.top1);
+  EXPECT_FALSE(miss_rank.rank_hit);
+  v::Expected wrong_stage{"callbacks.cpu_wall", {rows[0].slow_rank}, true};
+  EXPECT_FALSE(v::score(e, wrong_stage).frontier.top1);
 }
 
 TEST(Truth, evidence_difference_reports_first_mismatch) {

@@ -24,7 +24,7 @@ RC_GTEST_PROP(Frontier, single_rank_is_own_vector, ()) { v::single_rank_is_own_v
 RC_GTEST_PROP(Frontier, shares_sum_to_one, (const v::GenWindow& w)) { v::shares_sum_to_one(w); }
 RC_GTEST_PROP(Frontier, streaming_equals_window, ()) { v::streaming_equals_window(); }
 RC_GTEST_PROP(Frontier, routing_set_minimal, (const v::GenWindow& w)) { v::routing_set_minimal(w); }
-RC_GTEST_PROP(Frontier, gain_in_unit_interval, (const v::GenWindow& w)) { v::gain_in_unit_interval(w); }
+RC_GTEST_PROP(Frontier, gain_equals_counterfactual, (const v::GenWindow& w)) { v::gain_equals_counterfactual(w); }
 RC_GTEST_PROP(Frontier, telemetry_limited_suppresses_strong_labels, ()) {
   v::telemetry_limited_suppresses_strong_labels();
 }
