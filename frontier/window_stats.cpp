@@ -522,6 +522,10 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   if (wall_sum_ > 0) {
     e.closure_residual_share = residual_sum_ / wall_sum_;
     e.overlap_error_share = overlap_sum_ / wall_sum_;
+  } else if (overlap_sum_ > 0) {
+    // Every wall reads 0 s while stages have time (e.g. a clock that stepped back inside the
+    // step): the spans overlap the whole step, not none of it.
+    e.overlap_error_share = 1.0;
   }
   for (int r = 0; r < world_; ++r)
     if (rank_missing_[r]) e.missing_ranks.push_back(r);

@@ -26,21 +26,53 @@ constexpr double kRel = 1e-12;
 
 bool close(double a, double b, double scale) { return std::abs(a - b) <= kRel * std::max(scale, 0.0); }
 
-/// A matrix from integer-nanosecond timestamps: the recorder differences rank-local clock
-/// readings, so a constant per-rank offset cancels before any cross-rank comparison.
-StageMatrix matrix_from_clock(const GenClockWindow& w, bool with_offset) {
-  std::vector<std::string> names;
-  for (int s = 0; s < w.stages; ++s) names.push_back("s" + std::to_string(s));
-  StageMatrix m(frontier::StageSchema(names, false), w.ranks, 0, w.steps);
-  std::vector<std::int64_t> ts(w.stages + 1);
-  std::vector<double> d(w.stages);
+/// Raw rank-local readings of one window, as a recorder takes them: per (step, rank) the step
+/// begin, each stage's begin and end (stage s at 1 + 2s and 2 + 2s) and the step end (2S + 1);
+/// the gaps between spans become the residual stage.
+struct Readings {
+  int S = 0;
+  std::vector<std::int64_t> ns;  ///< (t·R + r)·(2S + 2) + k
+};
+
+Readings readings_of(const GenClockWindow& w, const std::vector<std::int64_t>& gap_ns) {
+  Readings x;
+  x.S = w.stages;
+  const int K = 2 * w.stages + 2;
+  x.ns.resize(static_cast<std::size_t>(w.steps) * w.ranks * K);
   for (int t = 0; t < w.steps; ++t)
     for (int r = 0; r < w.ranks; ++r) {
       const auto cell = static_cast<std::size_t>(t) * w.ranks + r;
-      ts[0] = w.start_ns[cell] + (with_offset ? w.offset_ns[r] : 0);
-      for (int s = 0; s < w.stages; ++s) ts[s + 1] = ts[s] + w.d_ns[cell * w.stages + s];
-      for (int s = 0; s < w.stages; ++s) d[s] = static_cast<double>(ts[s + 1] - ts[s]) * 1e-9;
-      m.set_record(t, r, d, std::nullopt);
+      std::int64_t* p = &x.ns[cell * K];
+      std::int64_t now = w.start_ns[cell] + w.offset_ns[r];  // rank r's clock reads offset + true time
+      p[0] = now;
+      for (int s = 0; s < w.stages; ++s) {
+        now += gap_ns[cell * (w.stages + 1) + s];
+        p[1 + 2 * s] = now;
+        now += w.d_ns[cell * w.stages + s];
+        p[2 + 2 * s] = now;
+      }
+      p[K - 1] = now + gap_ns[cell * (w.stages + 1) + w.stages];
+    }
+  return x;
+}
+
+/// The matrix a recorder would send for these readings: Recorder::pack's arithmetic (int64
+/// differences, to float32 seconds; a span whose end reads before its begin counts 0 s), with the
+/// step wall from its begin and end readings (so gaps become the residual stage).
+StageMatrix matrix_from_readings(const GenClockWindow& w, const Readings& x) {
+  std::vector<std::string> names;
+  for (int s = 0; s < w.stages; ++s) names.push_back("s" + std::to_string(s));
+  StageMatrix m(frontier::StageSchema(names, true), w.ranks, 0, w.steps);
+  const int K = 2 * w.stages + 2;
+  auto secs = [](std::int64_t b, std::int64_t e) {
+    return static_cast<double>(static_cast<float>(e >= b ? static_cast<double>(e - b) * 1e-9 : 0.0));
+  };
+  std::vector<double> d(w.stages);
+  for (int t = 0; t < w.steps; ++t)
+    for (int r = 0; r < w.ranks; ++r) {
+      const std::int64_t* p = &x.ns[(static_cast<std::size_t>(t) * w.ranks + r) * K];
+      for (int s = 0; s < w.stages; ++s) d[s] = secs(p[1 + 2 * s], p[2 + 2 * s]);
+      m.set_record(t, r, d, secs(p[0], p[K - 1]));
     }
   return m;
 }
@@ -143,10 +175,47 @@ void prop3_stability(const GenPerturbed& p) {
 }
 
 void clock_offset_invariance(const GenClockWindow& w) {
-  const Evidence plain = frontier::evaluate(matrix_from_clock(w, false));
-  const Evidence shifted = frontier::evaluate(matrix_from_clock(w, true));
-  const std::string diff = evidence_difference(plain, shifted, 0.0);
-  RC_ASSERT(diff == std::string());
+  // Raw per-rank timestamps (not durations) with a constant, rank-specific clock offset of up
+  // to ±10^6 s, through the recorder's arithmetic: the evidence is bit-identical to the
+  // offset-free readings'.
+  std::vector<std::int64_t> gaps(static_cast<std::size_t>(w.steps) * w.ranks * (w.stages + 1));
+  for (auto& g : gaps) g = *rc::gen::weightedOneOf<std::int64_t>({{3, rc::gen::just(std::int64_t{0})},
+                                                                   {1, rc::gen::inRange<std::int64_t>(0, 20000000)}});
+  GenClockWindow plain = w;
+  std::fill(plain.offset_ns.begin(), plain.offset_ns.end(), 0);
+  const Evidence a = frontier::evaluate(matrix_from_readings(plain, readings_of(plain, gaps)));
+  const Evidence b = frontier::evaluate(matrix_from_readings(w, readings_of(w, gaps)));
+  RC_ASSERT(evidence_difference(a, b, 0.0) == std::string());
+
+  // A clock step inside one step: rank r's clock jumps by delta between two readings (every later
+  // reading of that step is shifted; later steps carry the new offset, which cancels). It must
+  // not be ignored silently: each stage of that record moves by at most |delta| (a span that
+  // turns negative counts 0 s), so by Proposition 3 F[t,s] moves by at most s·|delta|; and a jump
+  // large against the window shows in the closure or overlap gate.
+  const int t = *rc::gen::inRange(0, w.steps), r = *rc::gen::inRange(0, w.ranks);
+  const int K = 2 * w.stages + 2;
+  const int k = *rc::gen::weightedOneOf<int>({{3, rc::gen::inRange(1, K)}, {1, rc::gen::just(K - 1)}});
+  const std::int64_t delta = *rc::gen::element<std::int64_t>(1000, -1000, 5000000, -5000000, 200000000, -200000000, -2000000000);
+  Readings x = readings_of(w, gaps);
+  for (int j = k; j < K; ++j) x.ns[(static_cast<std::size_t>(t) * w.ranks + r) * K + j] += delta;
+  const StageMatrix m0 = matrix_from_readings(w, readings_of(w, gaps)), m1 = matrix_from_readings(w, x);
+  const Accounting a0 = frontier::account(m0), a1 = frontier::account(m1);
+  const double eps = std::abs(static_cast<double>(delta)) * 1e-9;
+  for (int s = 0; s < m0.stages(); ++s) {
+    const double tol = 1e-6 * (1 + a0.exposed(t) + a1.exposed(t));  // float32 payload rounding
+    RC_ASSERT(std::abs(m1.d(t, r, s) - m0.d(t, r, s)) <= eps + tol);
+    RC_ASSERT(std::abs(a1.frontier(t, s) - a0.frontier(t, s)) <= (s + 1) * eps + tol);
+  }
+  for (int u = 0; u < w.steps; ++u)
+    if (u != t) RC_ASSERT(a1.exposed(u) == a0.exposed(u));  // the new offset cancels in other steps
+  const Evidence e1 = frontier::evaluate(m1);
+  RC_CLASSIFY(e1.has(frontier::Label::telemetry_limited), "clock step caught by a closure/overlap gate");
+  // A backward jump at the step end leaves that record's wall below its stages (overlap error);
+  // once that exceeds the overlap gate's share of the window's wall, the window is telemetry_limited.
+  double wall_sum = 0;
+  for (int u = 0; u < w.steps; ++u)
+    for (int q = 0; q < w.ranks; ++q) wall_sum += m1.wall(u, q);
+  if (m1.overlap(t, r) > 1.01 * frontier::LabelConfig{}.max_overlap_error_share * wall_sum) RC_ASSERT(e1.has(frontier::Label::telemetry_limited));
 }
 
 void rank_permutation_invariance(const GenWindow& w) {
@@ -337,7 +406,7 @@ const std::vector<Entry>& entries() {
        runner([](const GenTightness& g) { prop2_tight(g); })},
       {{"prop3_stability", "errors <= eps move F[t,s] by <= s eps and a[t,s] by <= (2s-1) eps (Proposition 3)"},
        runner([](const GenPerturbed& p) { prop3_stability(p); })},
-      {{"clock_offset_invariance", "a constant per-rank clock offset on raw timestamps changes no result"},
+      {{"clock_offset_invariance", "raw per-rank timestamps with constant clock offsets give bit-identical evidence; a clock step inside a step moves F[t,s] by <= s |delta|"},
        runner([](const GenClockWindow& w) { clock_offset_invariance(w); })},
       {{"rank_permutation_invariance", "permuting ranks changes no advance, share or routing set"},
        runner([](const GenWindow& w) { rank_permutation_invariance(w); })},
