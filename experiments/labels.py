@@ -221,6 +221,22 @@ def main():
             if verdict != "never fires":
                 lines.append(f"| `{lab}` | {verdict} |")
         lines.append("")
+    lines += ["## Reading", "",
+              "- At the paper's defaults (`defaults`) only `co_critical` and the device-axis labels can say anything: "
+              "`direct_exposure` needs a gain the cohort-median baseline cannot give a synchronous step (the induced "
+              "waits stay in place), and the sync-wait labels need W = 1. Since issue 10 `co_critical` no longer fires "
+              "on healthy windows (|E_amb| >= 2), so it separates the near-tied data and forward/host tails from healthy "
+              "steps; before, it fired on every stored window (last table).",
+              "- With the no-stall reference from a healthy window, `direct_exposure` fires where the delay sits in the "
+              "stage that holds the collective (backward compute, comm delay, and forward/device work that surfaces in "
+              "backward) and never on healthy windows. `co_critical` then also fires on the host-local controls "
+              "(callback/host, optimizer): once backward's induced wait is at its reference, the host-local stage would "
+              "lead, so the two are named together -- information, not a routing claim.",
+              "- With the wait model the testbed knows, forward/host rows become `sync_wait_dependent` and "
+              "`likely_sync_wait` (an upstream host stall the others wait for at the all-reduce). Data tails at the "
+              "catalogue's 120 ms stay `co_critical`: their share is near-tied with backward (the paper's detectability "
+              "transition), and Appendix C downgrades near ties before any wait-model label.",
+              ""]
     if len(stored):
         rates, counts = rate_table(stored, "scenario")
         panels.append(("stored runs (old labeler)", rates))
