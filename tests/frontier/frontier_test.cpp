@@ -550,3 +550,14 @@ TEST(Labeler, direct_exposure_needs_duration_spread_and_gain_to_agree) {
   const auto one = evaluate(one_step({"a", "b", "c"}, {{1, 1, 1}, {4, 2, 2}}), cfg);
   EXPECT_TRUE(one.has(Label::direct_exposure));
 }
+
+TEST(Labeler, walls_of_zero_with_stage_time_are_overlap_error) {
+  // A clock that steps back inside every step makes each wall read 0 s while the stages hold
+  // time: that is all overlap, not none (the share was 0 when the wall sum was 0).
+  StageMatrix m(StageSchema({"a", "b"}, true), 2, 0, 2);
+  for (int t = 0; t < 2; ++t)
+    for (int r = 0; r < 2; ++r) m.set_record(t, r, std::vector<double>{0.1, 0.2}, 0.0);
+  const auto e = evaluate(m);
+  EXPECT_DOUBLE_EQ(e.overlap_error_share, 1.0);
+  EXPECT_TRUE(e.has(Label::telemetry_limited));
+}
