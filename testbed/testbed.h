@@ -54,7 +54,10 @@ struct RunConfig {
   /// Microseconds of each host sleep spent spinning; < 0: 100 when the ranks do not outnumber
   /// the cores, else 0 (decided once the world size is known).
   double spin_us = -1;
-  std::size_t grad_floats = 4096;
+  /// Healthy steps recorded before the warm-up (step ids −K..−1, where no fault is active): the
+  /// reference that says how much of the injected delay reached the step and which stage took
+  /// it. 0: no reference.
+  int reference_steps = 6;
   // telemetry faults (injected on purpose; training must not notice)
   inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
   int telemetry_fault_rank = 1;
@@ -90,7 +93,14 @@ struct VerdictReport {
   std::string verdict_text;  ///< verdict, baseline and check lines
   nlohmann::ordered_json json;
 };
-VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
+/// `reference` (optional): the healthy reference window's evidence (same configuration, no
+/// fault); with it the verdict says how much of the delay reached the step and which stage took
+/// it, and can call a confident misroute.
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
+                             const frontier::Evidence* reference = nullptr);
+
+/// Per reporting group: advance seconds per scored step (the reference a verdict compares with).
+std::vector<double> advance_per_step(const frontier::Evidence& e);
 
 /// The cross-check of the exposed makespan Σ_t F[t,S] against the slowest rank's measured step
 /// times Σ_t max_r wall[t,r]; gap = |exposed − wall sum| / exposed (0 when nothing is exposed).
