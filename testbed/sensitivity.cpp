@@ -63,8 +63,9 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
     sim::ModelConfig healthy = base;
     healthy.seed = static_cast<std::uint64_t>(seed);
     healthy.scenario = "none";
+    // A scenario that brings a callback barrier (callback_sync_tail) has it in its reference too.
+    healthy.sync_callbacks = sim::model_plan(base).scenario->sync_callbacks;
     const auto hplan = sim::model_plan(healthy);
-    healthy.sync_callbacks = hplan.scenario->sync_callbacks;
     const auto hw = sim::model_window(healthy, hplan);
     const auto he = frontier::evaluate(hw.matrix, opt.label, hw.telemetry);
     const auto ref = advance_per_step(he);
