@@ -640,7 +640,7 @@ def report_sensitivity(d, df):
         ax.set_xlabel("healthy backward advance per step (ms)")
         ax.set_ylabel("top-1 threshold (ms)")
         ax.set_title(f"{SCEN_NAMES.get(sc, sc)}, {c:g} GiB/s, {int(df.ranks.min())} ranks", fontsize=9)
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, loc="lower right")
     fig.suptitle("Detectability threshold vs the competing stage (timeline model, 5 seeds each)", fontsize=10)
     fig.tight_layout()
     fig.savefig(d / "sensitivity.png", dpi=120)
