@@ -39,6 +39,43 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
       ->delimiter(',')->group(g);
 }
 
+void add_step_options(CLI::App* sub, StepOptions& o, bool model) {
+  const std::string g = "Step shape (defaults: the --profile's)";
+  std::map<std::string, std::string> profiles;
+  std::string list;
+  for (const auto& p : sim::cost_profiles()) {
+    profiles[p.name] = p.name;
+    list += (list.empty() ? "" : ", ") + p.name;
+  }
+  sub->add_option("--profile", o.profile, "named cost profile (" + list + "; origins in docs/testbed.md)")
+      ->transform(choice(profiles))->group(g);
+  const std::map<std::string, std::string> modes{{"single", "single"}, {"bucketed", "bucketed"}};
+  sub->add_option("--sync-mode", o.sync_mode,
+                  "gradient sync: bucketed (DDP: buckets overlap backward) or single (one collective after backward)")
+      ->transform(choice(modes))->group(g);
+  sub->add_option("--cost-scale", o.cost_scale, "multiply every stage cost of the profile")->check(CLI::Range(0.01, 100.0))->group(g);
+  sub->add_option("--backward-scale", o.backward_scale, "multiply backward compute and launch costs")
+      ->check(CLI::Range(0.01, 100.0))->group(g);
+  sub->add_option("--jitter", o.jitter, "lognormal sigma of every cost, per rank and step (seed-controlled)")
+      ->check(CLI::Range(0.0, 1.0))->group(g);
+  const std::map<std::string, std::string> het{{"none", "none"}, {"lognormal", "lognormal"}, {"two-tier", "two-tier"}};
+  sub->add_option("--heterogeneity", o.heterogeneity, "per-rank cost factor: none, lognormal (sigma --rank-sigma), "
+                                                      "two-tier (half the ranks 1 + --rank-sigma slower)")
+      ->transform(choice(het))->group(g);
+  sub->add_option("--rank-sigma", o.rank_sigma, "strength of --heterogeneity")->check(CLI::Range(0.0, 2.0))->group(g);
+  sub->add_option("--grad-mib", o.grad_mib, "gradient MiB reduced per step")->check(CLI::Range(1.0 / 1024, 4096.0))->group(g);
+  sub->add_option("--model-mib", o.model_mib, "model size whose DDP bucket layout is imitated (MiB)")
+      ->check(CLI::Range(1.0 / 1024, 1e6))->group(g);
+  sub->add_option("--bucket-mib", o.bucket_mib, "DDP bucket cap in model MiB (torch: 25)")->check(CLI::Range(1.0 / 1024, 1e6))->group(g);
+  sub->add_option("--first-bucket-mib", o.first_bucket_mib, "DDP first bucket cap in model MiB (torch: 1)")
+      ->check(CLI::Range(1.0 / 1024, 1e6))->group(g);
+  if (model) {
+    sub->add_option("--comm-latency-us", o.comm_latency_us, "model transport: latency per ring hop (us)")
+        ->check(CLI::Range(0.0, 1e6))->group(g);
+    sub->add_option("--comm-gib-s", o.comm_gib_s, "model transport: bandwidth (GiB/s)")->check(CLI::Range(1e-6, 1e6))->group(g);
+  }
+}
+
 frontier::LabelConfig make_label_config(const LabelOptions& o) {
   frontier::LabelConfig c;
   if (!o.config_file.empty()) c = formats::read_config_file(o.config_file, c);

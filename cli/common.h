@@ -4,6 +4,7 @@
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
+#include "sf/sim/sim.h"
 
 #include <CLI/CLI.hpp>
 
@@ -65,6 +66,45 @@ void add_fault_options(CLI::App* sub, Config& cfg, double& delay_ms) {
   sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
   sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
   sub->add_option("--every", cfg.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
+}
+
+/// The step's shape, shared by `run` and `sim`: a named cost profile, then every option given
+/// explicitly on top of it.
+struct StepOptions {
+  std::string profile = std::string(sim::kDefaultProfile);
+  std::string sync_mode, heterogeneity;  // "" = the profile's
+  std::optional<double> jitter, rank_sigma, grad_mib, model_mib, bucket_mib, first_bucket_mib;
+  std::optional<double> comm_latency_us, comm_gib_s;
+  double cost_scale = 1.0, backward_scale = 1.0;
+};
+/// `model`: also the options of the model's transport (sim only).
+void add_step_options(CLI::App* sub, StepOptions& o, bool model);
+
+/// The profile's costs (× cost_scale, backward × backward_scale), layout, variation and
+/// transport, then the explicit options, into a config whose fields are named like
+/// sim::WorkloadConfig's (sim::ModelConfig names them alike). Returns "" or one line.
+template <typename Config>
+std::string apply_step_options(const StepOptions& o, Config& cfg, sim::CommModel* comm) {
+  const auto* p = sim::find_profile(o.profile);
+  if (!p) return "--profile " + o.profile + ": unknown";
+  cfg.profile = p->name;
+  cfg.costs = p->costs.scaled(o.cost_scale).backward_scaled(o.backward_scale);
+  cfg.layout = p->layout;
+  cfg.variation = p->variation;
+  if (comm) *comm = p->comm;
+  if (!o.sync_mode.empty()) cfg.sync_mode = *sim::sync_mode_from_string(o.sync_mode);
+  if (!o.heterogeneity.empty()) cfg.variation.heterogeneity = *sim::heterogeneity_from_string(o.heterogeneity);
+  if (o.jitter) cfg.variation.jitter_sigma = *o.jitter;
+  if (o.rank_sigma) cfg.variation.rank_sigma = *o.rank_sigma;
+  if (o.grad_mib) cfg.layout.grad_mib = *o.grad_mib;
+  if (o.model_mib) cfg.layout.model_mib = *o.model_mib;
+  if (o.bucket_mib) cfg.layout.bucket_cap_mib = *o.bucket_mib;
+  if (o.first_bucket_mib) cfg.layout.first_bucket_mib = *o.first_bucket_mib;
+  if (comm && o.comm_latency_us) comm->latency_us = *o.comm_latency_us;
+  if (comm && o.comm_gib_s) comm->gib_per_s = *o.comm_gib_s;
+  if (cfg.variation.heterogeneity != sim::Heterogeneity::none && !o.rank_sigma && cfg.variation.rank_sigma == 0)
+    return "--heterogeneity " + o.heterogeneity + " needs --rank-sigma > 0";
+  return "";
 }
 
 /// Before MPI_Init only the launcher's environment knows the rank: errors are printed once.

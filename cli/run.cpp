@@ -14,7 +14,7 @@ namespace {
 struct RunOptions {
   testbed::RunConfig cfg;
   LabelOptions label;
-  double cost_scale = 1.0;
+  StepOptions step;
   bool no_prefetch = false;
   double delay_ms = -1;
   std::string telemetry_fault = "none";
@@ -29,7 +29,10 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     if (inject::to_string(f) == o.telemetry_fault) cfg.telemetry_fault = f;
   cfg.workload.prefetch = !o.no_prefetch;
-  cfg.workload.costs = cfg.workload.costs.scaled(o.cost_scale);
+  if (const auto err = apply_step_options(o.step, cfg.workload, nullptr); !err.empty()) {
+    if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   try {
     cfg.label = make_label_config(o.label);
   } catch (const formats::FormatError& e) {
@@ -90,9 +93,10 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--no-prefetch", o->no_prefetch, "no background loader thread")->group(w);
   sub->add_flag("--sync-callbacks", cfg.workload.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)")
       ->group(w);
-  sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost (default step ~200 ms)")
-      ->check(CLI::Range(0.01, 100.0))->group(w);
-  sub->add_option("--grad-floats", cfg.grad_floats, "gradient buffer size (floats)")->check(CLI::Range(64, 1 << 28))->group(w);
+  add_step_options(sub, o->step, false);
+  sub->add_option("--reference-steps", cfg.reference_steps,
+                  "healthy steps recorded before the warm-up as the verdict's reference (0: none)")
+      ->check(CLI::Range(0, 100000))->group(w);
   sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
   const std::string t = "Telemetry faults and overhead";

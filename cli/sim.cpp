@@ -15,8 +15,8 @@ namespace {
 struct SimOptions {
   sim::ModelConfig cfg;
   LabelOptions label;
+  StepOptions step;
   double delay_ms = -1;
-  double cost_scale = 1.0;
   bool json = false, check = false;
   std::string dump;
 };
@@ -24,7 +24,10 @@ struct SimOptions {
 int run_sim(SimOptions& o) {
   auto& cfg = o.cfg;
   if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
-  cfg.costs = cfg.costs.scaled(o.cost_scale);
+  if (const auto err = apply_step_options(o.step, cfg, &cfg.comm); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   frontier::LabelConfig label;
   try {
     label = make_label_config(o.label);
@@ -40,7 +43,14 @@ int run_sim(SimOptions& o) {
   const auto w = sim::model_window(cfg, plan);
   const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
   const auto [wall_sum, gap] = testbed::makespan_check(e, w.matrix);
-  const auto vr = testbed::verdict_report(plan, e, gap);
+  // The healthy reference: the same ranks, seed and cost draws without the fault.
+  sim::ModelConfig healthy = cfg;
+  healthy.scenario = "none";
+  healthy.delay_ms.reset();
+  healthy.sync_callbacks = cfg.sync_callbacks || plan.scenario->sync_callbacks;
+  const auto ref_w = sim::model_window(healthy, sim::model_plan(healthy));
+  const auto ref_e = frontier::evaluate(ref_w.matrix, label, ref_w.telemetry);
+  const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
@@ -51,7 +61,13 @@ int run_sim(SimOptions& o) {
     j["schema"] = "sf.sim/1";
     j["commit"] = git_commit();
     j["config"] = {{"scenario", cfg.scenario}, {"delay_ms", plan.delay_ms}, {"ranks", cfg.ranks}, {"steps", cfg.steps},
-                   {"seed", cfg.seed}, {"jitter", cfg.jitter}, {"event_q", cfg.event_q}};
+                   {"seed", cfg.seed}, {"jitter", cfg.variation.jitter_sigma}, {"event_q", cfg.event_q},
+                   {"profile", cfg.profile}, {"sync_mode", sim::to_string(cfg.sync_mode)},
+                   {"heterogeneity", sim::to_string(cfg.variation.heterogeneity)}, {"rank_sigma", cfg.variation.rank_sigma},
+                   {"grad_mib", cfg.layout.grad_mib}, {"buckets", sim::bucket_floats(cfg.layout).size()},
+                   {"bwd_device_ms", cfg.costs.bwd_device_ms}, {"bwd_host_ms", cfg.costs.bwd_host_ms},
+                   {"comm_latency_us", cfg.comm.latency_us}, {"comm_gib_s", cfg.comm.gib_per_s}};
+    j["reference"] = {{"median_step_s", ref_e.median_step_s}, {"advance_s_per_step", testbed::advance_per_step(ref_e)}};
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
     j["verdict"] = vr.json;
@@ -59,8 +75,11 @@ int run_sim(SimOptions& o) {
   } else {
     std::printf("# sf-testbed sim  commit %s  (model-driven ranks: no processes, no MPI, no clock)\n", git_commit());
     std::printf("# scenario %s: %s\n", plan.scenario->name.c_str(), plan.scenario->injects.c_str());
-    std::printf("# ranks %d  steps %d  seed %llu  cost jitter %.3g (lognormal sigma)\n#\n", cfg.ranks, cfg.steps,
-                static_cast<unsigned long long>(cfg.seed), cfg.jitter);
+    std::printf("# ranks %d  steps %d  seed %llu  profile %s  sync %s (%zu buckets)  cost jitter %.3g (lognormal sigma)\n",
+                cfg.ranks, cfg.steps, static_cast<unsigned long long>(cfg.seed), cfg.profile.c_str(),
+                std::string(sim::to_string(cfg.sync_mode)).c_str(), sim::bucket_floats(cfg.layout).size(),
+                cfg.variation.jitter_sigma);
+    std::printf("# healthy reference (same seed, no fault): median step %.2f ms\n#\n", ref_e.median_step_s * 1e3);
     std::fputs(vr.truth_text.c_str(), stdout);
     std::printf("#\n%s", formats::evidence_table(e, "model window").c_str());
     std::printf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
@@ -80,10 +99,9 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000));
   sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)");
-  sub->add_option("--jitter", cfg.jitter, "lognormal sigma of every stage cost")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0));
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
-  sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost")->check(CLI::Range(0.01, 100.0));
+  add_step_options(sub, o->step, true);
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL)");
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");

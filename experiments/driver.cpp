@@ -1,6 +1,7 @@
 #include "sf/experiments/experiments.h"
 
 #include "sf/formats/formats.h"
+#include "sf/sim/sim.h"
 #include "sf/testbed/testbed.h"
 #include "sf/verify/verify.h"
 
@@ -180,7 +181,17 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
   if (run.contains("verdict")) {
     const auto& v = run["verdict"];
     base["top1"] = v["frontier"]["top1"];
+    base["tie"] = v["frontier"].value("top1_tie", false);
     base["top2"] = v["frontier"]["top2"];
+    base["outcome"] = v.value("outcome", "");
+    base["misroute"] = v.value("misroute", false);
+    if (v.contains("absorbed")) {
+      const auto& a = v["absorbed"];
+      base["absorbed_stage"] = a["stage"].is_string() ? a["stage"] : ordered_json("");
+      base["absorbed_share"] = a["share"];
+      base["absorbed_basis"] = a["basis"];
+      base["exposed_ms_per_step"] = a["exposed_ms_per_step"];
+    }
     base["cand_hit"] = v["frontier"]["candidate_hit"];
     base["cand_size"] = v["frontier"]["candidate_size"];
     base["rank_hit"] = v["rank_hit"];
@@ -189,6 +200,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     base["check_pass"] = v["check"]["pass"];
     for (const auto& [rule, rv] : v["baselines"].items()) {
       base[rule + "_top1"] = rv["top1"];
+      base[rule + "_tie"] = rv.value("top1_tie", false);
       base[rule + "_top2"] = rv["top2"];
       base[rule + "_cand_hit"] = rv["candidate_hit"];
       base[rule + "_cand_size"] = rv["candidate_size"];
@@ -287,6 +299,101 @@ std::vector<ordered_json> fixtures_rows(const Spec& spec, std::uint64_t seed, in
   return out;
 }
 
+/// The sweep's options from a sensitivity spec (top-level "profile", "delays_ms", "seeds",
+/// "min_hits", "steps", after the quick overrides).
+testbed::SensitivityOptions sensitivity_options(const Spec& spec, const std::string& path) {
+  testbed::SensitivityOptions o;
+  const auto& j = spec.raw;
+  try {
+    o.profile = j.value("profile", o.profile);
+    o.delays_ms = j.value("delays_ms", std::vector<double>{});
+    o.seeds = j.value("seeds", o.seeds);
+    o.min_hits = j.value("min_hits", o.min_hits);
+    o.steps = j.value("steps", o.steps);
+  } catch (const nlohmann::json::exception&) {
+    throw formats::FormatError(path, 0, "profile must be a string, delays_ms a list of numbers, seeds/min_hits/steps integers");
+  }
+  if (!sim::find_profile(o.profile)) throw formats::FormatError(path, 0, "profile " + o.profile + ": unknown");
+  if (o.delays_ms.empty() || !std::is_sorted(o.delays_ms.begin(), o.delays_ms.end()) || o.delays_ms.front() <= 0)
+    throw formats::FormatError(path, 0, "delays_ms must be a non-empty ascending list of positive delays");
+  if (o.seeds < 1 || o.min_hits < 1 || o.min_hits > o.seeds || o.steps < 4)
+    throw formats::FormatError(path, 0, "need seeds >= 1, 1 <= min_hits <= seeds and steps >= 4");
+  return o;
+}
+
+testbed::SensitivitySetting sensitivity_setting(const Row& row, const std::string& path) {
+  testbed::SensitivitySetting s;
+  const auto& p = row.params;
+  try {
+    s.scenario = p.value("scenario", s.scenario);
+    s.backward_scale = p.value("backward_scale", s.backward_scale);
+    s.jitter_sigma = p.value("jitter_sigma", s.jitter_sigma);
+    s.ranks = p.value("ranks", s.ranks);
+    if (p.contains("comm_gib_s")) s.comm_gib_s = p["comm_gib_s"].get<double>();
+    const std::string overlap = p.value("overlap", std::string("bucketed"));
+    const auto m = sim::sync_mode_from_string(overlap);
+    if (!m) throw formats::FormatError(path, 0, "row " + row.id + ": overlap is " + overlap + ", expected single or bucketed");
+    s.sync_mode = *m;
+  } catch (const nlohmann::json::exception&) {
+    throw formats::FormatError(path, 0, "row " + row.id + ": scenario/overlap strings, backward_scale/jitter_sigma numbers, ranks an integer");
+  }
+  return s;
+}
+
+/// One CSV line per setting: the thresholds and, per grid delay, how many seeds routed it.
+std::vector<ordered_json> sensitivity_rows(const Spec& spec, const std::string& commit) {
+  const auto opt = sensitivity_options(spec, spec.name);
+  std::vector<ordered_json> out;
+  auto counts = [](const std::vector<int>& v) {
+    std::string s;
+    for (int x : v) s += (s.empty() ? "" : ";") + std::to_string(x);
+    return s;
+  };
+  std::string grid;
+  for (double d : opt.delays_ms) grid += (grid.empty() ? "" : ";") + ordered_json(d).dump();
+  std::size_t k = 0;
+  for (const auto& row : spec.rows) {
+    const auto s = sensitivity_setting(row, spec.name);
+    std::fprintf(stderr, "\r[%s] setting %zu/%zu (%s)   ", spec.name.c_str(), ++k, spec.rows.size(), row.id.c_str());
+    testbed::SensitivityResult r;
+    try {
+      r = testbed::sensitivity(opt, s);
+    } catch (const std::invalid_argument& e) {
+      throw formats::FormatError(spec.name, 0, "row " + row.id + ": " + e.what());
+    }
+    ordered_json o;
+    o["experiment"] = spec.name;
+    o["row"] = row.id;
+    o["scenario"] = s.scenario;
+    o["profile"] = opt.profile;
+    o["backward_scale"] = s.backward_scale;
+    o["jitter_sigma"] = s.jitter_sigma;
+    o["ranks"] = s.ranks;
+    o["overlap"] = std::string(sim::to_string(s.sync_mode));
+    o["comm_gib_s"] = s.comm_gib_s ? *s.comm_gib_s : sim::find_profile(opt.profile)->comm.gib_per_s;
+    o["threshold_ms"] = r.threshold_top1_ms ? ordered_json(*r.threshold_top1_ms) : ordered_json(nullptr);
+    o["threshold_top2_ms"] = r.threshold_top2_ms ? ordered_json(*r.threshold_top2_ms) : ordered_json(nullptr);
+    o["backward_advance_ms"] = r.backward_advance_ms;
+    o["median_step_ms"] = r.median_step_ms;
+    o["threshold_over_backward"] =
+        r.threshold_top1_ms && r.backward_advance_ms > 0 ? ordered_json(*r.threshold_top1_ms / r.backward_advance_ms) : ordered_json(nullptr);
+    o["threshold_over_step"] =
+        r.threshold_top1_ms && r.median_step_ms > 0 ? ordered_json(*r.threshold_top1_ms / r.median_step_ms) : ordered_json(nullptr);
+    o["delays_ms"] = grid;
+    o["top1_by_delay"] = counts(r.top1);
+    o["ties_by_delay"] = counts(r.ties);
+    o["top2_by_delay"] = counts(r.top2);
+    o["misroutes_by_delay"] = counts(r.misroutes);
+    o["seeds"] = opt.seeds;
+    o["min_hits"] = opt.min_hits;
+    o["steps"] = opt.steps;
+    o["commit"] = commit;
+    out.push_back(std::move(o));
+  }
+  std::fprintf(stderr, "\n");
+  return out;
+}
+
 std::string csv_cell(const ordered_json& v) {
   if (v.is_null()) return "";
   if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
@@ -327,8 +434,8 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   s.name = j["name"];
   s.title = j.value("title", s.name);
   s.kind = j.value("kind", "runs");
-  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures")
-    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead or fixtures");
+  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity")
+    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures or sensitivity");
   s.per_window = j.value("per_window", false);
   ordered_json base = j.value("base", ordered_json::object());
   ordered_json matrix = j.value("matrix", ordered_json::object());
@@ -353,6 +460,20 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     s.raw["overrides"][key] = base[key];
   }
   if (s.kind == "fixtures") return s;
+  if (s.kind == "sensitivity") {
+    if (quick && j.contains("quick"))
+      for (const auto& [k, v] : j["quick"].items()) s.raw[k] = v;
+    if (matrix.empty()) throw formats::FormatError(path, 0, "a sensitivity spec needs a \"matrix\"");
+    for (const auto& p : expand_matrix(base, matrix, path)) {
+      Row row;
+      row.params = p;
+      row.id = row_id(p, base);
+      row.ranks = p.value("ranks", 8);
+      s.rows.push_back(std::move(row));
+    }
+    sensitivity_options(s, path);  // validates now, before anything runs
+    return s;
+  }
   std::vector<ordered_json> params = matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(base, matrix, path);
   for (const auto& r : extra) {
     ordered_json p = base;
@@ -419,7 +540,16 @@ int run(const DriverOptions& opt) {
       std::fprintf(stderr, "[%s] computing the §6.1 fixtures and properties in-process\n", spec.name.c_str());
       csv_rows = fixtures_rows(spec, static_cast<std::uint64_t>(seed), windows, opt.commit);
     }
-    const std::size_t n = spec.rows.size();
+    if (spec.kind == "sensitivity") {
+      std::fprintf(stderr, "[%s] %zu settings through the timeline model in-process\n", spec.name.c_str(), spec.rows.size());
+      try {
+        csv_rows = sensitivity_rows(spec, opt.commit);
+      } catch (const formats::FormatError& e) {
+        std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
+        return 2;
+      }
+    }
+    const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
     std::size_t done_now = 0;
     double spent = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -478,7 +608,7 @@ int run(const DriverOptions& opt) {
     manifest["date"] = testbed::utc_now();
     manifest["machine"] = testbed::machine_json();
     manifest["quick"] = opt.quick;
-    manifest["rows"] = n;
+    manifest["rows"] = spec.kind == "sensitivity" ? csv_rows.size() : n;
     manifest["rows_failed"] = failed;
     manifest["elapsed_s"] = elapsed;
     manifest["spec"] = spec.raw;

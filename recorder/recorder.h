@@ -144,6 +144,9 @@ public:
   /// prefix vector.
   void begin_side() noexcept;
   void end_side() noexcept;
+  /// Adds `ns` of time blocked inside the open stage's collectives that was measured elsewhere
+  /// (a comm thread, device events): collectives that run beside the host thread. One store.
+  void add_side(std::int64_t ns) noexcept;
   /// Sampled forward event pair (q = event_q), bracketing device work of the open stage.
   void begin_device_event() noexcept;
   void end_device_event() noexcept;
@@ -360,6 +363,16 @@ inline void Recorder::end_side() noexcept {
     return;  // already flagged by begin_side
   cur_[3 + 2 * S_ + open_stage_] += now - side_begin_;
   side_begin_ = 0;
+}
+
+inline void Recorder::add_side(std::int64_t ns) noexcept {
+  if (skip_) [[unlikely]]
+    return;
+  if (cur_ == nullptr || open_stage_ < 0) [[unlikely]] {
+    faults_ |= kSideOutsideStage;
+    return;
+  }
+  cur_[3 + 2 * S_ + open_stage_] += ns;
 }
 
 }  // namespace sf::recorder

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -100,6 +102,10 @@ public:
     blas_owner_ = BlasHandle(b);
     blas_ = b;
     SF_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    cudaStream_t cs = nullptr;
+    SF_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    copy_owner_ = Stream(cs);
+    copy_stream_ = cs;
     events_ = std::make_unique<EventPool>(256, stream_);
     calibrate();
   }
@@ -131,6 +137,37 @@ public:
   }
   void grads_from_host() override {
     SF_CUDA_CHECK(cudaMemcpyAsync(grads_.get(), host_, n_ * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  }
+
+  /// A host function in stream order (cudaLaunchHostFunc): it runs on a CUDA-owned thread once
+  /// the work queued before it has finished, and only hands work over (no CUDA calls in it).
+  void when_reached(std::function<void()> fn) override {
+    auto* heap = new std::function<void()>(std::move(fn));
+    const cudaError_t e = cudaLaunchHostFunc(
+        stream_,
+        [](void* p) {
+          const std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
+          (*f)();
+        },
+        heap);
+    if (e != cudaSuccess) {
+      delete heap;
+      SF_CUDA_CHECK(e);
+    }
+  }
+  // One bucket through the host mirror for a host-side (MPI) collective, on the copy stream from
+  // the comm backend's thread; the bucket's gradients are complete when this is called.
+  void bucket_to_host(std::size_t offset, std::size_t count) override {
+    SF_CUDA_CHECK(cudaSetDevice(gpu_));
+    SF_CUDA_CHECK(cudaMemcpyAsync(host_ + offset, grads_.get() + offset, count * sizeof(float), cudaMemcpyDeviceToHost,
+                                  copy_stream_));
+    SF_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  }
+  void bucket_from_host(std::size_t offset, std::size_t count) override {
+    SF_CUDA_CHECK(cudaSetDevice(gpu_));
+    SF_CUDA_CHECK(cudaMemcpyAsync(grads_.get() + offset, host_ + offset, count * sizeof(float), cudaMemcpyHostToDevice,
+                                  copy_stream_));
+    SF_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
   }
 
   cudaStream_t stream() const { return stream_; }
@@ -199,9 +236,11 @@ private:
   // Owners first: members are destroyed in reverse order, the pool and buffers before the
   // stream they were used on.
   Stream stream_owner_;
+  Stream copy_owner_;
   BlasHandle blas_owner_;
   PinnedHost host_owner_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   DeviceBuffer grads_;
   std::size_t n_;

@@ -10,16 +10,16 @@
 namespace sf::sim {
 
 /// Data loader: a background thread prepares batches (loader_ms each, bounded queue) when
-/// prefetching; next() is the main-process wait plus collate (data_ms) plus any injected stall.
+/// prefetching; next() is the main-process wait plus collate plus any injected stall.
 class Workload::Loader {
 public:
   Loader(const StageCosts& costs, bool prefetch, std::int64_t spin_ns);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
-  /// Blocks until a batch is ready; `stall_s` is an injected main-process stall. With gradient
-  /// accumulation each microstep consumes a micro-batch: `batch_fraction` = 1/m of the costs.
-  void next(double stall_s, double batch_fraction);
+  /// Blocks until a batch is ready (without prefetching: prepares it, `loader_s`), then spends
+  /// `main_s` in the main process (collate/transfer and any injected stall).
+  void next(double loader_s, double main_s);
 
 private:
   void produce();

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -29,13 +30,14 @@ public:
   }
 
   std::string name() const override { return "host-stream"; }
-  void compute(double seconds) override { push({Item::work, static_cast<std::int64_t>(seconds * 1e9), nullptr}); }
+  void compute(double seconds) override { push({Item::work, static_cast<std::int64_t>(seconds * 1e9), nullptr, {}}); }
   void spin(double seconds) override { compute(seconds); }
   void synchronize() override {
     std::unique_lock lock(m_);
     idle_cv_.wait(lock, [&] { return q_.empty() && !busy_; });
   }
   recorder::EventTimer& events() override { return *this; }
+  void when_reached(std::function<void()> fn) override { push({Item::callback, 0, nullptr, std::move(fn)}); }
   float* host_grads() override { return grads_.data(); }
   std::size_t grad_floats() const override { return grads_.size(); }
 
@@ -48,8 +50,8 @@ public:
     stamps_[2 * p + 1].store(0);
     return p;
   }
-  void record_begin(int p) override { push({Item::event, 0, &stamps_[2 * p]}); }
-  void record_end(int p) override { push({Item::event, 0, &stamps_[2 * p + 1]}); }
+  void record_begin(int p) override { push({Item::event, 0, &stamps_[2 * p], {}}); }
+  void record_end(int p) override { push({Item::event, 0, &stamps_[2 * p + 1], {}}); }
   std::optional<double> query(int p) override {
     const std::int64_t b = stamps_[2 * p].load(std::memory_order_acquire);
     const std::int64_t e = stamps_[2 * p + 1].load(std::memory_order_acquire);
@@ -60,9 +62,10 @@ public:
 
 private:
   struct Item {
-    enum Kind { work, event } kind;
+    enum Kind { work, event, callback } kind;
     std::int64_t ns;
     std::atomic<std::int64_t>* stamp;
+    std::function<void()> fn;
   };
 
   void push(Item item) {
@@ -81,7 +84,7 @@ private:
         std::unique_lock lock(m_);
         cv_.wait(lock, [&] { return stop_ || !q_.empty(); });
         if (stop_ && q_.empty()) return;
-        item = q_.front();
+        item = std::move(q_.front());
         q_.pop_front();
         busy_ = true;
       }
@@ -89,8 +92,10 @@ private:
       if (item.kind == Item::work) {
         free_at = std::max(now, free_at) + item.ns;
         inject::precise_sleep_until(free_at, spin_ns_);
-      } else {
+      } else if (item.kind == Item::event) {
         item.stamp->store(std::max(now, free_at), std::memory_order_release);
+      } else {
+        item.fn();  // everything queued before it has finished
       }
       {
         std::lock_guard lock(m_);

@@ -13,6 +13,7 @@
 namespace sf::sim {
 
 /// Collectives on the host gradient buffer over a duplicate of `parent` (collective call).
+/// Bucketed sync runs on a comm thread (MPI_Iallreduce): MPI must provide MPI_THREAD_SERIALIZED.
 std::unique_ptr<Comm> make_mpi_comm(MPI_Comm parent);
 /// NCCL on device buffers (CUDA+NCCL builds with a CUDA device). Detects the library version;
 /// several ranks on one GPU need NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (set here where

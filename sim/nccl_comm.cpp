@@ -14,6 +14,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace sf::sim {
 
@@ -32,6 +33,10 @@ void close_nccl(ncclComm_t c) noexcept {
   SF_NCCL_CHECK_NOEXCEPT(ncclCommDestroy(c));
 }
 using NcclOwner = check::Owner<ncclComm_t, close_nccl>;
+void destroy_stream(cudaStream_t s) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaStreamDestroy(s)); }
+void destroy_event(cudaEvent_t e) noexcept { SF_CUDA_CHECK_NOEXCEPT(cudaEventDestroy(e)); }
+using StreamOwner = check::Owner<cudaStream_t, destroy_stream>;
+using EventOwner = check::Owner<cudaEvent_t, destroy_event>;
 
 class NcclComm final : public Comm {
 public:
@@ -83,10 +88,55 @@ public:
     }
     owner_ = NcclOwner(comm_);
     name_ = "nccl " + version_string(version) + (shared_gpu ? " (multi-rank per GPU)" : "");
+    cudaStream_t cs = nullptr;
+    SF_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    comm_stream_owner_ = StreamOwner(cs);
+    comm_stream_ = cs;
     return "";
   }
 
   std::string name() const override { return name_; }
+  int size() const override { return size_; }
+
+  // DDP on a comm stream: the comm stream waits for the event that marks the bucket's backward
+  // compute on the compute stream, then runs the bucket's collective; backward compute goes on
+  // meanwhile. Event pairs around each collective time it on the device (waiting for peers
+  // included); an injected late entry is a spin on the comm stream before the pair.
+  void start_bucket(Device& d, std::size_t offset, std::size_t count, BucketOp op, double entry_delay_s) override {
+    if (offset + count > d.grad_floats()) throw std::invalid_argument("bucket outside the gradient buffer");
+    if (op == BucketOp::reduce_scatter && count % static_cast<std::size_t>(size_) != 0)
+      throw std::invalid_argument("reduce-scatter bucket not a multiple of the world size");
+    const std::size_t k = started_++;
+    while (events_.size() < 3 * (k + 1)) events_.push_back(make_event());
+    cudaEvent_t ready = events_[3 * k].get(), begin = events_[3 * k + 1].get(), end = events_[3 * k + 2].get();
+    SF_CUDA_CHECK(cudaEventRecord(ready, cuda_stream_of(d)));
+    SF_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready, 0));
+    if (entry_delay_s > 0) SF_CUDA_CHECK(cuda::launch_spin(comm_stream_, static_cast<unsigned long long>(entry_delay_s * 1e9)));
+    SF_CUDA_CHECK(cudaEventRecord(begin, comm_stream_));
+    float* g = cuda_grads_of(d) + offset;
+    if (op == BucketOp::allreduce) {
+      check(ncclAllReduce(g, g, count, ncclFloat, ncclSum, comm_, comm_stream_), "ncclAllReduce");
+    } else {
+      const std::size_t n = count / static_cast<std::size_t>(size_);
+      check(ncclReduceScatter(g, g + static_cast<std::size_t>(rank_) * n, n, ncclFloat, ncclSum, comm_, comm_stream_),
+            "ncclReduceScatter");
+    }
+    SF_CUDA_CHECK(cudaEventRecord(end, comm_stream_));
+  }
+
+  double wait_buckets(Device& d) override {
+    wait_on(comm_stream_);
+    double inside = 0;
+    for (std::size_t k = 0; k < started_; ++k) {
+      float ms = 0;
+      SF_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[3 * k + 1].get(), events_[3 * k + 2].get()));
+      inside += ms * 1e-3;
+    }
+    // Kernels queued later (the optimizer) see the reduced gradients.
+    if (started_ > 0) SF_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream_of(d), events_[3 * (started_ - 1) + 2].get(), 0));
+    started_ = 0;
+    return inside;
+  }
 
   void allreduce(Device& d) override {
     float* g = cuda_grads_of(d);
@@ -133,11 +183,19 @@ private:
     if (r != ncclSuccess) fail(std::string(call) + ": " + ncclGetErrorString(r));
   }
 
+  static EventOwner make_event() {
+    cudaEvent_t e = nullptr;
+    SF_CUDA_CHECK(cudaEventCreate(&e));
+    return EventOwner(e);
+  }
+
   /// The host waits for the collective as a trainer does, polling for asynchronous errors.
-  void wait_stream(Device& d) {
+  void wait_stream(Device& d) { wait_on(cuda_stream_of(d)); }
+
+  void wait_on(cudaStream_t stream) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kTimeoutS);
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(cuda_stream_of(d));
+      const cudaError_t q = cudaStreamQuery(stream);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) fail(std::string("stream: ") + cudaGetErrorString(q));
       ncclResult_t async = ncclSuccess;
@@ -165,6 +223,10 @@ private:
   Device& device_;
   recorder::CommOwner mpi_owner_;
   NcclOwner owner_;
+  StreamOwner comm_stream_owner_;
+  cudaStream_t comm_stream_ = nullptr;
+  std::vector<EventOwner> events_;  // per started bucket: ready, begin, end
+  std::size_t started_ = 0;
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

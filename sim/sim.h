@@ -12,9 +12,11 @@
 #include "sf/recorder/recorder.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sf::sim {
@@ -41,6 +43,15 @@ public:
   virtual std::size_t grad_floats() const = 0;
   virtual void grads_to_host() {}
   virtual void grads_from_host() {}
+  /// Runs `fn` once the work queued so far has finished (a host callback in stream order, like
+  /// cudaLaunchHostFunc): how a bucket's gradients announce that backward has produced them.
+  /// `fn` runs on a device-owned thread and must only hand work over (no device calls).
+  virtual void when_reached(std::function<void()> fn) = 0;
+  /// Copies grads[offset, offset + count) between the device buffer and the host mirror, for a
+  /// host-side collective on one bucket (no-ops where the gradients live in host memory).
+  /// Called from the comm backend's thread; returns when the copy is complete.
+  virtual void bucket_to_host(std::size_t /*offset*/, std::size_t /*count*/) {}
+  virtual void bucket_from_host(std::size_t /*offset*/, std::size_t /*count*/) {}
 };
 
 /// Host-stream model: a worker thread per rank executes queued items in order, each item ending
@@ -63,6 +74,8 @@ std::vector<SpinCalibration> cuda_spin_calibration(Device& device, const std::ve
 
 // ---- comm backends ----------------------------------------------------------------------------
 
+enum class BucketOp { allreduce, reduce_scatter };
+
 class Comm {
 public:
   virtual ~Comm() = default;
@@ -71,28 +84,119 @@ public:
   virtual void allgather(Device& d) = 0;        ///< sharded forward: gather parameter shards
   virtual void reduce_scatter(Device& d) = 0;   ///< sharded backward: reduce and scatter grads
   virtual void barrier() = 0;
+
+  // Bucketed gradient sync (the DDP-like step): each bucket's collective is launched as backward
+  // produces the bucket, the collectives run while backward compute goes on, and the host waits
+  // for the last one before the optimizer.
+
+  /// Reduces grads[offset, offset + count) once the device work queued so far has finished (the
+  /// bucket's gradients are ready); returns at once. Buckets are reduced in the order started,
+  /// one after the other on the rank's comm engine (an MPI comm thread with MPI_Iallreduce, or a
+  /// NCCL comm stream). `entry_delay_s` > 0 holds this rank's entry into the collective back
+  /// (the comm_delay fault: later buckets queue behind it). reduce_scatter keeps this rank's
+  /// 1/size of the bucket (count must be a multiple of the world size).
+  virtual void start_bucket(Device& d, std::size_t offset, std::size_t count, BucketOp op, double entry_delay_s) = 0;
+  /// Blocks until every started bucket is reduced. Returns the seconds this rank spent inside
+  /// bucket collectives (time with at least one of them in flight, waiting for peers included):
+  /// the step's sync-wait side evidence.
+  virtual double wait_buckets(Device& d) = 0;
+  virtual int size() const = 0;  ///< ranks in the communicator
 };
 
 
 // ---- the synthetic step -----------------------------------------------------------------------
 
-/// Base costs of the healthy step (milliseconds). The defaults give a ~195 ms, backward-dominant
-/// step with the paper's proportions (data 12 ms main-process wait, forward 36 ms host with 25 ms
-/// of overlapped device work, backward 125 ms of device work behind 15 ms of launches, callbacks
-/// 5 ms, optimizer 10 ms), so a 120 ms data tail leads the frontier with a two-stage candidate set
-/// as in the paper's Table 4.
+/// Base costs of the healthy step (milliseconds). Where the numbers come from is a cost profile's
+/// business (cost_profiles()); the member defaults are the `paper-like` profile's.
 struct StageCosts {
-  double data_ms = 12, loader_ms = 4, fwd_host_ms = 36, fwd_device_ms = 25, bwd_host_ms = 15,
-         bwd_device_ms = 125, callbacks_ms = 5, optim_ms = 10;
+  double data_ms = 1.2, loader_ms = 4, fwd_host_ms = 20, fwd_device_ms = 65, bwd_host_ms = 15,
+         bwd_device_ms = 127, callbacks_ms = 3.6, optim_ms = 8;
   /// Every cost multiplied by f (--cost-scale).
   StageCosts scaled(double f) const {
     return {data_ms * f, loader_ms * f, fwd_host_ms * f, fwd_device_ms * f, bwd_host_ms * f, bwd_device_ms * f,
             callbacks_ms * f, optim_ms * f};
   }
+  /// Backward (device compute and host launches) multiplied by f (--backward-scale).
+  StageCosts backward_scaled(double f) const {
+    StageCosts c = *this;
+    c.bwd_host_ms *= f;
+    c.bwd_device_ms *= f;
+    return c;
+  }
 };
 
-struct WorkloadConfig {
+/// How the gradients are synchronised: one blocking collective after backward (`single`, the
+/// step the paper's comparison was built on), or DDP's buckets launched as backward produces them
+/// and overlapping its compute (`bucketed`).
+enum class SyncMode { single, bucketed };
+std::string_view to_string(SyncMode m);
+std::optional<SyncMode> sync_mode_from_string(std::string_view s);
+
+/// The gradient buffer and its buckets. PyTorch DDP's rule (a small first bucket, then buckets of
+/// at most bucket_cap_mib, filled in the order backward produces gradients) is applied to a model
+/// of model_mib; every bucket is then scaled by grad_mib / model_mib, the bytes actually reduced.
+/// With grad_mib == model_mib the layout is literal (real buffer sizes).
+struct GradientLayout {
+  double grad_mib = 4;           ///< float32 gradient bytes reduced per step (MiB)
+  double model_mib = 97.5;       ///< model whose layout is imitated (ResNet-50: 25.6 M parameters)
+  double bucket_cap_mib = 25;    ///< torch DDP bucket_cap_mb
+  double first_bucket_mib = 1;   ///< torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+};
+std::string validate(const GradientLayout& l);
+/// Floats per bucket in production order (the bucket backward fills first comes first); each a
+/// multiple of `multiple` (the world size for reduce-scatter), at least one multiple each.
+std::vector<std::size_t> bucket_floats(const GradientLayout& l, std::size_t multiple = 1);
+/// Total floats of bucket_floats(l, multiple).
+std::size_t total_grad_floats(const GradientLayout& l, std::size_t multiple = 1);
+
+/// Cost variation a seed controls, so that seeds are replicates: every cost of every rank and
+/// step is multiplied by a lognormal factor exp(jitter_sigma · z), z ~ N(0, 1) (median 1), and
+/// by the rank's own factor (heterogeneity): none; lognormal — exp(rank_sigma · z_rank) per rank;
+/// two_tier — half the ranks (drawn from the seed) run (1 + rank_sigma) times slower.
+enum class Heterogeneity { none, lognormal, two_tier };
+std::string_view to_string(Heterogeneity h);
+std::optional<Heterogeneity> heterogeneity_from_string(std::string_view s);
+struct Variation {
+  double jitter_sigma = 0;
+  Heterogeneity heterogeneity = Heterogeneity::none;
+  double rank_sigma = 0;
+};
+std::string validate(const Variation& v);
+/// The rank's persistent cost factor (1 without heterogeneity).
+double rank_factor(const Variation& v, std::uint64_t seed, int rank);
+/// The costs a rank pays in a step: base × rank factor × per-cost jitter. Counter-based draws
+/// from (seed, rank, step, cost) only, so `run` and `sim` draw the same numbers in any order.
+StageCosts draw_costs(const StageCosts& base, const Variation& v, std::uint64_t seed, int rank, std::int64_t step);
+
+/// The model's transport (`sim` only; `run` pays what the real transport costs): a bucket of b
+/// bytes over R ranks takes latency_us · ceil(log2 R) + 2 (R − 1) / R · b / bandwidth (ring).
+struct CommModel {
+  double latency_us = 50;
+  double gib_per_s = 2;
+  double seconds(double bytes, int ranks) const;
+};
+
+/// A named set of stage costs, gradient layout, jitter and transport, with where it comes from.
+struct CostProfile {
+  std::string name;
+  std::string origin;   ///< one paragraph: the measurement or the source of every number
   StageCosts costs;
+  GradientLayout layout;
+  Variation variation;
+  CommModel comm;
+};
+const std::vector<CostProfile>& cost_profiles();
+/// nullptr when unknown.
+const CostProfile* find_profile(std::string_view name);
+inline constexpr std::string_view kDefaultProfile = "paper-like";
+
+struct WorkloadConfig {
+  std::string profile = std::string(kDefaultProfile);  ///< name, for result files
+  StageCosts costs;
+  SyncMode sync_mode = SyncMode::bucketed;
+  GradientLayout layout;
+  Variation variation;
+  std::uint64_t seed = 1;     ///< draws the per-rank and per-step cost variation
   int accumulation = 1;       ///< microsteps per step; only the last one synchronizes (no_sync)
   bool sharded = false;       ///< all-gather in forward, reduce-scatter in backward
   bool prefetch = true;       ///< background loader thread
@@ -127,6 +231,8 @@ public:
 private:
   class Loader;
   void host(double seconds) const { inject::host_delay(seconds, cfg_.spin_ns); }
+  /// The last microstep's backward: compute and the gradient synchronisation of cfg_.sync_mode.
+  void backward_sync(std::int64_t step, const StageCosts& c, double inv, recorder::Recorder* rec);
   WorkloadConfig cfg_;
   const inject::FaultPlan& plan_;
   Device& device_;
@@ -134,6 +240,7 @@ private:
   int rank_;
   StageIndex idx_;
   std::unique_ptr<Loader> loader_;
+  std::vector<std::size_t> buckets_;  ///< floats per gradient bucket, in production order
   bool have_batch_ = false;
 };
 
@@ -150,11 +257,15 @@ struct ModelConfig {
   int every = 1;
   int ranks = 1024;
   int steps = 100;
-  std::uint64_t seed = 1;
-  double jitter = 0.03;                   ///< lognormal sigma applied to every stage cost
+  std::uint64_t seed = 1;                 ///< target rank and cost variation
   double event_q = 0;                     ///< sampled fraction of steps with a forward event
   bool sync_callbacks = false;
+  std::string profile = std::string(kDefaultProfile);  ///< name, for result files
   StageCosts costs;
+  SyncMode sync_mode = SyncMode::bucketed;
+  GradientLayout layout;
+  Variation variation;
+  CommModel comm;
 };
 std::string validate(const ModelConfig& cfg);
 inject::FaultPlan model_plan(const ModelConfig& cfg);

@@ -28,6 +28,9 @@ std::string validate(const RunConfig& cfg) {
       cfg.telemetry_fault_rank == 0)
     return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
+  if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (const auto v = sim::validate(cfg.workload.layout); !v.empty()) return v;
+  if (const auto v = sim::validate(cfg.workload.variation); !v.empty()) return v;
   return "";
 }
 

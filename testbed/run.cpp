@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +16,39 @@ namespace sf::testbed {
 using nlohmann::ordered_json;
 
 namespace {
+
+ordered_json costs_json(const sim::StageCosts& c) {
+  return {{"data", c.data_ms},         {"loader", c.loader_ms},         {"fwd_host", c.fwd_host_ms},
+          {"fwd_device", c.fwd_device_ms}, {"bwd_host", c.bwd_host_ms}, {"bwd_device", c.bwd_device_ms},
+          {"callbacks", c.callbacks_ms}, {"optim", c.optim_ms}};
+}
+
+/// What the step's gradient synchronisation costs on this transport with nothing to hide it
+/// behind: the whole gradient, in the run's own sync mode, five times after a barrier; the median
+/// (rank 0's clock). The yardstick for how much of it backward hides.
+double measure_comm_alone(const RunConfig& cfg, sim::Device& device, sim::Comm& comm, MPI_Comm world, int size) {
+  const auto buckets = sim::bucket_floats(cfg.workload.layout, cfg.workload.sharded ? static_cast<std::size_t>(size) : 1);
+  const sim::BucketOp op = cfg.workload.sharded ? sim::BucketOp::reduce_scatter : sim::BucketOp::allreduce;
+  std::vector<double> ms;
+  for (int k = 0; k < 5; ++k) {
+    SF_MPI_CHECK(MPI_Barrier(world));
+    const std::int64_t t0 = inject::monotonic_ns();
+    if (cfg.workload.sync_mode == sim::SyncMode::single) {
+      if (cfg.workload.sharded) comm.reduce_scatter(device);
+      else comm.allreduce(device);
+    } else {
+      std::size_t offset = 0;
+      for (auto n : buckets) {
+        comm.start_bucket(device, offset, n, op, 0.0);
+        offset += n;
+      }
+      comm.wait_buckets(device);
+    }
+    ms.push_back(static_cast<double>(inject::monotonic_ns() - t0) * 1e-6);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
 
 /// The run on every rank of `world` (MPI initialised).
 int run_world(const RunConfig& cfg_in, MPI_Comm world) {
@@ -29,6 +63,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     cfg.spin_us = static_cast<unsigned>(size) <= cores ? 100 : 0;
   }
   cfg.workload.spin_ns = static_cast<std::int64_t>(cfg.spin_us * 1e3);
+  cfg.workload.seed = cfg.seed;  // the seed draws the target and every cost of every rank and step
   auto fail = [&](const std::string& msg) {
     if (rank == 0) std::fprintf(stderr, "sf-testbed run: %s\n", msg.c_str());
     return 2;
@@ -68,6 +103,25 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   if (cfg.overhead_pairs > 0) return detail::run_overhead(run_cfg, world, plan, b, rank, size);
 
+  sim::Workload work(run_cfg.workload, plan, *b.device, *b.comm, rank);
+  const double comm_alone_ms = measure_comm_alone(run_cfg, *b.device, *b.comm, world, size);
+
+  // The healthy reference: steps −K..−1, before any fault can be active (onset >= 0), recorded on
+  // a recorder of their own (plain transport, no telemetry fault), after two unrecorded steps.
+  std::optional<formats::Window> reference;
+  if (cfg.reference_steps > 0 && cfg.recorder != RecorderMode::off) {
+    const int K = cfg.reference_steps;
+    auto ref_transport = recorder::make_mpi_transport(world);
+    recorder::Recorder ref_rec(detail::recorder_config(run_cfg, -K, K), *ref_transport, nullptr,
+                               [&](formats::Window&& w, int) { reference = std::move(w); });
+    SF_MPI_CHECK(MPI_Barrier(world));
+    for (std::int64_t t = -K - 2; t < 0; ++t) {
+      work.step(t, t < -K ? nullptr : &ref_rec);
+      ref_rec.safe_point();
+    }
+    ref_rec.finish();
+  }
+
   const int window = cfg.window > 0 ? cfg.window : cfg.steps;
   auto rc = detail::recorder_config(run_cfg, cfg.warmup, window);
   if (cfg.telemetry_fault == inject::TelemetryFault::schema_mismatch && rank == cfg.telemetry_fault_rank)
@@ -95,7 +149,6 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
   };
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
-  sim::Workload work(run_cfg.workload, plan, *b.device, *b.comm, rank);
 
   SF_MPI_CHECK(MPI_Barrier(world));
   for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
@@ -121,6 +174,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   // ---- rank 0: verdict against the injected truth ----
   const auto truth = inject::truth(plan);
+  const auto buckets = sim::bucket_floats(cfg.workload.layout, cfg.workload.sharded ? static_cast<std::size_t>(size) : 1);
   ordered_json result = provenance_json("sf.run/1", cfg.argv, cfg.commit);
   result["config"] = {{"scenario", cfg.scenario},
                       {"delay_ms", plan.delay_ms},
@@ -137,10 +191,25 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"sharded", cfg.workload.sharded},
                       {"fetch_ahead", cfg.workload.fetch_ahead},
                       {"sync_callbacks", run_cfg.workload.sync_callbacks},
+                      {"profile", cfg.workload.profile},
+                      {"sync_mode", sim::to_string(cfg.workload.sync_mode)},
+                      {"grad_mib", cfg.workload.layout.grad_mib},
+                      {"layout", {{"model_mib", cfg.workload.layout.model_mib},
+                                  {"bucket_cap_mib", cfg.workload.layout.bucket_cap_mib},
+                                  {"first_bucket_mib", cfg.workload.layout.first_bucket_mib}}},
+                      {"bucket_floats", buckets},
+                      {"costs_ms", costs_json(cfg.workload.costs)},
+                      {"jitter_sigma", cfg.workload.variation.jitter_sigma},
+                      {"heterogeneity", sim::to_string(cfg.workload.variation.heterogeneity)},
+                      {"rank_sigma", cfg.workload.variation.rank_sigma},
+                      {"reference_steps", cfg.reference_steps},
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
                       {"gather_deadline_s", cfg.gather_deadline_s}};
   result["truth"] = truth_json(truth);
-  result["measured"] = {{"steps_completed_min", min_completed}, {"rank0_elapsed_s", elapsed_s}, {"vm_steal_fraction", steal}};
+  result["measured"] = {{"steps_completed_min", min_completed},
+                        {"rank0_elapsed_s", elapsed_s},
+                        {"vm_steal_fraction", steal},
+                        {"comm_alone_ms", comm_alone_ms}};
   result["backend_notes"] = b.notes;
 
   int exit_code = 0;
@@ -158,6 +227,16 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                 b.device->name().c_str(), std::string(recorder_mode_name(cfg.recorder)).c_str(),
                 cfg.recorder == RecorderMode::event ? (" (q " + std::to_string(cfg.event_q).substr(0, 4) + ")").c_str() : "");
   table += line;
+  std::snprintf(line, sizeof line, "# step: profile %s  sync %s  %zu bucket(s), %.2f MiB of gradients  jitter %.3g  heterogeneity %s%s\n",
+                cfg.workload.profile.c_str(), std::string(sim::to_string(cfg.workload.sync_mode)).c_str(), buckets.size(),
+                cfg.workload.layout.grad_mib, cfg.workload.variation.jitter_sigma,
+                std::string(sim::to_string(cfg.workload.variation.heterogeneity)).c_str(),
+                cfg.workload.variation.heterogeneity == sim::Heterogeneity::none
+                    ? ""
+                    : (" (rank sigma " + std::to_string(cfg.workload.variation.rank_sigma).substr(0, 5) + ")").c_str());
+  table += line;
+  std::snprintf(line, sizeof line, "# gradient sync alone (no compute to hide it): %.2f ms, median of 5\n", comm_alone_ms);
+  table += line;
   if (!b.notes.empty()) table += "# note: " + b.notes + "\n";
   if (cfg.telemetry_fault != inject::TelemetryFault::none)
     table += "# telemetry fault injected: " + std::string(inject::to_string(cfg.telemetry_fault)) + " on rank " +
@@ -173,7 +252,21 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     const auto e = frontier::evaluate(all.matrix, cfg.label, all.telemetry);
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
     const auto [wall_sum, gap] = makespan_check(e, all.matrix);
-    const VerdictReport vr = verdict_report(plan, e, gap);
+    std::optional<frontier::Evidence> ref_e;
+    if (reference) ref_e = frontier::evaluate(reference->matrix, cfg.label, reference->telemetry);
+    const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr);
+    if (ref_e) {
+      std::snprintf(line, sizeof line, "# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
+                    ref_e->steps, ref_e->median_step_s * 1e3);
+      table += line;
+      auto& rj = result["reference"] = ordered_json::object();
+      rj["steps"] = ref_e->steps;
+      rj["median_step_s"] = ref_e->median_step_s;
+      rj["gather_ok"] = ref_e->gather_ok;
+      auto& adv = rj["advance_ms_per_step"] = ordered_json::object();
+      const auto per = advance_per_step(*ref_e);
+      for (std::size_t g = 0; g < per.size(); ++g) adv[ref_e->group_name(static_cast<int>(g))] = per[g] * 1e3;
+    }
     table += vr.truth_text + "#\n";
     table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))");
     std::snprintf(line, sizeof line,
@@ -228,7 +321,9 @@ int run(const RunConfig& cfg) {
   SF_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+    // SERIALIZED: the bucketed step's collectives run on a comm thread while the host thread
+    // makes no MPI call (sim/mpi_comm.cpp).
+    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
   }
   int rc = 0;
   try {

@@ -54,7 +54,10 @@ struct RunConfig {
   /// Microseconds of each host sleep spent spinning; < 0: 100 when the ranks do not outnumber
   /// the cores, else 0 (decided once the world size is known).
   double spin_us = -1;
-  std::size_t grad_floats = 4096;
+  /// Healthy steps recorded before the warm-up (step ids −K..−1, where no fault is active): the
+  /// reference that says how much of the injected delay reached the step and which stage took
+  /// it. 0: no reference.
+  int reference_steps = 6;
   // telemetry faults (injected on purpose; training must not notice)
   inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
   int telemetry_fault_rank = 1;
@@ -90,7 +93,49 @@ struct VerdictReport {
   std::string verdict_text;  ///< verdict, baseline and check lines
   nlohmann::ordered_json json;
 };
-VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap);
+/// `reference` (optional): the healthy reference window's evidence (same configuration, no
+/// fault); with it the verdict says how much of the delay reached the step and which stage took
+/// it, and can call a confident misroute.
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
+                             const frontier::Evidence* reference = nullptr);
+
+/// Per reporting group: advance seconds per scored step (the reference a verdict compares with).
+std::vector<double> advance_per_step(const frontier::Evidence& e);
+
+// ---- sensitivity of the detectability threshold (model-driven, no MPI) ---------------------------
+
+/// One setting of `experiment sensitivity`: the competing stage's cost, the jitter, the rank
+/// count and whether gradient sync overlaps backward.
+struct SensitivitySetting {
+  std::string scenario = "data_tail";
+  double backward_scale = 1;       ///< backward compute and launch costs × this
+  double jitter_sigma = 0.03;      ///< lognormal sigma per cost, rank and step
+  int ranks = 8;
+  sim::SyncMode sync_mode = sim::SyncMode::bucketed;
+  std::optional<double> comm_gib_s;  ///< the model transport's bandwidth; empty: the profile's
+};
+struct SensitivityOptions {
+  std::string profile = std::string(sim::kDefaultProfile);
+  std::vector<double> delays_ms;   ///< ascending grid the threshold is searched on
+  int seeds = 5;                   ///< seeds 1..seeds per delay
+  int min_hits = 4;                ///< a delay is detected when at least this many seeds route it
+  int steps = 40;
+  frontier::LabelConfig label;
+};
+struct SensitivityResult {
+  SensitivitySetting setting;
+  double median_step_ms = 0;       ///< healthy reference, median over seeds
+  double backward_advance_ms = 0;  ///< healthy backward advance per step (the competing stage)
+  /// Smallest grid delay from which every larger grid delay is routed top-1 (strict: a top-1
+  /// within eta_A of the runner-up is a tie, not a hit) / into the top-2 in >= min_hits seeds;
+  /// empty when the grid never gets there.
+  std::optional<double> threshold_top1_ms, threshold_top2_ms;
+  std::vector<int> top1, ties, top2, misroutes;  ///< per grid delay: seeds with that outcome
+};
+/// Runs the timeline model (sim::model_window) for every delay and seed of one setting and
+/// scores each window against its truth and a healthy reference of the same seed. Throws
+/// std::invalid_argument with one line on a bad profile or setting.
+SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySetting& s);
 
 /// The cross-check of the exposed makespan Σ_t F[t,S] against the slowest rank's measured step
 /// times Σ_t max_r wall[t,r]; gap = |exposed − wall sum| / exposed (0 when nothing is exposed).

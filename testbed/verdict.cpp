@@ -13,7 +13,19 @@ using nlohmann::ordered_json;
 namespace {
 
 ordered_json rule_json(const verify::RuleVerdict& v) {
-  return {{"top1", v.top1}, {"top2", v.top2}, {"candidate_hit", v.candidate_hit}, {"candidate_size", v.candidate_size}};
+  return {{"top1", v.top1},
+          {"top1_tie", v.top1_tie},
+          {"top2", v.top2},
+          {"candidate_hit", v.candidate_hit},
+          {"candidate_size", v.candidate_size}};
+}
+
+/// Fraction of the window's steps in which the plan is active on its first target.
+double active_fraction(const inject::FaultPlan& plan, const frontier::Evidence& e) {
+  if (plan.ranks.empty() || e.last_step < e.first_step) return 0.0;
+  std::int64_t on = 0;
+  for (std::int64_t t = e.first_step; t <= e.last_step; ++t) on += plan.active(plan.ranks.front(), t) ? 1 : 0;
+  return static_cast<double>(on) / static_cast<double>(e.last_step - e.first_step + 1);
 }
 
 /// The claim a run is checked against (--check), per scenario family.
@@ -65,11 +77,24 @@ ordered_json truth_json(const std::vector<inject::TruthRecord>& truth) {
   return a;
 }
 
-VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap) {
+std::vector<double> advance_per_step(const frontier::Evidence& e) {
+  std::vector<double> out(e.advances_s.size(), 0.0);
+  if (e.steps > 0)
+    for (std::size_t g = 0; g < out.size(); ++g) out[g] = e.advances_s[g] / e.steps;
+  return out;
+}
+
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
+                             const frontier::Evidence* reference) {
   const auto& scenario = *plan.scenario;
   const auto truth = inject::truth(plan);
   VerdictReport out;
-  out.verdict = verify::score(e, {scenario.stage, plan.ranks, scenario.should_route});
+  verify::Expected x{scenario.stage, plan.ranks, scenario.should_route};
+  x.delay_s = plan.delay_ms * 1e-3;
+  x.active_fraction = active_fraction(plan, e);
+  x.eta_a = e.config.eta_a;
+  if (reference && reference->schema == e.schema && reference->steps > 0) x.reference_advance_s = advance_per_step(*reference);
+  out.verdict = verify::score(e, x);
   const auto& v = out.verdict;
   const Claim claim = check_claim(scenario, e, v, makespan_gap);
   out.claim_pass = claim.pass;
@@ -86,9 +111,21 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   out.truth_text += "\n";
   std::string& t = out.verdict_text;
   if (!truth.empty()) {
-    std::snprintf(line, sizeof line, "# verdict: top-1 %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (suspect %d, %s)\n",
-                  yn(v.frontier.top1), yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size,
-                  yn(v.rank_hit), e.suspect.rank, e.suspect.basis.c_str());
+    std::snprintf(line, sizeof line,
+                  "# verdict: %s  top-1 %s  tie %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (suspect %d, %s)\n",
+                  std::string(verify::to_string(v.outcome)).c_str(), yn(v.frontier.top1), yn(v.frontier.top1_tie),
+                  yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size, yn(v.rank_hit),
+                  e.suspect.rank, e.suspect.basis.c_str());
+    t += line;
+    const std::string absorbed = v.absorbed_group >= 0 ? e.group_name(v.absorbed_group) : std::string("-");
+    if (v.absorbed_basis == "reference")
+      std::snprintf(line, sizeof line,
+                    "# delay: %.1f ms/step of %.1f injected reached the step (healthy reference); %s took %.0f%% of it%s\n",
+                    v.exposed_s * 1e3, plan.delay_ms * x.active_fraction, absorbed.c_str(), v.absorbed_share * 100,
+                    v.misroute ? " — a confident misroute" : "");
+    else
+      std::snprintf(line, sizeof line, "# delay: no healthy reference; top stage %s (share %.3f)\n", absorbed.c_str(),
+                    v.absorbed_share);
     t += line;
     t += "# baselines top-1/top-2:";
     for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
@@ -100,8 +137,19 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
 
   auto& j = out.json;
   j["expected"] = {{"stage", scenario.stage}, {"ranks", plan.ranks}, {"should_route", scenario.should_route}};
+  j["outcome"] = verify::to_string(v.outcome);
   j["frontier"] = rule_json(v.frontier);
   j["rank_hit"] = v.rank_hit;
+  j["misroute"] = v.misroute;
+  j["absorbed"] = {{"stage", v.absorbed_group >= 0 ? ordered_json(e.group_name(v.absorbed_group)) : ordered_json(nullptr)},
+                   {"share", v.absorbed_share},
+                   {"basis", v.absorbed_basis},
+                   {"exposed_ms_per_step", v.exposed_s >= 0 ? ordered_json(v.exposed_s * 1e3) : ordered_json(nullptr)},
+                   {"injected_ms_per_step", plan.delay_ms * x.active_fraction}};
+  if (!x.reference_advance_s.empty()) {
+    auto& ref = j["reference_ms_per_step"] = ordered_json::object();
+    for (std::size_t g = 0; g < x.reference_advance_s.size(); ++g) ref[e.group_name(static_cast<int>(g))] = x.reference_advance_s[g] * 1e3;
+  }
   j["suspect"] = {{"rank", e.suspect.rank}, {"basis", e.suspect.basis}};
   auto& bls = j["baselines"] = ordered_json::object();
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)

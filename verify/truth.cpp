@@ -10,28 +10,58 @@ using frontier::Evidence;
 
 namespace {
 
+/// One rule's view: `order` ranks the groups, `share` normalises their scores. A top-1 within
+/// η_A of the runner-up is a tie (the labeler's co-critical rule), counted apart from top-1.
 RuleVerdict rule_verdict(const std::vector<int>& order, const std::vector<double>& score,
-                         const std::vector<int>& candidates, int g) {
+                         const std::vector<double>& share, const std::vector<int>& candidates, int g, double eta_a) {
   RuleVerdict v;
   v.candidate_size = static_cast<int>(candidates.size());
   if (g < 0) return v;
   // A stage with zero score is not "among the top" even if the list is short.
-  v.top1 = !order.empty() && order[0] == g && score[g] > 0;
-  v.top2 = v.top1 || (order.size() > 1 && order[1] == g && score[g] > 0);
+  const bool first = !order.empty() && order[0] == g && score[g] > 0;
+  const bool second = order.size() > 1 && order[1] == g && score[g] > 0;
+  v.top2 = first || second;
+  const double margin = order.size() > 1 ? share[order[0]] - share[order[1]] : share.empty() ? 0.0 : share[order[0]];
+  const bool tied = order.size() > 1 && score[order[1]] > 0 && margin <= eta_a;
+  v.top1_tie = v.top2 && tied;
+  v.top1 = first && !tied;
   v.candidate_hit = std::find(candidates.begin(), candidates.end(), g) != candidates.end();
   return v;
 }
 
+std::vector<double> normalised(const std::vector<double>& score) {
+  double total = 0;
+  for (double x : score) total += std::max(0.0, x);
+  std::vector<double> out(score.size(), 0.0);
+  if (total > 0)
+    for (std::size_t i = 0; i < score.size(); ++i) out[i] = std::max(0.0, score[i]) / total;
+  return out;
+}
+
 }  // namespace
+
+std::string_view to_string(Outcome o) {
+  switch (o) {
+    case Outcome::top1: return "top1";
+    case Outcome::tie: return "tie";
+    case Outcome::top2: return "top2";
+    case Outcome::unrouted: return "unrouted";
+    case Outcome::misrouted: return "misrouted";
+    case Outcome::routed: return "routed";
+  }
+  return "?";
+}
 
 Verdict score(const Evidence& e, const Expected& x) {
   Verdict v;
   const auto g = e.schema.group_index(x.stage);
   const int gi = g ? *g : -1;
-  v.frontier = rule_verdict(e.share_order, e.advances_s, e.routing_set, gi);
+  const int G = e.schema.group_count();
+  const std::vector<double> share = normalised(e.advances_s);
+  v.frontier = rule_verdict(e.share_order, e.advances_s, share, e.routing_set, gi, x.eta_a);
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i) {
     const auto& rs = e.baselines.rules[i];
-    v.baselines[i] = rule_verdict(rs.order, rs.score, rs.candidates, gi);
+    v.baselines[i] = rule_verdict(rs.order, rs.score, normalised(rs.score), rs.candidates, gi, x.eta_a);
   }
   // The rank the evidence names for the injected stage (the headline suspect when it has none).
   int named = e.suspect.rank;
@@ -39,6 +69,47 @@ Verdict score(const Evidence& e, const Expected& x) {
     if (s.group == gi) named = s.rank;
   v.rank_hit = named >= 0 && std::find(x.ranks.begin(), x.ranks.end(), named) != x.ranks.end();
   v.routed = v.frontier.candidate_hit;
+
+  // Where the injected delay went: each group's advance per step above the healthy reference.
+  const int top = e.share_order.empty() ? -1 : e.share_order[0];
+  const bool top_confident =
+      top >= 0 && (e.share_order.size() < 2 || share[top] - share[e.share_order[1]] > x.eta_a);
+  if (static_cast<int>(x.reference_advance_s.size()) == G && e.steps > 0) {
+    std::vector<double> excess(G, 0.0);
+    double sum = 0;
+    for (int k = 0; k < G; ++k) {
+      excess[k] = std::max(0.0, e.advances_s[k] / e.steps - x.reference_advance_s[k]);
+      sum += excess[k];
+    }
+    v.exposed_s = sum;
+    v.absorbed_basis = "reference";
+    if (sum > 0) {
+      v.absorbed_group = static_cast<int>(std::max_element(excess.begin(), excess.end()) - excess.begin());
+      v.absorbed_share = excess[v.absorbed_group] / sum;
+    }
+    // A confident misroute: at least half the delay reached the step, most of it went to one
+    // other stage, and the frontier names that stage first by more than the tie tolerance.
+    const double expected = x.delay_s * x.active_fraction;
+    v.misroute = gi >= 0 && expected > 0 && sum >= 0.5 * expected && v.absorbed_group != gi &&
+                 v.absorbed_share >= 0.5 && v.absorbed_group == top && top_confident &&
+                 (x.should_route ? !v.frontier.top2 : true);
+  } else if (top >= 0) {
+    v.absorbed_basis = "top_share";
+    v.absorbed_group = top;
+    v.absorbed_share = share[top];
+  } else {
+    v.absorbed_basis = "none";
+  }
+
+  if (x.should_route) {
+    v.outcome = v.frontier.top1 ? Outcome::top1
+                : v.frontier.top1_tie ? Outcome::tie
+                : v.frontier.top2 ? Outcome::top2
+                : v.misroute ? Outcome::misrouted
+                             : Outcome::unrouted;
+  } else {
+    v.outcome = v.routed ? Outcome::routed : v.misroute ? Outcome::misrouted : Outcome::unrouted;
+  }
   return v;
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sf::verify {
@@ -161,18 +162,41 @@ struct Expected {
   std::string stage;        ///< reporting group of the injected stage ("" for no fault)
   std::vector<int> ranks;   ///< injected ranks
   bool should_route = true; ///< false for host-only controls that must stay unrouted
+  double delay_s = 0;       ///< injected per affected step
+  double active_fraction = 1;  ///< fraction of the window's steps the fault is active in
+  /// Per reporting group: seconds per step of the same step without the fault (a healthy
+  /// reference window); empty when unknown. Where the injected delay went is measured against it.
+  std::vector<double> reference_advance_s{};
+  double eta_a = 0.05;      ///< share tie tolerance (the labeler's η_A)
 };
 
 struct RuleVerdict {
-  bool top1 = false, top2 = false, candidate_hit = false;
+  bool top1 = false;       ///< first, ahead of the runner-up by more than η_A of share
+  bool top1_tie = false;   ///< among the first two and within η_A of each other: a tie, not a top-1
+  bool top2 = false, candidate_hit = false;
   int candidate_size = 0;
 };
+
+/// How one scored window ended, per row of a table. Positive scenarios: top1, tie, top2 (top-2
+/// only), misrouted (the delay went, confidently, to another stage), unrouted. Controls (must
+/// stay unrouted): unrouted (correct), routed (the injected stage is in the routing set),
+/// misrouted (the delay was exposed and confidently routed to another stage).
+enum class Outcome { top1, tie, top2, unrouted, misrouted, routed };
+std::string_view to_string(Outcome o);
 
 struct Verdict {
   RuleVerdict frontier;
   RuleVerdict baselines[std::size(frontier::kBaselineRules)];
   bool rank_hit = false;
   bool routed = false;  ///< stage in the frontier routing set
+  // Where the injected delay went.
+  int absorbed_group = -1;        ///< the group that took most of it (−1: nothing exposed / unknown)
+  double absorbed_share = 0;      ///< that group's part of the exposed excess (its frontier share
+                                  ///< when there is no reference)
+  double exposed_s = -1;          ///< Σ_g max(0, advance_g − reference_g) per step; −1: no reference
+  std::string absorbed_basis;     ///< "reference" | "top_share" | "none"
+  bool misroute = false;          ///< exposed (≥ half the delay) and confidently routed elsewhere
+  Outcome outcome = Outcome::unrouted;
 };
 Verdict score(const frontier::Evidence& e, const Expected& x);
 

@@ -19,7 +19,7 @@ ALLOWED = {
     "recorder": {"check", "formats", "frontier"},
     "sim": {"check", "recorder", "inject", "formats", "frontier"},
     "testbed": {"check", "sim", "recorder", "inject", "formats", "frontier", "verify"},
-    "experiments": {"testbed", "formats", "verify", "frontier"},
+    "experiments": {"testbed", "sim", "formats", "verify", "frontier"},
     "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check"},
     "bench": {"frontier", "formats", "recorder", "verify"},
 }

@@ -1,5 +1,7 @@
 #include "sf/verify/verify.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 namespace v = sf::verify;
@@ -102,4 +104,77 @@ TEST(WindowBuilder, is_deterministic_and_does_what_its_spec_says) {
   const auto e = sf::frontier::evaluate(a);
   EXPECT_EQ(e.group_name(e.share_order[0]), "data.next_wait");
   EXPECT_EQ(e.suspect.rank, 4);
+}
+
+namespace {
+
+/// Evidence whose group advances (seconds over `steps` steps) are set by hand, ordered by them.
+sf::frontier::Evidence with_advances(std::vector<double> adv, int steps) {
+  const auto rows = v::sync_wait_fixture(1, 1);
+  auto e = sf::frontier::evaluate(rows[0].matrix);
+  adv.resize(e.advances_s.size(), 0.0);
+  e.advances_s = adv;
+  e.steps = steps;
+  e.share_order.resize(adv.size());
+  for (std::size_t i = 0; i < adv.size(); ++i) e.share_order[i] = static_cast<int>(i);
+  std::stable_sort(e.share_order.begin(), e.share_order.end(), [&](int a, int b) { return adv[a] > adv[b]; });
+  e.routing_set = {e.share_order[0], e.share_order[1]};
+  return e;
+}
+
+}  // namespace
+
+TEST(Truth, a_lead_within_eta_a_is_a_tie_not_a_top1) {
+  // Groups 0 and 1 at 1.00 and 0.95 s: shares 0.513 and 0.487, 0.026 apart (< eta_A 0.05).
+  auto e = with_advances({1.0, 0.95}, 10);
+  const std::string g0 = e.group_name(0);
+  v::Expected x{g0, {0}, true};
+  auto s = v::score(e, x);
+  EXPECT_FALSE(s.frontier.top1);
+  EXPECT_TRUE(s.frontier.top1_tie);
+  EXPECT_TRUE(s.frontier.top2);
+  EXPECT_EQ(s.outcome, v::Outcome::tie);
+  // The runner-up of a tie is tied too, not a plain top-2.
+  v::Expected second{e.group_name(1), {0}, true};
+  EXPECT_EQ(v::score(e, second).outcome, v::Outcome::tie);
+  // A clear lead is a top-1.
+  e = with_advances({1.0, 0.5}, 10);
+  s = v::score(e, x);
+  EXPECT_TRUE(s.frontier.top1);
+  EXPECT_FALSE(s.frontier.top1_tie);
+  EXPECT_EQ(s.outcome, v::Outcome::top1);
+  // With eta_A = 0 the narrow lead counts again.
+  e = with_advances({1.0, 0.95}, 10);
+  x.eta_a = 0;
+  EXPECT_EQ(v::score(e, x).outcome, v::Outcome::top1);
+}
+
+TEST(Truth, a_control_whose_delay_another_stage_took_is_a_misroute) {
+  // Reference: 0.10 / 0.05 / 0.02 s per step. The control injects 60 ms into group 2; the window
+  // shows group 0 at +60 ms per step and leading clearly: the delay went to group 0.
+  auto e = with_advances({(0.10 + 0.06) * 20, 0.05 * 20, 0.02 * 20}, 20);
+  std::vector<double> ref{0.10, 0.05, 0.02};
+  ref.resize(e.advances_s.size(), 0.0);  // one entry per reporting group
+  v::Expected x{e.group_name(2), {0}, false};
+  x.delay_s = 0.06;
+  x.reference_advance_s = ref;
+  auto s = v::score(e, x);
+  EXPECT_EQ(s.absorbed_basis, "reference");
+  EXPECT_EQ(s.absorbed_group, 0);
+  EXPECT_NEAR(s.absorbed_share, 1.0, 1e-9);
+  EXPECT_NEAR(s.exposed_s, 0.06, 1e-9);
+  EXPECT_TRUE(s.misroute);
+  EXPECT_EQ(s.outcome, v::Outcome::misrouted);
+  // The same window without a reference cannot call a misroute: it reports the top share only.
+  x.reference_advance_s.clear();
+  s = v::score(e, x);
+  EXPECT_FALSE(s.misroute);
+  EXPECT_EQ(s.absorbed_basis, "top_share");
+  EXPECT_EQ(s.outcome, v::Outcome::unrouted);
+  // A delay that mostly did not reach the step (10 of 60 ms) is no misroute either.
+  x.reference_advance_s = ref;
+  e = with_advances({(0.10 + 0.01) * 20, 0.05 * 20, 0.02 * 20}, 20);
+  s = v::score(e, x);
+  EXPECT_FALSE(s.misroute);
+  EXPECT_EQ(s.outcome, v::Outcome::unrouted);
 }

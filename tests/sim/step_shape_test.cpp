@@ -1,0 +1,94 @@
+// The step's shape: DDP bucket layout, seed-controlled cost variation, the bucketed model.
+#include "sf/sim/sim.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+using namespace sf;
+
+namespace {
+constexpr double kMiB = 1 << 20;
+double mib(std::size_t floats) { return static_cast<double>(floats) * sizeof(float) / kMiB; }
+}  // namespace
+
+TEST(StepShape, buckets_follow_ddp_first_small_then_capped) {
+  // 100 MiB at real size: torch's 1 MiB first bucket, then 25 MiB buckets, the rest last.
+  const auto b = sim::bucket_floats({100, 100, 25, 1});
+  ASSERT_EQ(b.size(), 5u);
+  EXPECT_DOUBLE_EQ(mib(b[0]), 1);
+  for (int i = 1; i < 4; ++i) EXPECT_DOUBLE_EQ(mib(b[i]), 25);
+  EXPECT_DOUBLE_EQ(mib(b[4]), 24);
+  // Scaled to 4 MiB of gradients: the same proportions, 4 MiB in all.
+  const auto s = sim::bucket_floats({4, 100, 25, 1});
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_NEAR(mib(std::accumulate(s.begin(), s.end(), std::size_t{0})), 4, 1e-3);
+  EXPECT_NEAR(mib(s[1]) / mib(s[0]), 25, 0.01);
+  // Reduce-scatter needs every bucket a multiple of the world size.
+  for (auto n : sim::bucket_floats({3, 63.85, 25, 1}, 24)) EXPECT_EQ(n % 24, 0u);
+}
+
+TEST(StepShape, cost_draws_are_replicates_a_seed_controls) {
+  const sim::StageCosts base;
+  const sim::Variation none{};
+  const auto c0 = sim::draw_costs(base, none, 7, 3, 11);
+  EXPECT_DOUBLE_EQ(c0.bwd_device_ms, base.bwd_device_ms);  // no variation: the base exactly
+  const sim::Variation v{0.1, sim::Heterogeneity::none, 0};
+  const auto a = sim::draw_costs(base, v, 7, 3, 11), b = sim::draw_costs(base, v, 7, 3, 11);
+  EXPECT_DOUBLE_EQ(a.bwd_device_ms, b.bwd_device_ms);  // same (seed, rank, step): same draw
+  EXPECT_NE(a.bwd_device_ms, sim::draw_costs(base, v, 8, 3, 11).bwd_device_ms);  // another seed
+  EXPECT_NE(a.bwd_device_ms, sim::draw_costs(base, v, 7, 3, 12).bwd_device_ms);  // another step
+  EXPECT_NE(a.bwd_device_ms, a.fwd_device_ms / base.fwd_device_ms * base.bwd_device_ms);  // per cost
+  // Lognormal with median 1 and the configured sigma.
+  std::vector<double> logs;
+  for (int t = 0; t < 4000; ++t) logs.push_back(std::log(sim::draw_costs(base, v, 1, 0, t).optim_ms / base.optim_ms));
+  std::sort(logs.begin(), logs.end());
+  EXPECT_NEAR(logs[logs.size() / 2], 0.0, 0.01);
+  double ss = 0;
+  for (double x : logs) ss += x * x;
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(logs.size())), 0.1, 0.005);
+}
+
+TEST(StepShape, two_tier_heterogeneity_slows_about_half_the_ranks) {
+  const sim::Variation v{0, sim::Heterogeneity::two_tier, 0.5};
+  int slow = 0;
+  for (int r = 0; r < 400; ++r) {
+    const double f = sim::rank_factor(v, 3, r);
+    ASSERT_TRUE(f == 1.0 || f == 1.5) << f;
+    slow += f > 1 ? 1 : 0;
+  }
+  EXPECT_GT(slow, 150);
+  EXPECT_LT(slow, 250);
+  int differ = 0;  // another seed draws another set of slow ranks
+  for (int r = 0; r < 400; ++r) differ += sim::rank_factor(v, 3, r) != sim::rank_factor(v, 4, r) ? 1 : 0;
+  EXPECT_GT(differ, 100);
+}
+
+namespace {
+double healthy_step_ms(sim::SyncMode mode, double gib_per_s) {
+  sim::ModelConfig cfg;
+  cfg.scenario = "none";
+  cfg.ranks = 8;
+  cfg.steps = 10;
+  cfg.sync_mode = mode;
+  cfg.variation = {};
+  cfg.comm.gib_per_s = gib_per_s;
+  const auto plan = sim::model_plan(cfg);
+  const auto w = sim::model_window(cfg, plan);
+  return w.matrix.wall(5, 0) * 1e3;
+}
+}  // namespace
+
+TEST(StepShape, bucketed_sync_hides_communication_behind_backward_single_does_not) {
+  // 4 MiB over 8 ranks at 0.05 GiB/s: ~137 ms of communication. One collective after backward
+  // adds all of it to the step; buckets overlapping backward's ~127 ms of compute hide most.
+  const double fast_single = healthy_step_ms(sim::SyncMode::single, 1000);
+  const double slow_single = healthy_step_ms(sim::SyncMode::single, 0.05);
+  const double slow_bucketed = healthy_step_ms(sim::SyncMode::bucketed, 0.05);
+  EXPECT_NEAR(slow_single - fast_single, 137, 10);
+  EXPECT_LT(slow_bucketed - fast_single, 0.6 * (slow_single - fast_single));
+  // Nothing to hide behind when communication is free: both modes give the same step.
+  EXPECT_NEAR(healthy_step_ms(sim::SyncMode::bucketed, 1000), fast_single, 1.0);
+}
