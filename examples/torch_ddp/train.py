@@ -107,12 +107,22 @@ class MLP(nn.Module):
         return self.body[4:](h)
 
 
-def stalled(iterator, seconds):
-    """data_tail: the main process stalls inside next() (a slow sampler / collate / remote read)."""
-    for batch in iterator:
-        if seconds:
-            time.sleep(seconds)
-        yield batch
+class SlowBatchSampler(torch.utils.data.Sampler):
+    """data_tail: the batch sampler runs in the main process inside DataLoader.__next__ (it hands
+    the next batch's indices to a worker), so a slow one stalls next() itself, where both the
+    recorder and the profiler's DataLoader __next__ event see it."""
+
+    def __init__(self, n, batch, seconds):
+        self.n, self.batch, self.seconds = n, batch, seconds
+
+    def __iter__(self):
+        for i in range(0, self.n, self.batch):
+            if self.seconds:
+                time.sleep(self.seconds)
+            yield list(range(i, min(i + self.batch, self.n)))
+
+    def __len__(self):
+        return (self.n + self.batch - 1) // self.batch
 
 
 def launch(nproc):
@@ -176,8 +186,9 @@ def main():
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
     n = a.batch * (a.warmup + a.steps)
     data = torch.utils.data.TensorDataset(torch.randn(n, 64, generator=gen), torch.randint(0, 10, (n,), generator=gen))
-    loader = torch.utils.data.DataLoader(data, batch_size=a.batch, num_workers=a.workers,
-                                         persistent_workers=a.workers > 0, shuffle=False)
+    sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=a.workers,
+                                         persistent_workers=a.workers > 0)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -217,8 +228,7 @@ def main():
 
     dist.barrier()
     t_start = None
-    batches = stalled(iter(loader), d if name == "data_tail" else 0.0)
-    for step, (x, y) in enumerate(rec.loader(batches)):
+    for step, (x, y) in enumerate(rec.loader(loader)):
         if step == a.warmup:
             t_start = time.perf_counter()
         cur["step"] = step

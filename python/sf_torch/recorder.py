@@ -188,6 +188,9 @@ class Recorder:
         self._send_q = None          # this rank's payloads, sent by a daemon thread
         self.send_errors = []
         self._recv_q = None          # root: (rank, window, payload) from the receiver threads
+        self._recv_threads = []
+        self.unfinished_ranks = []   # root: ranks whose gather had not ended when finish() returned
+        self.drain_s = 3 * self.deadline_s + 1.0
         self._arrived = {}           # root: window -> {rank: payload}
         self._assembled = set()
         self._pending_windows = []   # root: windows awaiting contributions
@@ -299,13 +302,31 @@ class Recorder:
         self.safe_point_s += time.perf_counter() - t0
 
     def finish(self):
-        """Closes the last partial window and waits at most the gather deadline for the rest."""
+        """Closes the last partial window, waits at most the gather deadline for its
+        contributions and scores it; then ends the gather: every rank sends an end marker after
+        its last window and waits (at most drain_s) until its payloads are out, and rank 0 waits
+        (at most drain_s) for the end markers, counting late contributions."""
         t0 = time.perf_counter()
         self._poll_events(final=True)
         if self._head > self._tail:
             self._close_window(self._open_window)
             self._open_window += 1
         self._progress(final=True)
+        if self.world > 1:
+            end = time.monotonic() + self.drain_s
+            if self.rank != 0:
+                import torch
+                marker = np.zeros(_HEADER + self.window_steps * (5 + 2 * self.K))
+                marker[:3] = [_MAGIC, self.rank, -1]
+                self._sender().put((self._open_window, torch.from_numpy(marker), 0.0))
+                while self._send_q.unfinished_tasks and time.monotonic() < end:
+                    time.sleep(0.002)
+            else:
+                self._receivers()
+                while any(t.is_alive() for t in self._recv_threads) and time.monotonic() < end:
+                    time.sleep(0.002)
+                self._progress(final=False)
+                self.unfinished_ranks = [r for r, t in enumerate(self._recv_threads, 1) if t.is_alive()]
         self.safe_point_s += time.perf_counter() - t0
 
     # ---- internals -----------------------------------------------------------------------------
@@ -389,21 +410,17 @@ class Recorder:
         if self._send_q is None:
             import queue
             self._send_q = queue.Queue()
-            self._send_idle = threading.Event()
-            self._send_idle.set()
 
             def run():
                 import torch.distributed as dist
                 while True:
                     window, tensor, not_before = self._send_q.get()
-                    self._send_idle.clear()
                     time.sleep(max(0.0, not_before - time.monotonic()))
                     try:
                         dist.send(tensor, dst=0, group=self._group, tag=window)
                     except Exception as e:  # telemetry never stops training
                         self.send_errors.append(f"window {window}: {e}")
-                    if self._send_q.empty():
-                        self._send_idle.set()
+                    self._send_q.task_done()
 
             threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
         return self._send_q
@@ -426,17 +443,22 @@ class Recorder:
                 except Exception as e:
                     self._recv_q.put((src, window, str(e)))
                     return
-                self._recv_q.put((src, window, t.numpy()))
+                p = t.numpy()
+                if p[0] == _MAGIC and p[2] == -1:
+                    return  # the end marker: that rank sent its last window
+                self._recv_q.put((src, window, p))
                 window += 1
 
         for r in range(1, self.world):
-            threading.Thread(target=run, args=(r,), name=f"sf_torch-recv{r}", daemon=True).start()
+            th = threading.Thread(target=run, args=(r,), name=f"sf_torch-recv{r}", daemon=True)
+            th.start()
+            self._recv_threads.append(th)
 
     def _progress(self, final):
         if final and self._send_q is not None:
             # End of run: the payloads may take up to the deadline to leave, never longer.
             end = time.monotonic() + self.deadline_s
-            while not (self._send_q.empty() and self._send_idle.is_set()) and time.monotonic() < end:
+            while self._send_q.unfinished_tasks and time.monotonic() < end:
                 time.sleep(0.002)
         if self.rank != 0:
             return
