@@ -327,8 +327,8 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   s.name = j["name"];
   s.title = j.value("title", s.name);
   s.kind = j.value("kind", "runs");
-  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures")
-    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead or fixtures");
+  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "torch")
+    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures or torch");
   s.per_window = j.value("per_window", false);
   ordered_json base = j.value("base", ordered_json::object());
   ordered_json matrix = j.value("matrix", ordered_json::object());
@@ -431,6 +431,9 @@ int run(const DriverOptions& opt) {
         fs::remove_all(rdir);
         fs::create_directories(rdir);
         std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
+        if (spec.kind == "torch")  // a real PyTorch DDP trainer (sf_torch), launching its own ranks
+          cmd = {opt.python, spec.raw.value("trainer", "examples/torch_ddp/train.py"), "--nproc-per-node",
+                 std::to_string(row.ranks), "--quiet", "--out", rdir};
         for (std::string a : row.args) {
           // "{row_dir}" in a spec value names a file inside this row's directory.
           if (const auto at = a.find("{row_dir}"); at != std::string::npos) a.replace(at, 9, rdir);

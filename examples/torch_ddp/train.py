@@ -150,6 +150,16 @@ def launch(nproc):
     sys.exit(bad[0] if bad else 0)
 
 
+def steal_ticks():
+    """(steal, total) jiffies of this VM from /proc/stat; (0, 0) where it is not readable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[7] if len(v) > 7 else 0, sum(v[:8])
+    except OSError:
+        return 0, 0
+
+
 def main():
     a = parse()
     if a.nproc_per_node > 0:
@@ -231,6 +241,7 @@ def main():
     for step, (x, y) in enumerate(rec.loader(loader)):
         if step == a.warmup:
             t_start = time.perf_counter()
+            steal0 = steal_ticks()
         cur["step"] = step
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with rec.step(step):
@@ -261,12 +272,16 @@ def main():
         if step + 1 >= a.warmup + a.steps:
             break
     elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
+    steal1 = steal_ticks()
+    steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
+    completed = torch.tensor([step + 1 - a.warmup], dtype=torch.int64)
+    dist.all_reduce(completed, op=dist.ReduceOp.MIN)
     if prof is not None:
         prof.stop()
     rec.finish()
     dist.barrier()
     if rank == 0:
-        report(a, rec, world, targets, delay_ms, elapsed, cuda)
+        report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, int(completed))
         rc = 0 if not a.check or report.claim_pass else 1
     else:
         rc = 0
@@ -274,7 +289,7 @@ def main():
     sys.exit(rc)
 
 
-def report(a, rec, world, targets, delay_ms, elapsed, cuda):
+def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
     cores = os.cpu_count() or 1
     allw, ev = rec.summary()
     makespan_gap = allw.makespan_check(ev)[1]
@@ -293,7 +308,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda):
                         "telemetry_fault": a.telemetry_fault}
     result["contention"] = contention
     result["truth"] = json.loads(_core.truth(a.scenario, delay_ms, targets))
-    result["measured"] = {"rank0_elapsed_s": elapsed, "exposed_makespan_s": ev.exposed_makespan_s,
+    result["measured"] = {"steps_completed_min": completed, "rank0_elapsed_s": elapsed, "vm_steal_fraction": steal, "exposed_makespan_s": ev.exposed_makespan_s,
                           "slowest_rank_wall_sum_s": allw.makespan_check(ev)[0],
                           "makespan_vs_wall_rel": makespan_gap, "median_step_s": ev.median_step_s}
     result["verdict"] = json.loads(vr["json"])
@@ -307,7 +322,8 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda):
                                   "median_step_s": p["median_step_s"], "gather_ok": p["telemetry"]["gather_ok"]})
     result["telemetry"] = {"dropped_records": sum(rec._window_dropped_by.values()),
                            "late_contributions_discarded": rec.late_discarded,
-                           "rank0_recorder_safe_point_s": rec.safe_point_s}
+                           "rank0_recorder_safe_point_s": rec.safe_point_s,
+                           "packet_bytes": len(rec.windows[0][2].packet()) if rec.windows else 0}
     lines = [f"# sf_torch train.py  commit {_core.git_commit}  {_core.utc_now()}",
              f"# scenario {a.scenario}: " + next(s["injects"] for s in _core.scenarios() if s["name"] == a.scenario),
              f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up)  window {rec.window_steps}  seed {a.seed}  "
@@ -315,6 +331,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda):
              f"# contention: {world} ranks x {a.threads} torch thread(s) + {a.workers} DataLoader worker(s) each "
              f"on {cores} core(s)" + (" (oversubscribed: CPU contention is part of this measurement)"
                                       if contention["oversubscribed"] or world * (1 + a.workers) > cores else ""),
+             f"# vm steal {steal * 100:.1f}% of CPU time during the measured steps",
              vr["truth_text"].rstrip("\n"), "#"]
     text = "\n".join(lines) + "\n" + ev.table(f"evidence over all measured steps ({len(rec.windows)} window(s))")
     text += (f"# measured: exposed makespan {ev.exposed_makespan_s:.4f} s vs slowest-rank wall sum "
