@@ -298,7 +298,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
     contention = {"ranks": world, "cores": cores, "torch_threads_per_rank": a.threads,
                   "dataloader_workers_per_rank": a.workers,
                   "processes_per_core": round(world * (1 + a.workers) / cores, 2),
-                  "oversubscribed": world * a.threads > cores}
+                  "oversubscribed": world * a.threads > cores, "loadavg_1min": os.getloadavg()[0]}
     result = json.loads(_core.provenance("sf.run/1", sys.argv, _core.git_commit))
     result["config"] = {"scenario": a.scenario, "delay_ms": delay_ms, "ranks": world, "steps": a.steps,
                         "warmup": a.warmup, "window": rec.window_steps, "seed": a.seed,
@@ -329,7 +329,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
              f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up)  window {rec.window_steps}  seed {a.seed}  "
              f"comm {'nccl' if cuda else 'gloo'}  device {'cuda' if cuda else 'cpu'}  torch {torch.__version__}",
              f"# contention: {world} ranks x {a.threads} torch thread(s) + {a.workers} DataLoader worker(s) each "
-             f"on {cores} core(s)" + (" (oversubscribed: CPU contention is part of this measurement)"
+             f"on {cores} core(s), load average {contention['loadavg_1min']:.1f}" + (" (oversubscribed: CPU contention is part of this measurement)"
                                       if contention["oversubscribed"] or world * (1 + a.workers) > cores else ""),
              f"# vm steal {steal * 100:.1f}% of CPU time during the measured steps",
              vr["truth_text"].rstrip("\n"), "#"]

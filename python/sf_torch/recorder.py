@@ -517,7 +517,7 @@ class Recorder:
                 gather_ok = False
                 continue
             if p[7] > 0:
-                gather_ok = False
+                reasons.append(f"rank {r}: {int(p[7])} recorder fault(s) or dropped step(s) in this window")
             dropped += int(p[6])
             rows.append(got)
         if late:

@@ -126,6 +126,22 @@ class RecorderTest(unittest.TestCase):
                 with open(os.path.join(tmp, f"window_{index:03d}.json")) as f:
                     self.assertEqual(f.read(), line)
 
+    def test_corrupt_contributions_are_judged_not_scored(self):
+        rec = sf_torch.Recorder(window_steps=4)
+        run_steps(rec, 4)
+        rows = np.array(rec._window_rows[0])
+        good = rec._payload(0, rows, [])
+        got = rec._check(0, good.copy(), 0)
+        self.assertFalse(isinstance(got, str), got)
+        bad_magic = good.copy(); bad_magic[0] = 1.0
+        other_rank = good.copy(); other_rank[1] = 5
+        other_hash = good.copy(); other_hash[5] += 1
+        too_many = good.copy(); too_many[3] = 99
+        non_finite = good.copy(); non_finite[8 + 2] = np.inf
+        for payload, what in [(bad_magic, "bad magic"), (other_rank, "claims rank 5"), (other_hash, "order hash"),
+                              (too_many, "99 rows"), (non_finite, "non-finite")]:
+            self.assertIn(what, rec._check(0, payload, 0))
+
     def test_window_rejects_bad_rows_as_telemetry(self):
         rows = np.array([[0, 0, 0.1, 0.01, 0.02, 0.03, 0, 0.01, 0, 0] + [np.nan] * 5,
                          [1, 0, 0.1, -0.5, 0.02, 0.03, 0, 0.01, 0, 0] + [np.nan] * 5])
