@@ -434,8 +434,8 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   s.name = j["name"];
   s.title = j.value("title", s.name);
   s.kind = j.value("kind", "runs");
-  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity")
-    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures or sensitivity");
+  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity" && s.kind != "torch")
+    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures, sensitivity or torch");
   s.per_window = j.value("per_window", false);
   ordered_json base = j.value("base", ordered_json::object());
   ordered_json matrix = j.value("matrix", ordered_json::object());
@@ -561,6 +561,12 @@ int run(const DriverOptions& opt) {
         fs::remove_all(rdir);
         fs::create_directories(rdir);
         std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
+        if (spec.kind == "torch") {  // a real PyTorch DDP trainer (sf_torch), launching its own ranks
+          // A relative trainer path is relative to the project root (specs live in ROOT/experiments/specs).
+          fs::path trainer = spec.raw.value("trainer", "examples/torch_ddp/train.py");
+          if (trainer.is_relative()) trainer = fs::absolute(opt.specs_dir).parent_path().parent_path() / trainer;
+          cmd = {opt.python, trainer.string(), "--nproc-per-node", std::to_string(row.ranks), "--quiet", "--out", rdir};
+        }
         for (std::string a : row.args) {
           // "{row_dir}" in a spec value names a file inside this row's directory.
           if (const auto at = a.find("{row_dir}"); at != std::string::npos) a.replace(at, 9, rdir);

@@ -653,12 +653,97 @@ def report_sensitivity(d, df):
                 f"settings, {dt.threshold_over_backward.min():.2f}-{dt.threshold_over_backward.max():.2f} x the backward "
                 "advance; moves with backward cost, transport and overlap")
     return text, headline, "sensitivity.png", "paper: one point, 120 ms on a 207.8 ms step"
+def report_torch_routing(d, df):
+    """E3 on real PyTorch DDP beside the synthetic E3 (results/routing) and the paper."""
+    text, m = header(d, "E3 on real PyTorch DDP (sf_torch, gloo on CPU)")
+    main = df[df["group"].fillna("") == ""].copy()
+    p50 = p50_by_ranks(df)
+    contention = {}
+    for _, r in df.iterrows():
+        rj = d / "rows" / r["row"] / "run.json"
+        if rj.exists():
+            c = json.loads(rj.read_text()).get("contention", {})
+            contention[int(r["ranks"])] = c
+    synth_path = d.parent / "routing" / "rows.csv"
+    synth = pd.read_csv(synth_path) if synth_path.exists() else None
+    if synth is not None:
+        synth = synth[synth["group"].fillna("") == ""]
+    text += ("Real trainer: `examples/torch_ddp/train.py` (a 4-layer MLP, DataLoader with worker processes, DDP with "
+             "its default buckets, SGD), faults injected the real way on a hidden target rank drawn from the seed; "
+             "scored by the C++ engine through `sf_torch._core`. Synthetic: `results/routing` (the project's own "
+             "workload, 8 ranks). Paper: Table 14 (5/5 top-2 for every E3 scenario; forward/device top-1 0/5).\n\n")
+    text += "## Per scenario and rank count\n\n"
+    rows = []
+    for (sc, r), g in main.groupby(["scenario", "ranks"], sort=False):
+        share = g["share:" + STAGE[sc]].astype(float)
+        row = {"scenario": SCEN_NAMES[sc], "ranks": int(r), "delay": f"{g['delay_ms'].iloc[0]:.0f} ms",
+               "Delay/p50": f"{g['delay_ms'].iloc[0] / p50.get(int(r), float('nan')):.2f}", "rows": len(g),
+               "top-1": frac(b(g.top1).sum(), len(g)), "top-2": frac(b(g.top2).sum(), len(g)),
+               "cand. hit": frac(b(g.cand_hit).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
+               "share of the faulty stage": f"{share.median():.2f}", "steal": f"{g.vm_steal_fraction.astype(float).median() * 100:.0f}%"}
+        if synth is not None:
+            sg = synth[synth["scenario"] == sc]
+            row["synthetic E3 (8 ranks) top-2, rank hit"] = (f"{frac(b(sg[sg.ranks == 8].top2).sum(), len(sg[sg.ranks == 8]))}, "
+                                                         f"{frac(b(sg[sg.ranks == 8].rank_hit).sum(), len(sg[sg.ranks == 8]))}")
+        row["paper top-1/top-2"] = "0/5, 5/5" if sc == "fwd_device" else "5/5, 5/5"
+        rows.append(row)
+    text += md_table(pd.DataFrame(rows))
+    text += ("\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + ".\n\n")
+    text += "## Contention (reported, not hidden)\n\n"
+    for r, c in sorted(contention.items()):
+        text += (f"- {r} ranks: {c.get('torch_threads_per_rank')} torch thread(s) and {c.get('dataloader_workers_per_rank')} "
+                 f"DataLoader worker(s) per rank on {c.get('cores')} cores: {c.get('processes_per_core')} processes per core"
+                 f"{' (oversubscribed)' if c.get('oversubscribed') else ''}"
+                 + (f"; machine load average {c['loadavg_1min']:.1f} at the end of the last run" if "loadavg_1min" in c else "")
+                 + ".\n")
+    text += ("\n`fwd_device` (the fifth E3 scenario) needs CUDA: on a GPU host add it to the matrix "
+             "(train.py then uses NCCL and `torch.cuda._sleep` in forward); this CPU machine cannot run it.\n\n")
+    text += "## Where real DDP differs from the synthetic step\n\n"
+    by = {(sc, int(r)): g["share:" + STAGE[sc]].astype(float).median() for (sc, r), g in main.groupby(["scenario", "ranks"])}
+    rk = sorted(main["ranks"].unique())
+    if len(rk) >= 2:
+        lo, hi = int(rk[0]), int(rk[-1])
+        text += ("- Contention: from " + str(lo) + " to " + str(hi) + " ranks on " + str(contention.get(hi, {}).get("cores", "?"))
+                 + " cores the faulty stage's median share falls: "
+                 + ", ".join(f"{SCEN_NAMES[sc]} {by[(sc, lo)]:.2f} → {by[(sc, hi)]:.2f}"
+                             for sc in dict.fromkeys(main["scenario"]) if (sc, lo) in by and (sc, hi) in by)
+                 + ". Time-slicing stretches every rank's compute stages, so the injected delay is a smaller part "
+                 "of the step; the no-fault p50 grows with it. Every run still routes here: this MLP is small and the "
+                 "faults are 120 ms. A compute-bound model at 4 ranks on 2 cores was reported to smear a data stall "
+                 "below the routing threshold (issue 13: data share 0.19); this experiment does not include one.\n")
+    text += ("- Bucketed all-reduce overlaps backward: a rank that is late before backward (data, forward) makes "
+             "the others wait inside `loss.backward()` (DDP's reducer waits for its buckets), so the waiting ranks' "
+             "backward share grows and the frontier still routes the stage where the late rank lost the time. For "
+             "faults inside backward (`bwd_compute`, `comm_delay`) every rank leaves the collective together; the "
+             "comm hook's time inside the all-reduce names the rank (`sync_wait_side_evidence`).\n\n")
+    scen = list(dict.fromkeys(main["scenario"]))
+    series = {}
+    for r in sorted(main["ranks"].unique()):
+        g = main[main.ranks == r]
+        series[f"real DDP {r} ranks top-2"] = [rate(g[g.scenario == sc].top2) for sc in scen]
+        series[f"real DDP {r} ranks rank hit"] = [rate(g[g.scenario == sc].rank_hit) for sc in scen]
+    if synth is not None:
+        s8 = synth[synth.ranks == 8]
+        series["synthetic 8 ranks top-2"] = [rate(s8[s8.scenario == sc].top2) for sc in scen]
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    grouped_bars(ax, [SCEN_NAMES[sc] for sc in scen], series,
+                 paper={next(iter(series)): [1.0 for _ in scen]})
+    ax.set_title("E3 on real PyTorch DDP vs the synthetic step (paper: 5/5 top-2 each)", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(d / "torch_routing.png", dpi=120)
+    top2 = b(main.top2).sum()
+    rank_hit = b(main.rank_hit).sum()
+    headline = f"real DDP top-2 {frac(top2, len(main))}, rank named {frac(rank_hit, len(main))}"
+    text += figure_note("torch_routing.png", "Bars: rate of runs with the faulty stage in the top-2 and with the "
+                        "target rank named, per scenario, for real DDP at each rank count and the synthetic E3; dashed: paper.")
+    return text, headline, "torch_routing.png", "paper: 5/5 top-2 per scenario (Table 14)"
 
 
 REPORTS = {"fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
            "callback": report_callback, "overhead": report_overhead, "aba": report_aba,
            "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic,
-           "events": report_events, "sensitivity": report_sensitivity}
+           "events": report_events, "sensitivity": report_sensitivity, "torch_routing": report_torch_routing}
 
 
 def report(d):

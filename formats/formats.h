@@ -89,4 +89,39 @@ void write_file_atomic(const std::string& path, std::string_view content);
 /// Renders the human-readable table `sf-testbed score` prints for one window.
 std::string evidence_table(const frontier::Evidence& e, const std::string& title);
 
+// ---- trace import (docs/kineto.md) -------------------------------------------------------------
+
+/// Options of the Kineto import; world_size > 0 names the job's world size where traces carry no
+/// distributedInfo (PyTorch 1.13's CPU profiler) and is checked against it where they do.
+struct KinetoOptions {
+  int world_size = 0;
+};
+
+/// What the importer read from one trace file, for the user to check against the trace.
+struct KinetoTrace {
+  std::string file;
+  std::string form;          ///< "kineto" (object with traceEvents) or "event array" (no distributedInfo)
+  int rank = -1;
+  int world_size = 0;
+  std::string rank_source;   ///< "distributedInfo" or "file name"
+  std::string world_source;  ///< "distributedInfo" or "--world-size"
+  std::int64_t first_step = 0, last_step = -1;
+  int steps = 0;
+  std::vector<int> stage_steps;          ///< per explicit stage: steps in which it was found
+  std::vector<std::string> stage_rules;  ///< per explicit stage: the markers that placed it
+  std::string collectives;   ///< where sync-wait side evidence came from, or "none"
+  std::int64_t events = 0;   ///< complete events read
+};
+
+struct KinetoImport {
+  Window window;             ///< default five stages, R = world size, steps = ProfilerStep ids
+  std::vector<KinetoTrace> traces;
+  std::vector<int> missing_ranks;  ///< ranks of the job without a trace
+};
+
+/// Reduces PyTorch-profiler (Kineto) Chrome traces, one per rank (.json or .json.gz), to one
+/// stage-matrix window. Throws FormatError naming the file and what is missing or wrong
+/// (no ProfilerStep#N, no backward events, no rank or world size, duplicate ranks, …).
+KinetoImport import_kineto(const std::vector<std::string>& files, const KinetoOptions& opt = {});
+
 }  // namespace sf::formats

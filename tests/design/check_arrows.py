@@ -22,6 +22,7 @@ ALLOWED = {
     "experiments": {"testbed", "sim", "formats", "verify", "frontier"},
     "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check"},
     "bench": {"frontier", "formats", "recorder", "verify"},
+    "python": {"testbed", "formats", "frontier", "inject"},  # sf_torch._core (pybind11)
 }
 # Headers a user includes in a hot loop: no MPI, JSON, Eigen or RapidCheck, no other sf header.
 LIGHT = {"recorder/recorder.h": re.compile(r'#include\s*[<"](mpi\.h|nlohmann/|Eigen/|rapidcheck|sf/)')}

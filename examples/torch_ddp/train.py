@@ -1,0 +1,356 @@
+#!/usr/bin/python3
+"""A real PyTorch DDP trainer with sf-testbed's fault catalogue, recorded by sf_torch.
+
+    python3 -m torch.distributed.run --nproc_per_node R examples/torch_ddp/train.py \\
+        --scenario data_tail --delay-ms 150 --steps 40 --seed 1 --out DIR
+
+A small MLP, a DataLoader with worker processes, DDP with its default buckets (gloo on CPU, NCCL
+on CUDA), SGD. The scenario's fault is injected the real way on the target rank (hidden, drawn
+from the seed as `sf-testbed run` draws it, unless --target-rank names it). Rank 0 writes
+DIR/window_NNN.json (sf.evidence/1, one per window), DIR/run.json (sf.run/1: config, truth,
+verdict against the truth, evidence, contention) and DIR/dump.jsonl (sf.stages/1, the matrix
+`sf-testbed score --json` turns into byte-identical packets). With --profile each rank also
+writes DIR/trace_rank<R>.json with torch.profiler (for `sf-testbed import kineto`).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+import sf_torch  # noqa: E402
+from sf_torch import _core  # noqa: E402
+
+SCENARIOS = [s["name"] for s in _core.scenarios()]
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", default="none", help="one of: " + ", ".join(SCENARIOS))
+    p.add_argument("--delay-ms", type=float, default=None, help="fault size (default: the scenario's)")
+    p.add_argument("--target-rank", type=int, default=-1, help="target rank (default: hidden, drawn from --seed)")
+    p.add_argument("--steps", type=int, default=40, help="measured steps")
+    p.add_argument("--warmup", type=int, default=5, help="unrecorded warm-up steps")
+    p.add_argument("--window", type=int, default=0, help="steps per window (default: all measured steps)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="", help="output directory (rank 0 writes run.json, window_NNN.json, dump.jsonl)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes per rank")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--gather-deadline", type=float, default=2.0, help="seconds rank 0 waits for a window")
+    p.add_argument("--telemetry-fault", choices=["none", "late", "corrupt"], default="none",
+                   help="make rank 1's telemetry late or corrupt (fail-open test)")
+    p.add_argument("--profile", action="store_true", help="torch.profiler trace per rank into --out")
+    p.add_argument("--check", action="store_true", help="exit 1 when the scenario's claim fails")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--nproc-per-node", type=int, default=0,
+                   help="launch this many local ranks itself (no torch.distributed.run needed)")
+    a = p.parse_args()
+    bad = None
+    if a.scenario not in SCENARIOS:
+        bad = f"--scenario: '{a.scenario}' is not one of: {', '.join(SCENARIOS)}"
+    elif a.steps < 1 or a.warmup < 0 or a.window < 0:
+        bad = "--steps must be >= 1, --warmup and --window >= 0"
+    elif a.delay_ms is not None and not (0 <= a.delay_ms <= 60000):
+        bad = f"--delay-ms {a.delay_ms}: expected 0..60000"
+    elif a.scenario == "fwd_device" and not torch.cuda.is_available():
+        bad = "--scenario fwd_device needs CUDA (device work queued in forward); this torch has no CUDA device"
+    if bad:
+        print(f"train.py: {bad}", file=sys.stderr)
+        sys.exit(2)
+    return a
+
+
+class Stall(torch.autograd.Function):
+    """Identity in forward; in backward, `work()` runs on the autograd thread (bwd_compute)."""
+
+    @staticmethod
+    def forward(ctx, x, work):
+        ctx.work = work
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.work()
+        return g, None
+
+
+def spin(seconds):
+    """Busy host work (not a sleep): a stand-in for extra compute that holds the CPU."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+    return x
+
+
+class MLP(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                  nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
+        self.backward_work = None  # set on the target rank for bwd_compute
+
+    def forward(self, x):
+        h = self.body[:4](x)
+        if self.backward_work is not None:
+            h = Stall.apply(h, self.backward_work)  # between layers: inside backward, before the last buckets
+        return self.body[4:](h)
+
+
+class SlowBatchSampler(torch.utils.data.Sampler):
+    """data_tail: the batch sampler runs in the main process inside DataLoader.__next__ (it hands
+    the next batch's indices to a worker), so a slow one stalls next() itself, where both the
+    recorder and the profiler's DataLoader __next__ event see it."""
+
+    def __init__(self, n, batch, seconds):
+        self.n, self.batch, self.seconds = n, batch, seconds
+
+    def __iter__(self):
+        for i in range(0, self.n, self.batch):
+            if self.seconds:
+                time.sleep(self.seconds)
+            yield list(range(i, min(i + self.batch, self.n)))
+
+    def __len__(self):
+        return (self.n + self.batch - 1) // self.batch
+
+
+def launch(nproc):
+    """Runs `nproc` local ranks of this script with the env:// rendezvous torch.distributed.run
+    would set up. (Debian's torch 1.13 launcher fails on Python 3.11 with its default
+    --redirects 0: Std.from_str finds no zero flag there, so `to_map` gets None.)"""
+    import socket
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [a for a in sys.argv[1:]]
+    i = argv.index("--nproc-per-node") if "--nproc-per-node" in argv else None
+    if i is not None:
+        del argv[i:i + 2]
+    else:
+        argv = [x for x in argv if not x.startswith("--nproc-per-node=")]
+    procs = []
+    for r in range(nproc):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc), RANK=str(r),
+                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
+    rcs = [p.wait() for p in procs]
+    bad = [rc for rc in rcs if rc != 0]
+    sys.exit(bad[0] if bad else 0)
+
+
+def steal_ticks():
+    """(steal, total) jiffies of this VM from /proc/stat; (0, 0) where it is not readable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[7] if len(v) > 7 else 0, sum(v[:8])
+    except OSError:
+        return 0, 0
+
+
+def main():
+    a = parse()
+    if a.nproc_per_node > 0:
+        launch(a.nproc_per_node)
+    cuda = torch.cuda.is_available()
+    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.set_num_threads(a.threads)
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
+    delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
+    if scen["site"] == "none":
+        targets = []
+    elif a.target_rank >= 0:
+        if a.target_rank >= world:
+            if rank == 0:
+                print(f"train.py: --target-rank {a.target_rank} outside 0..{world - 1}", file=sys.stderr)
+            sys.exit(2)
+        targets = [a.target_rank]
+    else:
+        targets = list(_core.draw_targets(a.seed, world))
+    hit = rank in targets
+    d = delay_ms / 1e3 if hit else 0.0
+    name = a.scenario
+
+    torch.manual_seed(a.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model = MLP(a.width).to(device)
+    if hit and name == "bwd_compute":
+        model.backward_work = lambda: spin(d)
+    ddp = DDP(model)
+    gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
+    n = a.batch * (a.warmup + a.steps)
+    data = torch.utils.data.TensorDataset(torch.randn(n, 64, generator=gen), torch.randint(0, 10, (n,), generator=gen))
+    sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=a.workers,
+                                         persistent_workers=a.workers > 0)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    window = a.window or a.steps
+    rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
+                            out_dir=a.out if rank == 0 and a.out else None)
+    if a.telemetry_fault != "none" and rank == 1:
+        rec.telemetry_fault = a.telemetry_fault
+    entry_delay = (lambda: time.sleep(d)) if hit and name == "comm_delay" else None
+    first_bucket = {"step": -1}
+
+    def before_allreduce():  # comm_delay: the first bucket of each step enters the all-reduce late
+        if first_bucket["step"] != cur["step"]:
+            first_bucket["step"] = cur["step"]
+            entry_delay()
+
+    ddp.register_comm_hook(rec.comm_state(before_allreduce=before_allreduce if entry_delay else None),
+                           sf_torch.allreduce_hook)
+    cur = {"step": -1}
+    fwd = rec.stage("model.fwd_loss_cpu_wall")
+    bwd = rec.stage("model.backward_cpu_wall")
+    cbs = rec.stage("callbacks.cpu_wall")
+    opt_stage = rec.stage("optim.step_cpu_wall")
+    fwd_event = rec.forward_event()
+    sync_cb = name == "callback_sync_tail"
+    cb_delay = d if name in ("callback_sync_tail", "callback_host_tail") else 0.0
+
+    prof = None
+    if a.profile:
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+        out_trace = os.path.join(a.out, f"trace_rank{rank}.json")
+        prof = torch.profiler.profile(
+            activities=acts,
+            schedule=torch.profiler.schedule(wait=0, warmup=max(0, a.warmup - 1), active=a.steps + 1),
+            on_trace_ready=lambda p: p.export_chrome_trace(out_trace))
+        prof.start()
+
+    dist.barrier()
+    t_start = None
+    for step, (x, y) in enumerate(rec.loader(loader)):
+        if step == a.warmup:
+            t_start = time.perf_counter()
+            steal0 = steal_ticks()
+        cur["step"] = step
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with rec.step(step):
+            with fwd:
+                if name == "fwd_host" and hit:
+                    time.sleep(d)
+                with fwd_event:
+                    out = ddp(x)
+                    if name == "fwd_device" and hit:
+                        torch.cuda._sleep(int(d * 1.4e9))  # ~d seconds of queued device work
+                loss = loss_fn(out, y)
+            with bwd:
+                loss.backward()
+            if cb_delay or sync_cb:
+                with cbs:
+                    if cb_delay:
+                        time.sleep(cb_delay)
+                    if sync_cb:
+                        dist.barrier()
+            with opt_stage:
+                if name == "optim_host_local" and hit:
+                    time.sleep(d)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        rec.safe_point()
+        if prof is not None:
+            prof.step()
+        if step + 1 >= a.warmup + a.steps:
+            break
+    elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
+    steal1 = steal_ticks()
+    steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
+    completed = torch.tensor([step + 1 - a.warmup], dtype=torch.int64)
+    dist.all_reduce(completed, op=dist.ReduceOp.MIN)
+    if prof is not None:
+        prof.stop()
+    rec.finish()
+    dist.barrier()
+    if rank == 0:
+        report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, int(completed))
+        rc = 0 if not a.check or report.claim_pass else 1
+    else:
+        rc = 0
+    dist.destroy_process_group()
+    sys.exit(rc)
+
+
+def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
+    cores = os.cpu_count() or 1
+    allw, ev = rec.summary()
+    makespan_gap = allw.makespan_check(ev)[1]
+    vr = _core.verdict(a.scenario, delay_ms, targets, ev, makespan_gap)
+    report.claim_pass = vr["claim_pass"]
+    contention = {"ranks": world, "cores": cores, "torch_threads_per_rank": a.threads,
+                  "dataloader_workers_per_rank": a.workers,
+                  "processes_per_core": round(world * (1 + a.workers) / cores, 2),
+                  "oversubscribed": world * a.threads > cores, "loadavg_1min": os.getloadavg()[0]}
+    result = json.loads(_core.provenance("sf.run/1", sys.argv, _core.git_commit))
+    result["config"] = {"scenario": a.scenario, "delay_ms": delay_ms, "ranks": world, "steps": a.steps,
+                        "warmup": a.warmup, "window": rec.window_steps, "seed": a.seed,
+                        "comm": "nccl" if cuda else "gloo", "device": "cuda" if cuda else "cpu",
+                        "trainer": "examples/torch_ddp/train.py (torch " + torch.__version__ + ", DDP MLP)",
+                        "recorder": "sf_torch", "gather_deadline_s": rec.deadline_s,
+                        "telemetry_fault": a.telemetry_fault}
+    result["contention"] = contention
+    result["truth"] = json.loads(_core.truth(a.scenario, delay_ms, targets))
+    result["measured"] = {"steps_completed_min": completed, "rank0_elapsed_s": elapsed, "vm_steal_fraction": steal, "exposed_makespan_s": ev.exposed_makespan_s,
+                          "slowest_rank_wall_sum_s": allw.makespan_check(ev)[0],
+                          "makespan_vs_wall_rel": makespan_gap, "median_step_s": ev.median_step_s}
+    result["verdict"] = json.loads(vr["json"])
+    result["evidence"] = json.loads(ev.packet())
+    result["windows"] = []
+    for index, w, e in rec.windows:
+        p = json.loads(e.packet())
+        result["windows"].append({"index": index, "first_step": p["window"]["first_step"],
+                                  "last_step": p["window"]["last_step"], "shares": p["shares"],
+                                  "labels": p["labels"], "routing_set": p["routing_set"],
+                                  "median_step_s": p["median_step_s"], "gather_ok": p["telemetry"]["gather_ok"]})
+    result["telemetry"] = {"dropped_records": sum(rec._window_dropped_by.values()),
+                           "late_contributions_discarded": rec.late_discarded,
+                           "rank0_recorder_safe_point_s": rec.safe_point_s,
+                           "packet_bytes": len(rec.windows[0][2].packet()) if rec.windows else 0}
+    lines = [f"# sf_torch train.py  commit {_core.git_commit}  {_core.utc_now()}",
+             f"# scenario {a.scenario}: " + next(s["injects"] for s in _core.scenarios() if s["name"] == a.scenario),
+             f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up)  window {rec.window_steps}  seed {a.seed}  "
+             f"comm {'nccl' if cuda else 'gloo'}  device {'cuda' if cuda else 'cpu'}  torch {torch.__version__}",
+             f"# contention: {world} ranks x {a.threads} torch thread(s) + {a.workers} DataLoader worker(s) each "
+             f"on {cores} core(s), load average {contention['loadavg_1min']:.1f}" + (" (oversubscribed: CPU contention is part of this measurement)"
+                                      if contention["oversubscribed"] or world * (1 + a.workers) > cores else ""),
+             f"# vm steal {steal * 100:.1f}% of CPU time during the measured steps",
+             vr["truth_text"].rstrip("\n"), "#"]
+    text = "\n".join(lines) + "\n" + ev.table(f"evidence over all measured steps ({len(rec.windows)} window(s))")
+    text += (f"# measured: exposed makespan {ev.exposed_makespan_s:.4f} s vs slowest-rank wall sum "
+             f"{allw.makespan_check(ev)[0]:.4f} s ({makespan_gap * 100:.2f}% apart); rank-0 elapsed {elapsed:.4f} s\n")
+    text += vr["verdict_text"]
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "run.json"), "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(a.out, "dump.jsonl"), "w") as f:
+            for _, w, _ in rec.windows:
+                f.write(w.to_jsonl())
+        with open(os.path.join(a.out, "table.txt"), "w") as f:
+            f.write(text)
+    if not a.quiet:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

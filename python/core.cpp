@@ -1,0 +1,212 @@
+// sf_torch._core: the C++ engine as seen from a PyTorch trainer. A window gathered by sf_torch is
+// built into the very frontier::StageMatrix the C++ recorder would build, scored by
+// frontier::evaluate, written by formats::evidence_to_json / write_jsonl, and judged by
+// testbed::verdict_report — so its packet is byte-identical to `sf-testbed score --json` on the
+// dumped matrix, and its verdict is the testbed's.
+#include "sf/formats/formats.h"
+#include "sf/frontier/frontier.h"
+#include "sf/inject/inject.h"
+#include "sf/testbed/testbed.h"
+
+#include "sf_build_info.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace py = pybind11;
+using namespace sf;
+
+namespace {
+
+/// A scored window: the evidence and the rank identities its packet carries.
+struct Scored {
+  frontier::Evidence evidence;
+  std::vector<formats::RankInfo> ranks;
+};
+
+frontier::LabelConfig label_config(const std::string& config_json) {
+  frontier::LabelConfig cfg;
+  if (config_json.empty()) return cfg;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(config_json);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::invalid_argument(std::string("labeler config is not valid JSON: ") + e.what());
+  }
+  formats::apply_config_json(j, cfg, "labeler config");
+  return cfg;
+}
+
+/// records: one row per (step, rank) present, columns
+///   [t (step offset), rank, wall, d_0 … d_{K−1}, event state (0 unsampled, 1 ready, 2 missing),
+///    event seconds, sync_0 … sync_{K−1} (NaN: not recorded)]
+/// A row the matrix rejects (negative, non-finite) is dropped and named in the telemetry, as the
+/// C++ recorder's root does.
+formats::Window make_window(const std::vector<std::string>& stages, int world_size, std::int64_t first_step, int steps,
+                            py::array_t<double, py::array::c_style | py::array::forcecast> records, bool gather_ok,
+                            const std::vector<std::string>& reasons, std::int64_t dropped_records,
+                            const std::vector<std::tuple<int, int, int, std::string>>& ranks, int accumulation) {
+  formats::Window w;
+  w.matrix = frontier::StageMatrix(frontier::StageSchema(stages, true, accumulation), world_size, first_step, steps);
+  w.telemetry.gather_ok = gather_ok;
+  w.telemetry.reasons = reasons;
+  w.telemetry.dropped_records = dropped_records;
+  for (const auto& [rank, local, node, host] : ranks) w.ranks.push_back({rank, local, node, host});
+  const int K = static_cast<int>(stages.size());
+  const auto cols = static_cast<py::ssize_t>(5 + 2 * K);
+  if (records.ndim() != 2 || (records.shape(0) > 0 && records.shape(1) != cols))
+    throw std::invalid_argument("records must be an (n, " + std::to_string(cols) + ") array");
+  const auto r = records.unchecked<2>();
+  std::vector<double> d(K);
+  for (py::ssize_t i = 0; i < records.shape(0); ++i) {
+    const double tf = r(i, 0), rf = r(i, 1);
+    if (!(tf >= 0 && tf < steps && rf >= 0 && rf < world_size)) continue;
+    const int t = static_cast<int>(tf), rank = static_cast<int>(rf);
+    for (int s = 0; s < K; ++s) d[s] = r(i, 3 + s);
+    try {
+      w.matrix.set_record(t, rank, d, r(i, 2));
+      const double state = r(i, 3 + K);
+      if (state == 1) w.matrix.set_fwd_event(t, rank, frontier::EventState::ready, r(i, 4 + K));
+      if (state == 2) w.matrix.set_fwd_event(t, rank, frontier::EventState::missing, 0);
+      for (int s = 0; s < K; ++s)
+        if (const double v = r(i, 5 + K + s); !std::isnan(v)) w.matrix.set_sync_wait(t, rank, s, v);
+    } catch (const std::invalid_argument& e) {
+      w.telemetry.gather_ok = false;
+      w.telemetry.reasons.push_back("rank " + std::to_string(rank) + ": inconsistent record (" + e.what() + ")");
+      w.matrix.clear_record(t, rank);
+    }
+  }
+  return w;
+}
+
+inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const std::vector<int>& ranks,
+                            std::int64_t onset, std::int64_t offset, int every) {
+  inject::FaultPlan plan;
+  plan.scenario = inject::find_scenario(scenario);
+  if (plan.scenario == nullptr) throw std::invalid_argument("unknown scenario '" + scenario + "' (see sf-testbed scenarios)");
+  plan.delay_ms = delay_ms;
+  plan.ranks = ranks;
+  plan.onset = onset;
+  plan.offset = offset < 0 ? inject::kForever : offset;
+  plan.every = every;
+  return plan;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/1, verdicts";
+  m.attr("git_commit") = SF_GIT_COMMIT;
+  m.attr("stages_schema") = std::string(formats::kStagesSchema);
+  m.attr("evidence_schema") = std::string(frontier::Evidence::kSchema);
+
+  m.def("default_stages", &frontier::default_explicit_stages, "the paper's five explicit stages, in order");
+  m.def(
+      "order_hash",
+      [](const std::vector<std::string>& stages, int accumulation) {
+        return frontier::StageSchema(stages, true, accumulation).order_hash();
+      },
+      py::arg("stages"), py::arg("accumulation") = 1,
+      "FNV-1a 64 of the ordered stages with the residual, as the recorder's payload header carries it");
+
+  py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
+      .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
+           "the sf.evidence/1 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
+      .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
+      .def_property_readonly("exposed_makespan_s", [](const Scored& s) { return s.evidence.exposed_makespan_s; })
+      .def_property_readonly("median_step_s", [](const Scored& s) { return s.evidence.median_step_s; })
+      .def_property_readonly("steps", [](const Scored& s) { return s.evidence.steps; });
+
+  py::class_<formats::Window>(m, "Window", "a stage-matrix window (formats::Window)")
+      .def(py::init(&make_window), py::arg("stages"), py::arg("world_size"), py::arg("first_step"), py::arg("steps"),
+           py::arg("records"), py::arg("gather_ok") = true, py::arg("reasons") = std::vector<std::string>{},
+           py::arg("dropped_records") = 0, py::arg("ranks") = std::vector<std::tuple<int, int, int, std::string>>{},
+           py::arg("accumulation") = 1)
+      .def_property_readonly("world_size", [](const formats::Window& w) { return w.matrix.ranks(); })
+      .def_property_readonly("first_step", [](const formats::Window& w) { return w.matrix.first_step(); })
+      .def_property_readonly("steps", [](const formats::Window& w) { return w.matrix.steps(); })
+      .def_property_readonly("gather_ok", [](const formats::Window& w) { return w.telemetry.gather_ok; })
+      .def_property_readonly("reasons", [](const formats::Window& w) { return w.telemetry.reasons; })
+      .def("present", [](const formats::Window& w, int t, int r) { return w.matrix.present(t, r); })
+      .def("d", [](const formats::Window& w, int t, int r, int s) { return w.matrix.d(t, r, s); })
+      .def("wall", [](const formats::Window& w, int t, int r) { return w.matrix.wall(t, r); })
+      .def("sync_wait", [](const formats::Window& w, int t, int r, int s) { return w.matrix.sync_wait(t, r, s); })
+      .def(
+          "evaluate",
+          [](const formats::Window& w, const std::string& config_json) {
+            const auto cfg = label_config(config_json);
+            Scored s;
+            {
+              py::gil_scoped_release unlocked;  // pure C++: let the trainer's threads run
+              s.evidence = frontier::evaluate(w.matrix, cfg, w.telemetry);
+            }
+            s.ranks = w.ranks;
+            return s;
+          },
+          py::arg("config_json") = "", "frontier::evaluate with the labeler config (JSON, keys of docs/labeler.md)")
+      .def("to_jsonl", [](const formats::Window& w) {
+        std::ostringstream out;
+        formats::write_jsonl(out, w);
+        return out.str();
+      }, "the window as sf.stages/1 JSON Lines (header + records), as `run --dump` writes it")
+      .def("makespan_check", [](const formats::Window& w, const Scored& s) {
+        const auto c = testbed::makespan_check(s.evidence, w.matrix);
+        return py::make_tuple(c.wall_sum_s, c.gap);
+      }, "(slowest-rank wall sum, relative gap to the exposed makespan), as `run` cross-checks it");
+
+  m.def("read_stage_file", [](const std::string& path) { return formats::read_stage_file(path); },
+        "windows of a stage-matrix file (JSONL or CSV); raises ValueError with file:line on bad input");
+  py::register_exception<formats::FormatError>(m, "FormatError", PyExc_ValueError);
+
+  m.def("scenarios", [] {
+    py::list out;
+    for (const auto& s : inject::catalogue()) {
+      py::dict d;
+      d["name"] = s.name;
+      d["site"] = std::string(inject::to_string(s.site));
+      d["kind"] = std::string(inject::to_string(s.kind));
+      d["stage"] = s.stage;
+      d["sync_bearing"] = s.sync_bearing;
+      d["sync_callbacks"] = s.sync_callbacks;
+      d["default_delay_ms"] = s.default_delay_ms;
+      d["should_route"] = s.should_route;
+      d["injects"] = s.injects;
+      out.append(d);
+    }
+    return out;
+  }, "the fault catalogue of `sf-testbed scenarios`");
+  m.def("draw_targets", &inject::draw_targets, py::arg("seed"), py::arg("world"), py::arg("count") = 1,
+        "the hidden target ranks `sf-testbed run` draws from a seed");
+  m.def(
+      "truth",
+      [](const std::string& scenario, double delay_ms, const std::vector<int>& ranks, std::int64_t onset, std::int64_t offset,
+         int every) { return testbed::truth_json(inject::truth(make_plan(scenario, delay_ms, ranks, onset, offset, every))).dump(); },
+      py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("onset") = 0, py::arg("offset") = -1,
+      py::arg("every") = 1, "truth records (JSON) as run.json carries them");
+  m.def(
+      "verdict",
+      [](const std::string& scenario, double delay_ms, const std::vector<int>& ranks, const Scored& s, double makespan_gap,
+         std::int64_t onset, std::int64_t offset, int every) {
+        const auto vr = testbed::verdict_report(make_plan(scenario, delay_ms, ranks, onset, offset, every), s.evidence,
+                                                makespan_gap);
+        py::dict d;
+        d["json"] = vr.json.dump();
+        d["claim_pass"] = vr.claim_pass;
+        d["claim"] = vr.claim;
+        d["truth_text"] = vr.truth_text;
+        d["verdict_text"] = vr.verdict_text;
+        return d;
+      },
+      py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("evidence"), py::arg("makespan_gap"),
+      py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1,
+      "testbed::verdict_report: the verdict against the truth and the scenario's claim");
+  m.def("provenance", [](const std::string& schema, const std::vector<std::string>& argv, const std::string& commit) {
+    return testbed::provenance_json(schema, argv, commit).dump();
+  });
+  m.def("machine", [] { return testbed::machine_json().dump(); });
+  m.def("utc_now", &testbed::utc_now);
+}

@@ -1,0 +1,613 @@
+"""The stage recorder for PyTorch trainers (the contract of recorder/recorder.h, in Python).
+
+Hot path (``begin_stage``/``end_stage``, ``begin_step``'s clock read): one
+``time.perf_counter_ns()`` read and one store into a preallocated list. A dropped step (ring
+full under ``drop_newest``) and the time between steps write into scratch slots, so the hot path
+has no branch. Everything else -- validating the slots, packing, the gather, scoring -- happens
+in ``safe_point()`` and ``finish()``.
+
+Slot layout (ints, one slot per step, ``W = 5 + 3K`` wide):
+  [0] step id, [1] step begin, [2] step end, [3 + 2s] stage s begin, [4 + 2s] stage s end,
+  [3 + 2K + s] side ns of stage s (time inside the gradient collective), [3 + 3K] forward event
+  state (0 unsampled, 1 ready, 2 missing), [4 + 3K] forward event ns.
+Unset times are 0 (perf_counter_ns is positive).
+"""
+import datetime
+import enum
+import json
+import math
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+
+from . import _core
+
+_now = time.perf_counter_ns
+
+_MAGIC = 0x5F7045  # first float of every gather payload
+_HEADER = 8        # magic, rank, window, rows, hash hi, hash lo, dropped, fault bits
+
+
+class OverflowPolicy(enum.Enum):
+    DROP_NEWEST = "drop_newest"            # new steps are not recorded (counted as dropped)
+    OVERWRITE_OLDEST = "overwrite_oldest"  # the oldest unpacked step is overwritten (counted)
+
+
+def default_stages():
+    """The paper's five explicit stages, in order (frontier::default_explicit_stages())."""
+    return list(_core.default_stages())
+
+
+class _Stage:
+    """A reusable context manager for one ordered stage: two hot-path calls, no allocation."""
+    __slots__ = ("_rec", "_b", "_e")
+
+    def __init__(self, rec, s):
+        self._rec = rec
+        self._b = 3 + 2 * s
+        self._e = 4 + 2 * s
+
+    def __enter__(self):
+        r = self._rec
+        r._buf[r._base + self._b] = _now()
+
+    def __exit__(self, *exc):
+        r = self._rec
+        r._buf[r._base + self._e] = _now()
+        return False
+
+
+class _Step:
+    __slots__ = ("_rec", "_id")
+
+    def __init__(self, rec):
+        self._rec = rec
+        self._id = 0
+
+    def __enter__(self):
+        self._rec.begin_step(self._id)
+
+    def __exit__(self, *exc):
+        self._rec.end_step()
+        return False
+
+
+class _CommState:
+    """State of ``allreduce_hook``: the recorder, the stage the collective belongs to, the
+    process group DDP reduces on, and an optional call made before entering the collective
+    (a trainer's fault injection; never part of the side span)."""
+
+    def __init__(self, rec, stage, process_group=None, before_allreduce=None):
+        import torch.distributed as dist
+        self.recorder = rec
+        self.side = 3 + 2 * rec.K + stage
+        self.process_group = process_group
+        self.world = dist.get_world_size(process_group)
+        self.before_allreduce = before_allreduce
+        self.lock = threading.Lock()
+
+
+def allreduce_hook(state, bucket):
+    """DDP communication hook: DDP's default averaging all-reduce, with the time each rank spends
+    inside it (entry to completion) added to the step's side evidence of the backward stage. Every
+    rank leaves the collective together, so the rank that entered last spent the least time in
+    it: that names a late entry's rank (docs/design.md, Change 2)."""
+    import torch.distributed as dist
+    if state.before_allreduce is not None:
+        state.before_allreduce()
+    rec = state.recorder
+    cell = rec._base + state.side
+    t0 = _now()
+    tensor = bucket.buffer()
+    tensor.div_(state.world)
+    fut = dist.all_reduce(tensor, group=state.process_group, async_op=True).get_future()
+
+    def done(f):
+        dt = _now() - t0
+        with state.lock:
+            rec._buf[cell] += dt
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+class Recorder:
+    """One rank's always-on stage recorder with a fail-open window gather to rank 0.
+
+    window_steps: steps per window; first_step: the step id where window 0 starts (steps before it
+    are not recorded: warm-up). capacity_steps: ring capacity (default 2 x window_steps).
+    gather_deadline_s: how long rank 0 waits for a window's contributions before it scores the
+    ranks that made it (gather_ok=false, telemetry_limited). out_dir: rank 0 writes
+    window_NNN.json packets (sf.evidence/1) there. sink(window, evidence, index): called on rank 0
+    for each scored window. labeler_config: JSON text with docs/labeler.md keys.
+    """
+
+    def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
+                 overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
+                 labeler_config="", event_q=0.0, enabled=True):
+        import torch.distributed as dist
+        self.stages = list(stages) if stages is not None else default_stages()
+        self.K = len(self.stages)
+        self.order_hash = _core.order_hash(self.stages)
+        if window_steps < 1:
+            raise ValueError(f"window_steps is {window_steps}; expected >= 1")
+        self.window_steps = int(window_steps)
+        self.first_step = int(first_step)
+        self.capacity = int(capacity_steps) or 2 * self.window_steps
+        self.overflow = OverflowPolicy(overflow)
+        self.deadline_s = float(gather_deadline_s)
+        self.out_dir = out_dir
+        self.sink = sink
+        self.labeler_config = labeler_config
+        self.enabled = enabled
+        self.W = 5 + 3 * self.K
+        # Ring slots, then the pending slot (stages between steps: a prefetch wait charged to the
+        # next step), then the scratch slot (a dropped step's stage calls land there).
+        self._buf = [0] * (self.W * (self.capacity + 2))
+        self._pending = self.W * self.capacity
+        self._scratch = self.W * (self.capacity + 1)
+        self._base = self._pending
+        self._head = self._tail = 0
+        self._open = False
+        self._last_step = None
+        self._faults = set()
+        self.dropped = 0
+        self._window_dropped = 0
+        self._open_window = 0
+        self.windows_closed = 0
+        self._sync_stages = set()
+        self._stage_cm = {name: _Stage(self, s) for s, name in enumerate(self.stages)}
+        self._step_cm = _Step(self)
+        # Sampled forward event pairs (CUDA): polled with query() at safe points, never synchronized.
+        self.event_q = float(event_q)
+        self._event_pool = []
+        self._event_live = []   # (slot base, step id, start, end)
+        self._event_counter = 0
+        self._event_open = None
+        # Process group of its own (gloo) for the gather, so telemetry never queues behind DDP's
+        # collectives, and the identities of the ranks.
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        self._group = None
+        host = socket.gethostname()
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        idents = [(self.rank, local, host)]
+        if self.distributed and self.world > 1:
+            self._group = dist.new_group(backend="gloo",
+                                         timeout=datetime.timedelta(seconds=max(30.0, 10 * self.deadline_s)))
+            idents = [None] * self.world
+            dist.all_gather_object(idents, (self.rank, local, host), group=self._group)
+        nodes = {}
+        for _, _, h in idents:
+            nodes.setdefault(h, len(nodes))
+        self.rank_info = [(r, l, nodes[h], h) for r, l, h in idents]
+        self._send_q = None          # this rank's payloads, sent by a daemon thread
+        self.send_errors = []
+        self._recv_q = None          # root: (rank, window, payload) from the receiver threads
+        self._recv_threads = []
+        self.unfinished_ranks = []   # root: ranks whose gather had not ended when finish() returned
+        self.drain_s = 3 * self.deadline_s + 1.0
+        self._arrived = {}           # root: window -> {rank: payload}
+        self._assembled = set()
+        self._pending_windows = []   # root: windows awaiting contributions
+        self.late_discarded = 0
+        self.windows = []            # root: (index, window, evidence)
+        self.telemetry_fault = None  # test hook: "late" or "corrupt" on this rank
+        self.safe_point_s = 0.0
+        self._window_rows = {}
+        self._window_dropped_by = {}
+
+    # ---- hot path ----------------------------------------------------------------------------
+    def begin_step(self, step):
+        now = _now()
+        if self._open:
+            self._faults.add("a step began while the previous one was open")
+            self._buf[self._base + 2] = now
+        if self._last_step is not None and step <= self._last_step:
+            self._faults.add("step ids not increasing")
+        self._last_step = step
+        self._open = True
+        buf, P, W, K = self._buf, self._pending, self.W, self.K
+        if not self.enabled or step < self.first_step:
+            self._base = self._scratch
+            buf[P:P + W] = [0] * W
+            return
+        if self._head - self._tail >= self.capacity:
+            self.dropped += 1
+            self._window_dropped += 1
+            if self.overflow is OverflowPolicy.DROP_NEWEST:
+                self._base = self._scratch
+                buf[P:P + W] = [0] * W
+                return
+            self._tail += 1
+        base = (self._head % self.capacity) * W
+        self._head += 1
+        begin = now
+        pend = buf[P + 3:P + 3 + 2 * K]
+        for b in pend[0::2]:
+            if 0 < b < begin:
+                begin = b  # the step's wall starts with its prefetch wait
+        buf[base:base + W] = [step, begin, 0] + pend + [0] * (K + 2)
+        buf[P:P + W] = [0] * W
+        self._base = base
+
+    def end_step(self):
+        self._buf[self._base + 2] = _now()
+        self._open = False
+        self._base = self._pending
+
+    def begin_stage(self, s):
+        self._buf[self._base + 3 + 2 * s] = _now()
+
+    def end_stage(self, s):
+        self._buf[self._base + 4 + 2 * s] = _now()
+
+    # ---- conveniences (each is a pair of hot-path calls) --------------------------------------
+    def stage(self, name):
+        """Context manager for the ordered stage ``name``."""
+        try:
+            return self._stage_cm[name]
+        except KeyError:
+            raise ValueError(f"unknown stage '{name}'; the schema is {self.stages}") from None
+
+    def stage_index(self, name):
+        return self.stages.index(name)
+
+    def step(self, step_id):
+        """Context manager for one training step with id ``step_id``."""
+        self._step_cm._id = step_id
+        return self._step_cm
+
+    def loader(self, iterable, stage="data.next_wait"):
+        """Wraps a DataLoader: each next() is the data stage. Called between steps it is a prefetch
+        wait, charged to the step that consumes the batch (whose wall then starts with it)."""
+        cm = self.stage(stage)
+        it = iter(iterable)
+        while True:
+            with cm:
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    break
+            yield batch
+        self._buf[self._pending:self._pending + self.W] = [0] * self.W
+
+    def comm_state(self, stage="model.backward_cpu_wall", process_group=None, before_allreduce=None):
+        """State for ``ddp.register_comm_hook(rec.comm_state(), sf_torch.allreduce_hook)``."""
+        s = self.stage_index(stage)
+        self._sync_stages.add(s)
+        return _CommState(self, s, process_group, before_allreduce)
+
+    def forward_event(self):
+        """CUDA only: a sampled event pair (fraction event_q of steps) around the forward's device
+        work; completed pairs are read with query() at safe points, never synchronized."""
+        return _ForwardEvent(self)
+
+    # ---- safe points ---------------------------------------------------------------------------
+    def safe_point(self):
+        """Polls device events, closes a due window (validate, pack, send) and, on rank 0,
+        scores the windows whose contributions are complete or whose deadline passed."""
+        t0 = time.perf_counter()
+        self._poll_events(final=False)
+        if self._last_step is not None and not self._open:
+            due = (self._last_step - self.first_step + 1) // self.window_steps
+            while self._open_window < due:
+                self._close_window(self._open_window)
+                self._open_window += 1
+        self._progress(final=False)
+        self.safe_point_s += time.perf_counter() - t0
+
+    def finish(self):
+        """Closes the last partial window, waits at most the gather deadline for its
+        contributions and scores it; then ends the gather: every rank sends an end marker after
+        its last window and waits (at most drain_s) until its payloads are out, and rank 0 waits
+        (at most drain_s) for the end markers, counting late contributions."""
+        t0 = time.perf_counter()
+        self._poll_events(final=True)
+        if self._head > self._tail:
+            self._close_window(self._open_window)
+            self._open_window += 1
+        self._progress(final=True)
+        if self.world > 1:
+            end = time.monotonic() + self.drain_s
+            if self.rank != 0:
+                import torch
+                marker = np.zeros(_HEADER + self.window_steps * (5 + 2 * self.K))
+                marker[:3] = [_MAGIC, self.rank, -1]
+                self._sender().put((self._open_window, torch.from_numpy(marker), 0.0))
+                while self._send_q.unfinished_tasks and time.monotonic() < end:
+                    time.sleep(0.002)
+            else:
+                self._receivers()
+                while any(t.is_alive() for t in self._recv_threads) and time.monotonic() < end:
+                    time.sleep(0.002)
+                self._progress(final=False)
+                self.unfinished_ranks = [r for r, t in enumerate(self._recv_threads, 1) if t.is_alive()]
+        self.safe_point_s += time.perf_counter() - t0
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _rows(self, window):
+        """Validated rows of the steps of `window` held in the ring; slots handed over."""
+        K, W = self.K, self.W
+        lo = self.first_step + window * self.window_steps
+        hi = lo + self.window_steps
+        rows, reasons = [], []
+        while self._tail < self._head:
+            base = (self._tail % self.capacity) * W
+            slot = self._buf[base:base + W]
+            if slot[0] >= hi:
+                break
+            self._tail += 1
+            if slot[0] < lo:
+                continue
+            step, b, e = slot[0], slot[1], slot[2]
+            bad = None
+            if e <= 0 or e < b:
+                bad = "step not closed"
+            d = [0.0] * K
+            prev = b
+            for s in range(K):
+                sb, se = slot[3 + 2 * s], slot[4 + 2 * s]
+                if sb == 0 and se == 0:
+                    continue
+                if sb == 0 or se < sb:
+                    bad = bad or f"stage {self.stages[s]} not closed"
+                elif sb < prev:
+                    bad = bad or f"stage {self.stages[s]} overlaps an earlier stage or began before the step"
+                elif e > 0 and se > e:
+                    bad = bad or f"stage {self.stages[s]} ended after the step"
+                else:
+                    d[s] = (se - sb) * 1e-9
+                    prev = se
+            if bad:
+                reasons.append(f"rank {self.rank}: step {step} dropped ({bad})")
+                continue
+            sync = [(slot[3 + 2 * K + s] * 1e-9 if s in self._sync_stages else math.nan) for s in range(K)]
+            ev_state, ev_ns = slot[3 + 3 * K], slot[4 + 3 * K]
+            if ev_state == 3:  # sampled, not complete when its window closed: missing
+                ev_state, ev_ns = 2, 0
+            rows.append([step - lo, self.rank, (e - b) * 1e-9] + d + [float(ev_state), ev_ns * 1e-9] + sync)
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 5 + 2 * K), reasons
+
+    def _payload(self, window, rows, reasons):
+        cols = 5 + 2 * self.K
+        buf = np.zeros(_HEADER + self.window_steps * cols, dtype=np.float64)
+        h = int(self.order_hash)
+        faults = len(self._faults) + len(reasons)
+        buf[:_HEADER] = [_MAGIC, self.rank, window, len(rows), h >> 32, h & 0xFFFFFFFF, self._window_dropped, faults]
+        buf[_HEADER:_HEADER + rows.size] = rows.ravel()
+        if self.telemetry_fault == "corrupt":
+            buf[0] = 1.0
+        return buf
+
+    def _close_window(self, window):
+        rows, reasons = self._rows(window)
+        reasons += [f"rank {self.rank}: {f}" for f in sorted(self._faults)]
+        dropped = self._window_dropped
+        self._faults.clear()
+        self._window_dropped = 0
+        self.windows_closed += 1
+        if self.rank != 0:
+            import torch
+            tensor = torch.from_numpy(self._payload(window, rows, reasons))
+            # A late rank (telemetry-fault test): its payload leaves only after 2.5 deadlines.
+            not_before = time.monotonic() + (2.5 * self.deadline_s if self.telemetry_fault == "late" else 0.0)
+            self._sender().put((window, tensor, not_before))
+            return
+        self._receivers()
+        self._pending_windows.append({"window": window, "rows": [rows], "reasons": reasons, "dropped": dropped,
+                                      "deadline": time.monotonic() + self.deadline_s})
+
+    # gloo's point-to-point work objects do not report completion until wait() is called, so the
+    # blocking send and receives run on daemon threads of their own: the training thread only
+    # hands over and collects (queue operations), and a dead or late rank blocks nobody but its
+    # own receiver thread.
+    def _sender(self):
+        if self._send_q is None:
+            import queue
+            self._send_q = queue.Queue()
+
+            def run():
+                import torch.distributed as dist
+                while True:
+                    window, tensor, not_before = self._send_q.get()
+                    time.sleep(max(0.0, not_before - time.monotonic()))
+                    try:
+                        dist.send(tensor, dst=0, group=self._group, tag=window)
+                    except Exception as e:  # telemetry never stops training
+                        self.send_errors.append(f"window {window}: {e}")
+                    self._send_q.task_done()
+
+            threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
+        return self._send_q
+
+    def _receivers(self):
+        if self._recv_q is not None or self.world == 1:
+            return
+        import queue
+        import torch
+        self._recv_q = queue.Queue()
+        n = _HEADER + self.window_steps * (5 + 2 * self.K)
+
+        def run(src):
+            import torch.distributed as dist
+            window = 0
+            while True:
+                t = torch.zeros(n, dtype=torch.float64)
+                try:
+                    dist.recv(t, src=src, group=self._group, tag=window)
+                except Exception as e:
+                    self._recv_q.put((src, window, str(e)))
+                    return
+                p = t.numpy()
+                if p[0] == _MAGIC and p[2] == -1:
+                    return  # the end marker: that rank sent its last window
+                self._recv_q.put((src, window, p))
+                window += 1
+
+        for r in range(1, self.world):
+            th = threading.Thread(target=run, args=(r,), name=f"sf_torch-recv{r}", daemon=True)
+            th.start()
+            self._recv_threads.append(th)
+
+    def _progress(self, final):
+        if final and self._send_q is not None:
+            # End of run: the payloads may take up to the deadline to leave, never longer.
+            end = time.monotonic() + self.deadline_s
+            while self._send_q.unfinished_tasks and time.monotonic() < end:
+                time.sleep(0.002)
+        if self.rank != 0:
+            return
+        while self._recv_q is not None and not self._recv_q.empty():
+            src, window, payload = self._recv_q.get_nowait()
+            self._arrived.setdefault(window, {})[src] = payload
+        while self._pending_windows:
+            pw = self._pending_windows[0]
+            need = self.world - 1
+            if final:
+                while len(self._arrived.get(pw["window"], {})) < need and time.monotonic() < pw["deadline"]:
+                    time.sleep(0.002)
+                    while not self._recv_q.empty():
+                        src, window, payload = self._recv_q.get_nowait()
+                        self._arrived.setdefault(window, {})[src] = payload
+            if len(self._arrived.get(pw["window"], {})) < need and time.monotonic() < pw["deadline"]:
+                break
+            self._pending_windows.pop(0)
+            self._assemble(pw, self._arrived.pop(pw["window"], {}))
+            self._assembled.add(pw["window"])
+        for window in [w for w in self._arrived if w in self._assembled]:
+            self.late_discarded += len(self._arrived.pop(window))
+
+    def _check(self, r, p, window):
+        cols = 5 + 2 * self.K
+        h = int(self.order_hash)
+        if p[0] != _MAGIC:
+            return "corrupt contribution (bad magic)"
+        if int(p[1]) != r or int(p[2]) != window:
+            return f"corrupt contribution (claims rank {p[1]:.0f} window {p[2]:.0f})"
+        if int(p[4]) != h >> 32 or int(p[5]) != h & 0xFFFFFFFF:
+            return "stage schema does not match rank 0's (order hash)"
+        n = int(p[3])
+        if not 0 <= n <= self.window_steps:
+            return f"corrupt contribution ({n} rows)"
+        rows = p[_HEADER:_HEADER + n * cols].reshape(n, cols)
+        if not np.isfinite(rows[:, :5 + self.K]).all():
+            return "corrupt contribution (non-finite values)"
+        return rows
+
+    def _assemble(self, pw, arrived):
+        window = pw["window"]
+        gather_ok = not pw["reasons"]
+        reasons = list(pw["reasons"])
+        dropped = pw["dropped"]
+        rows = list(pw["rows"])
+        late = []
+        for r in range(1, self.world):
+            if r not in arrived:
+                late.append(r)
+                continue
+            p = arrived[r]
+            got = self._check(r, p, window) if not isinstance(p, str) else f"gather failed ({p})"
+            if isinstance(got, str):
+                reasons.append(f"rank {r}: {got}")
+                gather_ok = False
+                continue
+            if p[7] > 0:
+                reasons.append(f"rank {r}: {int(p[7])} recorder fault(s) or dropped step(s) in this window")
+            dropped += int(p[6])
+            rows.append(got)
+        if late:
+            gather_ok = False
+            reasons.append(f"gather deadline {self.deadline_s:g} s passed without rank(s) "
+                           + ",".join(str(r) for r in late))
+        if reasons:
+            gather_ok = False
+        allrows = np.concatenate(rows) if rows else np.zeros((0, 5 + 2 * self.K))
+        lo = self.first_step + window * self.window_steps
+        steps = min(self.window_steps, self._last_step - lo + 1)
+        allrows = allrows[allrows[:, 0] < steps] if len(allrows) else allrows
+        self._window_rows[window] = allrows
+        self._window_dropped_by[window] = dropped
+        w = _core.Window(self.stages, self.world, lo, steps, allrows, gather_ok, reasons, dropped, self.rank_info)
+        ev = w.evaluate(self.labeler_config)
+        if self.out_dir:
+            os.makedirs(self.out_dir, exist_ok=True)
+            path = os.path.join(self.out_dir, f"window_{window:03d}.json")
+            with open(path + ".tmp", "w") as f:
+                f.write(ev.packet() + "\n")
+            os.replace(path + ".tmp", path)
+        self.windows.append((window, w, ev))
+        if self.sink is not None:
+            self.sink(w, ev, window)
+
+    def _poll_events(self, final):
+        """Completed forward event pairs are written into their step's slot; a pair still pending
+        when its window closes is reported missing there (_rows), and freed once it completes."""
+        K, keep = self.K, []
+        for base, step, start, end in self._event_live:
+            if end.query():
+                if self._buf[base] == step and self._buf[base + 3 + 3 * K] == 3:
+                    self._buf[base + 3 + 3 * K] = 1
+                    self._buf[base + 4 + 3 * K] = int(start.elapsed_time(end) * 1e6)
+                self._event_pool.append((start, end))
+            else:
+                keep.append((base, step, start, end))
+        self._event_live = keep
+
+    def summary(self):
+        """Rank 0, after finish(): all windows as one (sf.stages/1 window over every recorded
+        step) and its evidence, as `sf-testbed run` scores the whole run in run.json."""
+        if not self.windows:
+            return None, None
+        rows, reasons, ok, dropped = [], [], True, 0
+        for index, w, _ in self.windows:
+            r = self._window_rows[index].copy()
+            r[:, 0] += index * self.window_steps
+            rows.append(r)
+            ok = ok and w.gather_ok
+            reasons += [x for x in w.reasons if x not in reasons]
+        steps = self._last_step - self.first_step + 1
+        allw = _core.Window(self.stages, self.world, self.first_step, steps, np.concatenate(rows), ok, reasons,
+                            sum(self._window_dropped_by.values()), self.rank_info)
+        return allw, allw.evaluate(self.labeler_config)
+
+
+class _ForwardEvent:
+    __slots__ = ("_rec",)
+
+    def __init__(self, rec):
+        self._rec = rec
+
+    def __enter__(self):
+        r = self._rec
+        r._event_open = None
+        if r.event_q <= 0 or r._base >= r._pending:
+            return
+        r._event_counter += 1
+        if r._event_counter * r.event_q < 1.0:
+            return
+        r._event_counter = 0
+        if not r._event_pool:
+            if len(r._event_live) >= 16:
+                r._buf[r._base + 3 + 3 * r.K] = 2  # no free pair: sampled but missing
+                return
+            import torch
+            r._event_pool.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        start, end = r._event_pool.pop()
+        r._buf[r._base + 3 + 3 * r.K] = 3  # sampled, pending
+        start.record()
+        r._event_open = (start, end)
+
+    def __exit__(self, *exc):
+        r = self._rec
+        if r._event_open is None:
+            return False
+        start, end = r._event_open
+        end.record()
+        r._event_live.append((r._base, r._buf[r._base], start, end))
+        r._event_open = None
+        return False
