@@ -4,6 +4,7 @@
 #include "sf/testbed/testbed.h"
 
 #include <cmath>
+#include <malloc.h>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,8 @@ struct SimOptions {
   double delay_ms = -1;
   double cost_scale = 1.0;
   bool json = false, check = false;
+  bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
+  int threads = 2;
   std::string dump;
 };
 
@@ -37,11 +40,23 @@ int run_sim(SimOptions& o) {
     return kExitBadInput;
   }
   const auto plan = sim::model_plan(cfg);
-  const auto w = sim::model_window(cfg, plan);
-  const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
-  const auto [wall_sum, gap] = testbed::makespan_check(e, w.matrix);
+  // Streamed step by step unless the answer needs the whole matrix (a dump of it, or the
+  // per-rank window-median gain baseline).
+  const bool whole = o.whole || !o.dump.empty() || label.gain_baseline == frontier::GainBaseline::rank_median;
+  // The scorer allocates and frees R-sized scratch arrays every step; keep freed memory in the
+  // heap (glibc would otherwise hand each one back to the kernel and page-fault it in again on
+  // the next step, a third of the time at 10^5 ranks).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  const auto scored = whole ? testbed::score_model_whole(cfg, plan, label)
+                            : testbed::score_model_streaming(cfg, plan, label, o.threads);
+  const auto& e = scored.evidence;
+  const auto [wall_sum, gap] = scored.makespan;
   const auto vr = testbed::verdict_report(plan, e, gap);
+  const std::string scoring = whole ? std::string("whole matrix")
+                                    : "streamed, " + std::to_string(scored.threads) + " thread(s)";
   if (!o.dump.empty()) {
+    const auto w = sim::model_window(cfg, plan);
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
@@ -51,7 +66,7 @@ int run_sim(SimOptions& o) {
     j["schema"] = "sf.sim/1";
     j["commit"] = git_commit();
     j["config"] = {{"scenario", cfg.scenario}, {"delay_ms", plan.delay_ms}, {"ranks", cfg.ranks}, {"steps", cfg.steps},
-                   {"seed", cfg.seed}, {"jitter", cfg.jitter}, {"event_q", cfg.event_q}};
+                   {"seed", cfg.seed}, {"jitter", cfg.jitter}, {"event_q", cfg.event_q}, {"scoring", scoring}};
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
     j["verdict"] = vr.json;
@@ -59,8 +74,8 @@ int run_sim(SimOptions& o) {
   } else {
     std::printf("# sf-testbed sim  commit %s  (model-driven ranks: no processes, no MPI, no clock)\n", git_commit());
     std::printf("# scenario %s: %s\n", plan.scenario->name.c_str(), plan.scenario->injects.c_str());
-    std::printf("# ranks %d  steps %d  seed %llu  cost jitter %.3g (lognormal sigma)\n#\n", cfg.ranks, cfg.steps,
-                static_cast<unsigned long long>(cfg.seed), cfg.jitter);
+    std::printf("# ranks %d  steps %d  seed %llu  cost jitter %.3g (lognormal sigma)  scoring: %s\n#\n", cfg.ranks,
+                cfg.steps, static_cast<unsigned long long>(cfg.seed), cfg.jitter, scoring.c_str());
     std::fputs(vr.truth_text.c_str(), stdout);
     std::printf("#\n%s", formats::evidence_table(e, "model window").c_str());
     std::printf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
@@ -85,7 +100,11 @@ void setup_sim(CLI::App& app) {
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
   sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost")->check(CLI::Range(0.01, 100.0));
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
-  sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL)");
+  sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
+  sub->add_flag("--whole-matrix", o->whole,
+                "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
+  sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
+      ->check(CLI::Range(1, 2));
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
   sub->callback([o] {
