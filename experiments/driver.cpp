@@ -206,6 +206,13 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
   base["events_ready_ratio"] = e["events"]["ready_ratio"];
   base["packet_bytes"] = run["telemetry"].value("packet_bytes", 0);
   base["payload_bytes_per_rank_window"] = run["telemetry"].value("payload_bytes_per_rank_window", 0);
+  if (const auto& t = run["telemetry"]; t.contains("rank0_rss")) {
+    base["rank0_rss_first_kb"] = t["rank0_rss"]["first_kb"];
+    base["rank0_rss_last_kb"] = t["rank0_rss"]["last_kb"];
+    base["rank0_rss_growth_kb_per_window"] = t["rank0_rss"]["growth_kb_per_window"];
+    base["rank0_rss_windows_fitted"] = t["rank0_rss"]["windows_fitted"];
+    base["windows"] = run.contains("windows") ? run["windows"].size() : 0;
+  }
   if (!spec.per_window) return {base};
   std::vector<ordered_json> out;
   for (const auto& w : run["windows"]) {
