@@ -256,6 +256,18 @@ std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& r
     r["packet_bytes"] = o["packet_bytes"];
     r["vm_steal_fraction"] = o.value("vm_steal_fraction", 0.0);
     r["peak_rss_mib_per_rank"] = o.value("peak_rss_mib_per_rank", 0.0);
+    if (o.contains("rounds")) {  // sf.overhead/2: the A/A arm, paired µs, window-boundary work
+      r["rounds"] = o["rounds"];
+      r["aa_mean_pct"] = o["overhead_pct"]["aa"]["mean"];
+      r["aa_ci_low_pct"] = o["overhead_pct"]["aa"]["ci_low"];
+      r["aa_ci_high_pct"] = o["overhead_pct"]["aa"]["ci_high"];
+      r["paired_diff_us"] = o["paired_diff_us"][mode];
+      r["aa_paired_diff_us"] = o["paired_diff_us"]["aa"];
+      r["boundary_rank0_us_per_step"] = o["window_boundary_us_per_recorded_step"]["rank0"];
+      r["boundary_other_us_per_step"] = o["window_boundary_us_per_recorded_step"]["max_other_rank"];
+      r["boundary_rank0_us_per_window"] = o["window_boundary_us_per_window_rank0"];
+      r["recorder_cpu_us_per_step_other"] = o["recorder_cpu_us_per_step_other_max"];
+    }
     out.push_back(std::move(r));
   }
   return out;
