@@ -16,8 +16,12 @@ import statistics
 import subprocess
 
 ACCOUNT_RATIO_TARGET = 0.5     # account() bandwidth / memcpy bandwidth
-EVALUATE_TARGET_MS = 50.0      # account + label, 1024 x 600 x 6, one core
-CSV_SPEEDUP_TARGET = 5.0       # pandas wall / sf-testbed wall, 100 MB CSV
+# evaluate() against account() on the same matrix in the same run (issue 16): evaluate is
+# compute-bound and memcpy bandwidth-bound, so an absolute ms target or an evaluate/memcpy ratio
+# moves between machines; evaluate's floor is about S + 2 accounting passes.
+EVALUATE_OVER_ACCOUNT_TARGET = 8.0
+EVALUATE_RATIO_CASES = [(1024, 600), (16384, 600)]
+CSV_SPEEDUP_TARGET = 10.0      # pandas wall / sf-testbed wall, 100 MB CSV
 
 NAME = re.compile(r"^(BM_\w+)/R:(\d+)/N:(\d+)")
 
@@ -108,9 +112,11 @@ def main():
                                           max(acc["bytes_per_second"]) / min(mem["bytes_per_second"])],
             "evaluate_ms": statistics.median(ev["real_ms"]),
             "evaluate_ms_range": [min(ev["real_ms"]), max(ev["real_ms"])],
+            "evaluate_over_account": statistics.median(ev["real_ms"]) / statistics.median(acc["real_ms"]),
+            "evaluate_over_account_range": [min(ev["real_ms"]) / max(acc["real_ms"]), max(ev["real_ms"]) / min(acc["real_ms"])],
             "repetitions": len(ev["real_ms"]),
         })
-    ev_case = next(x for x in rows if x["R"] == 1024 and x["N"] == 600)
+    ratio_cases = [x for x in rows if (x["R"], x["N"]) in EVALUATE_RATIO_CASES]
     met_ratio = [x for x in rows if x["account_over_memcpy"] >= ACCOUNT_RATIO_TARGET]
     targets = {
         "account_ge_half_memcpy": {
@@ -119,12 +125,14 @@ def main():
             "missed_cases": [f"{x['R']}x{x['N']}" for x in rows if x not in met_ratio],
             "met": len(met_ratio) == len(rows),
         },
-        "evaluate_1024x600_le_50ms": {
-            "target": f"account + label of 1024 x 600 x 6 <= {EVALUATE_TARGET_MS} ms on one core",
-            "median_ms": ev_case["evaluate_ms"],
-            "met": ev_case["evaluate_ms"] <= EVALUATE_TARGET_MS,
+        "evaluate_le_8x_account": {
+            "target": f"evaluate() <= {EVALUATE_OVER_ACCOUNT_TARGET} x account() on the same matrix, same run, "
+                      + " and ".join(f"{r} x {n} x 6" for r, n in EVALUATE_RATIO_CASES),
+            "cases": {f"{x['R']}x{x['N']}": {"evaluate_ms": x["evaluate_ms"], "account_ms": x["account_ms"],
+                                             "ratio": x["evaluate_over_account"]} for x in ratio_cases},
+            "met": bool(ratio_cases) and all(x["evaluate_over_account"] <= EVALUATE_OVER_ACCOUNT_TARGET for x in ratio_cases),
         },
-        "csv_5x_pandas": {
+        "csv_10x_pandas": {
             "target": f"parse + score of a 100 MB CSV >= {CSV_SPEEDUP_TARGET} x faster than pandas + numpy",
             "sf_testbed_median_s": csv["sf_testbed"]["median_s"],
             "pandas_median_s": csv["pandas"]["median_s"],
@@ -175,14 +183,17 @@ def summarize(out_dir, commit):
     cases = [(x["R"], x["N"]) for x in runs[0]["frontier_bench"]]
 
     def per_case(r, n, key):
-        return [next(x[key] for x in run["frontier_bench"] if (x["R"], x["N"]) == (r, n)) for run in runs]
+        return [next(x.get(key) for x in run["frontier_bench"] if (x["R"], x["N"]) == (r, n)) for run in runs]
 
     rows = []
     for r, n in cases:
         ratios, evals = per_case(r, n, "account_over_memcpy"), per_case(r, n, "evaluate_ms")
+        ev_acc = [x for x in per_case(r, n, "evaluate_over_account") if x is not None]
         rows.append({"R": r, "N": n, "account_over_memcpy_median": statistics.median(ratios),
                      "account_over_memcpy_runs": ratios, "evaluate_ms_median": statistics.median(evals),
-                     "evaluate_ms_runs": evals, "memcpy_GBps_runs": per_case(r, n, "memcpy_GBps")})
+                     "evaluate_ms_runs": evals, "memcpy_GBps_runs": per_case(r, n, "memcpy_GBps"),
+                     "evaluate_over_account_median": statistics.median(ev_acc) if ev_acc else None,
+                     "evaluate_over_account_runs": ev_acc})
     csv = {
         "sf_testbed_s_runs": [run["csv"]["sf_testbed"]["median_s"] for run in runs],
         "pandas_s_runs": [run["csv"]["pandas"]["median_s"] for run in runs],
@@ -191,7 +202,6 @@ def summarize(out_dir, commit):
     }
     for k in ("sf_testbed_s", "pandas_s", "speedup"):
         csv[k + "_median"] = statistics.median(csv[k + "_runs"])
-    ev = next(x for x in rows if (x["R"], x["N"]) == (1024, 600))
     summary = {
         "git_commit": commit,
         "runs": [{"date_utc": run["date_utc"], "loadavg_before": run["machine"]["loadavg_before"],
@@ -205,9 +215,10 @@ def summarize(out_dir, commit):
                 "met_cases": [f"{x['R']}x{x['N']}" for x in rows if x["account_over_memcpy_median"] >= ACCOUNT_RATIO_TARGET],
                 "missed_cases": [f"{x['R']}x{x['N']}" for x in rows if x["account_over_memcpy_median"] < ACCOUNT_RATIO_TARGET],
             },
-            "evaluate_1024x600_le_50ms": {"median_ms": ev["evaluate_ms_median"], "runs_ms": ev["evaluate_ms_runs"],
-                                           "met": ev["evaluate_ms_median"] <= EVALUATE_TARGET_MS},
-            "csv_5x_pandas": {"speedup_median": csv["speedup_median"], "speedup_runs": csv["speedup_runs"],
+            "evaluate_le_8x_account": {
+                f"{x['R']}x{x['N']}": {"median": x["evaluate_over_account_median"], "runs": x["evaluate_over_account_runs"]}
+                for x in rows if (x["R"], x["N"]) in EVALUATE_RATIO_CASES},
+            "csv_10x_pandas": {"speedup_median": csv["speedup_median"], "speedup_runs": csv["speedup_runs"],
                               "met": csv["speedup_median"] >= CSV_SPEEDUP_TARGET},
         },
     }
@@ -222,12 +233,14 @@ def summarize(out_dir, commit):
         "# runs (UTC, load average before / after): "
         + "; ".join(f"{x['date_utc']} ({x['loadavg_before']} / {x['loadavg_after']})" for x in summary["runs"]),
         "",
-        "| R | N | account/memcpy, median of runs | per run | memcpy GB/s per run | evaluate ms, median of runs | per run |",
-        "|--:|--:|--:|---|---|--:|---|",
+        "| R | N | account/memcpy, median of runs | per run | memcpy GB/s per run | evaluate ms, median of runs | per run | evaluate/account, median | per run |",
+        "|--:|--:|--:|---|---|--:|---|--:|---|",
     ]
     for x in rows:
+        ea = x["evaluate_over_account_median"]
         lines.append(f"| {x['R']} | {x['N']} | {x['account_over_memcpy_median']:.2f} | {fmt(x['account_over_memcpy_runs'])} | "
-                     f"{fmt(x['memcpy_GBps_runs'], 1)} | {x['evaluate_ms_median']:.2f} | {fmt(x['evaluate_ms_runs'])} |")
+                     f"{fmt(x['memcpy_GBps_runs'], 1)} | {x['evaluate_ms_median']:.2f} | {fmt(x['evaluate_ms_runs'])} | "
+                     f"{'n/a' if ea is None else f'{ea:.1f}'} | {fmt(x['evaluate_over_account_runs'], 1)} |")
     lines += [
         "",
         f"100 MB CSV: sf-testbed {csv['sf_testbed_s_median']:.3f} s (runs {fmt(csv['sf_testbed_s_runs'], 3)}), "
@@ -246,12 +259,13 @@ def status(ok):
 
 def markdown_targets(res):
     t = res["targets"]
-    a, e, c = t["account_ge_half_memcpy"], t["evaluate_1024x600_le_50ms"], t["csv_5x_pandas"]
+    a, e, c = t["account_ge_half_memcpy"], t["evaluate_le_8x_account"], t["csv_10x_pandas"]
     return "\n".join([
         f"- account() >= 0.5 x memcpy: {status(a['met'])} "
         f"(met at {', '.join(a['met_cases']) or 'none'}; missed at {', '.join(a['missed_cases']) or 'none'})",
-        f"- evaluate 1024 x 600 x 6 <= 50 ms: {status(e['met'])} (median {e['median_ms']:.1f} ms)",
-        f"- 100 MB CSV >= 5 x pandas: {status(c['met'])} (sf-testbed {c['sf_testbed_median_s']:.3f} s, "
+        f"- evaluate() <= {EVALUATE_OVER_ACCOUNT_TARGET:g} x account(), same matrix, same run: {status(e['met'])} ("
+        + "; ".join(f"{k}: {v['evaluate_ms']:.1f} / {v['account_ms']:.2f} ms = {v['ratio']:.1f}x" for k, v in e["cases"].items()) + ")",
+        f"- 100 MB CSV >= {CSV_SPEEDUP_TARGET:g} x pandas: {status(c['met'])} (sf-testbed {c['sf_testbed_median_s']:.3f} s, "
         f"pandas {c['pandas_median_s']:.3f} s, {c['speedup']:.2f}x)",
     ]) + "\n"
 
@@ -274,13 +288,13 @@ def markdown(res):
         markdown_targets(res),
         "## account() and evaluate() against memcpy of the same bytes (S = 6)",
         "",
-        "|     R |   N |   MiB | memcpy ms | memcpy GB/s | account ms | account GB/s | account/memcpy | evaluate ms |",
-        "|------:|----:|------:|----------:|------------:|-----------:|-------------:|---------------:|------------:|",
+        "|     R |   N |   MiB | memcpy ms | memcpy GB/s | account ms | account GB/s | account/memcpy | evaluate ms | evaluate/account |",
+        "|------:|----:|------:|----------:|------------:|-----------:|-------------:|---------------:|------------:|-----------------:|",
     ]
     for x in res["frontier_bench"]:
         out.append(f"| {x['R']:5d} | {x['N']:3d} | {x['bytes'] / 2**20:5.1f} | {x['memcpy_ms']:9.3f} | "
                    f"{x['memcpy_GBps']:11.2f} | {x['account_ms']:10.3f} | {x['account_GBps']:12.2f} | "
-                   f"{x['account_over_memcpy']:14.2f} | {x['evaluate_ms']:11.2f} |")
+                   f"{x['account_over_memcpy']:14.2f} | {x['evaluate_ms']:11.2f} | {x['evaluate_over_account']:16.1f} |")
     p = csv["pandas"]
     out += [
         "",

@@ -4,6 +4,7 @@
 #include "sf/testbed/testbed.h"
 
 #include <cmath>
+#include <malloc.h>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -18,6 +19,8 @@ struct SimOptions {
   StepOptions step;
   double delay_ms = -1;
   bool json = false, check = false;
+  bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
+  int threads = 2;
   std::string dump;
 };
 
@@ -40,18 +43,34 @@ int run_sim(SimOptions& o) {
     return kExitBadInput;
   }
   const auto plan = sim::model_plan(cfg);
-  const auto w = sim::model_window(cfg, plan);
-  const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
-  const auto [wall_sum, gap] = testbed::makespan_check(e, w.matrix);
-  // The healthy reference: the same ranks, seed and cost draws without the fault.
+  // Streamed step by step unless the answer needs the whole matrix (a dump of it, or the
+  // per-rank window-median gain baseline).
+  const bool whole = o.whole || !o.dump.empty() || label.gain_baseline == frontier::GainBaseline::rank_median;
+  // The scorer allocates and frees R-sized scratch arrays every step; keep freed memory in the
+  // heap (glibc would otherwise hand each one back to the kernel and page-fault it in again on
+  // the next step, a third of the time at 10^5 ranks).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  auto score = [&](const sim::ModelConfig& c, const inject::FaultPlan& p) {
+    return whole ? testbed::score_model_whole(c, p, label) : testbed::score_model_streaming(c, p, label, o.threads);
+  };
+  const auto scored = score(cfg, plan);
+  const auto& e = scored.evidence;
+  const auto [wall_sum, gap] = scored.makespan;
+  // The healthy reference: the same ranks, seed and cost draws without the fault (the run itself
+  // when there is no fault).
   sim::ModelConfig healthy = cfg;
   healthy.scenario = "none";
   healthy.delay_ms.reset();
   healthy.sync_callbacks = cfg.sync_callbacks || plan.scenario->sync_callbacks;
-  const auto ref_w = sim::model_window(healthy, sim::model_plan(healthy));
-  const auto ref_e = frontier::evaluate(ref_w.matrix, label, ref_w.telemetry);
+  const bool faulty = plan.scenario->site != inject::Site::none;
+  const auto ref_scored = faulty ? score(healthy, sim::model_plan(healthy)) : scored;
+  const auto& ref_e = ref_scored.evidence;
   const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
+  const std::string scoring = whole ? std::string("whole matrix")
+                                    : "streamed, " + std::to_string(scored.threads) + " thread(s)";
   if (!o.dump.empty()) {
+    const auto w = sim::model_window(cfg, plan);
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
@@ -66,7 +85,7 @@ int run_sim(SimOptions& o) {
                    {"heterogeneity", sim::to_string(cfg.variation.heterogeneity)}, {"rank_sigma", cfg.variation.rank_sigma},
                    {"grad_mib", cfg.layout.grad_mib}, {"buckets", sim::bucket_floats(cfg.layout).size()},
                    {"bwd_device_ms", cfg.costs.bwd_device_ms}, {"bwd_host_ms", cfg.costs.bwd_host_ms},
-                   {"comm_latency_us", cfg.comm.latency_us}, {"comm_gib_s", cfg.comm.gib_per_s}};
+                   {"comm_latency_us", cfg.comm.latency_us}, {"comm_gib_s", cfg.comm.gib_per_s}, {"scoring", scoring}};
     j["reference"] = {{"median_step_s", ref_e.median_step_s}, {"advance_s_per_step", testbed::advance_per_step(ref_e)}};
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
@@ -79,7 +98,8 @@ int run_sim(SimOptions& o) {
                 cfg.ranks, cfg.steps, static_cast<unsigned long long>(cfg.seed), cfg.profile.c_str(),
                 std::string(sim::to_string(cfg.sync_mode)).c_str(), sim::bucket_floats(cfg.layout).size(),
                 cfg.variation.jitter_sigma);
-    std::printf("# healthy reference (same seed, no fault): median step %.2f ms\n#\n", ref_e.median_step_s * 1e3);
+    std::printf("# healthy reference (same seed, no fault): median step %.2f ms  scoring: %s\n#\n", ref_e.median_step_s * 1e3,
+                scoring.c_str());
     std::fputs(vr.truth_text.c_str(), stdout);
     std::printf("#\n%s", formats::evidence_table(e, "model window").c_str());
     std::printf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
@@ -103,7 +123,11 @@ void setup_sim(CLI::App& app) {
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
   add_step_options(sub, o->step, true);
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
-  sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL)");
+  sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
+  sub->add_flag("--whole-matrix", o->whole,
+                "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
+  sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
+      ->check(CLI::Range(1, 2));
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
   sub->callback([o] {

@@ -218,6 +218,13 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
   base["events_ready_ratio"] = e["events"]["ready_ratio"];
   base["packet_bytes"] = run["telemetry"].value("packet_bytes", 0);
   base["payload_bytes_per_rank_window"] = run["telemetry"].value("payload_bytes_per_rank_window", 0);
+  if (const auto& t = run["telemetry"]; t.contains("rank0_rss")) {
+    base["rank0_rss_first_kb"] = t["rank0_rss"]["first_kb"];
+    base["rank0_rss_last_kb"] = t["rank0_rss"]["last_kb"];
+    base["rank0_rss_growth_kb_per_window"] = t["rank0_rss"]["growth_kb_per_window"];
+    base["rank0_rss_windows_fitted"] = t["rank0_rss"]["windows_fitted"];
+    base["windows"] = run.contains("windows") ? run["windows"].size() : 0;
+  }
   if (!spec.per_window) return {base};
   std::vector<ordered_json> out;
   for (const auto& w : run["windows"]) {
@@ -261,6 +268,18 @@ std::vector<ordered_json> summarize_overhead(const ordered_json& o, const Row& r
     r["packet_bytes"] = o["packet_bytes"];
     r["vm_steal_fraction"] = o.value("vm_steal_fraction", 0.0);
     r["peak_rss_mib_per_rank"] = o.value("peak_rss_mib_per_rank", 0.0);
+    if (o.contains("rounds")) {  // sf.overhead/2: the A/A arm, paired µs, window-boundary work
+      r["rounds"] = o["rounds"];
+      r["aa_mean_pct"] = o["overhead_pct"]["aa"]["mean"];
+      r["aa_ci_low_pct"] = o["overhead_pct"]["aa"]["ci_low"];
+      r["aa_ci_high_pct"] = o["overhead_pct"]["aa"]["ci_high"];
+      r["paired_diff_us"] = o["paired_diff_us"][mode];
+      r["aa_paired_diff_us"] = o["paired_diff_us"]["aa"];
+      r["boundary_rank0_us_per_step"] = o["window_boundary_us_per_recorded_step"]["rank0"];
+      r["boundary_other_us_per_step"] = o["window_boundary_us_per_recorded_step"]["max_other_rank"];
+      r["boundary_rank0_us_per_window"] = o["window_boundary_us_per_window_rank0"];
+      r["recorder_cpu_us_per_step_other"] = o["recorder_cpu_us_per_step_other_max"];
+    }
     out.push_back(std::move(r));
   }
   return out;

@@ -96,6 +96,9 @@ public:
   /// Throws std::invalid_argument on wrong length, negative or non-finite values.
   void set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall);
   void clear_record(int t, int r);
+  /// Every cell missing again and side evidence dropped, rows renumbered from first_step; the
+  /// storage is kept (a streaming producer refills one step buffer without reallocating it).
+  void reset(std::int64_t first_step);
 
   bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
   bool step_complete(int t) const { return step_present_count_[t] == ranks_; }

@@ -1,5 +1,6 @@
 #include "sf/frontier/frontier.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -71,6 +72,18 @@ void StageMatrix::clear_record(int t, int r) {
     present_[i] = 0;
     --step_present_count_[t];
   }
+}
+
+void StageMatrix::reset(std::int64_t first_step) {
+  first_step_ = first_step;
+  data_.setZero();
+  std::fill(wall_.begin(), wall_.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(overlap_.begin(), overlap_.end(), 0.0);
+  std::fill(present_.begin(), present_.end(), std::uint8_t{0});
+  std::fill(step_present_count_.begin(), step_present_count_.end(), 0);
+  fwd_state_.clear();  // clear() keeps the capacity: the next assign() does not reallocate
+  fwd_s_.clear();
+  sync_wait_.clear();
 }
 
 void StageMatrix::set_fwd_event(int t, int r, EventState state, double seconds) {

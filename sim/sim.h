@@ -272,4 +272,25 @@ inject::FaultPlan model_plan(const ModelConfig& cfg);
 /// One window of the model: the stage matrix with walls, sync-wait side evidence and events.
 formats::Window model_window(const ModelConfig& cfg, const inject::FaultPlan& plan);
 
+/// The model one step at a time in O(R) memory: the same timeline and the same random draws in
+/// the same order as model_window (which is built from it), so a window assembled step by step
+/// equals model_window's cell for cell. `sim` streams 10^6 ranks through it.
+class ModelStepper {
+public:
+  ModelStepper(const ModelConfig& cfg, const inject::FaultPlan& plan);
+  ~ModelStepper();
+  ModelStepper(const ModelStepper&) = delete;
+  ModelStepper& operator=(const ModelStepper&) = delete;
+  /// The model's schema (the five default stages and the residual).
+  static frontier::StageSchema schema();
+  /// Step id the next step_into() writes (0, 1, ...).
+  std::int64_t next_step() const;
+  /// Writes step next_step() into row `row` of m (cfg.ranks ranks, schema()) and advances.
+  void step_into(frontier::StageMatrix& m, int row);
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
 }  // namespace sf::sim

@@ -20,6 +20,42 @@ recorder::RecorderConfig recorder_config(const RunConfig& cfg, std::int64_t firs
 /// Consecutive windows concatenated into one run-level window (all measured steps).
 formats::Window concat(const std::vector<formats::Window>& windows);
 
+/// Rank 0's handling of gathered windows in bounded memory: each window is scored as it arrives,
+/// its packet, its summary line (windows.jsonl) and its dump lines go to disk at once, and its
+/// steps feed a run-level StreamingAccumulator; nothing per window stays in memory. Only the
+/// rank_median gain baseline needs whole windows: then they are kept (documented, noted).
+/// Also samples rank 0's resident memory after every window (growth per window, fitted).
+class Rank0Windows {
+public:
+  Rank0Windows(const RunConfig& cfg, int expected_windows);
+  ~Rank0Windows();
+  Rank0Windows(const Rank0Windows&) = delete;
+  Rank0Windows& operator=(const Rank0Windows&) = delete;
+  /// The recorder's sink. Never throws for a file it cannot write: the error is kept for finish().
+  void add(formats::Window&& w, int index);
+  int count() const;
+  /// Run-level evidence over every measured step, the slowest-rank wall sum, the first window's
+  /// rank identities. Call once, after the recorder finished; count() > 0.
+  frontier::Evidence run_evidence(MakespanCheck& makespan, std::vector<formats::RankInfo>& ranks);
+  /// Closes the streamed files (the dump is renamed into place); "" or the first write error.
+  std::string finish();
+  /// Per-window summaries as run.json lists them (read back from windows.jsonl; empty without --out).
+  nlohmann::ordered_json summaries() const;
+  std::size_t first_packet_bytes() const;
+  double scoring_s() const;
+  /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted"}.
+  nlohmann::ordered_json rss_json() const;
+  /// True when the rank_median baseline made rank 0 keep whole windows.
+  bool keeps_windows() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Resident set size of this process in KiB (0 where /proc/self/statm is unreadable).
+std::int64_t resident_kb();
+
 /// Decorates a transport with a telemetry fault on one rank: a contribution held past the
 /// gather deadline (late), or bytes flipped in flight (corrupt).
 std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sys/resource.h>
 
@@ -48,25 +49,43 @@ double boundary_cost_ns() {
 }
 
 struct Interval {
-  double mean, lo, hi;
+  double est, lo, hi;
 };
 
-/// Mean of per-block relative overheads with a percentile bootstrap over whole blocks.
-Interval bootstrap(const std::vector<double>& x, std::uint64_t seed, int resamples = 4000) {
+/// 20%-trimmed mean: drops the lowest and highest 20% of values, averages the rest.
+double trimmed_mean(std::vector<double> x, double trim = 0.2) {
+  if (x.empty()) return 0;
+  std::sort(x.begin(), x.end());
+  const auto k = static_cast<std::size_t>(trim * static_cast<double>(x.size()));
+  const auto n = x.size() - 2 * k;
+  return std::accumulate(x.begin() + static_cast<std::ptrdiff_t>(k), x.begin() + static_cast<std::ptrdiff_t>(k + n), 0.0) /
+         static_cast<double>(n);
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+/// A location estimate of paired differences x with a percentile bootstrap over the pairs.
+template <typename F>
+Interval bootstrap(const std::vector<double>& x, F location, std::uint64_t seed, int resamples = 2000) {
   Interval out{0, 0, 0};
   if (x.empty()) return out;
-  out.mean = std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size());
+  out.est = location(x);
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::size_t> pick(0, x.size() - 1);
-  std::vector<double> means(static_cast<std::size_t>(resamples));
-  for (auto& m : means) {
-    double s = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) s += x[pick(rng)];
-    m = s / static_cast<double>(x.size());
+  std::vector<double> est(static_cast<std::size_t>(resamples)), sample(x.size());
+  for (auto& e : est) {
+    for (auto& v : sample) v = x[pick(rng)];
+    e = location(sample);
   }
-  std::sort(means.begin(), means.end());
-  out.lo = means[static_cast<std::size_t>(0.025 * (resamples - 1))];
-  out.hi = means[static_cast<std::size_t>(0.975 * (resamples - 1))];
+  std::sort(est.begin(), est.end());
+  out.lo = est[static_cast<std::size_t>(0.025 * (resamples - 1))];
+  out.hi = est[static_cast<std::size_t>(0.975 * (resamples - 1))];
   return out;
 }
 
@@ -79,10 +98,13 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
   ev_cfg.recorder = RecorderMode::event;
   auto tr_cpu = recorder::make_mpi_transport(world);
   auto tr_ev = recorder::make_mpi_transport(world);
-  std::int64_t payload_bytes = 0, packet_bytes = 0;
+  std::int64_t payload_bytes = 0;
+  // The sink scores each window (that is the always-on work) but keeps the first packet's
+  // evidence only: its size is measured after the loop, never by a serialisation in a step.
+  std::optional<std::pair<frontier::Evidence, std::vector<formats::RankInfo>>> first_packet;
   auto sink = [&](formats::Window&& w, int) {
-    const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
-    packet_bytes = std::max<std::int64_t>(packet_bytes, static_cast<std::int64_t>(formats::evidence_to_json(e, w.ranks).dump().size()));
+    auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+    if (!first_packet) first_packet.emplace(std::move(e), w.ranks);
   };
   recorder::Recorder rec_cpu(recorder_config(cpu_cfg, 0, W), *tr_cpu, nullptr, sink);
   recorder::Recorder rec_ev(recorder_config(ev_cfg, 0, W), *tr_ev, &b.device->events(), sink);
@@ -90,38 +112,50 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
 
   std::int64_t step = 0;
   for (int t = 0; t < cfg.warmup; ++t) work.step(step++, nullptr);
-  // Modes alternate step by step (off, cpu, event in a rotating order per triplet), so every
-  // comparison is between neighbouring steps that saw the same machine: the VM's steal bursts
-  // last seconds and would swamp a window-by-window comparison. A block is W triplets; rank 0
-  // times every step, safe point included.
-  const RecorderMode orders[3][3] = {{RecorderMode::off, RecorderMode::cpu, RecorderMode::event},
-                                     {RecorderMode::cpu, RecorderMode::event, RecorderMode::off},
-                                     {RecorderMode::event, RecorderMode::off, RecorderMode::cpu}};
+  // Four modes per round: two recorder-off arms (A/A: the method's own noise floor), CPU-wall and
+  // event. Their order in each round is drawn from a seeded shuffle (identical on every rank), so
+  // what precedes a mode is balanced. Every rank times its own step (work only) and, apart, the
+  // window-boundary work of the safe point (packing, gather, rank-0 scoring); rank 0 takes the
+  // slowest rank's step time per step at the end (what the job sees), with no collective inside
+  // the measurement.
+  enum Arm { off_a = 0, off_b = 1, cpu = 2, event = 3 };
+  constexpr int kArms = 4;
+  const int rounds = cfg.overhead_pairs * W;
+  std::mt19937_64 order_rng(cfg.seed * 0x9e3779b97f4a7c15ULL + 3);
   std::int64_t local[2] = {0, 0};  // per recorder: its own contiguous step ids
-  std::vector<std::array<std::vector<double>, 3>> block_steps(static_cast<std::size_t>(cfg.overhead_pairs));
+  std::vector<double> step_s(static_cast<std::size_t>(rounds) * kArms), boundary_s(step_s.size(), 0.0);
   SF_MPI_CHECK(MPI_Barrier(world));
   const StealMeter steal_meter;
-  for (int k = 0; k < cfg.overhead_pairs; ++k)
-    for (int i = 0; i < W; ++i)
-      for (RecorderMode mode : orders[(k * W + i) % 3]) {
-        recorder::Recorder* rec = mode == RecorderMode::cpu ? &rec_cpu : mode == RecorderMode::event ? &rec_ev : nullptr;
-        const std::int64_t t0 = inject::monotonic_ns();
-        if (rec) {
-          work.step(local[rec == &rec_cpu ? 0 : 1]++, rec);
-          rec->safe_point();
-        } else {
-          work.step(step, nullptr);
-        }
-        ++step;
-        block_steps[static_cast<std::size_t>(k)][static_cast<int>(mode)].push_back(
-            static_cast<double>(inject::monotonic_ns() - t0) * 1e-9);
-      }
+  std::array<int, kArms> order = {off_a, off_b, cpu, event};
+  for (int i = 0; i < rounds; ++i) {
+    std::shuffle(order.begin(), order.end(), order_rng);
+    for (int arm : order) {
+      recorder::Recorder* rec = arm == cpu ? &rec_cpu : arm == event ? &rec_ev : nullptr;
+      const auto cell = static_cast<std::size_t>(i) * kArms + arm;
+      const std::int64_t t0 = inject::monotonic_ns();
+      if (rec) work.step(local[rec == &rec_cpu ? 0 : 1]++, rec);
+      else work.step(step, nullptr);
+      const std::int64_t t1 = inject::monotonic_ns();
+      if (rec) rec->safe_point();
+      step_s[cell] = static_cast<double>(t1 - t0) * 1e-9;
+      if (rec) boundary_s[cell] = static_cast<double>(inject::monotonic_ns() - t1) * 1e-9;
+      ++step;
+    }
+  }
   const double steal = steal_meter.fraction();
   rec_cpu.finish();
   rec_ev.finish();
 
-  double cpu_s = rec_cpu.safe_point_cpu_s() + rec_ev.safe_point_cpu_s(), cpu_sum = 0;
-  SF_MPI_CHECK(MPI_Reduce(&cpu_s, &cpu_sum, 1, MPI_DOUBLE, MPI_SUM, 0, world));
+  // The slowest rank's step time of every step, on rank 0.
+  std::vector<double> slowest(step_s.size());
+  SF_MPI_CHECK(MPI_Reduce(step_s.data(), slowest.data(), static_cast<int>(step_s.size()), MPI_DOUBLE, MPI_MAX, 0, world));
+  // Window-boundary time per rank (wall, summed over the safe points of both recorders).
+  const double boundary_total = std::accumulate(boundary_s.begin(), boundary_s.end(), 0.0);
+  std::vector<double> boundary_per_rank(static_cast<std::size_t>(size));
+  SF_MPI_CHECK(MPI_Gather(&boundary_total, 1, MPI_DOUBLE, boundary_per_rank.data(), 1, MPI_DOUBLE, 0, world));
+  double cpu_s = rec_cpu.safe_point_cpu_s() + rec_ev.safe_point_cpu_s();
+  std::vector<double> safe_point_cpu_per_rank(static_cast<std::size_t>(size));
+  SF_MPI_CHECK(MPI_Gather(&cpu_s, 1, MPI_DOUBLE, safe_point_cpu_per_rank.data(), 1, MPI_DOUBLE, 0, world));
   const double boundary_ns = boundary_cost_ns();
   double boundary_sum = 0;
   SF_MPI_CHECK(MPI_Reduce(&boundary_ns, &boundary_sum, 1, MPI_DOUBLE, MPI_SUM, 0, world));
@@ -135,71 +169,104 @@ int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& 
   SF_MPI_CHECK(MPI_Reduce(&rss_mib, &rss_max_mib, 1, MPI_DOUBLE, MPI_MAX, 0, world));
   if (rank != 0) return 0;
 
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  auto mean = [](const std::vector<double>& v) {
-    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-  };
-  // Per block: throughput overhead (ratio of mean step times) and the median-step ratio.
-  std::vector<double> ov_cpu, ov_ev, med_cpu, med_ev, all[3];
-  for (const auto& blk : block_steps) {
-    ov_cpu.push_back(mean(blk[1]) / mean(blk[0]) - 1.0);
-    ov_ev.push_back(mean(blk[2]) / mean(blk[0]) - 1.0);
-    med_cpu.push_back(median(blk[1]) / median(blk[0]) - 1.0);
-    med_ev.push_back(median(blk[2]) / median(blk[0]) - 1.0);
-    for (int m = 0; m < 3; ++m) all[m].insert(all[m].end(), blk[m].begin(), blk[m].end());
+  const std::int64_t packet_bytes =
+      first_packet ? static_cast<std::int64_t>(formats::evidence_to_json(first_packet->first, first_packet->second).dump().size()) : 0;
+  // Per round, paired relative differences of the slowest rank's step time against arm off_a.
+  std::vector<double> rel[kArms], times[kArms];
+  for (int i = 0; i < rounds; ++i) {
+    const double base = slowest[static_cast<std::size_t>(i) * kArms + off_a];
+    for (int a = 0; a < kArms; ++a) {
+      const double t = slowest[static_cast<std::size_t>(i) * kArms + a];
+      times[a].push_back(t);
+      if (a != off_a && base > 0) rel[a].push_back(t / base - 1.0);
+    }
   }
-  const Interval ci_cpu = bootstrap(ov_cpu, cfg.seed), ci_ev = bootstrap(ov_ev, cfg.seed + 1);
-  const Interval mci_cpu = bootstrap(med_cpu, cfg.seed + 2), mci_ev = bootstrap(med_ev, cfg.seed + 3);
-  const auto &t_off = all[0], &t_cpu = all[1], &t_ev = all[2];
-  // Recorder CPU per recorded step: safe points (packing, gather, rank-0 scoring) measured as
-  // thread CPU time, plus the hot-path boundaries at their calibrated cost.
+  // Estimator: the 20%-trimmed mean of the per-round paired differences. A stalled step lands in
+  // one pair and is trimmed (the old ratio of 25-step block means moved by whole percents for
+  // one stall); unlike the median it still averages the middle 60%, so a constant per-step cost
+  // moves it one for one. The CI is a percentile bootstrap over rounds.
+  auto tm = [](const std::vector<double>& v) { return trimmed_mean(v); };
+  auto md = [](const std::vector<double>& v) { return median_of(v); };
+  const Interval ci_aa = bootstrap(rel[off_b], tm, cfg.seed), ci_cpu = bootstrap(rel[cpu], tm, cfg.seed + 1),
+                 ci_ev = bootstrap(rel[event], tm, cfg.seed + 2);
+  const Interval mci_aa = bootstrap(rel[off_b], md, cfg.seed + 3), mci_cpu = bootstrap(rel[cpu], md, cfg.seed + 4),
+                 mci_ev = bootstrap(rel[event], md, cfg.seed + 5);
+  // Paired absolute differences (µs) beside the relative ones: the "+50-80 µs" of the issue.
+  auto paired_us = [&](int a) {
+    std::vector<double> d;
+    for (int i = 0; i < rounds; ++i)
+      d.push_back((slowest[static_cast<std::size_t>(i) * kArms + a] - slowest[static_cast<std::size_t>(i) * kArms + off_a]) * 1e6);
+    return trimmed_mean(d);
+  };
+  const double aa_us = paired_us(off_b), cpu_us = paired_us(cpu), ev_us = paired_us(event);
+  const double off_median = median_of(times[off_a]);
+  // Window-boundary work: rank 0 (gather + scoring of both recorders' windows) and the largest
+  // other rank, per recorded step and per window.
+  const double recorded_steps = 2.0 * rounds, windows = 2.0 * cfg.overhead_pairs;
+  const double b0_us_step = boundary_per_rank[0] / recorded_steps * 1e6;
+  double b_other = 0;
+  for (int r = 1; r < size; ++r) b_other = std::max(b_other, boundary_per_rank[static_cast<std::size_t>(r)]);
+  const double bo_us_step = b_other / recorded_steps * 1e6;
+  // Bottom-up recorder CPU per recorded step on rank 0 and on the busiest other rank: safe points
+  // measured as thread CPU time plus the hot-path boundaries at their calibrated cost.
   const int boundaries_per_step = 2 + 2 * static_cast<int>(sim::workload_stages(cfg.workload).size()) + 2;
-  const double safe_point_us_per_step = (cpu_sum / size) / (2.0 * cfg.overhead_pairs * W) * 1e6;  // 2W recorded steps/block
-  const double rec_cpu_us_per_step = safe_point_us_per_step + boundaries_per_step * (boundary_sum / size) * 1e-3;
+  const double hot_us = boundaries_per_step * (boundary_sum / size) * 1e-3;
+  const double rec0_cpu_us = safe_point_cpu_per_rank[0] / recorded_steps * 1e6 + hot_us;
+  double other_cpu = 0;
+  for (int r = 1; r < size; ++r) other_cpu = std::max(other_cpu, safe_point_cpu_per_rank[static_cast<std::size_t>(r)]);
+  const double rec_other_cpu_us = other_cpu / recorded_steps * 1e6 + hot_us;
 
   if (!cfg.quiet) {
     std::printf("# sf-testbed run --overhead-pairs %d  commit %s  %s  host %s\n", cfg.overhead_pairs, cfg.commit.c_str(), utc_now().c_str(),
                 host_name().c_str());
-    std::printf("# ranks %d, %d blocks of %d step triplets (off/cpu/event alternating step by step, rotating order),"
-                " scenario %s, event q %.3g\n", size, cfg.overhead_pairs, W, cfg.scenario.c_str(), cfg.event_q);
-    std::printf("#\n# %-6s %6s %11s %14s %22s %14s %22s\n", "mode", "steps", "median step", "throughput", "95% CI (bootstrap)",
-                "median-step", "95% CI (bootstrap)");
-    std::printf("# %-6s %6s %11s %14s %22s %14s %22s\n", "", "", "ms", "overhead %", "%", "overhead %", "%");
-    std::printf("  %-6s %6zu %11.2f %14s %22s %14s %22s\n", "off", t_off.size(), median(t_off) * 1e3, "-", "-", "-", "-");
-    std::printf("  %-6s %6zu %11.2f %14.3f %10.3f .. %-9.3f %14.3f %10.3f .. %-9.3f\n", "cpu", t_cpu.size(),
-                median(t_cpu) * 1e3, ci_cpu.mean * 100, ci_cpu.lo * 100, ci_cpu.hi * 100, mci_cpu.mean * 100,
-                mci_cpu.lo * 100, mci_cpu.hi * 100);
-    std::printf("  %-6s %6zu %11.2f %14.3f %10.3f .. %-9.3f %14.3f %10.3f .. %-9.3f\n", "event", t_ev.size(),
-                median(t_ev) * 1e3, ci_ev.mean * 100, ci_ev.lo * 100, ci_ev.hi * 100, mci_ev.mean * 100, mci_ev.lo * 100,
-                mci_ev.hi * 100);
-    std::printf("# recorder CPU per step %.2f us (boundary %.1f ns x %d, safe points %.2f us); payload %lld B/rank/window; packet %lld B\n",
-                rec_cpu_us_per_step, boundary_sum / size, boundaries_per_step, safe_point_us_per_step,
-                static_cast<long long>(payload_bytes),
-                static_cast<long long>(packet_bytes));
+    std::printf("# ranks %d, %d rounds of 4 steps (off A, off B, cpu, event in a seeded random order per round),"
+                " scenario %s, event q %.3g\n", size, rounds, cfg.scenario.c_str(), cfg.event_q);
+    std::printf("# slowest rank's step time per step (work only; window-boundary work apart); estimator: 20%%-trimmed mean of\n"
+                "# per-round paired differences against off A, 95%% CI by bootstrap over rounds\n");
+    std::printf("#\n# %-6s %6s %11s %24s %10s %24s\n", "arm", "steps", "median ms", "overhead % [95% CI]", "paired us",
+                "median-diff % [95% CI]");
+    auto row = [&](const char* name, int a, const Interval& c, const Interval& m, double us) {
+      std::printf("  %-6s %6zu %11.3f %+8.3f [%+.3f, %+.3f] %+10.1f %+8.3f [%+.3f, %+.3f]\n", name, times[a].size(),
+                  median_of(times[a]) * 1e3, c.est * 100, c.lo * 100, c.hi * 100, us, m.est * 100, m.lo * 100, m.hi * 100);
+    };
+    std::printf("  %-6s %6zu %11.3f %24s %10s %24s\n", "off A", times[off_a].size(), off_median * 1e3, "(reference)", "-", "-");
+    row("off B", off_b, ci_aa, mci_aa, aa_us);
+    row("cpu", cpu, ci_cpu, mci_cpu, cpu_us);
+    row("event", event, ci_ev, mci_ev, ev_us);
+    std::printf("# A/A (off B vs off A): %+.3f%% [%+.3f, %+.3f] is the method's noise floor%s\n", ci_aa.est * 100,
+                ci_aa.lo * 100, ci_aa.hi * 100, ci_aa.lo <= 0 && ci_aa.hi >= 0 ? "" : "  (WARNING: excludes 0)");
+    std::printf("# window boundary (safe point: pack, gather, rank-0 scoring), wall: rank 0 %.1f us/recorded step"
+                " (%.0f us/window), largest other rank %.1f us/step\n", b0_us_step, boundary_per_rank[0] / windows * 1e6, bo_us_step);
+    std::printf("# recorder CPU per recorded step: rank 0 %.2f us, largest other rank %.2f us (boundary %.1f ns x %d)\n",
+                rec0_cpu_us, rec_other_cpu_us, boundary_sum / size, boundaries_per_step);
+    std::printf("# payload %lld B/rank/window; packet %lld B; steal %.1f%%; peak RSS of the largest rank %.1f MiB\n",
+                static_cast<long long>(payload_bytes), static_cast<long long>(packet_bytes), steal * 100, rss_max_mib);
     std::printf("# goal: CI upper bound <= 0.05%%; paper <= 0.181%% (CPU), <= 0.043%% (event). cpu %.3f%%, event %.3f%%\n",
                 ci_cpu.hi * 100, ci_ev.hi * 100);
-    std::printf("# the hypervisor took %.1f%% of this VM's CPU during the measurement (/proc/stat steal)\n", steal * 100);
-    std::printf("# peak resident memory of the largest rank: %.1f MiB\n", rss_max_mib);
   }
   if (!cfg.out_dir.empty()) {
-    ordered_json j = provenance_json("sf.overhead/1", cfg.argv, cfg.commit);
+    ordered_json j = provenance_json("sf.overhead/2", cfg.argv, cfg.commit);
     j["ranks"] = size;
     j["window_steps"] = W;
     j["blocks"] = cfg.overhead_pairs;
+    j["rounds"] = rounds;
     j["seed"] = cfg.seed;
     j["event_q"] = cfg.event_q;
-    j["median_step_ms"] = {{"off", median(t_off) * 1e3}, {"cpu", median(t_cpu) * 1e3}, {"event", median(t_ev) * 1e3}};
+    j["estimator"] = "20%-trimmed mean of per-round paired relative differences of the slowest rank's step time vs arm off A; "
+                     "percentile bootstrap over rounds (2000)";
+    j["order"] = "seeded random permutation of off A, off B, cpu, event per round";
+    j["median_step_ms"] = {{"off", off_median * 1e3}, {"off_b", median_of(times[off_b]) * 1e3},
+                           {"cpu", median_of(times[cpu]) * 1e3}, {"event", median_of(times[event]) * 1e3}};
     auto interval = [](const Interval& iv) {
-      return ordered_json{{"mean", iv.mean * 100}, {"ci_low", iv.lo * 100}, {"ci_high", iv.hi * 100}};
+      return ordered_json{{"mean", iv.est * 100}, {"ci_low", iv.lo * 100}, {"ci_high", iv.hi * 100}};
     };
-    j["overhead_pct"] = {{"cpu", interval(ci_cpu)}, {"event", interval(ci_ev)}};
-    j["median_step_overhead_pct"] = {{"cpu", interval(mci_cpu)}, {"event", interval(mci_ev)}};
-    auto& blocks = j["block_mean_step_s"] = ordered_json::array();
-    for (const auto& blk : block_steps) blocks.push_back({{"off", mean(blk[0])}, {"cpu", mean(blk[1])}, {"event", mean(blk[2])}});
-    j["recorder_cpu_us_per_step"] = rec_cpu_us_per_step;
+    j["overhead_pct"] = {{"aa", interval(ci_aa)}, {"cpu", interval(ci_cpu)}, {"event", interval(ci_ev)}};
+    j["median_step_overhead_pct"] = {{"aa", interval(mci_aa)}, {"cpu", interval(mci_cpu)}, {"event", interval(mci_ev)}};
+    j["paired_diff_us"] = {{"aa", aa_us}, {"cpu", cpu_us}, {"event", ev_us}};
+    j["window_boundary_us_per_recorded_step"] = {{"rank0", b0_us_step}, {"max_other_rank", bo_us_step}};
+    j["window_boundary_us_per_window_rank0"] = boundary_per_rank[0] / windows * 1e6;
+    j["recorder_cpu_us_per_step"] = rec0_cpu_us;
+    j["recorder_cpu_us_per_step_other_max"] = rec_other_cpu_us;
     j["boundary_ns"] = boundary_sum / size;
     j["payload_bytes_per_rank_window"] = payload_bytes;
     j["packet_bytes"] = packet_bytes;

@@ -6,6 +6,7 @@
 #include "sf/recorder/mpi_transport.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -131,23 +132,11 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   if (faulty && (cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt))
     transport = detail::make_faulty_transport(std::move(transport), cfg.telemetry_fault, 2.5 * cfg.gather_deadline_s);
 
-  // Rank 0: each gathered window is scored and its packet written as soon as it arrives.
-  std::vector<formats::Window> windows;
-  std::vector<std::string> window_packets;
-  double scoring_s = 0;
-  auto sink = [&](formats::Window&& w, int index) {
-    const std::int64_t t0 = inject::monotonic_ns();
-    const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
-    std::string packet = formats::evidence_to_json(e, w.ranks).dump();
-    if (!cfg.out_dir.empty()) {
-      char name[32];
-      std::snprintf(name, sizeof name, "/window_%03d.json", index);
-      formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
-    }
-    window_packets.push_back(std::move(packet));
-    windows.push_back(std::move(w));
-    scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
-  };
+  // Rank 0: each gathered window is scored, written and folded into the run-level evidence as
+  // soon as it arrives; nothing per window stays in memory (detail::Rank0Windows).
+  std::optional<detail::Rank0Windows> windows;
+  if (rank == 0) windows.emplace(cfg, (cfg.steps + window - 1) / window);
+  auto sink = [&](formats::Window&& w, int index) { windows->add(std::move(w), index); };
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
 
   SF_MPI_CHECK(MPI_Barrier(world));
@@ -243,15 +232,16 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
              std::to_string(cfg.telemetry_fault_rank) + "\n";
   table += "#\n";
 
-  if (windows.empty()) {
+  if (windows->count() == 0) {
     table += "# recorder off: no evidence (steps completed by every rank: " + std::to_string(min_completed) + ")\n";
     std::snprintf(line, sizeof line, "# rank-0 elapsed %.3f s, %.2f ms/step\n", elapsed_s, elapsed_s / cfg.steps * 1e3);
     table += line;
   } else {
-    const auto all = detail::concat(windows);
-    const auto e = frontier::evaluate(all.matrix, cfg.label, all.telemetry);
+    MakespanCheck mk;
+    std::vector<formats::RankInfo> all_ranks;
+    const auto e = windows->run_evidence(mk, all_ranks);
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
-    const auto [wall_sum, gap] = makespan_check(e, all.matrix);
+    const auto [wall_sum, gap] = mk;
     std::optional<frontier::Evidence> ref_e;
     if (reference) ref_e = frontier::evaluate(reference->matrix, cfg.label, reference->telemetry);
     const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr);
@@ -268,7 +258,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       for (std::size_t g = 0; g < per.size(); ++g) adv[ref_e->group_name(static_cast<int>(g))] = per[g] * 1e3;
     }
     table += vr.truth_text + "#\n";
-    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))");
+    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows->count()) + " window(s))");
     std::snprintf(line, sizeof line,
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart); rank-0 elapsed %.4f s\n",
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
@@ -276,36 +266,27 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     table += vr.verdict_text;
     if (cfg.check && !vr.claim_pass) exit_code = 1;
     result["verdict"] = vr.json;
-    result["evidence"] = formats::evidence_to_json(e, all.ranks);
+    result["evidence"] = formats::evidence_to_json(e, all_ranks);
     result["measured"]["exposed_makespan_s"] = e.exposed_makespan_s;
     result["measured"]["slowest_rank_wall_sum_s"] = wall_sum;
     result["measured"]["makespan_vs_wall_rel"] = gap;
     result["measured"]["median_step_s"] = e.median_step_s;
-    auto& wl = result["windows"] = ordered_json::array();
-    for (std::size_t i = 0; i < windows.size(); ++i) {
-      const auto pj = ordered_json::parse(window_packets[i]);
-      wl.push_back({{"index", i},
-                    {"first_step", pj["window"]["first_step"]},
-                    {"last_step", pj["window"]["last_step"]},
-                    {"shares", pj["shares"]},
-                    {"labels", pj["labels"]},
-                    {"routing_set", pj["routing_set"]},
-                    {"median_step_s", pj["median_step_s"]},
-                    {"gather_ok", pj["telemetry"]["gather_ok"]}});
-    }
+    if (windows->keeps_windows())
+      table += "# note: gain baseline rank_median needs whole windows: rank 0 kept every window in memory\n";
     result["telemetry"] = {{"payload_bytes_per_rank_window", recorder::payload_bytes(rc, window)},
-                           {"packet_bytes", window_packets.empty() ? 0 : window_packets.front().size()},
+                           {"packet_bytes", windows->first_packet_bytes()},
                            {"dropped_records", dropped_sum},
                            {"late_contributions_discarded", transport->late_discarded()},
                            {"rank0_recorder_safe_point_cpu_s", rec.safe_point_cpu_s()},
-                           {"rank0_scoring_s", scoring_s}};
+                           {"rank0_scoring_s", windows->scoring_s()},
+                           {"rank0_rss", windows->rss_json()}};
   }
-
-  if (!cfg.dump.empty()) {
-    std::ostringstream out;
-    for (const auto& w : windows) formats::write_jsonl(out, w);
-    formats::write_file_atomic(cfg.dump, out.str());
+  if (const auto werr = windows->finish(); !werr.empty()) {
+    std::fprintf(stderr, "sf-testbed run: %s\n", werr.c_str());
+    exit_code = 2;
   }
+  // Per-window summaries were streamed to windows.jsonl; run.json lists them too.
+  if (windows->count() > 0 && !cfg.out_dir.empty()) result["windows"] = windows->summaries();
   if (!cfg.out_dir.empty()) formats::write_file_atomic(cfg.out_dir + "/run.json", result.dump(2) + "\n");
   if (!cfg.quiet) std::fputs(table.c_str(), stdout);
   std::fflush(stdout);

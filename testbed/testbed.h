@@ -144,6 +144,22 @@ struct MakespanCheck {
 };
 MakespanCheck makespan_check(const frontier::Evidence& e, const frontier::StageMatrix& m);
 
+/// `sim`'s scoring of the model. Streamed: the model writes one step buffer while the other is
+/// scored by frontier::StreamingAccumulator (two threads when threads >= 2), so memory is O(R·S)
+/// however many steps; whole: model_window + evaluate() on the N × R × S matrix. Both give the
+/// same evidence (the streaming path needs a gain baseline without the whole window, i.e. not
+/// rank_median).
+struct ModelScore {
+  frontier::Evidence evidence;
+  MakespanCheck makespan;
+  bool streamed = false;
+  int threads = 1;
+};
+ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                                 const frontier::LabelConfig& label, int threads);
+ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                             const frontier::LabelConfig& label);
+
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);
 

@@ -1,0 +1,145 @@
+// `sim`'s scoring of the model: streamed step by step (bounded memory, two threads) or on the
+// whole matrix. Both paths read the same ModelStepper, so they score the same cells.
+#include "sf/testbed/testbed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace sf::testbed {
+
+namespace {
+
+/// Slowest rank's wall time of row t (the makespan check's Σ_t max_r wall[t,r], one term).
+double slowest_wall(const frontier::StageMatrix& m, int t) {
+  double mx = 0;
+  for (int r = 0; r < m.ranks(); ++r)
+    if (m.present(t, r)) mx = std::max(mx, m.wall(t, r));
+  return mx;
+}
+
+MakespanCheck makespan_of(const frontier::Evidence& e, double wall_sum) {
+  MakespanCheck c;
+  c.wall_sum_s = wall_sum;
+  if (e.exposed_makespan_s > 0) c.gap = std::abs(e.exposed_makespan_s - wall_sum) / e.exposed_makespan_s;
+  return c;
+}
+
+/// Two one-step buffers handed between the model (producer) and the scorer (consumer).
+class StepRing {
+public:
+  explicit StepRing(int ranks) {
+    for (auto& b : buf_) b = frontier::StageMatrix(sim::ModelStepper::schema(), ranks, 0, 1);
+  }
+  /// Producer: the buffer for step t once the scorer released it (null when stopped).
+  frontier::StageMatrix* acquire_free(std::int64_t t) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return stop_ || !full_[t % 2]; });
+    return stop_ ? nullptr : &buf_[t % 2];
+  }
+  void publish(std::int64_t t) {
+    {
+      std::lock_guard lock(m_);
+      full_[t % 2] = true;
+    }
+    cv_.notify_all();
+  }
+  /// Consumer: the filled buffer of step t (null when the producer stopped).
+  frontier::StageMatrix* acquire_full(std::int64_t t) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return stop_ || full_[t % 2]; });
+    return full_[t % 2] ? &buf_[t % 2] : nullptr;
+  }
+  void release(std::int64_t t) {
+    {
+      std::lock_guard lock(m_);
+      full_[t % 2] = false;
+    }
+    cv_.notify_all();
+  }
+  void stop() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  frontier::StageMatrix buf_[2];
+  bool full_[2] = {false, false};
+  bool stop_ = false;
+};
+
+}  // namespace
+
+ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                                 const frontier::LabelConfig& label, int threads) {
+  frontier::StreamingAccumulator acc(sim::ModelStepper::schema(), cfg.ranks, label);
+  sim::ModelStepper stepper(cfg, plan);
+  double wall_sum = 0;
+  ModelScore out;
+  out.streamed = true;
+  out.threads = threads >= 2 ? 2 : 1;
+  if (out.threads == 1) {
+    frontier::StageMatrix one(sim::ModelStepper::schema(), cfg.ranks, 0, 1);
+    for (int t = 0; t < cfg.steps; ++t) {
+      one.reset(t);
+      stepper.step_into(one, 0);
+      acc.add_step(one);
+      wall_sum += slowest_wall(one, 0);
+    }
+  } else {
+    // The model of step t+1 runs on a second thread while step t is scored.
+    StepRing ring(cfg.ranks);
+    std::exception_ptr failed;
+    std::thread producer([&] {
+      try {
+        for (int t = 0; t < cfg.steps; ++t) {
+          auto* b = ring.acquire_free(t);
+          if (b == nullptr) return;
+          b->reset(t);
+          stepper.step_into(*b, 0);
+          ring.publish(t);
+        }
+      } catch (...) {
+        failed = std::current_exception();
+        ring.stop();
+      }
+    });
+    try {
+      for (int t = 0; t < cfg.steps; ++t) {
+        auto* b = ring.acquire_full(t);
+        if (b == nullptr) break;  // the producer failed: rethrown below
+        acc.add_step(*b);
+        wall_sum += slowest_wall(*b, 0);
+        ring.release(t);
+      }
+    } catch (...) {
+      ring.stop();
+      producer.join();
+      throw;
+    }
+    producer.join();
+    if (failed) std::rethrow_exception(failed);
+  }
+  out.evidence = acc.finish();
+  out.makespan = makespan_of(out.evidence, wall_sum);
+  return out;
+}
+
+ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                             const frontier::LabelConfig& label) {
+  const auto w = sim::model_window(cfg, plan);
+  ModelScore out;
+  out.evidence = frontier::evaluate(w.matrix, label, w.telemetry);
+  out.makespan = makespan_check(out.evidence, w.matrix);
+  return out;
+}
+
+}  // namespace sf::testbed

@@ -1,0 +1,252 @@
+// Rank 0's windows in bounded memory (issue 16): always-on means weeks, so nothing per window
+// may stay resident. Packets, summaries and dump lines go to disk as they are made; the run-level
+// evidence is accumulated step by step (StreamingAccumulator: O(R·S) plus one scalar per step).
+#include "detail.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+namespace sf::testbed::detail {
+
+using nlohmann::ordered_json;
+
+std::int64_t resident_kb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * (::sysconf(_SC_PAGESIZE) / 1024) : 0;
+}
+
+struct Rank0Windows::Impl {
+  const RunConfig& cfg;
+  int expected;
+  int count = 0;
+  double scoring_s = 0;
+  std::size_t first_packet = 0;
+  std::string error;
+  // streamed files
+  std::ofstream summaries, dump;
+  std::string dump_tmp;
+  // run level
+  std::optional<frontier::StreamingAccumulator> acc;
+  std::vector<formats::Window> kept;  // rank_median only
+  std::vector<formats::RankInfo> ranks;
+  std::optional<frontier::StageMatrix> one;
+  double wall_sum = 0;
+  std::int64_t last_step = -1;
+  frontier::TelemetryInput tel;
+  std::set<std::string> reasons;
+  std::int64_t reasons_dropped = 0;
+  // resident memory after each window: first, last, max, and a least-squares slope over the
+  // windows past the first quarter (the allocator settles first)
+  std::int64_t rss_first = 0, rss_last = 0, rss_max = 0;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int fitted = 0;
+
+  Impl(const RunConfig& c, int e) : cfg(c), expected(e) {
+    if (!cfg.out_dir.empty()) open(summaries, cfg.out_dir + "/windows.jsonl");
+    if (!cfg.dump.empty()) {
+      dump_tmp = cfg.dump + ".partial." + std::to_string(::getpid());
+      open(dump, dump_tmp);
+    }
+  }
+
+  void open(std::ofstream& f, const std::string& path) {
+    f.open(path, std::ios::binary | std::ios::trunc);
+    if (!f && error.empty()) error = "cannot create " + path;
+  }
+
+  void fail(const std::string& what) {
+    if (error.empty()) error = what;
+  }
+
+  void write(std::ofstream& f, const std::string& text, const std::string& path) {
+    if (!f.is_open() || !f) return;
+    f << text;
+    f.flush();
+    if (!f) fail("cannot write " + path);
+  }
+
+  /// The window's steps into the run-level accumulator (in step order: windows arrive in order).
+  void accumulate(const formats::Window& w) {
+    const auto& m = w.matrix;
+    if (!acc) {
+      acc.emplace(m.schema(), m.ranks(), cfg.label);
+      one.emplace(m.schema(), m.ranks(), m.first_step(), 1);
+    }
+    if (one->roles().empty() && !m.roles().empty()) one->set_roles(m.roles());  // reset() keeps them
+    const int k = m.schema().explicit_count();
+    std::vector<double> d(k);
+    for (int t = 0; t < m.steps(); ++t) {
+      if (m.step_id(t) <= last_step) continue;  // never happens with consecutive windows
+      one->reset(m.step_id(t));
+      double mx = 0;
+      for (int r = 0; r < m.ranks(); ++r) {
+        if (!m.present(t, r)) continue;
+        for (int s = 0; s < k; ++s) d[s] = m.d(t, r, s);
+        if (m.schema().has_residual()) {
+          one->set_record(0, r, d, m.wall(t, r));
+          mx = std::max(mx, m.wall(t, r));
+        } else {
+          one->set_record(0, r, d, std::nullopt);
+        }
+        if (m.fwd_event_state(t, r) != frontier::EventState::unsampled)
+          one->set_fwd_event(0, r, m.fwd_event_state(t, r), m.fwd_event_s(t, r));
+        if (m.has_sync_wait())
+          for (int s = 0; s < k; ++s)
+            if (const double v = m.sync_wait(t, r, s); !std::isnan(v)) one->set_sync_wait(0, r, s, v);
+      }
+      acc->add_step(*one);
+      wall_sum += mx;
+      last_step = m.step_id(t);
+    }
+    tel.gather_ok = tel.gather_ok && w.telemetry.gather_ok;
+    tel.dropped_records += w.telemetry.dropped_records;
+    tel.duplicate_records += w.telemetry.duplicate_records;
+    for (const auto& r : w.telemetry.reasons) {
+      // Distinct reasons only, at most 64: a gather that fails every window says so once.
+      if (reasons.count(r)) continue;
+      if (reasons.size() < 64) {
+        reasons.insert(r);
+        tel.reasons.push_back(r);
+      } else {
+        ++reasons_dropped;
+      }
+    }
+  }
+
+  void sample_rss(int index) {
+    const std::int64_t kb = resident_kb();
+    if (count == 1) rss_first = kb;
+    rss_last = kb;
+    rss_max = std::max(rss_max, kb);
+    if (index >= expected / 4) {
+      const double x = index, y = static_cast<double>(kb);
+      sx += x;
+      sy += y;
+      sxx += x * x;
+      sxy += x * y;
+      ++fitted;
+    }
+  }
+};
+
+Rank0Windows::Rank0Windows(const RunConfig& cfg, int expected_windows)
+    : impl_(std::make_unique<Impl>(cfg, expected_windows)) {}
+
+Rank0Windows::~Rank0Windows() {
+  if (impl_->dump.is_open()) {
+    impl_->dump.close();
+    std::remove(impl_->dump_tmp.c_str());
+  }
+}
+
+bool Rank0Windows::keeps_windows() const { return impl_->cfg.label.gain_baseline == frontier::GainBaseline::rank_median; }
+
+void Rank0Windows::add(formats::Window&& w, int index) {
+  auto& im = *impl_;
+  const std::int64_t t0 = inject::monotonic_ns();
+  const auto& cfg = im.cfg;
+  const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+  const auto pj = formats::evidence_to_json(e, w.ranks);
+  const std::string packet = pj.dump();
+  if (im.count == 0) {
+    im.first_packet = packet.size();
+    im.ranks = w.ranks;
+  }
+  ++im.count;
+  if (!cfg.out_dir.empty()) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/window_%03d.json", index);
+    try {
+      formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
+    } catch (const std::exception& ex) {
+      im.fail(ex.what());
+    }
+    const ordered_json summary = {{"index", index},
+                                  {"first_step", pj["window"]["first_step"]},
+                                  {"last_step", pj["window"]["last_step"]},
+                                  {"shares", pj["shares"]},
+                                  {"labels", pj["labels"]},
+                                  {"routing_set", pj["routing_set"]},
+                                  {"median_step_s", pj["median_step_s"]},
+                                  {"gather_ok", pj["telemetry"]["gather_ok"]}};
+    im.write(im.summaries, summary.dump() + "\n", cfg.out_dir + "/windows.jsonl");
+  }
+  if (im.dump.is_open()) {
+    std::ostringstream out;
+    formats::write_jsonl(out, w);
+    im.write(im.dump, out.str(), cfg.dump);
+  }
+  if (keeps_windows()) im.kept.push_back(std::move(w));
+  else im.accumulate(w);
+  im.scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
+  im.sample_rss(index);
+}
+
+int Rank0Windows::count() const { return impl_->count; }
+
+frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vector<formats::RankInfo>& ranks) {
+  auto& im = *impl_;
+  ranks = im.ranks;
+  if (keeps_windows()) {
+    const auto all = concat(im.kept);
+    auto e = frontier::evaluate(all.matrix, im.cfg.label, all.telemetry);
+    makespan = makespan_check(e, all.matrix);
+    return e;
+  }
+  auto tel = im.tel;
+  if (im.reasons_dropped > 0)
+    tel.reasons.push_back(std::to_string(im.reasons_dropped) + " further distinct telemetry reasons not listed");
+  auto e = im.acc->finish(tel);
+  makespan.wall_sum_s = im.wall_sum;
+  makespan.gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - im.wall_sum) / e.exposed_makespan_s : 0.0;
+  return e;
+}
+
+std::string Rank0Windows::finish() {
+  auto& im = *impl_;
+  if (im.summaries.is_open()) im.summaries.close();
+  if (im.dump.is_open()) {
+    im.dump.close();
+    if (!im.dump) im.fail("cannot write " + im.cfg.dump);
+    if (im.error.empty() && std::rename(im.dump_tmp.c_str(), im.cfg.dump.c_str()) != 0)
+      im.fail("cannot rename " + im.dump_tmp + " to " + im.cfg.dump);
+    if (!im.error.empty()) std::remove(im.dump_tmp.c_str());
+  }
+  return im.error;
+}
+
+ordered_json Rank0Windows::summaries() const {
+  ordered_json out = ordered_json::array();
+  if (impl_->cfg.out_dir.empty()) return out;
+  std::ifstream in(impl_->cfg.out_dir + "/windows.jsonl");
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(ordered_json::parse(line));
+  return out;
+}
+
+std::size_t Rank0Windows::first_packet_bytes() const { return impl_->first_packet; }
+double Rank0Windows::scoring_s() const { return impl_->scoring_s; }
+
+ordered_json Rank0Windows::rss_json() const {
+  const auto& im = *impl_;
+  double slope = 0;
+  const double den = im.fitted * im.sxx - im.sx * im.sx;
+  if (im.fitted >= 2 && den > 0) slope = (im.fitted * im.sxy - im.sx * im.sy) / den;
+  return {{"first_kb", im.rss_first},
+          {"last_kb", im.rss_last},
+          {"max_kb", im.rss_max},
+          {"growth_kb_per_window", slope},
+          {"windows_fitted", im.fitted}};
+}
+
+}  // namespace sf::testbed::detail
