@@ -22,6 +22,7 @@ ALLOWED = {
     "experiments": {"testbed", "formats", "verify", "frontier"},
     "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check"},
     "bench": {"frontier", "formats", "recorder", "verify"},
+    "fuzz": {"formats", "frontier"},
 }
 # Headers a user includes in a hot loop: no MPI, JSON, Eigen or RapidCheck, no other sf header.
 LIGHT = {"recorder/recorder.h": re.compile(r'#include\s*[<"](mpi\.h|nlohmann/|Eigen/|rapidcheck|sf/)')}
