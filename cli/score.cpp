@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <new>
 #include <sstream>
 
 namespace sf::cli {
@@ -30,6 +31,11 @@ int run_score(const ScoreOptions& o) {
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
     return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Only where the user raised a limit past what this machine holds (docs/formats.md, "Limits").
+    std::fprintf(stderr, "sf-testbed score: %s: out of memory reading the file; expected input within this machine's "
+                 "memory (lower the --max-* limits)\n", o.file.c_str());
+    return kExitBadInput;
   }
   std::string packets, tables;
   for (std::size_t i = 0; i < windows.size(); ++i) {
@@ -40,6 +46,11 @@ int run_score(const ScoreOptions& o) {
     } catch (const std::invalid_argument& err) {
       std::fprintf(stderr, "sf-testbed score: %s:%lld: %s\n", o.file.c_str(), static_cast<long long>(w.header_line),
                    err.what());
+      return kExitBadInput;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "sf-testbed score: %s:%lld: out of memory scoring a window of %d steps x %d ranks x %d stages; "
+                   "expected a window within this machine's memory (lower the --max-* limits)\n", o.file.c_str(),
+                   static_cast<long long>(w.header_line), w.matrix.steps(), w.matrix.ranks(), w.matrix.stages());
       return kExitBadInput;
     }
     packets += formats::evidence_to_json(e, w.ranks).dump() + "\n";

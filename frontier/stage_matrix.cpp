@@ -60,7 +60,8 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
     sum += v;
   }
   if (!(sum <= kMaxWindowSeconds))
-    throw std::invalid_argument("stage durations sum to " + secs(sum) + " s, beyond the " + secs(kMaxWindowSeconds) +
+    throw std::invalid_argument("stage durations sum to " + (std::isfinite(sum) ? secs(sum) + " s" : "more than the largest double") +
+                                ", beyond the " + secs(kMaxWindowSeconds) +
                                 " s one window can hold; expected seconds whose sums stay finite");
   if (schema_.has_residual() != wall.has_value())
     throw std::invalid_argument(schema_.has_residual() ? "record has no wall time but the schema has a residual stage"
