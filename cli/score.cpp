@@ -3,7 +3,9 @@
 
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <new>
 #include <sstream>
 
 namespace sf::cli {
@@ -16,6 +18,7 @@ struct ScoreOptions {
   int window = 0;
   int world_size = 0;
   int accumulation = 1;
+  formats::ReadLimits limits;
   LabelOptions label;
 };
 
@@ -24,9 +27,14 @@ int run_score(const ScoreOptions& o) {
   std::vector<formats::Window> windows;
   try {
     cfg = make_label_config(o.label);
-    windows = formats::read_stage_file(o.file, {o.format, o.window, o.world_size, o.accumulation});
+    windows = formats::read_stage_file(o.file, {o.format, o.window, o.world_size, o.accumulation, o.limits});
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Only where the user raised a limit past what this machine holds (docs/formats.md, "Limits").
+    std::fprintf(stderr, "sf-testbed score: %s: out of memory reading the file; expected input within this machine's "
+                 "memory (lower the --max-* limits)\n", o.file.c_str());
     return kExitBadInput;
   }
   std::string packets, tables;
@@ -38,6 +46,11 @@ int run_score(const ScoreOptions& o) {
     } catch (const std::invalid_argument& err) {
       std::fprintf(stderr, "sf-testbed score: %s:%lld: %s\n", o.file.c_str(), static_cast<long long>(w.header_line),
                    err.what());
+      return kExitBadInput;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr, "sf-testbed score: %s:%lld: out of memory scoring a window of %d steps x %d ranks x %d stages; "
+                   "expected a window within this machine's memory (lower the --max-* limits)\n", o.file.c_str(),
+                   static_cast<long long>(w.header_line), w.matrix.steps(), w.matrix.ranks(), w.matrix.stages());
       return kExitBadInput;
     }
     packets += formats::evidence_to_json(e, w.ranks).dump() + "\n";
@@ -65,12 +78,25 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/1, one per line) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/2, one per line) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(CLI::PositiveNumber);
   sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(CLI::PositiveNumber);
+  // Limits on what one read may hold (docs/formats.md, "Limits"): raise them for bigger inputs.
+  const std::string lim = "Input limits (checked before allocating; raise for bigger inputs)";
+  auto& l = o->limits;
+  sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
+      ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(lim);
+  sub->add_option("--max-stages", l.max_stages, "most explicit stages in a header")
+      ->default_val(l.max_stages)->check(CLI::Range(1, 1 << 20))->group(lim);
+  sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")
+      ->default_val(l.max_world_size)->check(CLI::Range(1, formats::kWorldSizeCeiling))->group(lim);
+  sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (before --window splits it)")
+      ->default_val(l.max_window_steps)->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<int>::max()}))->group(lim);
+  sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window")
+      ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(lim);
   add_label_options(sub, o->label);
   sub->callback([o] {
     if (const int rc = run_score(*o)) exit_with(rc);

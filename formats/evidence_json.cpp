@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <unistd.h>
 
@@ -21,6 +22,19 @@ ordered_json per_group(const Evidence& e, const std::vector<double>& v) {
   ordered_json o = ordered_json::object();
   for (int g = 0; g < static_cast<int>(v.size()); ++g) o[e.group_name(g)] = v[g];
   return o;
+}
+
+/// Ascending ranks as inclusive [first, last] ranges: a packet's size follows the gaps, not the
+/// world (16 M ranks with two records present is one range).
+ordered_json rank_ranges(const std::vector<int>& ranks) {
+  ordered_json a = ordered_json::array();
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    a.push_back({ranks[i], ranks[j]});
+    i = j + 1;
+  }
+  return a;
 }
 
 ordered_json names(const Evidence& e, const std::vector<int>& groups) {
@@ -61,77 +75,109 @@ ordered_json config_to_json(const LabelConfig& c) {
 
 void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
   if (!j.is_object()) throw FormatError(file, 0, "labeler config must be a JSON object");
-  for (const auto& [key, v] : j.items()) {
-    auto num = [&](double& dst) {
+  for (const auto& item : j.items()) {
+    // Named, not structured, bindings: lambdas may capture them in every compiler (clang 14 too).
+    const std::string& key = item.key();
+    const json& v = item.value();
+    auto num = [&](double& dst, double lo, double hi) {
       if (!v.is_number()) throw FormatError(file, 0, "config \"" + key + "\" must be a number");
-      dst = v.get<double>();
+      const double x = v.get<double>();
+      if (!(x >= lo && x <= hi))
+        throw FormatError(file, 0, "config \"" + key + "\" is " + v.dump() + ", expected a number in [" + json(lo).dump() +
+                                       ", " + json(hi).dump() + "]");
+      dst = x;
     };
+    auto share = [&](double& dst) { num(dst, 0.0, 1.0); };
+    auto seconds = [&](double& dst) { num(dst, 0.0, frontier::kMaxWindowSeconds); };
     auto integer = [&](int& dst) {
       if (!v.is_number_integer()) throw FormatError(file, 0, "config \"" + key + "\" must be an integer");
-      dst = v.get<int>();
+      if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<int>::max())
+                                 : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > std::numeric_limits<int>::max()))
+        throw FormatError(file, 0, "config \"" + key + "\" is " + v.dump() + ", expected an integer in [0, " +
+                                       std::to_string(std::numeric_limits<int>::max()) + "]");
+      dst = static_cast<int>(v.get<std::int64_t>());
     };
-    if (key == "max_closure_residual_share") num(c.max_closure_residual_share);
-    else if (key == "max_overlap_error_share") num(c.max_overlap_error_share);
+    auto name = [&](std::string& dst) {
+      if (!v.is_string() || !frontier::printable_utf8(v.get<std::string>()))
+        throw FormatError(file, 0, "config \"" + key + "\" must be a stage name (printable text)");
+      dst = v.get<std::string>();
+    };
+    if (key == "max_closure_residual_share") share(c.max_closure_residual_share);
+    else if (key == "max_overlap_error_share") share(c.max_overlap_error_share);
     else if (key == "max_missing_ranks") integer(c.max_missing_ranks);
-    else if (key == "min_event_ready_ratio") num(c.min_event_ready_ratio);
+    else if (key == "min_event_ready_ratio") share(c.min_event_ready_ratio);
     else if (key == "min_event_samples") integer(c.min_event_samples);
-    else if (key == "gamma_a") num(c.gamma_a);
-    else if (key == "gamma_g") num(c.gamma_g);
-    else if (key == "eta_a") num(c.eta_a);
-    else if (key == "eta_g") num(c.eta_g);
-    else if (key == "eta_q") num(c.eta_q);
-    else if (key == "gamma_elig") num(c.gamma_elig);
-    else if (key == "gamma_switch") num(c.gamma_switch);
-    else if (key == "tau_c") num(c.tau_c);
-    else if (key == "share_floor_s") num(c.share_floor_s);
-    else if (key == "gamma_event") num(c.gamma_event);
-    else if (key == "event_low_ratio") num(c.event_low_ratio);
-    else if (key == "tie_abs_s") num(c.account.tie_abs_s);
-    else if (key == "tie_rel") num(c.account.tie_rel);
+    else if (key == "gamma_a") share(c.gamma_a);
+    else if (key == "gamma_g") share(c.gamma_g);
+    else if (key == "eta_a") share(c.eta_a);
+    else if (key == "eta_g") share(c.eta_g);
+    else if (key == "eta_q") share(c.eta_q);
+    else if (key == "gamma_elig") share(c.gamma_elig);
+    else if (key == "gamma_switch") share(c.gamma_switch);
+    else if (key == "tau_c") num(c.tau_c, 0.01, 1.0);
+    else if (key == "share_floor_s") seconds(c.share_floor_s);
+    else if (key == "gamma_event") num(c.gamma_event, 0.0, 1e6);
+    else if (key == "event_low_ratio") num(c.event_low_ratio, 0.0, 1e6);
+    else if (key == "tie_abs_s") seconds(c.account.tie_abs_s);
+    else if (key == "tie_rel") share(c.account.tie_rel);
     else if (key == "gain_baseline") {
       const auto b = v.is_string() ? frontier::gain_baseline_from_string(v.get<std::string>()) : std::nullopt;
       if (!b) throw FormatError(file, 0, "config \"gain_baseline\" must be rank_median, cohort_median or reference");
       c.gain_baseline = *b;
     } else if (key == "reference_s") {
       if (!v.is_array()) throw FormatError(file, 0, "config \"reference_s\" must be an array of seconds per stage group");
-      c.reference_s.clear();
+      std::vector<double> ref;
       for (const auto& x : v) {
-        if (!x.is_number() || x.get<double>() < 0)
-          throw FormatError(file, 0, "config \"reference_s\" entries must be numbers >= 0");
-        c.reference_s.push_back(x.get<double>());
+        if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= frontier::kMaxWindowSeconds))
+          throw FormatError(file, 0, "config \"reference_s\" entries must be numbers of seconds >= 0");
+        ref.push_back(x.get<double>() + 0.0);
       }
+      c.reference_s = std::move(ref);
     } else if (key == "wait_model") {
       if (!v.is_array()) throw FormatError(file, 0, "config \"wait_model\" must be an array of stage names");
-      c.wait_model.clear();
+      std::vector<std::string> names;
       for (const auto& x : v) {
-        if (!x.is_string()) throw FormatError(file, 0, "config \"wait_model\" entries must be stage names");
-        c.wait_model.push_back(x.get<std::string>());
+        if (!x.is_string() || !frontier::printable_utf8(x.get<std::string>()))
+          throw FormatError(file, 0, "config \"wait_model\" entries must be stage names (printable text)");
+        names.push_back(x.get<std::string>());
       }
+      c.wait_model = std::move(names);
     } else if (key == "event_scope_limited") {
       if (!v.is_boolean()) throw FormatError(file, 0, "config \"event_scope_limited\" must be true or false");
       c.event_scope_limited = v.get<bool>();
     } else if (key == "forward_group") {
-      if (!v.is_string()) throw FormatError(file, 0, "config \"forward_group\" must be a stage name");
-      c.forward_group = v.get<std::string>();
+      name(c.forward_group);
     } else {
       throw FormatError(file, 0, "unknown config key \"" + key + "\"; expected one of the keys in docs/labeler.md");
     }
   }
 }
 
-LabelConfig read_config_file(const std::string& path, LabelConfig base) {
-  std::ifstream in(path);
-  if (!in) throw FormatError(path, 0, "cannot open config file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+LabelConfig parse_config_text(std::string_view text, const std::string& name, LabelConfig base) {
+  if (text.size() > kMaxConfigBytes)
+    throw FormatError(name, 0, "config is " + std::to_string(text.size()) + " bytes; expected a JSON object of gates (at most " +
+                                   std::to_string(kMaxConfigBytes) + " bytes)");
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw FormatError(path, 0, "not valid JSON at byte " + std::to_string(e.byte) + "; expected a JSON object of gates");
+    throw FormatError(name, 0, "not valid JSON at byte " + std::to_string(e.byte) + "; expected a JSON object of gates");
+  } catch (const json::exception&) {
+    // out_of_range.406: a number past the double range (1e309).
+    throw FormatError(name, 0, "a number is out of range; expected a JSON object of gates with finite numbers");
   }
-  apply_config_json(j, base, path);
+  apply_config_json(j, base, name);
   return base;
+}
+
+LabelConfig read_config_file(const std::string& path, LabelConfig base) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(path, 0, "cannot open config file");
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw FormatError(path, 0, "cannot read config file");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return parse_config_text(text, path, std::move(base));
 }
 
 ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
@@ -197,7 +243,8 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
                  {"cohort_median_s", e.events.cohort_median_s}};
   j["telemetry"] = {{"closure_residual_share", e.has_wall ? ordered_json(e.closure_residual_share) : ordered_json(nullptr)},
                     {"overlap_error_share", e.has_wall ? ordered_json(e.overlap_error_share) : ordered_json(nullptr)},
-                    {"missing_ranks", e.missing_ranks},
+                    {"missing_ranks", rank_ranges(e.missing_ranks)},
+                    {"missing_rank_count", e.missing_ranks.size()},
                     {"missing_records", e.missing_records},
                     {"gather_ok", e.gather_ok},
                     {"dropped_records", e.dropped_records},

@@ -1,5 +1,5 @@
 // sf::formats — the project's public file and packet formats (docs/formats.md):
-// stage-matrix JSON Lines (sf.stages/1) and wide CSV, the evidence packet (sf.evidence/1),
+// stage-matrix JSON Lines (sf.stages/1) and wide CSV, the evidence packet (sf.evidence/2),
 // labeler configuration files, and atomic file writes. Knows sf::frontier; no MPI, no clock.
 #pragma once
 
@@ -52,16 +52,34 @@ struct Window {
   std::int64_t header_line = 0;  ///< 1-based line of the window's header (CSV: 1)
 };
 
+/// The largest world size either matrix format can express (ranks are 0..2^24 − 1).
+inline constexpr int kWorldSizeCeiling = 1 << 24;
+
+/// What one read may hold, checked before anything of that size is allocated, so hostile or
+/// mistaken input is refused in one line instead of exhausting memory (docs/formats.md,
+/// "Limits"). Each can be raised: score --max-file-size, --max-stages, --max-world-size,
+/// --max-window-steps, --max-values.
+struct ReadLimits {
+  std::int64_t max_file_bytes = std::int64_t{4} << 30;  ///< bytes of the file
+  int max_stages = 1024;                                ///< explicit stages in a header
+  int max_world_size = 65536;                           ///< ranks of a window (≤ kWorldSizeCeiling)
+  std::int64_t max_window_steps = 1000000;              ///< steps a file window spans (before --window splits it)
+  std::int64_t max_values = 100000000;                  ///< steps × ranks × stages of a file window (its dense matrix)
+};
+
 struct ReadOptions {
   std::optional<MatrixFormat> format;  ///< default: by extension
   int window_steps = 0;                ///< > 0: split each file window into windows of this many steps
   int world_size = 0;                  ///< CSV only: > 0 overrides max(rank) + 1
   int accumulation = 1;                ///< CSV only
+  ReadLimits limits;
 };
 
 /// Reads a stage-matrix file. Throws FormatError (file:line) on malformed input, including an
 /// empty file, bad JSON, truncated lines, non-numeric/negative/NaN durations, wrong vector
-/// length, ranks outside the world size, duplicate (step, rank) records and wrong schemas.
+/// length, ranks outside the world size, duplicate (step, rank) records, wrong schemas, names
+/// that are not printable UTF-8, sums past frontier::kMaxWindowSeconds and input beyond
+/// opt.limits. CSV as spreadsheets write it is accepted (docs/formats.md §2).
 std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& opt = {});
 /// Parses in-memory text; `name` is used in error messages.
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
@@ -70,17 +88,22 @@ std::vector<Window> parse_stage_text(std::string_view text, const std::string& n
 /// Writes one window as JSON Lines: header (with window span, telemetry, identity) then one
 /// record per present (step, rank). Doubles round-trip exactly.
 void write_jsonl(std::ostream& out, const Window& w);
-/// Writes a window as wide CSV `step,rank,<explicit stages…>[,wall]` (no side evidence).
+/// Writes a window as wide CSV `step,rank,<explicit stages…>[,wall]` (no side evidence); a stage
+/// name with a comma, quote or edge blank is quoted as RFC 4180 says.
 void write_csv(std::ostream& out, const frontier::StageMatrix& m);
 
-/// The evidence packet (schema sf.evidence/1), field order as documented.
+/// The evidence packet (schema sf.evidence/2), field order as documented.
 nlohmann::ordered_json evidence_to_json(const frontier::Evidence& e, const std::vector<RankInfo>& ranks = {});
 
 /// Labeler configuration as JSON (same field names as frontier::LabelConfig).
 nlohmann::ordered_json config_to_json(const frontier::LabelConfig& c);
-/// Applies the keys present in j onto cfg; unknown keys or wrong types throw FormatError(file, 0, …).
+/// Applies the keys present in j onto cfg; unknown keys, wrong types and values outside a key's
+/// range (docs/formats.md §4) throw FormatError(file, 0, …).
 void apply_config_json(const nlohmann::json& j, frontier::LabelConfig& cfg, const std::string& file);
+/// Parses a labeler configuration from text (at most kMaxConfigBytes); `name` is used in errors.
+frontier::LabelConfig parse_config_text(std::string_view text, const std::string& name, frontier::LabelConfig base = {});
 frontier::LabelConfig read_config_file(const std::string& path, frontier::LabelConfig base = {});
+inline constexpr std::size_t kMaxConfigBytes = 1 << 20;
 
 /// Writes content to path through a temporary file in the same directory and rename(2), so a
 /// reader sees the old file or the new one, never a torn one. Throws std::runtime_error.

@@ -1,7 +1,9 @@
 #include "sf/formats/formats.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <cmath>
 #include <fstream>
@@ -38,6 +40,8 @@ std::optional<MatrixFormat> format_from_path(std::string_view path) {
 
 namespace {
 
+constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+
 /// One parsed (step, rank) record waiting for its window to close.
 struct Pending {
   std::int64_t step;
@@ -57,22 +61,29 @@ struct PendingWindow {
   int accumulation = 1;
   std::vector<std::string> roles;
   std::optional<std::int64_t> span_first;
-  std::optional<int> span_steps;
+  std::optional<std::int64_t> span_steps;
   frontier::TelemetryInput telemetry;
   std::vector<RankInfo> ranks;
   std::int64_t header_line = 0;
   std::vector<Pending> records;
   std::vector<double> values;
   std::vector<double> sync_values;
+  std::int64_t min_step = 0, max_step = 0;  // over records (valid when records is non-empty)
 };
 
+/// Text quoted in an error message: at most about `max` bytes, cut at a character boundary;
+/// printable UTF-8 stays as it is, anything else shows its bytes as '?'.
 std::string printable(std::string_view s, std::size_t max = 40) {
+  const bool utf8 = frontier::printable_utf8(s);
+  std::size_t n = std::min(max, s.size());
+  if (utf8)
+    while (n < s.size() && n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
   std::string out;
-  for (char c : s.substr(0, max)) {
+  for (char c : s.substr(0, n)) {
     const auto u = static_cast<unsigned char>(c);
-    out += (u >= 0x20 && u < 0x7f) ? c : '?';
+    out += (u >= 0x20 && u < 0x7f) || (utf8 && u >= 0x80) ? c : '?';
   }
-  if (s.size() > max) out += "...";
+  if (s.size() > n) out += "...";
   return out;
 }
 
@@ -86,8 +97,44 @@ std::string type_name(const json& v) {
   return "something else";
 }
 
-/// Splits windows into chunks of `steps` steps (by step id from the window's first step).
+/// Steps from first to last inclusive, in unsigned arithmetic (last − first may not fit an int64).
+std::uint64_t span_of(std::int64_t first, std::int64_t last) {
+  return static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first) + 1;
+}
+
+std::string too_many_steps(std::uint64_t steps, const ReadLimits& lim) {
+  return "window spans " + std::to_string(steps) + " steps, above the limit of " + std::to_string(lim.max_window_steps) +
+         " steps per window; expected fewer steps (raise the limit with --max-window-steps)";
+}
+
+/// Steps × ranks × stages of a dense window within lim.max_values (no overflow on the way).
+bool values_fit(std::uint64_t steps, int world, int stages, const ReadLimits& lim) {
+  std::uint64_t cells = 0, values = 0;
+  return !__builtin_mul_overflow(steps, static_cast<std::uint64_t>(world), &cells) &&
+         !__builtin_mul_overflow(cells, static_cast<std::uint64_t>(stages), &values) &&
+         values <= static_cast<std::uint64_t>(std::max<std::int64_t>(lim.max_values, 0));
+}
+
+/// Every record's step within the limit of steps a window may span, checked as records arrive:
+/// a runaway step id is named at its own line, before more records are read.
+void note_step(PendingWindow& pw, std::int64_t step, const std::string& file, std::int64_t line, const ReadLimits& lim) {
+  if (pw.records.empty()) {
+    pw.min_step = pw.max_step = step;
+    return;
+  }
+  const std::int64_t lo = std::min(pw.min_step, step), hi = std::max(pw.max_step, step);
+  if (!pw.span_first && span_of(lo, hi) > static_cast<std::uint64_t>(lim.max_window_steps))
+    throw FormatError(file, line,
+                      "step " + std::to_string(step) + " widens the window to steps " + std::to_string(lo) + ".." +
+                          std::to_string(hi) + ": " + too_many_steps(span_of(lo, hi), lim));
+  pw.min_step = lo;
+  pw.max_step = hi;
+}
+
+/// Turns a file window into Windows of opt.window_steps steps each (one when 0). Memory beyond
+/// the dense matrices is proportional to the records (no table over the declared span).
 void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions& opt, std::vector<Window>& out) {
+  const auto& lim = opt.limits;
   const int k = static_cast<int>(pw.stages.size());
   bool has_wall = !pw.records.empty() && pw.records.front().has_wall;
   for (const auto& rec : pw.records)
@@ -101,71 +148,106 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
   } catch (const std::invalid_argument& e) {
     throw FormatError(file, pw.header_line, std::string("bad header: ") + e.what());
   }
-  std::int64_t first = 0, last = -1;
-  if (!pw.records.empty()) {
-    first = last = pw.records.front().step;
-    for (const auto& rec : pw.records) {
-      first = std::min(first, rec.step);
-      last = std::max(last, rec.step);
-    }
+  // The window's span: declared (checked against the limits and INT64_MAX at the header), else
+  // the records' own min..max. `total` steps, possibly 0 (a declared empty window).
+  std::int64_t first = 0;
+  std::uint64_t total = 0;
+  if (pw.span_first) {
+    first = *pw.span_first;
+    total = static_cast<std::uint64_t>(*pw.span_steps);
+    for (const auto& rec : pw.records)
+      if (rec.step < first || static_cast<std::uint64_t>(rec.step) - static_cast<std::uint64_t>(first) >= total)
+        throw FormatError(file, rec.line,
+                          "step " + std::to_string(rec.step) + " outside the header's window of " + std::to_string(total) +
+                              " steps from step " + std::to_string(first));
+  } else if (!pw.records.empty()) {
+    first = pw.min_step;
+    total = span_of(pw.min_step, pw.max_step);
   }
-  if (pw.span_first) first = *pw.span_first;
-  if (pw.span_steps) last = first + *pw.span_steps - 1;
-  for (const auto& rec : pw.records)
-    if (rec.step < first || rec.step > last)
-      throw FormatError(file, rec.line,
-                        "step " + std::to_string(rec.step) + " outside the header's window [" + std::to_string(first) +
-                            ", " + std::to_string(last) + "]");
-  const std::int64_t total = last - first + 1;
-  if (total > std::numeric_limits<int>::max() / std::max(1, pw.world))
-    throw FormatError(file, pw.header_line, "window spans " + std::to_string(total) + " steps; too large");
+  if (total > static_cast<std::uint64_t>(lim.max_window_steps))
+    throw FormatError(file, pw.header_line, too_many_steps(total, lim));
+  if (!values_fit(total, pw.world, schema.size(), lim))
+    throw FormatError(file, pw.header_line,
+                      "window of " + std::to_string(total) + " steps x " + std::to_string(pw.world) + " ranks x " +
+                          std::to_string(schema.size()) + " stages is above the limit of " + std::to_string(lim.max_values) +
+                          " values; expected a smaller window (raise the limit with --max-values)");
 
-  // Duplicate (step, rank) check before anything is stored.
-  std::vector<std::int64_t> seen(static_cast<std::size_t>(total) * pw.world, 0);
-  for (const auto& rec : pw.records) {
-    auto& slot = seen[static_cast<std::size_t>(rec.step - first) * pw.world + rec.rank];
-    if (slot != 0)
-      throw FormatError(file, rec.line,
-                        "duplicate record for (step " + std::to_string(rec.step) + ", rank " + std::to_string(rec.rank) +
-                            "), first seen at line " + std::to_string(slot) + "; expected one record per (step, rank)");
-    slot = rec.line;
+  // Records grouped by step (a stable counting sort: line order within a step), then the
+  // duplicate (step, rank) whose second line comes first, as a reader going down the file meets it.
+  const auto n_steps = static_cast<std::size_t>(total);
+  std::vector<std::size_t> start(n_steps + 1, 0);
+  for (const auto& rec : pw.records) ++start[static_cast<std::size_t>(static_cast<std::uint64_t>(rec.step) - static_cast<std::uint64_t>(first)) + 1];
+  for (std::size_t t = 0; t < n_steps; ++t) start[t + 1] += start[t];
+  std::vector<std::size_t> order(pw.records.size());
+  {
+    std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+    for (std::size_t i = 0; i < pw.records.size(); ++i)
+      order[fill[static_cast<std::size_t>(static_cast<std::uint64_t>(pw.records[i].step) - static_cast<std::uint64_t>(first))]++] = i;
+  }
+  {
+    std::vector<std::size_t> stamp(static_cast<std::size_t>(pw.world), SIZE_MAX);
+    std::vector<std::int64_t> first_line(static_cast<std::size_t>(pw.world), 0);
+    const Pending* dup = nullptr;
+    std::int64_t dup_first = 0;
+    for (std::size_t t = 0; t < n_steps; ++t)
+      for (std::size_t i = start[t]; i < start[t + 1]; ++i) {
+        const Pending& rec = pw.records[order[i]];
+        if (stamp[rec.rank] == t) {
+          if (!dup || rec.line < dup->line) {
+            dup = &rec;
+            dup_first = first_line[rec.rank];
+          }
+        } else {
+          stamp[rec.rank] = t;
+          first_line[rec.rank] = rec.line;
+        }
+      }
+    if (dup)
+      throw FormatError(file, dup->line,
+                        "duplicate record for (step " + std::to_string(dup->step) + ", rank " + std::to_string(dup->rank) +
+                            "), first seen at line " + std::to_string(dup_first) + "; expected one record per (step, rank)");
   }
 
-  const std::int64_t chunk = opt.window_steps > 0 ? opt.window_steps : std::max<std::int64_t>(total, 0);
-  std::int64_t start = first;
+  const std::uint64_t chunk = opt.window_steps > 0 ? static_cast<std::uint64_t>(opt.window_steps) : std::max<std::uint64_t>(total, 1);
+  std::uint64_t off = 0;  // steps from `first`; first + off never passes INT64_MAX while off < total
   do {
-    const std::int64_t n = std::min<std::int64_t>(chunk, last - start + 1);
+    const std::uint64_t n = std::min(chunk, total - off);
     Window w;
-    w.matrix = StageMatrix(schema, pw.world, start, static_cast<int>(std::max<std::int64_t>(n, 0)));
-    w.telemetry = pw.telemetry;
-    w.ranks = pw.ranks;
-    w.header_line = pw.header_line;
     try {
+      w.matrix = StageMatrix(schema, pw.world, static_cast<std::int64_t>(static_cast<std::uint64_t>(first) + off),
+                             static_cast<int>(n));
       if (!pw.roles.empty()) w.matrix.set_roles(pw.roles);
     } catch (const std::invalid_argument& e) {
       throw FormatError(file, pw.header_line, e.what());
     }
-    for (const auto& rec : pw.records) {
-      if (rec.step < start || rec.step >= start + n) continue;
-      const int t = static_cast<int>(rec.step - start);
-      try {
-        w.matrix.set_record(t, rec.rank, std::span<const double>(pw.values.data() + rec.offset, k),
-                            rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
-        if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(t, rec.rank, rec.event, rec.event_s);
-        if (rec.sync_offset >= 0)
-          for (int s = 0; s < k; ++s) {
-            const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
-            if (!std::isnan(v)) w.matrix.set_sync_wait(t, rec.rank, s, v);
-          }
-      } catch (const std::invalid_argument& e) {
-        throw FormatError(file, rec.line, e.what());
+    w.telemetry = pw.telemetry;
+    w.ranks = pw.ranks;
+    w.header_line = pw.header_line;
+    for (std::uint64_t t = 0; t < n; ++t) {
+      const auto step = static_cast<std::size_t>(off + t);
+      for (std::size_t i = start[step]; i < start[step + 1]; ++i) {
+        const Pending& rec = pw.records[order[i]];
+        const int ti = static_cast<int>(t);
+        try {
+          w.matrix.set_record(ti, rec.rank, std::span<const double>(pw.values.data() + rec.offset, k),
+                              rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
+          if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.rank, rec.event, rec.event_s);
+          if (rec.sync_offset >= 0)
+            for (int s = 0; s < k; ++s) {
+              const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
+              if (!std::isnan(v)) w.matrix.set_sync_wait(ti, rec.rank, s, v);
+            }
+        } catch (const std::invalid_argument& e) {
+          throw FormatError(file, rec.line, e.what());
+        }
       }
     }
     out.push_back(std::move(w));
-    start += chunk;
-  } while (chunk > 0 && start <= last);
+    off += n;
+  } while (off < total);
 }
 
+/// An integer field of a JSON object; integers past the int64 range are an error, not a wrap.
 std::int64_t get_int(const json& obj, const char* key, const std::string& file, std::int64_t line, bool required,
                      std::int64_t fallback) {
   const auto it = obj.find(key);
@@ -175,7 +257,20 @@ std::int64_t get_int(const json& obj, const char* key, const std::string& file, 
   }
   if (!it->is_number_integer())
     throw FormatError(file, line, std::string("field \"") + key + "\" is " + type_name(*it) + ", expected an integer");
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kInt64Max))
+    throw FormatError(file, line, std::string("field \"") + key + "\" is " + it->dump() + ", expected an integer within 64 bits");
   return it->get<std::int64_t>();
+}
+
+/// An integer field within [lo, hi] (so a narrowing cast afterwards is exact).
+std::int64_t get_int_in(const json& obj, const char* key, const std::string& file, std::int64_t line, bool required,
+                        std::int64_t fallback, std::int64_t lo, std::int64_t hi, const std::string& what = "") {
+  const auto v = get_int(obj, key, file, line, required, fallback);
+  if (v < lo || v > hi)
+    throw FormatError(file, line,
+                      std::string("field \"") + key + "\" is " + std::to_string(v) + ", expected " + std::to_string(lo) +
+                          ".." + std::to_string(hi) + what);
+  return v;
 }
 
 double get_duration(const json& v, const std::string& file, std::int64_t line, const std::string& what) {
@@ -183,10 +278,19 @@ double get_duration(const json& v, const std::string& file, std::int64_t line, c
   const double x = v.get<double>();
   if (!std::isfinite(x) || x < 0)
     throw FormatError(file, line, what + " is " + printable(v.dump()) + ", expected a finite number of seconds >= 0");
-  return x;
+  return x + 0.0;  // -0 → +0
 }
 
-void parse_header(const json& h, const std::string& file, std::int64_t line, PendingWindow& pw) {
+/// A string that ends up in a packet or a table line: printable UTF-8 (JSON input is already UTF-8).
+std::string get_text(const json& v, const std::string& file, std::int64_t line, const std::string& what) {
+  if (!v.is_string()) throw FormatError(file, line, what + " is " + type_name(v) + ", expected a string");
+  auto s = v.get<std::string>();
+  if (!frontier::printable_utf8(s))
+    throw FormatError(file, line, what + " '" + printable(s) + "' has control characters; expected printable text");
+  return s;
+}
+
+void parse_header(const json& h, const std::string& file, std::int64_t line, PendingWindow& pw, const ReadLimits& lim) {
   const auto& schema = h["schema"];
   if (!schema.is_string() || schema.get<std::string>() != kStagesSchema)
     throw FormatError(file, line,
@@ -194,31 +298,41 @@ void parse_header(const json& h, const std::string& file, std::int64_t line, Pen
   const auto st = h.find("stages");
   if (st == h.end() || !st->is_array() || st->empty())
     throw FormatError(file, line, "header \"stages\" must be a non-empty array of stage names");
-  for (const auto& s : *st) {
-    if (!s.is_string()) throw FormatError(file, line, "header \"stages\" entry is " + type_name(s) + ", expected a string");
-    pw.stages.push_back(s.get<std::string>());
-  }
+  if (st->size() > static_cast<std::size_t>(lim.max_stages))
+    throw FormatError(file, line,
+                      "header names " + std::to_string(st->size()) + " stages, above the limit of " +
+                          std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
+  for (const auto& s : *st) pw.stages.push_back(get_text(s, file, line, "header \"stages\" entry"));
+  const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   const auto world = get_int(h, "world_size", file, line, true, 0);
-  if (world < 1 || world > (1 << 24))
-    throw FormatError(file, line, "header world_size is " + std::to_string(world) + ", expected 1..16777216");
+  if (world < 1 || world > kWorldSizeCeiling)
+    throw FormatError(file, line,
+                      "header world_size is " + std::to_string(world) + ", expected 1.." + std::to_string(kWorldSizeCeiling));
+  if (world > world_max)
+    throw FormatError(file, line,
+                      "header world_size is " + std::to_string(world) + ", above the limit of " + std::to_string(world_max) +
+                          " ranks; expected a smaller world (raise the limit with --max-world-size)");
   pw.world = static_cast<int>(world);
-  const auto acc = get_int(h, "accumulation", file, line, false, 1);
-  if (acc < 1) throw FormatError(file, line, "header accumulation is " + std::to_string(acc) + ", expected >= 1");
-  pw.accumulation = static_cast<int>(acc);
+  pw.accumulation = static_cast<int>(get_int_in(h, "accumulation", file, line, false, 1, 1, std::numeric_limits<int>::max()));
   if (const auto roles = h.find("roles"); roles != h.end()) {
-    if (!roles->is_array() || static_cast<int>(roles->size()) != pw.world)
+    if (!roles->is_array() || static_cast<std::int64_t>(roles->size()) != world)
       throw FormatError(file, line, "header \"roles\" must be an array of world_size strings");
-    for (const auto& r : *roles) {
-      if (!r.is_string()) throw FormatError(file, line, "header \"roles\" entry is " + type_name(r) + ", expected a string");
-      pw.roles.push_back(r.get<std::string>());
-    }
+    for (const auto& r : *roles) pw.roles.push_back(get_text(r, file, line, "header \"roles\" entry"));
   }
   if (const auto win = h.find("window"); win != h.end()) {
     if (!win->is_object()) throw FormatError(file, line, "header \"window\" must be an object {first_step, steps}");
-    pw.span_first = get_int(*win, "first_step", file, line, true, 0);
+    const auto first = get_int(*win, "first_step", file, line, true, 0);
     const auto n = get_int(*win, "steps", file, line, true, 0);
-    if (n < 0) throw FormatError(file, line, "header window steps is negative");
-    pw.span_steps = static_cast<int>(n);
+    if (n < 0) throw FormatError(file, line, "header window steps is " + std::to_string(n) + ", expected >= 0");
+    if (n > lim.max_window_steps)
+      throw FormatError(file, line, "header window declares " + std::to_string(n) + " steps: " +
+                                        too_many_steps(static_cast<std::uint64_t>(n), lim));
+    if (n > 0 && first > kInt64Max - (n - 1))
+      throw FormatError(file, line,
+                        "header window of " + std::to_string(n) + " steps from step " + std::to_string(first) +
+                            " runs past the largest step id " + std::to_string(kInt64Max));
+    pw.span_first = first;
+    pw.span_steps = n;
   }
   if (const auto tel = h.find("telemetry"); tel != h.end()) {
     if (!tel->is_object()) throw FormatError(file, line, "header \"telemetry\" must be an object");
@@ -226,30 +340,31 @@ void parse_header(const json& h, const std::string& file, std::int64_t line, Pen
       if (!g->is_boolean()) throw FormatError(file, line, "telemetry gather_ok must be true or false");
       pw.telemetry.gather_ok = g->get<bool>();
     }
-    pw.telemetry.dropped_records = get_int(*tel, "dropped_records", file, line, false, 0);
+    pw.telemetry.dropped_records = get_int_in(*tel, "dropped_records", file, line, false, 0, 0, kInt64Max);
     if (const auto rs = tel->find("reasons"); rs != tel->end()) {
       if (!rs->is_array()) throw FormatError(file, line, "telemetry reasons must be an array of strings");
-      for (const auto& r : *rs) {
-        if (!r.is_string()) throw FormatError(file, line, "telemetry reason is " + type_name(r) + ", expected a string");
-        pw.telemetry.reasons.push_back(r.get<std::string>());
-      }
+      for (const auto& r : *rs) pw.telemetry.reasons.push_back(get_text(r, file, line, "telemetry reason"));
     }
   }
   if (const auto ranks = h.find("ranks"); ranks != h.end()) {
     if (!ranks->is_array()) throw FormatError(file, line, "header \"ranks\" must be an array of rank identities");
+    if (static_cast<std::int64_t>(ranks->size()) > world)
+      throw FormatError(file, line, "header \"ranks\" lists " + std::to_string(ranks->size()) +
+                                        " identities, expected at most world_size (" + std::to_string(world) + ")");
+    constexpr std::int64_t kIntMax = std::numeric_limits<int>::max();
     for (const auto& r : *ranks) {
       if (!r.is_object()) throw FormatError(file, line, "rank identity is " + type_name(r) + ", expected an object");
       RankInfo info;
-      info.rank = static_cast<int>(get_int(r, "rank", file, line, true, 0));
-      info.local_rank = static_cast<int>(get_int(r, "local_rank", file, line, false, 0));
-      info.node_rank = static_cast<int>(get_int(r, "node_rank", file, line, false, 0));
-      if (const auto hn = r.find("hostname"); hn != r.end() && hn->is_string()) info.hostname = hn->get<std::string>();
+      info.rank = static_cast<int>(get_int_in(r, "rank", file, line, true, 0, 0, world - 1, " (a rank of the world)"));
+      info.local_rank = static_cast<int>(get_int_in(r, "local_rank", file, line, false, 0, 0, kIntMax));
+      info.node_rank = static_cast<int>(get_int_in(r, "node_rank", file, line, false, 0, 0, kIntMax));
+      if (const auto hn = r.find("hostname"); hn != r.end()) info.hostname = get_text(*hn, file, line, "rank hostname");
       pw.ranks.push_back(std::move(info));
     }
   }
 }
 
-void parse_record(const json& o, const std::string& file, std::int64_t line, PendingWindow& pw) {
+void parse_record(const json& o, const std::string& file, std::int64_t line, PendingWindow& pw, const ReadLimits& lim) {
   Pending rec{};
   rec.line = line;
   rec.step = get_int(o, "step", file, line, true, 0);
@@ -269,7 +384,7 @@ void parse_record(const json& o, const std::string& file, std::int64_t line, Pen
                           " (one per header stage)");
   rec.offset = pw.values.size();
   for (std::size_t s = 0; s < k; ++s)
-    pw.values.push_back(get_duration((*d)[s], file, line, "duration of '" + pw.stages[s] + "'"));
+    pw.values.push_back(get_duration((*d)[s], file, line, "duration of '" + printable(pw.stages[s]) + "'"));
   if (const auto w = o.find("wall"); w != o.end()) {
     rec.has_wall = true;
     rec.wall = get_duration(*w, file, line, "\"wall\"");
@@ -298,10 +413,17 @@ void parse_record(const json& o, const std::string& file, std::int64_t line, Pen
                                                     : get_duration((*sw)[s], file, line, "sync_wait entry"));
     }
   }
+  note_step(pw, rec.step, file, line, lim);
   pw.records.push_back(rec);
 }
 
+/// A UTF-8 byte order mark (as Windows tools write one) is not part of the text.
+std::string_view strip_bom(std::string_view text) {
+  return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
+}
+
 std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, const ReadOptions& opt) {
+  text = strip_bom(text);
   std::vector<Window> out;
   std::optional<PendingWindow> pw;
   std::int64_t line_no = 0;
@@ -323,7 +445,7 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
       throw FormatError(file, line_no,
                         "not valid JSON at column " + std::to_string(e.byte) +
                             " (truncated or corrupt line?); expected one JSON object per line");
-    } catch (const json::out_of_range&) {
+    } catch (const json::exception&) {
       throw FormatError(file, line_no, "a number is out of range; expected finite numbers of seconds");
     }
     if (!obj.is_object()) throw FormatError(file, line_no, "line is " + type_name(obj) + ", expected a JSON object");
@@ -331,13 +453,13 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
       if (pw) emit_windows(*pw, file, opt, out);
       pw.emplace();
       pw->header_line = line_no;
-      parse_header(obj, file, line_no, *pw);
+      parse_header(obj, file, line_no, *pw, opt.limits);
       continue;
     }
     if (!pw)
       throw FormatError(file, line_no,
                         "record before any header; expected a first line {\"schema\":\"sf.stages/1\",\"stages\":[...],\"world_size\":R}");
-    parse_record(obj, file, line_no, *pw);
+    parse_record(obj, file, line_no, *pw, opt.limits);
   }
   if (!any) throw FormatError(file, 0, "empty file; expected a sf.stages/1 header line and records");
   emit_windows(*pw, file, opt, out);
@@ -345,37 +467,160 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
 }
 
 // --- CSV ---------------------------------------------------------------------------------------
+//
+// RFC 4180 as spreadsheets and Windows tools write it: an optional UTF-8 BOM, CRLF, LF or CR
+// line ends, fields optionally quoted ("" is a quote inside quotes), blanks around fields, the
+// separator ',' (or ';' or a tab, taken from the header, where a decimal comma is then allowed),
+// rows of empty fields as blank lines. Numbers: optional '+', decimal or scientific notation
+// (1E-3, .5, 5.). A quoted field cannot span lines (no stage name holds a line break).
+
+bool blank(char c) { return c == ' ' || c == '\t'; }
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && blank(s.front())) s.remove_prefix(1);
+  while (!s.empty() && (blank(s.back()) || s.back() == '\r')) s.remove_suffix(1);
   return s;
 }
 
-/// Parses a data line of the plain form "step,rank,x,...,x" (no blanks around fields) into
-/// row's row.size() columns. Returns false for any other line, valid or not: the caller then
-/// takes the general path, which accepts blanks and words the error. Accepts only lines the
-/// general path accepts, with the same values.
-bool parse_plain_row(std::string_view line, std::vector<double>& row) {
+/// Lines ended by "\n", "\r\n" or a lone "\r", numbered from 1; blank lines are skipped.
+class CsvLines {
+public:
+  CsvLines(std::string_view text, std::size_t pos) : text_(text), pos_(pos) {}
+  bool next(std::string_view& line) {
+    while (pos_ < text_.size()) {
+      std::size_t end = pos_;
+      while (end < text_.size() && text_[end] != '\n' && text_[end] != '\r') ++end;
+      line = text_.substr(pos_, end - pos_);
+      pos_ = end < text_.size() && text_[end] == '\r' && end + 1 < text_.size() && text_[end + 1] == '\n' ? end + 2 : end + 1;
+      ++line_no_;
+      if (!trim(line).empty()) return true;
+    }
+    return false;
+  }
+  std::int64_t line_no() const { return line_no_; }
+  std::size_t pos() const { return pos_; }
+
+private:
+  std::string_view text_;
+  std::size_t pos_;
+  std::int64_t line_no_ = 0;
+};
+
+struct CsvField {
+  std::string_view text;  ///< without quotes; unquoted fields also without surrounding blanks
+  bool escaped = false;   ///< holds "" pairs (a quoted field): unquote() before use as a name
+};
+
+/// Splits a line into fields; returns "" or what is wrong with it.
+std::string split_csv(std::string_view line, char sep, std::vector<CsvField>& out) {
+  out.clear();
+  const std::size_t n = line.size();
+  std::size_t i = 0;
+  for (;;) {
+    std::size_t b = i;
+    while (b < n && line[b] != sep && blank(line[b])) ++b;
+    if (b < n && line[b] == '"') {
+      std::size_t j = b + 1;
+      bool esc = false;
+      for (;; ++j) {
+        if (j >= n) return "unterminated quoted field (a quoted field cannot span lines); expected a closing '\"'";
+        if (line[j] != '"') continue;
+        if (j + 1 < n && line[j + 1] == '"') {
+          esc = true;
+          ++j;
+          continue;
+        }
+        break;
+      }
+      std::size_t k = j + 1;
+      while (k < n && line[k] != sep && (blank(line[k]) || line[k] == '\r')) ++k;
+      if (k < n && line[k] != sep) return "text after a closing quote; expected a separator";
+      out.push_back({line.substr(b + 1, j - b - 1), esc});  // quoted text is literal
+      if (k >= n) return "";
+      i = k + 1;
+    } else {
+      std::size_t c = line.find(sep, b);
+      if (c == std::string_view::npos) c = n;
+      out.push_back({trim(line.substr(b, c - b)), false});
+      if (c >= n) return "";
+      i = c + 1;
+    }
+  }
+}
+
+std::string unquote(const CsvField& f) {
+  if (!f.escaped) return std::string(f.text);
+  std::string s;
+  for (std::size_t i = 0; i < f.text.size(); ++i) {
+    s += f.text[i];
+    if (f.text[i] == '"' && i + 1 < f.text.size() && f.text[i + 1] == '"') ++i;
+  }
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+/// An integer field: optional sign ('+' too), digits, within the int64 range.
+bool parse_int_field(std::string_view f, std::int64_t& v) {
+  f = trim(f);
+  if (f.size() > 1 && f[0] == '+' && f[1] != '-' && f[1] != '+') f.remove_prefix(1);
+  const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+  return r.ec == std::errc() && r.ptr == f.data() + f.size() && !f.empty();
+}
+
+/// A duration field in seconds: finite, >= 0, optional '+', decimal comma when allowed. An
+/// underflow reads as 0 (as in the JSON reader); an overflow is an error.
+bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
+  f = trim(f);
+  if (f.size() > 1 && f[0] == '+' && f[1] != '-' && f[1] != '+') f.remove_prefix(1);
+  if (f.empty()) return false;
+  char buf[64];
+  if (decimal_comma && f.find(',') != std::string_view::npos) {
+    if (f.size() >= sizeof buf) return false;
+    std::memcpy(buf, f.data(), f.size());
+    std::replace(buf, buf + f.size(), ',', '.');
+    f = std::string_view(buf, f.size());
+  }
+  const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+  if (r.ptr != f.data() + f.size()) return false;
+  if (r.ec == std::errc::result_out_of_range) {
+    // Tell an underflow (a mantissa with a large negative exponent) from an overflow.
+    const auto e = f.find_first_of("eE");
+    if (e == std::string_view::npos || e + 1 >= f.size() || f[e + 1] != '-') return false;
+    v = 0;
+  } else if (r.ec != std::errc()) {
+    return false;
+  }
+  if (!std::isfinite(v) || v < 0) return false;
+  v += 0.0;  // -0 → +0
+  return true;
+}
+
+/// Parses a data line of the plain form "step,rank,x,...,x" (no blanks, quotes or signs, ','
+/// separated) into step, rank and vals. Returns false for any other line, valid or not: the
+/// caller then takes the general path, which accepts every form and words the error. Accepts
+/// only lines the general path accepts, with the same values.
+bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
   const char* p = line.data();
   const char* const e = p + line.size();
-  const std::size_t ncol = row.size();
-  for (std::size_t col = 0; col < ncol; ++col) {
-    const char* end = nullptr;
-    if (col < 2) {
-      std::int64_t iv = 0;
-      const auto r = std::from_chars(p, e, iv);
-      if (r.ec != std::errc() || r.ptr == p || (col == 1 && (iv < 0 || iv > (1 << 24)))) return false;
-      row[col] = static_cast<double>(iv);
-      end = r.ptr;
-    } else {
-      double v = 0;
-      const auto r = std::from_chars(p, e, v);
-      if (r.ec != std::errc() || r.ptr == p || !std::isfinite(v) || v < 0) return false;
-      row[col] = v;
-      end = r.ptr;
-    }
-    if (col + 1 < ncol) {
+  auto r = std::from_chars(p, e, step);
+  if (r.ec != std::errc() || r.ptr == p || r.ptr == e || *r.ptr != ',') return false;
+  p = r.ptr + 1;
+  r = std::from_chars(p, e, rank);
+  if (r.ec != std::errc() || r.ptr == p || rank < 0 || r.ptr == e || *r.ptr != ',') return false;
+  p = r.ptr + 1;
+  for (std::size_t col = 0; col < vals.size(); ++col) {
+    double v = 0;
+    const auto rv = std::from_chars(p, e, v);
+    if (rv.ec != std::errc() || rv.ptr == p || !std::isfinite(v) || v < 0) return false;
+    vals[col] = v + 0.0;
+    const char* end = rv.ptr;
+    if (col + 1 < vals.size()) {
       if (end == e || *end != ',') return false;
       p = end + 1;
     } else if (end != e && !(end + 1 == e && *end == '\r')) {
@@ -385,16 +630,19 @@ bool parse_plain_row(std::string_view line, std::vector<double>& row) {
   return true;
 }
 
-/// The common case, read in one pass straight into the window's matrix: one window, every data
-/// line a plain row, the first line holding the smallest step and the last line the largest
-/// step and (unless opt.world_size is given) the largest rank, as write_csv and sorted files
-/// have them, and no duplicate (step, rank). Builds the matrix the general path would, without
-/// its list of pending records. nullopt for any other input, valid or not; the caller then
-/// takes the general path, which also words every error.
+/// The common case, read in one pass straight into the window's matrix: one window, ','
+/// separated, LF or CRLF lines, every data line a plain row, the first line holding the
+/// smallest step and the last line the largest step and (unless opt.world_size is given) the
+/// largest rank, as write_csv and sorted files have them, no duplicate (step, rank), and within
+/// every limit. Builds the matrix the general path would, without its list of pending records.
+/// nullopt for any other input, valid or not; the caller then takes the general path, which
+/// also words every error.
 std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const std::vector<std::string>& stages,
-                                                    bool has_wall, std::size_t ncol, const ReadOptions& opt) {
+                                                    bool has_wall, std::size_t ncol, std::int64_t header_line,
+                                                    const ReadOptions& opt) {
   if (opt.window_steps > 0) return std::nullopt;
-  std::vector<double> row(ncol);
+  const auto& lim = opt.limits;
+  std::vector<double> vals(ncol - 2);
   std::string_view first_line, last_line;
   for (std::size_t pos = 0; pos < body.size() && first_line.empty();) {
     const std::size_t end = std::min(body.find('\n', pos), body.size());
@@ -407,32 +655,36 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
     if (!trim(body.substr(start, end - start)).empty()) last_line = body.substr(start, end - start);
     end = nl == std::string_view::npos ? 0 : nl;
   }
-  if (first_line.empty() || !parse_plain_row(first_line, row)) return std::nullopt;
-  const auto first = static_cast<std::int64_t>(row[0]);
-  if (!parse_plain_row(last_line, row)) return std::nullopt;
-  const auto last = static_cast<std::int64_t>(row[0]);
-  const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(row[1]) + 1;
-  if (last < first || last - first + 1 > std::numeric_limits<int>::max() / world) return std::nullopt;
+  std::int64_t first = 0, last = 0, rank = 0, step = 0;
+  if (first_line.empty() || !parse_plain_row(first_line, first, rank, vals)) return std::nullopt;
+  if (!parse_plain_row(last_line, last, rank, vals)) return std::nullopt;
+  const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
+  if (opt.world_size <= 0 && rank >= world_max) return std::nullopt;
+  const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(rank) + 1;
+  if (world > world_max || last < first) return std::nullopt;
+  const std::uint64_t total = span_of(first, last);
+  if (total > static_cast<std::uint64_t>(lim.max_window_steps) ||
+      !values_fit(total, world, static_cast<int>(stages.size()) + (has_wall ? 1 : 0), lim))
+    return std::nullopt;
 
   std::vector<Window> out(1);
   Window& w = out[0];
-  w.header_line = 1;
+  w.header_line = header_line;
   try {
-    w.matrix = StageMatrix(StageSchema(stages, has_wall, opt.accumulation), world, first,
-                           static_cast<int>(last - first + 1));
+    w.matrix = StageMatrix(StageSchema(stages, has_wall, opt.accumulation), world, first, static_cast<int>(total));
+    const std::size_t k = stages.size();
     for (std::size_t pos = 0; pos < body.size();) {
       const std::size_t end = std::min(body.find('\n', pos), body.size());
       const std::string_view line = body.substr(pos, end - pos);
       pos = end + 1;
       if (trim(line).empty()) continue;
-      if (!parse_plain_row(line, row)) return std::nullopt;
-      const auto step = static_cast<std::int64_t>(row[0]);
-      const int rank = static_cast<int>(row[1]);
+      if (!parse_plain_row(line, step, rank, vals)) return std::nullopt;
       if (step < first || step > last || rank >= world) return std::nullopt;
-      const int t = static_cast<int>(step - first);
-      if (w.matrix.present(t, rank)) return std::nullopt;  // duplicate: the general path words it
-      w.matrix.set_record(t, rank, std::span<const double>(row).subspan(2, stages.size()),
-                          has_wall ? std::optional<double>(row[ncol - 1]) : std::nullopt);
+      const int t = static_cast<int>(step - first);  // 0 <= step - first < total <= INT_MAX
+      const int r = static_cast<int>(rank);
+      if (w.matrix.present(t, r)) return std::nullopt;  // duplicate: the general path words it
+      w.matrix.set_record(t, r, std::span<const double>(vals).first(k),
+                          has_wall ? std::optional<double>(vals[k]) : std::nullopt);
     }
   } catch (const std::invalid_argument&) {
     return std::nullopt;
@@ -441,107 +693,133 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
 }
 
 std::vector<Window> parse_csv(std::string_view text, const std::string& file, const ReadOptions& opt) {
-  std::size_t pos = 0;
-  std::int64_t line_no = 0;
-  auto next_line = [&](std::string_view& line) {
-    while (pos < text.size()) {
-      std::size_t end = text.find('\n', pos);
-      if (end == std::string_view::npos) end = text.size();
-      line = text.substr(pos, end - pos);
-      pos = end + 1;
-      ++line_no;
-      if (!trim(line).empty()) return true;
-    }
-    return false;
-  };
+  const auto& lim = opt.limits;
+  if (opt.world_size > std::min(lim.max_world_size, kWorldSizeCeiling))
+    throw FormatError(file, 0,
+                      "world size " + std::to_string(opt.world_size) + " is above the limit of " +
+                          std::to_string(std::min(lim.max_world_size, kWorldSizeCeiling)) +
+                          " ranks; expected a smaller world (raise the limit with --max-world-size)");
+  const std::size_t bom = text.size() - strip_bom(text).size();
+  CsvLines lines(text, bom);
   std::string_view line;
-  if (!next_line(line)) throw FormatError(file, 0, "empty file; expected a header step,rank,<stages...>[,wall]");
-  if (line.find('\0') != std::string_view::npos) throw FormatError(file, line_no, "binary data; expected a CSV header");
-  std::vector<std::string> cols;
-  for (std::size_t p = 0;;) {
-    const std::size_t c = line.find(',', p);
-    cols.emplace_back(trim(line.substr(p, c == std::string_view::npos ? std::string_view::npos : c - p)));
-    if (c == std::string_view::npos) break;
-    p = c + 1;
+  if (!lines.next(line)) throw FormatError(file, 0, "empty file; expected a header step,rank,<stages...>[,wall]");
+  if (line.find('\0') != std::string_view::npos) throw FormatError(file, lines.line_no(), "binary data; expected a CSV header");
+  auto bad_header = [&] {
+    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]");
+  };
+  // The separator is the character after the first field, "step" (quoted or not).
+  char sep = ',';
+  {
+    std::string_view h = trim(line);
+    const bool quoted = !h.empty() && h.front() == '"';
+    if (quoted) h.remove_prefix(1);
+    if (!iequals(h.substr(0, 4), "step")) throw bad_header();
+    h.remove_prefix(4);
+    if (quoted) {
+      if (h.empty() || h.front() != '"') throw bad_header();
+      h.remove_prefix(1);
+    }
+    while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
+    if (h.empty() || (h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
+    sep = h.front();
   }
-  if (cols.size() < 3 || cols[0] != "step" || cols[1] != "rank")
-    throw FormatError(file, line_no,
-                      "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]");
-  const bool has_wall = cols.back() == "wall";
+  std::vector<CsvField> fields;
+  if (auto why = split_csv(line, sep, fields); !why.empty()) throw FormatError(file, lines.line_no(), "header: " + why);
+  std::vector<std::string> cols;
+  for (const auto& f : fields) cols.push_back(unquote(f));
+  if (cols.size() < 3 || !iequals(cols[0], "step") || !iequals(cols[1], "rank")) throw bad_header();
+  const bool has_wall = iequals(cols.back(), "wall");
   const std::vector<std::string> stages(cols.begin() + 2, cols.end() - (has_wall ? 1 : 0));
-  if (stages.empty()) throw FormatError(file, line_no, "header names no stage column");
+  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column");
+  if (stages.size() > static_cast<std::size_t>(lim.max_stages))
+    throw FormatError(file, lines.line_no(),
+                      "header names " + std::to_string(stages.size()) + " stages, above the limit of " +
+                          std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
+  for (std::size_t c = 0; c < stages.size(); ++c) {
+    if (stages[c].empty())
+      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 3) + " has no name; expected a stage name");
+    if (!frontier::printable_utf8(stages[c]))
+      throw FormatError(file, lines.line_no(),
+                        "column " + std::to_string(c + 3) + " name '" + printable(stages[c]) +
+                            "' is not printable UTF-8; expected a UTF-8 stage name without control characters");
+  }
   const std::size_t k = stages.size(), ncol = cols.size();
-  if (auto direct = parse_csv_direct(text.substr(std::min(pos, text.size())), stages, has_wall, ncol, opt))
-    return std::move(*direct);
+  if (sep == ',')
+    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, has_wall, ncol,
+                                       lines.line_no(), opt))
+      return std::move(*direct);
 
   PendingWindow pw;
   pw.stages = stages;
-  pw.header_line = 1;
+  pw.header_line = lines.line_no();
   pw.accumulation = opt.accumulation;
+  const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   int max_rank = -1;
-  std::vector<double> row(ncol);
-  // General path: blanks around fields, and every error message.
-  auto parse_row = [&] {
-    const char* p = line.data();
-    const char* e = line.data() + line.size();
-    std::size_t col = 0;
-    while (true) {
-      const char* c = static_cast<const char*>(std::memchr(p, ',', static_cast<std::size_t>(e - p)));
-      const char* fe = c ? c : e;
-      if (col >= ncol)
-        throw FormatError(file, line_no, "more than " + std::to_string(ncol) + " columns; expected " + std::to_string(ncol));
-      const char* fb = p;
-      while (fb < fe && (*fb == ' ' || *fb == '\t')) ++fb;
-      const char* fz = fe;
-      while (fz > fb && (fz[-1] == ' ' || fz[-1] == '\t' || fz[-1] == '\r')) --fz;
-      double v = 0;
-      bool ok;
-      if (col < 2) {
-        std::int64_t iv = 0;
-        const auto r = std::from_chars(fb, fz, iv);
-        ok = r.ec == std::errc() && r.ptr == fz && fb != fz;
-        v = static_cast<double>(iv);
-        if (ok && col == 0) row[0] = v;
-        if (ok && col == 1 && (iv < 0 || iv > (1 << 24))) ok = false;
-      } else {
-        const auto r = std::from_chars(fb, fz, v);
-        ok = r.ec == std::errc() && r.ptr == fz && fb != fz && std::isfinite(v) && v >= 0;
-      }
-      if (!ok)
-        throw FormatError(file, line_no,
-                          "column '" + cols[col] + "' is '" + printable(std::string_view(fb, static_cast<std::size_t>(fz - fb))) +
-                              "', expected " + (col == 0 ? "an integer step" : col == 1 ? "a rank 0..16777216" : "a finite number of seconds >= 0"));
-      row[col++] = v;
-      if (!c) break;
-      p = c + 1;
-    }
-    if (col != ncol)
-      throw FormatError(file, line_no, std::to_string(col) + " columns, expected " + std::to_string(ncol));
-  };
   // One record per remaining line, at most: reserve once instead of growing through copies.
-  std::size_t lines = 1;
-  for (std::size_t q = pos; (q = text.find('\n', q)) != std::string_view::npos; ++q) ++lines;
-  pw.records.reserve(lines);
-  pw.values.reserve(lines * k);
-  while (next_line(line)) {
-    if (!parse_plain_row(line, row)) parse_row();
+  std::size_t n_lines = 1;
+  for (std::size_t q = lines.pos(); (q = text.find('\n', q)) != std::string_view::npos; ++q) ++n_lines;
+  pw.records.reserve(n_lines);
+  pw.values.reserve(n_lines * k);
+  std::vector<double> vals(ncol - 2);
+  std::int64_t step = 0, rank = 0;
+  // General path: every accepted form, and every error message.
+  auto parse_row = [&] {
+    if (auto why = split_csv(line, sep, fields); !why.empty()) throw FormatError(file, lines.line_no(), why);
+    bool empty_row = true;  // a spreadsheet's row of empty cells is a blank line
+    for (const auto& f : fields) empty_row = empty_row && trim(f.text).empty();
+    if (empty_row) return false;
+    if (fields.size() != ncol) {
+      throw FormatError(file, lines.line_no(),
+                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header)");
+    }
+    for (std::size_t col = 0; col < ncol; ++col) {
+      const std::string_view f = fields[col].text;
+      bool ok;
+      if (col == 0) {
+        ok = parse_int_field(f, step);
+        if (!ok)
+          throw FormatError(file, lines.line_no(),
+                            "column '" + printable(cols[0]) + "' is '" + printable(f) + "', expected an integer step (64-bit)");
+      } else if (col == 1) {
+        ok = parse_int_field(f, rank) && rank >= 0;
+        if (!ok)
+          throw FormatError(file, lines.line_no(),
+                            "column '" + printable(cols[1]) + "' is '" + printable(f) + "', expected a rank 0.." +
+                                std::to_string(world_max - 1));
+        if (opt.world_size > 0 && rank >= opt.world_size)
+          throw FormatError(file, lines.line_no(),
+                            "rank " + std::to_string(rank) + " outside world size " + std::to_string(opt.world_size));
+        if (rank >= world_max)
+          throw FormatError(file, lines.line_no(),
+                            "rank " + std::to_string(rank) + " is at or above the limit of " + std::to_string(world_max) +
+                                " ranks; expected a smaller world (raise the limit with --max-world-size)");
+      } else {
+        ok = parse_seconds_field(f, sep != ',', vals[col - 2]);
+        if (!ok)
+          throw FormatError(file, lines.line_no(),
+                            "column '" + printable(cols[col]) + "' is '" + printable(f) + "', expected a finite number of seconds >= 0");
+      }
+    }
+    return true;
+  };
+  while (lines.next(line)) {
+    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals) && rank < world_max &&
+                       !(opt.world_size > 0 && rank >= opt.world_size);
+    if (!plain && !parse_row()) continue;
     Pending rec{};
-    rec.line = line_no;
-    rec.step = static_cast<std::int64_t>(row[0]);
-    rec.rank = static_cast<int>(row[1]);
+    rec.line = lines.line_no();
+    rec.step = step;
+    rec.rank = static_cast<int>(rank);
     rec.offset = pw.values.size();
-    for (std::size_t s = 0; s < k; ++s) pw.values.push_back(row[2 + s]);
+    pw.values.insert(pw.values.end(), vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(k));
     rec.has_wall = has_wall;
-    rec.wall = has_wall ? row[ncol - 1] : 0.0;
+    rec.wall = has_wall ? vals[k] : 0.0;
     max_rank = std::max(max_rank, rec.rank);
+    note_step(pw, rec.step, file, rec.line, lim);
     pw.records.push_back(rec);
   }
   pw.world = opt.world_size > 0 ? opt.world_size : max_rank + 1;
-  if (pw.world < 1) throw FormatError(file, line_no, "no records after the header");
-  for (const auto& rec : pw.records)
-    if (rec.rank >= pw.world)
-      throw FormatError(file, rec.line,
-                        "rank " + std::to_string(rec.rank) + " outside world size " + std::to_string(pw.world));
+  if (pw.world < 1) throw FormatError(file, lines.line_no(), "no records after the header");
   std::vector<Window> out;
   emit_windows(pw, file, opt, out);
   return out;
@@ -591,18 +869,32 @@ std::vector<Window> parse_stage_text(std::string_view text, const std::string& n
 std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& opt) {
   const auto format = opt.format ? opt.format : format_from_path(path);
   if (!format) throw FormatError(path, 0, "unknown file extension; expected .jsonl or .csv (or pass --format)");
-  if (const MappedFile mapped(path); mapped.mapped()) return parse_stage_text(mapped.text(), path, *format, opt);
+  const auto limit = static_cast<std::uint64_t>(std::max<std::int64_t>(opt.limits.max_file_bytes, 0));
+  auto too_big = [&](std::uint64_t bytes) {
+    return FormatError(path, 0,
+                       "file is " + std::to_string(bytes) + " bytes, above the limit of " + std::to_string(limit) +
+                           " bytes; expected a smaller file (raise the limit with --max-file-size)");
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw FormatError(path, 0, "is a directory; expected a stage-matrix file");
+    if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));
+  }
+  if (const MappedFile mapped(path); mapped.mapped()) {
+    if (mapped.text().size() > limit) throw too_big(mapped.text().size());  // grew since stat
+    return parse_stage_text(mapped.text(), path, *format, opt);
+  }
+  // Not mappable (a pipe, a FIFO, /dev/stdin, an empty file): read in blocks, never past the limit.
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(path, 0, "cannot open file for reading");
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0) throw FormatError(path, 0, "cannot read file size");
-  // Uninitialised: read() fills every byte, so zeroing first would be one more pass over the file.
-  const auto text = std::make_unique_for_overwrite<char[]>(static_cast<std::size_t>(size));
-  in.seekg(0);
-  in.read(text.get(), size);
-  if (!in) throw FormatError(path, 0, "read failed");
-  return parse_stage_text(std::string_view(text.get(), static_cast<std::size_t>(size)), path, *format, opt);
+  std::string text;
+  std::vector<char> block(1 << 16);
+  while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+    text.append(block.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > limit) throw too_big(text.size());
+  }
+  if (in.bad()) throw FormatError(path, 0, "read failed");
+  return parse_stage_text(text, path, *format, opt);
 }
 
 // --- writers -----------------------------------------------------------------------------------
@@ -667,7 +959,18 @@ void write_jsonl(std::ostream& out, const Window& w) {
 void write_csv(std::ostream& out, const StageMatrix& m) {
   const auto& schema = m.schema();
   out << "step,rank";
-  for (const auto& n : schema.explicit_names()) out << ',' << n;
+  for (const auto& n : schema.explicit_names()) {
+    // RFC 4180: a name with a separator, a quote or edge blanks is quoted, its quotes doubled.
+    const bool quote = n.find_first_of(",\"") != std::string::npos || n.front() == ' ' || n.back() == ' ' ||
+                       n.front() == '\t' || n.back() == '\t';
+    if (!quote) {
+      out << ',' << n;
+      continue;
+    }
+    out << ",\"";
+    for (char c : n) out << (c == '"' ? "\"\"" : std::string(1, c));
+    out << '"';
+  }
   if (schema.has_residual()) out << ",wall";
   out << '\n';
   char buf[64];

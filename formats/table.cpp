@@ -17,10 +17,13 @@ std::string join(const Evidence& e, const std::vector<int>& groups) {
   return out;
 }
 
+/// printf into a string of whatever length it takes (stage names from files have no fixed width).
 std::string line(const char* fmt, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, fmt, args...);
-  return buf;
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  if (n <= 0) return {};
+  std::string out(static_cast<std::size_t>(n), '\0');
+  std::snprintf(out.data(), out.size() + 1, fmt, args...);
+  return out;
 }
 
 }  // namespace
@@ -67,7 +70,9 @@ std::string evidence_table(const Evidence& e, const std::string& title) {
     out += line("# suspect: %s on rank %s (%s, %.2f)\n", e.group_name(e.suspect.group).c_str(),
                 e.suspect.rank >= 0 ? std::to_string(e.suspect.rank).c_str() : "?", e.suspect.basis.c_str(),
                 e.suspect.confidence);
-  std::string missing = e.missing_ranks.empty() ? "none" : std::to_string(e.missing_ranks.size()) + " rank(s)";
+  std::string missing = e.missing_ranks.empty() ? "none"
+                                                : std::to_string(e.missing_ranks.size()) + " rank(s) [" +
+                                                      frontier::format_rank_ranges(e.missing_ranks, 4) + "]";
   out += line("# telemetry: closure residual share %s, overlap error share %s, missing ranks %s, gather %s\n",
               e.has_wall ? line("%.4f", e.closure_residual_share).c_str() : "n/a",
               e.has_wall ? line("%.4f", e.overlap_error_share).c_str() : "n/a", missing.c_str(),

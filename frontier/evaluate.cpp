@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -149,6 +150,7 @@ struct StreamingAccumulator::State {
   detail::WindowStats stats;
   std::int64_t first = 0, last = -1;
   int seen = 0, missing = 0;
+  double total_s = 0;  // recorded step time so far (≤ kMaxWindowSeconds)
   State(StageSchema s, int w, LabelConfig c) : schema(std::move(s)), world(w), cfg(std::move(c)), stats(schema, w, cfg) {}
 };
 
@@ -173,8 +175,17 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
   if (one.ranks() != st.world) throw std::invalid_argument("step world size differs from the window's");
   const std::int64_t id = one.first_step();
   if (st.seen > 0 && id <= st.last) throw std::invalid_argument("step ids must increase");
+  // The gap in unsigned arithmetic: id − last may not fit an int64 (UB), let alone an int.
+  const std::uint64_t gap = st.seen > 0 ? static_cast<std::uint64_t>(id) - static_cast<std::uint64_t>(st.last) - 1 : 0;
+  if (gap > static_cast<std::uint64_t>(std::numeric_limits<int>::max() - 1 - st.missing - st.seen))
+    throw std::invalid_argument("step " + std::to_string(id) + " leaves a gap of " + std::to_string(gap) +
+                                " steps: the window would span more than INT_MAX steps");
+  if (!(st.total_s + one.total_seconds() <= kMaxWindowSeconds))
+    throw std::invalid_argument("step " + std::to_string(id) + " carries the window past the most recorded step time one "
+                                "window can hold (kMaxWindowSeconds)");
+  st.total_s += one.total_seconds();
   if (st.seen == 0) st.first = id;
-  else st.missing += static_cast<int>(id - st.last - 1);
+  else st.missing += static_cast<int>(gap);
   st.last = id;
   ++st.seen;
   if (one.step_present_count(0) == 0) {

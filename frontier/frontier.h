@@ -24,13 +24,27 @@ inline constexpr char kMicrostepSeparator = '#';
 /// The paper's five explicit default stages, in order (the residual is appended separately).
 std::vector<std::string> default_explicit_stages();
 
+/// The most recorded step time one window may hold, in seconds: Σ over its records of
+/// max(Σ_s d, wall). Every sum the engine forms (makespan, per-stage max, credits, lags, shares'
+/// numerators) is bounded by a small multiple of it, so none overflows to inf. StageMatrix and
+/// StreamingAccumulator reject a record that would carry a window past it.
+inline constexpr double kMaxWindowSeconds = 1e300;
+
+/// True when s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF)
+/// with no control characters: a name that a JSON packet and a one-line table can both carry.
+bool printable_utf8(std::string_view s);
+
+/// Ascending ranks as compact inclusive ranges, "0-3,7,9-12", at most max_ranges of them and then
+/// ",... (N more ranges)"; "" for none.
+std::string format_rank_ranges(std::span<const int> ranks, std::size_t max_ranges = 8);
+
 /// Ordered stage list plus its order hash. Stages sharing a name before '#' form one semantic
 /// reporting group (accumulation microsteps); shares and routing are reported per group.
 class StageSchema {
 public:
   StageSchema() = default;
-  /// Throws std::invalid_argument on empty, duplicate or residual-named explicit stages,
-  /// or an accumulation factor < 1.
+  /// Throws std::invalid_argument on empty, duplicate, residual-named or unprintable
+  /// (printable_utf8) explicit stages, or an accumulation factor < 1.
   StageSchema(std::vector<std::string> explicit_stages, bool with_residual, int accumulation = 1);
 
   /// The default six-stage schema (five explicit + residual).
@@ -81,7 +95,8 @@ public:
   using Block = Eigen::Block<const Eigen::MatrixXd, Eigen::Dynamic, Eigen::Dynamic, true>;
 
   StageMatrix() = default;
-  /// All cells start missing. first_step is the step id of row 0.
+  /// All cells start missing. first_step is the step id of row 0. Throws std::invalid_argument
+  /// when world_size < 1, steps < 0 or the last step id would pass INT64_MAX.
   StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps);
 
   const StageSchema& schema() const { return schema_; }
@@ -93,13 +108,16 @@ public:
 
   /// Stores one (step, rank) record. explicit_d has schema().explicit_count() entries; the
   /// residual and overlap error are computed from wall (required iff the schema has a residual).
-  /// Throws std::invalid_argument on wrong length, negative or non-finite values.
+  /// Throws std::invalid_argument on wrong length, negative or non-finite values, and when the
+  /// record would carry total_seconds() past kMaxWindowSeconds.
   void set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall);
   void clear_record(int t, int r);
   /// Every cell missing again and side evidence dropped, rows renumbered from first_step; the
   /// storage is kept (a streaming producer refills one step buffer without reallocating it).
   void reset(std::int64_t first_step);
 
+  /// Recorded step time Σ over present records of max(Σ_s d, wall) (≤ kMaxWindowSeconds).
+  double total_seconds() const { return total_s_; }
   bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
   bool step_complete(int t) const { return step_present_count_[t] == ranks_; }
   int step_present_count(int t) const { return step_present_count_[t]; }
@@ -111,7 +129,7 @@ public:
   /// Signed closure error e = w − Σ explicit; residual = max(0, e), overlap = max(0, −e).
   double overlap(int t, int r) const { return overlap_[idx(t, r)]; }
 
-  // --- side evidence ---
+  // --- side evidence (seconds stored as float: values past FLT_MAX are rejected) ---
   void set_fwd_event(int t, int r, EventState state, double seconds);
   bool has_fwd_events() const { return !fwd_state_.empty(); }
   EventState fwd_event_state(int t, int r) const;
@@ -128,11 +146,13 @@ public:
 private:
   std::size_t idx(int t, int r) const { return static_cast<std::size_t>(t) * ranks_ + r; }
   void check_cell(int t, int r) const;
+  double cell_total(int t, int r) const;  ///< max(Σ_s d, wall) of a present cell
 
   StageSchema schema_;
   int ranks_ = 0;
   int steps_ = 0;
   std::int64_t first_step_ = 0;
+  double total_s_ = 0;
   Eigen::MatrixXd data_;
   std::vector<double> wall_;
   std::vector<double> overlap_;
@@ -309,7 +329,7 @@ struct EventSummary {
 };
 
 struct Evidence {
-  static constexpr std::string_view kSchema = "sf.evidence/1";
+  static constexpr std::string_view kSchema = "sf.evidence/2";
   StageSchema schema;
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;              ///< steps scored (at least one record)
@@ -342,7 +362,7 @@ struct Evidence {
   double closure_residual_share = 0;
   double overlap_error_share = 0;
   bool has_wall = false;
-  std::vector<int> missing_ranks;   ///< ranks absent from at least one scored step
+  std::vector<int> missing_ranks;   ///< ranks absent from at least one scored step (packet: ranges)
   std::int64_t missing_records = 0; ///< absent (step, rank) cells in scored steps
   bool gather_ok = true;
   std::int64_t dropped_records = 0;

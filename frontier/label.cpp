@@ -136,11 +136,9 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
   if (tel.dropped_records > 0) limit("recorder dropped " + std::to_string(tel.dropped_records) + " records (buffer overflow)");
   if (tel.duplicate_records > 0) limit(std::to_string(tel.duplicate_records) + " duplicate (step, rank) records");
   if (static_cast<int>(e.missing_ranks.size()) > cfg.max_missing_ranks) {
-    std::string list;
-    for (std::size_t i = 0; i < e.missing_ranks.size() && i < 8; ++i)
-      list += (i ? "," : "") + std::to_string(e.missing_ranks[i]);
-    if (e.missing_ranks.size() > 8) list += ",...";
-    limit("missing ranks: " + std::to_string(e.missing_ranks.size()) + " rank(s) [" + list + "] absent from " +
+    // Ranges and a count: a window of 16 M ranks with two records gives one short line.
+    limit("missing ranks: " + std::to_string(e.missing_ranks.size()) + " rank(s) [" +
+          format_rank_ranges(e.missing_ranks) + "] absent from " +
           std::to_string(e.missing_records) + " (step, rank) records; gate allows " + std::to_string(cfg.max_missing_ranks));
   }
   if (e.missing_steps > 0) limit(std::to_string(e.missing_steps) + " step(s) of the window have no records");

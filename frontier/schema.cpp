@@ -21,6 +21,8 @@ StageSchema::StageSchema(std::vector<std::string> explicit_stages, bool with_res
   std::unordered_set<std::string> seen;
   for (const auto& n : names_) {
     if (n.empty()) throw std::invalid_argument("stage name is empty");
+    if (!printable_utf8(n))
+      throw std::invalid_argument("a stage name is not printable UTF-8 text; expected UTF-8 without control characters");
     if (n == kResidualStage)
       throw std::invalid_argument(std::string(kResidualStage) + " is the residual stage; it is computed from wall, not read");
     if (!seen.insert(n).second) throw std::invalid_argument("duplicate stage name '" + n + "'");

@@ -1,17 +1,34 @@
 #include "sf/frontier/frontier.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
 namespace sf::frontier {
 
+namespace {
+
+/// Seconds in a short form for messages (std::to_string(1e308) is 309 digits).
+std::string secs(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
 StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps)
     : schema_(std::move(schema)), ranks_(world_size), steps_(steps), first_step_(first_step) {
   if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
   if (steps < 0) throw std::invalid_argument("step count must be >= 0");
+  if (steps > 0 && first_step > std::numeric_limits<std::int64_t>::max() - (steps - 1))
+    throw std::invalid_argument("window of " + std::to_string(steps) + " steps from step " + std::to_string(first_step) +
+                                " runs past the largest step id " +
+                                std::to_string(std::numeric_limits<std::int64_t>::max()));
   const auto cells = static_cast<std::size_t>(steps) * world_size;
   data_ = Eigen::MatrixXd::Zero(world_size, static_cast<Eigen::Index>(steps) * schema_.size());
   wall_.assign(cells, std::numeric_limits<double>::quiet_NaN());
@@ -33,19 +50,34 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
   if (static_cast<int>(explicit_d.size()) != k)
     throw std::invalid_argument("record has " + std::to_string(explicit_d.size()) + " durations, schema has " +
                                 std::to_string(k) + " explicit stages");
+  // Summed in stage order, as the prefixes are: a sum past kMaxWindowSeconds would make some
+  // window statistic overflow, so it is rejected here, where the record is still named.
   double sum = 0;
   for (int s = 0; s < k; ++s) {
     const double v = explicit_d[s];
     if (!std::isfinite(v) || v < 0)
-      throw std::invalid_argument("duration of stage '" + schema_.name(s) + "' is " + std::to_string(v) +
+      throw std::invalid_argument("duration of stage '" + schema_.name(s) + "' is " + secs(v) +
                                   ", expected a finite number >= 0");
     sum += v;
   }
+  if (!(sum <= kMaxWindowSeconds))
+    throw std::invalid_argument("stage durations sum to " + (std::isfinite(sum) ? secs(sum) + " s" : "more than the largest double") +
+                                ", beyond the " + secs(kMaxWindowSeconds) +
+                                " s one window can hold; expected seconds whose sums stay finite");
   if (schema_.has_residual() != wall.has_value())
     throw std::invalid_argument(schema_.has_residual() ? "record has no wall time but the schema has a residual stage"
                                                        : "record has a wall time but the schema has no residual stage");
-  if (wall && (!std::isfinite(*wall) || *wall < 0))
-    throw std::invalid_argument("wall time is " + std::to_string(*wall) + ", expected a finite number >= 0");
+  if (wall && (!std::isfinite(*wall) || *wall < 0 || *wall > kMaxWindowSeconds))
+    throw std::invalid_argument("wall time is " + secs(*wall) + ", expected a finite number of seconds >= 0 and <= " +
+                                secs(kMaxWindowSeconds));
+  // The window's recorded step time, old value of this cell replaced.
+  const double cell = wall ? std::max(sum, *wall) : sum;
+  const double before = present_[idx(t, r)] ? total_s_ - cell_total(t, r) : total_s_;
+  if (!(before + cell <= kMaxWindowSeconds))
+    throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
+                                std::to_string(first_step_ + steps_ - 1) + " sums to more than " +
+                                secs(kMaxWindowSeconds) +
+                                " s of recorded step time at this record; expected a window whose sums stay finite");
 
   for (int s = 0; s < k; ++s) data_(r, static_cast<Eigen::Index>(t) * stages() + s) = explicit_d[s];
   const auto i = idx(t, r);
@@ -60,11 +92,19 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
     present_[i] = 1;
     ++step_present_count_[t];
   }
+  total_s_ = before + cell;
+}
+
+double StageMatrix::cell_total(int t, int r) const {
+  double sum = 0;
+  for (int s = 0; s < schema_.explicit_count(); ++s) sum += d(t, r, s);
+  return schema_.has_residual() ? std::max(sum, wall(t, r)) : sum;
 }
 
 void StageMatrix::clear_record(int t, int r) {
   check_cell(t, r);
   const auto i = idx(t, r);
+  if (present_[i]) total_s_ = std::max(0.0, total_s_ - cell_total(t, r));
   for (int s = 0; s < stages(); ++s) data_(r, static_cast<Eigen::Index>(t) * stages() + s) = 0.0;
   wall_[i] = std::numeric_limits<double>::quiet_NaN();
   overlap_[i] = 0.0;
@@ -92,8 +132,9 @@ void StageMatrix::set_fwd_event(int t, int r, EventState state, double seconds) 
     fwd_state_.assign(present_.size(), EventState::unsampled);
     fwd_s_.assign(present_.size(), std::numeric_limits<float>::quiet_NaN());
   }
-  if (state == EventState::ready && (!std::isfinite(seconds) || seconds < 0))
-    throw std::invalid_argument("ready forward event time is " + std::to_string(seconds) + ", expected >= 0");
+  if (state == EventState::ready && (!std::isfinite(seconds) || seconds < 0 || seconds > FLT_MAX))
+    throw std::invalid_argument("ready forward event time is " + secs(seconds) + ", expected a finite number >= 0 and <= " +
+                                secs(FLT_MAX));
   fwd_state_[idx(t, r)] = state;
   fwd_s_[idx(t, r)] = state == EventState::ready ? static_cast<float>(seconds) : std::numeric_limits<float>::quiet_NaN();
 }
@@ -109,8 +150,8 @@ double StageMatrix::fwd_event_s(int t, int r) const {
 void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
   check_cell(t, r);
   if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
-  if (!std::isfinite(seconds) || seconds < 0)
-    throw std::invalid_argument("sync wait is " + std::to_string(seconds) + ", expected a finite number >= 0");
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > FLT_MAX)
+    throw std::invalid_argument("sync wait is " + secs(seconds) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
   if (sync_wait_.empty()) sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
   sync_wait_[idx(t, r) * stages() + s] = static_cast<float>(seconds);
 }

@@ -519,13 +519,12 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
 
   // Telemetry facts.
   e.has_wall = has_wall_;
-  if (wall_sum_ > 0) {
-    e.closure_residual_share = residual_sum_ / wall_sum_;
-    e.overlap_error_share = overlap_sum_ / wall_sum_;
-  } else if (overlap_sum_ > 0) {
-    // Every wall reads 0 s while stages have time (e.g. a clock that stepped back inside the
-    // step): the spans overlap the whole step, not none of it.
-    e.overlap_error_share = 1.0;
+  // Shares of the recorded step time Σ max(w, Σd) = Σ (w + o), never of Σ w alone: a present
+  // wall below the explicit sum is overlap error whatever its size, and walls of 0 must not
+  // hide it behind a zero denominator (both shares are then in [0, 1]).
+  if (const double recorded = wall_sum_ + overlap_sum_; recorded > 0) {
+    e.closure_residual_share = residual_sum_ / recorded;
+    e.overlap_error_share = overlap_sum_ / recorded;
   }
   for (int r = 0; r < world_; ++r)
     if (rank_missing_[r]) e.missing_ranks.push_back(r);

@@ -2,7 +2,10 @@
 # Sets up (scripts/setup.sh), then runs every test: unit, property (10^4 cases each), golden,
 # the real mpiexec tests and the install test, all through CTest. Then builds the no-MPI preset
 # and checks score/verify/sim there, and compiles the CUDA preset where nvcc is installed (GPU
-# tests are compiled there but only registered when a GPU is present).
+# tests are compiled there but only registered when a GPU is present). Then the hardening jobs
+# (README, "What CI runs"): a clang ASan+UBSan build running the unit, property (10^3 cases) and
+# golden tests, a clang TSan build running the recorder and host-stream tests, and each libFuzzer
+# harness for 60 s. Each job prints its duration. SF_CI_SKIP_HARDENING=1 skips them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,5 +23,29 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   if nvidia-smi -L >/dev/null 2>&1; then ctest --test-dir build-cuda -R '^(gpu|Cuda)' --output-on-failure; fi
 else
   echo "test: WARNING: no /usr/local/cuda/bin/nvcc, CUDA preset not compiled"
+fi
+if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
+  job() { local t0=$SECONDS; "$@"; echo "test: job '$1 ${2:-}' took $((SECONDS - t0)) s"; }
+  asan_job() {
+    echo "test: clang ASan+UBSan build (build-sanitize/): unit, property (10^3 cases) and golden tests"
+    cmake --preset sanitize >/dev/null
+    cmake --build --preset sanitize -j"$(nproc)" --target formats_test frontier_test median_test properties_test \
+          fixtures_test inject_test sf-testbed fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay
+    # Property cases: 10^3 (the preset's SF_PROPERTY_CASES). Not here: MPI runs, the install
+    # test, experiments, 1024-rank sim goldens, and tests of targets not built (NOT_BUILT).
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+      ctest --test-dir build-sanitize -j"$(nproc)" --output-on-failure \
+            -E '^(mpi\.|install\.|experiments\.|golden\.sim_|golden\.verify_)|NOT_BUILT'
+  }
+  tsan_job() {
+    echo "test: clang TSan build (build-tsan/): recorder and host-stream tests"
+    cmake --preset tsan >/dev/null
+    cmake --build --preset tsan -j"$(nproc)" --target recorder_test sim_test
+    RC_PARAMS="max_success=200" TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/recorder_test
+    TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/sim_test
+  }
+  job asan_job
+  job tsan_job
+  job bash scripts/fuzz.sh 60
 fi
 echo "test: all tests passed"

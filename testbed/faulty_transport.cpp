@@ -37,7 +37,11 @@ public:
     inner_->progress();
   }
   void drain(double deadline_s) override {
-    for (auto& h : held_) inner_->send(h.window, std::move(h.payload));
+    // A late contribution stays late at the end of the run too: payloads whose release time
+    // has come go out (the root has given up on their windows and discards them); the rest
+    // would reach the root only after its gather deadline, so they are never sent. Flushing
+    // them here once delivered the last window in time and it came back gather_ok=true.
+    progress();
     held_.clear();
     inner_->drain(deadline_s);
   }

@@ -144,7 +144,8 @@ namespace rc {
 Gen<sf::verify::GenClockWindow> Arbitrary<sf::verify::GenClockWindow>::arbitrary() {
   return gen::mapcat(gen::tuple(gen::inRange(1, 6), gen::inRange(1, 8), gen::inRange(1, 7)),
                      [](const std::tuple<int, int, int>& dims) {
-                       const auto [n, r, s] = dims;
+                       // Named, not structured, bindings: the lambda below captures them (clang 14).
+                       const int n = std::get<0>(dims), r = std::get<1>(dims), s = std::get<2>(dims);
                        const auto cells = static_cast<std::size_t>(n) * r;
                        return gen::map(
                            gen::tuple(gen::container<std::vector<std::int64_t>>(

@@ -138,7 +138,7 @@ TEST(Csv, parses_wide_rows_and_reports_bad_cells) {
   expect_error("step,rank,a,wall\n0,0,abc,1\n", 2, "column 'a' is 'abc'", MatrixFormat::csv);
   expect_error("step,rank,a,wall\n0,0,nan,1\n", 2, "column 'a' is 'nan'", MatrixFormat::csv);
   expect_error("step,rank,a,wall\n0,0,-1,1\n", 2, "finite number", MatrixFormat::csv);
-  expect_error("step,rank,a\n0,0,1,2\n", 2, "more than 3 columns", MatrixFormat::csv);
+  expect_error("step,rank,a\n0,0,1,2\n", 2, "4 columns, expected 3", MatrixFormat::csv);
   expect_error("step,rank,a,b\n0,0,1\n", 2, "3 columns, expected 4", MatrixFormat::csv);
   expect_error("step,rank,a\n0,0,1\n0,0,2\n", 3, "duplicate record", MatrixFormat::csv);
   expect_error("step,rank,a\nx,0,1\n", 2, "integer step", MatrixFormat::csv);
@@ -170,7 +170,7 @@ TEST(Evidence, packet_has_documented_fields) {
                         "advances_s", "shares", "static_gain", "routing_set", "co_critical_stages", "labels", "leaders",
                         "suspect", "baselines", "telemetry", "downgrade_reasons"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["schema"], "sf.evidence/1");
+  EXPECT_EQ(j["schema"], "sf.evidence/2");
   EXPECT_NEAR(j["exposed_makespan_s"].get<double>(), 8.2, 1e-12);
   EXPECT_EQ(j["leaders"]["data.next_wait"][0]["rank"], 0);
   EXPECT_EQ(j["baselines"]["per_stage_max"]["ranked"][0], "model.backward_cpu_wall");

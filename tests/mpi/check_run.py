@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks a `sf-testbed run --out DIR` result against expectations (used by the MPI CTest entries).
 
-usage: check_run.py DIR [--steps N] [--label L]... [--no-label L]... [--gather-failed] [--window-label L]
+usage: check_run.py DIR [--steps N] [--label L]... [--no-label L]... [--gather-failed] [--every-gather-failed] [--window-label L]
                         [--dump FILE --sf BINARY] [--overhead]
 Exits 1 with one line per failed expectation.
 """
@@ -14,6 +14,7 @@ ap.add_argument("--label", action="append", default=[])
 ap.add_argument("--no-label", action="append", default=[])
 ap.add_argument("--window-label", action="append", default=[])
 ap.add_argument("--gather-failed", action="store_true")
+ap.add_argument("--every-gather-failed", action="store_true")
 ap.add_argument("--dump")
 ap.add_argument("--sf")
 ap.add_argument("--overhead", action="store_true")
@@ -56,6 +57,11 @@ else:
             errors.append(f"no window carries label {l}")
     if a.gather_failed and all(w["gather_ok"] for w in windows):
         errors.append("every window reports gather_ok=true; expected a failed gather")
+    if a.every_gather_failed:
+        # A fault that covers the whole run must show in every window, the last one included.
+        for i, w in enumerate(windows):
+            if w["gather_ok"]:
+                errors.append(f"window {i} reports gather_ok=true; expected the injected fault's failed gather in every window")
     if a.dump:
         out = subprocess.run([a.sf, "score", "--json", a.dump], capture_output=True, text=True)
         if out.returncode != 0:

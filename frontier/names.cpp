@@ -1,0 +1,58 @@
+// Text the engine hands to packets and tables: names checked once, rank lists made compact.
+#include "sf/frontier/frontier.h"
+
+#include <string>
+
+namespace sf::frontier {
+
+bool printable_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* const e = p + s.size();
+  while (p < e) {
+    const unsigned c = *p;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) return false;  // C0 controls and DEL
+      ++p;
+      continue;
+    }
+    // Lead byte → sequence length and the smallest code point it may encode (no overlong forms).
+    int n;
+    unsigned cp;
+    unsigned min;
+    if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1f; min = 0x80; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0f; min = 0x800; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07; min = 0x10000; }
+    else return false;  // continuation byte as a lead, 0xc0/0xc1, or past 0xf4
+    if (e - p <= n) return false;
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    if (cp >= 0x80 && cp <= 0x9f) return false;  // C1 controls
+    p += n + 1;
+  }
+  return true;
+}
+
+std::string format_rank_ranges(std::span<const int> ranks, std::size_t max_ranges) {
+  std::string out;
+  std::size_t shown = 0, more = 0;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (shown < max_ranges) {
+      if (shown) out += ',';
+      out += std::to_string(ranks[i]);
+      if (j > i) out += '-' + std::to_string(ranks[j]);
+      ++shown;
+    } else {
+      ++more;
+    }
+    i = j + 1;
+  }
+  if (more) out += ",... (" + std::to_string(more) + " more range" + (more > 1 ? "s)" : ")");
+  return out;
+}
+
+}  // namespace sf::frontier

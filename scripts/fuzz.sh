@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer harnesses (fuzz/README.md) for as long as asked:
+#   scripts/fuzz.sh [SECONDS_PER_HARNESS=60] [HARNESS...]   (default: every harness)
+# Builds the `sanitize` preset's harnesses (clang, ASan+UBSan), seeds each working corpus
+# (build-sanitize/fuzz/corpus/<h>, kept between runs) from its seed list (tests/data, examples,
+# fuzz/seeds, fuzz/regressions), and fails when a harness finds a crash, a leak, a timeout, an
+# out-of-memory or a broken rule (inf/nan in a packet, a multi-line message). A finding is left in
+# build-sanitize/fuzz/findings/<h>/: fix it, then keep the input in fuzz/regressions/<h>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+shift || true
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config)
+[ -d build-sanitize ] || cmake --preset sanitize >/dev/null
+cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+status=0
+for h in "${harnesses[@]}"; do
+  corpus=build-sanitize/fuzz/corpus/$h findings=build-sanitize/fuzz/findings/$h
+  mkdir -p "$corpus" "$findings"
+  while IFS= read -r f; do [ -f "$f" ] && cp -f "$f" "$corpus/seed_$(basename "$f")"; done <build-sanitize/fuzz/$h.seeds
+  echo "fuzz: $h for ${secs} s"
+  if ! build-sanitize/fuzz/fuzz_$h "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+       -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 >"$findings/log.txt" 2>&1; then
+    echo "fuzz: $h FOUND something; see $findings/log.txt and the input in $findings/"
+    tail -30 "$findings/log.txt"
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|^Done" "$findings/log.txt" | sed "s/^/fuzz: $h: /"
+  fi
+done
+exit $status
