@@ -1,6 +1,7 @@
 // Shared pieces of the sf-testbed subcommands: labeler options and exit handling.
 #pragma once
 
+#include "sf/detect/detect.h"
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
@@ -33,6 +34,14 @@ struct LabelOptions {
 void add_label_options(CLI::App* sub, LabelOptions& o);
 /// Defaults → config file → flags. Throws formats::FormatError on a bad config file.
 frontier::LabelConfig make_label_config(const LabelOptions& o);
+
+/// --detect and its knobs (docs/detect.md); shared by score, sim and run.
+struct DetectOptions {
+  bool on = false;
+  detect::DetectConfig cfg;
+  int stability_window = 20;
+};
+void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window = true);
 
 /// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
 template <typename T>

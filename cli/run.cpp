@@ -18,6 +18,7 @@ struct RunOptions {
   bool no_prefetch = false;
   double delay_ms = -1;
   std::string telemetry_fault = "none";
+  DetectOptions detect;
 };
 
 int run_run(RunOptions& o, const std::vector<std::string>& argv) {
@@ -35,6 +36,14 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
   } catch (const formats::FormatError& e) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", e.what());
     return kExitBadInput;
+  }
+  if (o.detect.on) {
+    if (const auto err = detect::validate(o.detect.cfg); !err.empty()) {
+      if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
+      return kExitBadInput;
+    }
+    cfg.detect = o.detect.cfg;
+    cfg.stability_window = o.detect.stability_window;
   }
   if (const auto err = testbed::validate(cfg); !err.empty()) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
@@ -109,6 +118,7 @@ void setup_run(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)->group(t);
   sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t);
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
   sub->callback([o, sub] {
     std::vector<std::string> argv{"sf-testbed", "run"};
     for (const auto* opt : sub->get_options())

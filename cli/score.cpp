@@ -1,5 +1,6 @@
 // sf-testbed score FILE: score a stage-matrix file (JSONL or CSV) from any source.
 #include "common.h"
+#include "sf/testbed/testbed.h"
 
 #include <cstdio>
 #include <iostream>
@@ -17,6 +18,7 @@ struct ScoreOptions {
   int world_size = 0;
   int accumulation = 1;
   LabelOptions label;
+  DetectOptions detect;
 };
 
 int run_score(const ScoreOptions& o) {
@@ -24,6 +26,7 @@ int run_score(const ScoreOptions& o) {
   std::vector<formats::Window> windows;
   try {
     cfg = make_label_config(o.label);
+    if (const auto err = detect::validate(o.detect.cfg); !err.empty()) throw formats::FormatError(o.file, 0, err);
     windows = formats::read_stage_file(o.file, {o.format, o.window, o.world_size, o.accumulation});
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
@@ -45,6 +48,27 @@ int run_score(const ScoreOptions& o) {
                                              std::to_string(windows.size()) + ")");
     if (i + 1 < windows.size()) tables += "\n";
   }
+  if (o.detect.on && !windows.empty()) {
+    // Offline: the file's windows are consecutive pieces of one run; the detector watches them
+    // all, the stability windows are the file's windows (or --stability-window steps for one).
+    std::vector<formats::Window> parts = windows;
+    try {
+      const auto all = testbed::concat_windows(parts);
+      std::vector<std::int64_t> bounds;
+      if (windows.size() > 1)
+        for (const auto& w : windows) bounds.push_back(w.matrix.first_step());
+      const auto dr = testbed::detect_report(all.matrix, cfg, o.detect.cfg, nullptr, bounds, o.detect.stability_window);
+      nlohmann::ordered_json j;
+      j["schema"] = "sf.detect/1";
+      j["file"] = o.file;
+      for (const auto& [k, v] : dr.json.items()) j[k] = v;
+      packets += j.dump() + "\n";
+      tables += "#\n" + dr.text;
+    } catch (const std::invalid_argument& err) {
+      std::fprintf(stderr, "sf-testbed score: %s: --detect: %s\n", o.file.c_str(), err.what());
+      return kExitBadInput;
+    }
+  }
   if (!o.out.empty()) {
     try {
       formats::write_file_atomic(o.out, packets);
@@ -65,13 +89,14 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/1, one per line) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/1, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(CLI::PositiveNumber);
   sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(CLI::PositiveNumber);
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
   sub->callback([o] {
     if (const int rc = run_score(*o)) exit_with(rc);
   });

@@ -19,6 +19,7 @@ struct SimOptions {
   double cost_scale = 1.0;
   bool json = false, check = false;
   std::string dump;
+  DetectOptions detect;
 };
 
 int run_sim(SimOptions& o) {
@@ -32,6 +33,10 @@ int run_sim(SimOptions& o) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", e.what());
     return kExitBadInput;
   }
+  if (const auto err = detect::validate(o.detect.cfg); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   if (const auto err = sim::validate(cfg); !err.empty()) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
     return kExitBadInput;
@@ -41,6 +46,8 @@ int run_sim(SimOptions& o) {
   const auto e = frontier::evaluate(w.matrix, label, w.telemetry);
   const auto [wall_sum, gap] = testbed::makespan_check(e, w.matrix);
   const auto vr = testbed::verdict_report(plan, e, gap);
+  std::optional<testbed::DetectReport> dr;
+  if (o.detect.on) dr = testbed::detect_report(w.matrix, label, o.detect.cfg, &plan, {}, o.detect.stability_window);
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
@@ -55,6 +62,8 @@ int run_sim(SimOptions& o) {
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
     j["verdict"] = vr.json;
+    if (dr)
+      for (const auto& [k, v] : dr->json.items()) j[k] = v;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("# sf-testbed sim  commit %s  (model-driven ranks: no processes, no MPI, no clock)\n", git_commit());
@@ -66,6 +75,7 @@ int run_sim(SimOptions& o) {
     std::printf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
                 wall_sum, gap * 100);
     std::fputs(vr.verdict_text.c_str(), stdout);
+    if (dr) std::fputs(("#\n" + dr->text).c_str(), stdout);
   }
   return o.check && !vr.claim_pass ? kExitFail : 0;
 }
@@ -88,6 +98,7 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL)");
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
   sub->callback([o] {
     if (const int rc = run_sim(*o)) exit_with(rc);
   });

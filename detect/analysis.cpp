@@ -130,12 +130,28 @@ std::string_view to_string(Stability s) {
   return "none";
 }
 
-int dominant_group(const frontier::Evidence& e) {
+int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc) {
+  const auto& schema = m.schema();
+  const int groups = schema.group_count();
+  std::vector<std::map<int, double>> credit(static_cast<std::size_t>(groups));
+  for (int t = 0; t < acc.steps; ++t) {
+    if (!acc.scored[t]) continue;
+    std::vector<int> top(static_cast<std::size_t>(groups), -1);
+    std::vector<double> adv(static_cast<std::size_t>(groups), 0.0);
+    for (int s = 0; s < schema.size(); ++s) {
+      const int g = schema.group_of(s);
+      adv[g] += acc.advance(t, s);
+      if (top[g] < 0 || acc.advance(t, s) > acc.advance(t, top[g])) top[g] = s;
+    }
+    for (int g = 0; g < groups; ++g)
+      if (adv[g] > 0 && acc.leader(t, top[g]) >= 0) credit[g][acc.leader(t, top[g])] += adv[g];
+  }
   int best = -1;
-  for (std::size_t g = 0; g < e.static_gain.size(); ++g)
-    if (e.static_gain[g] >= e.config.gamma_g && (best < 0 || e.static_gain[g] > e.static_gain[best])) best = static_cast<int>(g);
-  if (best >= 0) return best;
-  return e.share_order.empty() ? -1 : e.share_order.front();
+  double most = 0;
+  for (int g = 0; g < groups; ++g)
+    for (const auto& [r, c] : credit[g])
+      if (c > most) most = c, best = g;
+  return best;
 }
 
 namespace {
@@ -263,18 +279,19 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
   if (out.step_fraction_in_led < cfg.steady_step_fraction || out.episodes >= 2) out.stability = Stability::intermittent;
   else if (out.ongoing) out.stability = Stability::chronic;
   else out.stability = Stability::one_off;
-  std::int64_t since = -1;
-  for (const auto& w : out.windows)
-    if (w.culprit == out.culprit) {
-      since = w.first_step;
-      break;
-    }
+  // The span of its last episode.
+  std::int64_t ep_first = -1, ep_last = -1;
+  for (const auto& w : out.windows) {
+    if (w.culprit != out.culprit) continue;
+    if (ep_last < 0 || w.first_step > ep_last + 1) ep_first = w.first_step;
+    ep_last = w.last_step;
+  }
   std::snprintf(buf, sizeof buf,
-                "rank %d leads %s in %d of %zu windows (%d episode%s, %s since step %lld), %.0f%% of the steps it could in "
-                "those windows",
+                "rank %d leads %s in %d of %zu windows, %d episode%s (last: steps %lld-%lld, %s), leading %.0f%% of the "
+                "group's advancing steps in those windows",
                 out.culprit, out.group_name.c_str(), out.windows_led, out.windows.size(), out.episodes,
-                out.episodes == 1 ? "" : "s", out.ongoing ? "ongoing" : "ended", static_cast<long long>(since),
-                out.step_fraction_in_led * 100);
+                out.episodes == 1 ? "" : "s", static_cast<long long>(ep_first), static_cast<long long>(ep_last),
+                out.ongoing ? "ongoing" : "ended", out.step_fraction_in_led * 100);
   out.evidence = buf;
   return out;
 }

@@ -192,9 +192,10 @@ struct StabilityConfig {
   double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
 };
 
-/// The group whose culprits are followed: the one with the largest direct-exposure gain when it
-/// reaches γ_G (the stage that costs time beyond its cohort baseline), else the top share.
-int dominant_group(const frontier::Evidence& e);
+/// The group whose culprits are followed: the group in which a single rank, as the unique leader
+/// of the group's advance, is credited with the most exposed time over the matrix (−1: none).
+/// A chronic or periodic straggler dominates it; healthy jitter spreads credit over all ranks.
+int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc);
 
 /// Culprit stability of `group` over the matrix. With window_bounds (first steps of windows,
 /// ascending) the windows are those; else fixed windows of cfg.window_steps.

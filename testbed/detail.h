@@ -25,6 +25,10 @@ formats::Window concat(const std::vector<formats::Window>& windows);
 std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
                                                            inject::TelemetryFault fault, double late_s);
 
+/// Feeds the exposed step time F[t,S] of each scored step of one gathered window to the detector
+/// (rank 0, at the safe point; never on the hot path).
+void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const frontier::AccountOptions& opt);
+
 /// The fault plan of a run: the scenario, its delay, the (drawn) target ranks, onset/offset.
 inject::FaultPlan make_plan(const RunConfig& cfg, int world_size);
 

@@ -81,9 +81,12 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   std::vector<formats::Window> windows;
   std::vector<std::string> window_packets;
   double scoring_s = 0;
+  std::optional<detect::Detector> detector;  // --detect: online on rank 0, window by window
+  if (cfg.detect && rank == 0) detector.emplace(*cfg.detect);
   auto sink = [&](formats::Window&& w, int index) {
     const std::int64_t t0 = inject::monotonic_ns();
     const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+    if (detector) detail::observe_window(*detector, w.matrix, cfg.label.account);
     std::string packet = formats::evidence_to_json(e, w.ranks).dump();
     if (!cfg.out_dir.empty()) {
       char name[32];
@@ -181,6 +184,14 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;
     table += vr.verdict_text;
+    if (detector) {
+      std::vector<std::int64_t> bounds;
+      if (windows.size() > 1)
+        for (const auto& w : windows) bounds.push_back(w.matrix.first_step());
+      const auto dr = detect_report(all.matrix, cfg.label, *cfg.detect, &plan, bounds, cfg.stability_window, &*detector);
+      table += "#\n" + dr.text;
+      for (const auto& [k, v] : dr.json.items()) result[k] = v;
+    }
     if (cfg.check && !vr.claim_pass) exit_code = 1;
     result["verdict"] = vr.json;
     result["evidence"] = formats::evidence_to_json(e, all.ranks);
