@@ -58,6 +58,14 @@ void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window) 
         ->check(CLI::Range(2, 10000000))->group(g);
 }
 
+void add_trace_options(CLI::App* sub, TraceCliOptions& o) {
+  const std::string g = "Watching over time (docs/detect.md)";
+  sub->add_option("--trace", o.file, "write a Chrome trace-event JSON timeline (Perfetto, chrome://tracing)")->group(g);
+  sub->add_option("--trace-steps", o.max_steps, "steps in the trace (the first N)")->check(CLI::Range(1, 1000000))->group(g);
+  sub->add_option("--trace-ranks", o.max_ranks, "ranks in the trace (0..N-1 plus the injected targets)")
+      ->check(CLI::Range(1, 100000))->group(g);
+}
+
 frontier::LabelConfig make_label_config(const LabelOptions& o) {
   frontier::LabelConfig c;
   if (!o.config_file.empty()) c = formats::read_config_file(o.config_file, c);

@@ -42,6 +42,12 @@ struct DetectOptions {
   int stability_window = 20;
 };
 void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window = true);
+/// --trace FILE, --trace-steps, --trace-ranks (Chrome trace-event JSON; docs/detect.md).
+struct TraceCliOptions {
+  std::string file;
+  int max_steps = 500, max_ranks = 64;
+};
+void add_trace_options(CLI::App* sub, TraceCliOptions& o);
 
 /// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
 template <typename T>

@@ -19,6 +19,7 @@ struct RunOptions {
   double delay_ms = -1;
   std::string telemetry_fault = "none";
   DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_run(RunOptions& o, const std::vector<std::string>& argv) {
@@ -45,6 +46,7 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     cfg.detect = o.detect.cfg;
     cfg.stability_window = o.detect.stability_window;
   }
+  cfg.trace = {o.trace.file, o.trace.max_steps, o.trace.max_ranks};
   if (const auto err = testbed::validate(cfg); !err.empty()) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
     return kExitBadInput;
@@ -119,6 +121,7 @@ void setup_run(CLI::App& app) {
   sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t);
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o, sub] {
     std::vector<std::string> argv{"sf-testbed", "run"};
     for (const auto* opt : sub->get_options())

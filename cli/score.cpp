@@ -19,6 +19,7 @@ struct ScoreOptions {
   int accumulation = 1;
   LabelOptions label;
   DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_score(const ScoreOptions& o) {
@@ -48,7 +49,7 @@ int run_score(const ScoreOptions& o) {
                                              std::to_string(windows.size()) + ")");
     if (i + 1 < windows.size()) tables += "\n";
   }
-  if (o.detect.on && !windows.empty()) {
+  if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {
     // Offline: the file's windows are consecutive pieces of one run; the detector watches them
     // all, the stability windows are the file's windows (or --stability-window steps for one).
     std::vector<formats::Window> parts = windows;
@@ -57,15 +58,25 @@ int run_score(const ScoreOptions& o) {
       std::vector<std::int64_t> bounds;
       if (windows.size() > 1)
         for (const auto& w : windows) bounds.push_back(w.matrix.first_step());
-      const auto dr = testbed::detect_report(all.matrix, cfg, o.detect.cfg, nullptr, bounds, o.detect.stability_window);
-      nlohmann::ordered_json j;
-      j["schema"] = "sf.detect/1";
-      j["file"] = o.file;
-      for (const auto& [k, v] : dr.json.items()) j[k] = v;
-      packets += j.dump() + "\n";
-      tables += "#\n" + dr.text;
+      std::vector<detect::ChangePoint> changes;
+      if (o.detect.on) {
+        const auto dr = testbed::detect_report(all.matrix, cfg, o.detect.cfg, nullptr, bounds, o.detect.stability_window);
+        nlohmann::ordered_json j;
+        j["schema"] = "sf.detect/1";
+        j["file"] = o.file;
+        for (const auto& [k, v] : dr.json.items()) j[k] = v;
+        packets += j.dump() + "\n";
+        tables += "#\n" + dr.text;
+        changes = dr.changes;
+      }
+      if (!o.trace.file.empty())
+        formats::write_file_atomic(o.trace.file, testbed::chrome_trace(all, cfg, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
+                                                                       changes, nullptr).dump() + "\n");
     } catch (const std::invalid_argument& err) {
       std::fprintf(stderr, "sf-testbed score: %s: --detect: %s\n", o.file.c_str(), err.what());
+      return kExitBadInput;
+    } catch (const std::runtime_error& err) {
+      std::fprintf(stderr, "sf-testbed score: --trace %s\n", err.what());
       return kExitBadInput;
     }
   }
@@ -97,6 +108,7 @@ void setup_score(CLI::App& app) {
   sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(CLI::PositiveNumber);
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o] {
     if (const int rc = run_score(*o)) exit_with(rc);
   });

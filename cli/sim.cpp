@@ -20,6 +20,7 @@ struct SimOptions {
   bool json = false, check = false;
   std::string dump;
   DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_sim(SimOptions& o) {
@@ -52,6 +53,16 @@ int run_sim(SimOptions& o) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
+  }
+  if (!o.trace.file.empty()) {
+    const auto tr = testbed::chrome_trace(w, label, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
+                                          dr ? dr->changes : std::vector<detect::ChangePoint>{}, &plan);
+    try {
+      formats::write_file_atomic(o.trace.file, tr.dump() + "\n");
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "sf-testbed sim: --trace %s\n", err.what());
+      return kExitBadInput;
+    }
   }
   if (o.json) {
     nlohmann::ordered_json j;
@@ -99,6 +110,7 @@ void setup_sim(CLI::App& app) {
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o] {
     if (const int rc = run_sim(*o)) exit_with(rc);
   });

@@ -184,6 +184,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;
     table += vr.verdict_text;
+    std::vector<detect::ChangePoint> changes;
     if (detector) {
       std::vector<std::int64_t> bounds;
       if (windows.size() > 1)
@@ -191,7 +192,10 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       const auto dr = detect_report(all.matrix, cfg.label, *cfg.detect, &plan, bounds, cfg.stability_window, &*detector);
       table += "#\n" + dr.text;
       for (const auto& [k, v] : dr.json.items()) result[k] = v;
+      changes = dr.changes;
     }
+    if (!cfg.trace.file.empty())
+      formats::write_file_atomic(cfg.trace.file, chrome_trace(all, cfg.label, cfg.trace, changes, &plan).dump() + "\n");
     if (cfg.check && !vr.claim_pass) exit_code = 1;
     result["verdict"] = vr.json;
     result["evidence"] = formats::evidence_to_json(e, all.ranks);

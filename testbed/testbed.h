@@ -31,6 +31,12 @@ enum class CommKind { mpi, nccl };
 enum class DeviceKind { automatic, cuda, host };
 std::string_view recorder_mode_name(RecorderMode m);
 
+/// --trace: Chrome trace-event JSON of a window (docs/detect.md, "Timelines").
+struct TraceOptions {
+  std::string file;        ///< empty: no trace
+  int max_steps = 500;     ///< --trace-steps: the first N steps of the window
+  int max_ranks = 64;      ///< --trace-ranks: ranks 0..N-1, plus the injected targets
+};
 struct RunConfig {
   std::string scenario = "data_tail";
   std::optional<double> delay_ms;          ///< default: the scenario's
@@ -65,6 +71,7 @@ struct RunConfig {
   frontier::LabelConfig label;
   std::optional<detect::DetectConfig> detect;  ///< --detect: change points on rank 0 at the safe point
   int stability_window = 20;               ///< culprit-stability window when the run has one recorder window
+  TraceOptions trace;                      ///< --trace FILE (rank 0, after the run)
   std::vector<std::string> argv;           ///< the command line, for the result file
   std::string commit;                      ///< git commit of the binary, for the result file
 };
@@ -126,6 +133,12 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
                            const detect::DetectConfig& dc, const inject::FaultPlan* plan,
                            const std::vector<std::int64_t>& window_bounds = {}, int stability_window = 20,
                            const detect::Detector* online = nullptr);
+
+/// One process per shown rank (a "step" lane and one lane per stage, X slices from the recorded
+/// durations), a "frontier" process (advances named by stage and leader, counters for F[t,S]
+/// and stage shares), global instants for change points and the injected truth.
+nlohmann::ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig& label, const TraceOptions& opt,
+                                    const std::vector<detect::ChangePoint>& changes, const inject::FaultPlan* plan);
 
 // ---- provenance ---------------------------------------------------------------------------------
 
