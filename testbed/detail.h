@@ -29,6 +29,18 @@ std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recor
 /// (rank 0, at the safe point; never on the hot path).
 void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const frontier::AccountOptions& opt);
 
+/// What rank 0 knows at a safe point for the --live view.
+struct LiveState {
+  std::string scenario;
+  int ranks = 0, window = 0;
+  std::int64_t done = 0, total = 0;   ///< measured steps gathered so far / in the run
+  double elapsed_s = 0;               ///< since the first measured step
+  bool detecting = false;
+  std::vector<detect::ChangePoint> changes;
+};
+/// The live view for one window: a redraw (ANSI home + clear) on a terminal, else one line.
+std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty);
+
 /// The fault plan of a run: the scenario, its delay, the (drawn) target ranks, onset/offset.
 inject::FaultPlan make_plan(const RunConfig& cfg, int world_size);
 

@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace sf::testbed {
 
@@ -82,11 +85,23 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   std::vector<std::string> window_packets;
   double scoring_s = 0;
   std::optional<detect::Detector> detector;  // --detect: online on rank 0, window by window
+  std::int64_t t_live = inject::monotonic_ns();  // --live: reset at the first measured step
+  // Open MPI hands every rank a pseudo-terminal whether or not mpiexec writes to one, so under a
+  // launcher rank 0 cannot tell: it redraws only when asked (--live-redraw), else appends lines.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  const bool live_tty = cfg.live && rank == 0 && (cfg.live_redraw || (!launched && isatty(fileno(stdout))));
   if (cfg.detect && rank == 0) detector.emplace(*cfg.detect);
   auto sink = [&](formats::Window&& w, int index) {
     const std::int64_t t0 = inject::monotonic_ns();
     const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
     if (detector) detail::observe_window(*detector, w.matrix, cfg.label.account);
+    if (cfg.live) {
+      detail::LiveState ls{cfg.scenario, size, index + 1, w.matrix.first_step() + w.matrix.steps() - cfg.warmup, cfg.steps,
+                           static_cast<double>(inject::monotonic_ns() - t_live) * 1e-9, detector.has_value(),
+                           detector ? detector->changes() : std::vector<detect::ChangePoint>{}};
+      std::fputs(detail::live_view(ls, e, live_tty).c_str(), stdout);
+      std::fflush(stdout);
+    }
     std::string packet = formats::evidence_to_json(e, w.ranks).dump();
     if (!cfg.out_dir.empty()) {
       char name[32];
@@ -103,6 +118,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   SF_MPI_CHECK(MPI_Barrier(world));
   for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
   const std::int64_t t_start = inject::monotonic_ns();
+  t_live = t_start;
   const StealMeter steal_meter;
   std::int64_t completed = 0;
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {

@@ -71,6 +71,8 @@ struct RunConfig {
   frontier::LabelConfig label;
   std::optional<detect::DetectConfig> detect;  ///< --detect: change points on rank 0 at the safe point
   int stability_window = 20;               ///< culprit-stability window when the run has one recorder window
+  bool live = false;                       ///< --live: rank 0 shows a compact view at each window
+  bool live_redraw = false;                ///< --live-redraw: redraw in place even under a launcher
   TraceOptions trace;                      ///< --trace FILE (rank 0, after the run)
   std::vector<std::string> argv;           ///< the command line, for the result file
   std::string commit;                      ///< git commit of the binary, for the result file
