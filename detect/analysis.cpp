@@ -158,6 +158,7 @@ namespace {
 
 struct Tally {
   std::map<int, RankLead> ranks;
+  std::map<int, std::vector<double>> margin;  ///< per rank: gap / F[t,S] at the steps it led
   int advanced = 0;
   double advance = 0;
   void finish(std::vector<RankLead>& out) const {
@@ -222,6 +223,7 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
           l.rank = leader;
           ++l.steps_led;
           l.credit_s += a;
+          tl->margin[leader].push_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0);
         }
       } else if (leader == frontier::Accounting::kTie) {
         const auto ties = acc.tie_ranks(t, top);
@@ -238,7 +240,13 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
     wl.last_step = m.step_id(starts[wi + 1] - 1);
     wl.advanced_steps = win.advanced;
     win.finish(wl.ranks);
-    if (!wl.ranks.empty() && wl.ranks.front().credit_fraction >= cfg.culprit_credit) wl.culprit = wl.ranks.front().rank;
+    if (!wl.ranks.empty() && wl.ranks.front().credit_fraction >= cfg.culprit_credit) {
+      // ... and by a clear margin: at the steps it led, its median lead over the runner-up is at
+      // least min_margin of the step's exposed time (chance leadership among healthy ranks is not).
+      auto m = win.margin[wl.ranks.front().rank];
+      std::sort(m.begin(), m.end());
+      if (!m.empty() && m[m.size() / 2] >= cfg.min_margin) wl.culprit = wl.ranks.front().rank;
+    }
     out.windows.push_back(std::move(wl));
   }
   all.finish(out.overall);

@@ -189,6 +189,7 @@ struct CulpritStability {
 struct StabilityConfig {
   int window_steps = 20;             ///< steps per window (matrices with recorder windows: use theirs)
   double culprit_credit = 0.5;       ///< a window's culprit holds at least this share of the advance
+  double min_margin = 0.05;          ///< ... with a median lead over the runner-up >= this fraction of F[t,S]
   double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
 };
 
