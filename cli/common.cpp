@@ -76,6 +76,33 @@ void add_step_options(CLI::App* sub, StepOptions& o, bool model) {
   }
 }
 
+void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window) {
+  const std::string g = "Watching over time (docs/detect.md)";
+  sub->add_flag("--detect", o.on, "change points of the exposed step time (BOCPD + FALCON verification), periodicity, culprit stability")
+      ->group(g);
+  sub->add_option("--detect-hazard", o.cfg.hazard, "BOCPD constant hazard (1/expected run length)")
+      ->check(CLI::Range(1e-9, 0.5))->group(g);
+  sub->add_option("--detect-threshold", o.cfg.threshold, "posterior mass of short run lengths that makes a candidate")
+      ->check(CLI::Range(0.01, 0.999999))->group(g);
+  sub->add_option("--detect-min-gap", o.cfg.min_gap, "FALCON verification: steps after the previous change")
+      ->check(CLI::Range(3, 1000000))->group(g);
+  sub->add_option("--detect-min-change", o.cfg.min_rel_change, "FALCON verification: relative mean change")
+      ->check(CLI::Range(0.0, 0.99))->group(g);
+  sub->add_option("--detect-max-run", o.cfg.max_run_length, "run lengths kept (memory, work per step)")
+      ->check(CLI::Range(16, 100000))->group(g);
+  if (stability_window)
+    sub->add_option("--stability-window", o.stability_window, "steps per culprit-stability window")
+        ->check(CLI::Range(2, 10000000))->group(g);
+}
+
+void add_trace_options(CLI::App* sub, TraceCliOptions& o) {
+  const std::string g = "Watching over time (docs/detect.md)";
+  sub->add_option("--trace", o.file, "write a Chrome trace-event JSON timeline (Perfetto, chrome://tracing)")->group(g);
+  sub->add_option("--trace-steps", o.max_steps, "steps in the trace (the first N)")->check(CLI::Range(1, 1000000))->group(g);
+  sub->add_option("--trace-ranks", o.max_ranks, "ranks in the trace (0..N-1 plus the injected targets)")
+      ->check(CLI::Range(1, 100000))->group(g);
+}
+
 frontier::LabelConfig make_label_config(const LabelOptions& o) {
   frontier::LabelConfig c;
   if (!o.config_file.empty()) c = formats::read_config_file(o.config_file, c);

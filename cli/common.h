@@ -1,6 +1,7 @@
 // Shared pieces of the sf-testbed subcommands: labeler options and exit handling.
 #pragma once
 
+#include "sf/detect/detect.h"
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
@@ -34,6 +35,20 @@ struct LabelOptions {
 void add_label_options(CLI::App* sub, LabelOptions& o);
 /// Defaults → config file → flags. Throws formats::FormatError on a bad config file.
 frontier::LabelConfig make_label_config(const LabelOptions& o);
+
+/// --detect and its knobs (docs/detect.md); shared by score, sim and run.
+struct DetectOptions {
+  bool on = false;
+  detect::DetectConfig cfg;
+  int stability_window = 20;
+};
+void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window = true);
+/// --trace FILE, --trace-steps, --trace-ranks (Chrome trace-event JSON; docs/detect.md).
+struct TraceCliOptions {
+  std::string file;
+  int max_steps = 500, max_ranks = 64;
+};
+void add_trace_options(CLI::App* sub, TraceCliOptions& o);
 
 /// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
 template <typename T>

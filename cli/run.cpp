@@ -18,6 +18,8 @@ struct RunOptions {
   bool no_prefetch = false;
   double delay_ms = -1;
   std::string telemetry_fault = "none";
+  DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_run(RunOptions& o, const std::vector<std::string>& argv) {
@@ -39,6 +41,16 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", e.what());
     return kExitBadInput;
   }
+  if (o.detect.on) {
+    if (const auto err = detect::validate(o.detect.cfg); !err.empty()) {
+      if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
+      return kExitBadInput;
+    }
+    cfg.detect = o.detect.cfg;
+    cfg.stability_window = o.detect.stability_window;
+  }
+  cfg.trace = {o.trace.file, o.trace.max_steps, o.trace.max_ranks};
+  cfg.live = cfg.live || cfg.live_redraw;
   if (const auto err = testbed::validate(cfg); !err.empty()) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
     return kExitBadInput;
@@ -82,6 +94,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--dump", cfg.dump, "write the gathered stage matrix (sf.stages/1 JSONL, one header per window)");
   sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
+  sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window: redrawn on a terminal, plain appended lines otherwise");
+  sub->add_flag("--live-redraw", cfg.live_redraw, "--live, redrawn in place even under mpirun (which gives ranks a pseudo-terminal, "
+                "so rank 0 cannot tell whether you are watching)");
   sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
       ->check(CLI::Range(0.001, 3600.0));
   const std::string w = "Workload";
@@ -113,6 +128,8 @@ void setup_run(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)->group(t);
   sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t);
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o, sub] {
     std::vector<std::string> argv{"sf-testbed", "run"};
     for (const auto* opt : sub->get_options())

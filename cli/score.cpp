@@ -1,5 +1,6 @@
 // sf-testbed score FILE: score a stage-matrix file (JSONL or CSV) from any source.
 #include "common.h"
+#include "sf/testbed/testbed.h"
 
 #include <cstdio>
 #include <iostream>
@@ -20,6 +21,8 @@ struct ScoreOptions {
   int accumulation = 1;
   formats::ReadLimits limits;
   LabelOptions label;
+  DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_score(const ScoreOptions& o) {
@@ -27,6 +30,7 @@ int run_score(const ScoreOptions& o) {
   std::vector<formats::Window> windows;
   try {
     cfg = make_label_config(o.label);
+    if (const auto err = detect::validate(o.detect.cfg); !err.empty()) throw formats::FormatError(o.file, 0, err);
     windows = formats::read_stage_file(o.file, {o.format, o.window, o.world_size, o.accumulation, o.limits});
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
@@ -58,6 +62,37 @@ int run_score(const ScoreOptions& o) {
                                              std::to_string(windows.size()) + ")");
     if (i + 1 < windows.size()) tables += "\n";
   }
+  if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {
+    // Offline: the file's windows are consecutive pieces of one run; the detector watches them
+    // all, the stability windows are the file's windows (or --stability-window steps for one).
+    std::vector<formats::Window> parts = windows;
+    try {
+      const auto all = testbed::concat_windows(parts);
+      std::vector<std::int64_t> bounds;
+      if (windows.size() > 1)
+        for (const auto& w : windows) bounds.push_back(w.matrix.first_step());
+      std::vector<detect::ChangePoint> changes;
+      if (o.detect.on) {
+        const auto dr = testbed::detect_report(all.matrix, cfg, o.detect.cfg, nullptr, bounds, o.detect.stability_window);
+        nlohmann::ordered_json j;
+        j["schema"] = "sf.detect/1";
+        j["file"] = o.file;
+        for (const auto& [k, v] : dr.json.items()) j[k] = v;
+        packets += j.dump() + "\n";
+        tables += "#\n" + dr.text;
+        changes = dr.changes;
+      }
+      if (!o.trace.file.empty())
+        formats::write_file_atomic(o.trace.file, testbed::chrome_trace(all, cfg, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
+                                                                       changes, nullptr).dump() + "\n");
+    } catch (const std::invalid_argument& err) {
+      std::fprintf(stderr, "sf-testbed score: %s: --detect: %s\n", o.file.c_str(), err.what());
+      return kExitBadInput;
+    } catch (const std::runtime_error& err) {
+      std::fprintf(stderr, "sf-testbed score: --trace %s\n", err.what());
+      return kExitBadInput;
+    }
+  }
   if (!o.out.empty()) {
     try {
       formats::write_file_atomic(o.out, packets);
@@ -78,7 +113,7 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/2, one per line) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/2, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")
       ->check(CLI::NonNegativeNumber);
@@ -98,6 +133,8 @@ void setup_score(CLI::App& app) {
   sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window")
       ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(lim);
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o] {
     if (const int rc = run_score(*o)) exit_with(rc);
   });

@@ -22,6 +22,8 @@ struct SimOptions {
   bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
   int threads = 2;
   std::string dump;
+  DetectOptions detect;
+  TraceCliOptions trace;
 };
 
 int run_sim(SimOptions& o) {
@@ -38,6 +40,10 @@ int run_sim(SimOptions& o) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", e.what());
     return kExitBadInput;
   }
+  if (const auto err = detect::validate(o.detect.cfg); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   if (const auto err = sim::validate(cfg); !err.empty()) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
     return kExitBadInput;
@@ -45,7 +51,9 @@ int run_sim(SimOptions& o) {
   const auto plan = sim::model_plan(cfg);
   // Streamed step by step unless the answer needs the whole matrix (a dump of it, or the
   // per-rank window-median gain baseline).
-  const bool whole = o.whole || !o.dump.empty() || label.gain_baseline == frontier::GainBaseline::rank_median;
+  // --detect and --trace read the whole matrix too.
+  const bool whole = o.whole || !o.dump.empty() || label.gain_baseline == frontier::GainBaseline::rank_median ||
+                     o.detect.on || !o.trace.file.empty();
   // The scorer allocates and frees R-sized scratch arrays every step; keep freed memory in the
   // heap (glibc would otherwise hand each one back to the kernel and page-fault it in again on
   // the next step, a third of the time at 10^5 ranks).
@@ -69,11 +77,25 @@ int run_sim(SimOptions& o) {
   const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
   const std::string scoring = whole ? std::string("whole matrix")
                                     : "streamed, " + std::to_string(scored.threads) + " thread(s)";
+  // The matrix itself only where an answer reads it (--dump, --detect, --trace).
+  const bool need_matrix = !o.dump.empty() || o.detect.on || !o.trace.file.empty();
+  const formats::Window w = need_matrix ? sim::model_window(cfg, plan) : formats::Window{};
+  std::optional<testbed::DetectReport> dr;
+  if (o.detect.on) dr = testbed::detect_report(w.matrix, label, o.detect.cfg, &plan, {}, o.detect.stability_window);
   if (!o.dump.empty()) {
-    const auto w = sim::model_window(cfg, plan);
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
+  }
+  if (!o.trace.file.empty()) {
+    const auto tr = testbed::chrome_trace(w, label, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
+                                          dr ? dr->changes : std::vector<detect::ChangePoint>{}, &plan);
+    try {
+      formats::write_file_atomic(o.trace.file, tr.dump() + "\n");
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "sf-testbed sim: --trace %s\n", err.what());
+      return kExitBadInput;
+    }
   }
   if (o.json) {
     nlohmann::ordered_json j;
@@ -90,6 +112,8 @@ int run_sim(SimOptions& o) {
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
     j["verdict"] = vr.json;
+    if (dr)
+      for (const auto& [k, v] : dr->json.items()) j[k] = v;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("# sf-testbed sim  commit %s  (model-driven ranks: no processes, no MPI, no clock)\n", git_commit());
@@ -105,6 +129,7 @@ int run_sim(SimOptions& o) {
     std::printf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
                 wall_sum, gap * 100);
     std::fputs(vr.verdict_text.c_str(), stdout);
+    if (dr) std::fputs(("#\n" + dr->text).c_str(), stdout);
   }
   return o.check && !vr.claim_pass ? kExitFail : 0;
 }
@@ -130,6 +155,8 @@ void setup_sim(CLI::App& app) {
       ->check(CLI::Range(1, 2));
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
+  add_detect_options(sub, o->detect);
+  add_trace_options(sub, o->trace);
   sub->callback([o] {
     if (const int rc = run_sim(*o)) exit_with(rc);
   });

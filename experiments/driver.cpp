@@ -214,6 +214,21 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     for (const auto& [stage, v] : b["score_s"].items()) total += v.get<double>();
     for (const auto& [stage, v] : b["score_s"].items()) base[rule + ":" + stage] = total > 0 ? v.get<double>() / total : 0.0;
   }
+  if (run.contains("truth_detection")) {  // --detect (docs/detect.md)
+    const auto& td = run["truth_detection"];
+    base["cp_count"] = run["change_points"].size();
+    base["cp_detected"] = td["detected"];
+    base["cp_missed"] = td["missed"];
+    base["cp_false_alarms"] = td["false_alarms"];
+    base["cp_steps_observed"] = run["detector"]["observed_steps"];
+    for (const auto& c : run["change_points"])
+      if (c.contains("truth") && c["truth"].value("matched", false))
+        base["cp_steps_to_detect_" + c["truth"]["transition"].get<std::string>()] = c["truth"]["steps_to_detect"];
+    base["cp_period"] = run["periodicity"]["period"];
+    base["cp_period_hit"] = td.value("period_hit", false);
+    base["stability_class"] = run["culprit_stability"]["class"];
+    base["stability_culprit"] = run["culprit_stability"]["culprit"];
+  }
   base["gather_ok"] = e["telemetry"]["gather_ok"];
   base["events_ready_ratio"] = e["events"]["ready_ratio"];
   base["packet_bytes"] = run["telemetry"].value("packet_bytes", 0);

@@ -3,6 +3,7 @@
 
 #include "sf/testbed/testbed.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +46,13 @@ public:
   double scoring_s() const;
   /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted"}.
   nlohmann::ordered_json rss_json() const;
-  /// True when the rank_median baseline made rank 0 keep whole windows.
+  /// True when rank 0 keeps whole windows: the rank_median baseline, --detect's report or --trace.
   bool keeps_windows() const;
+  /// The kept windows (keeps_windows()), in order.
+  const std::vector<formats::Window>& kept() const;
+  /// Called with each window and its evidence as it is scored (--detect, --live), at the safe point.
+  using Observer = std::function<void(const formats::Window&, const frontier::Evidence&, int)>;
+  void on_window(Observer f);
 
 private:
   struct Impl;
@@ -60,6 +66,22 @@ std::int64_t resident_kb();
 /// gather deadline (late), or bytes flipped in flight (corrupt).
 std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
                                                            inject::TelemetryFault fault, double late_s);
+
+/// Feeds the exposed step time F[t,S] of each scored step of one gathered window to the detector
+/// (rank 0, at the safe point; never on the hot path).
+void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const frontier::AccountOptions& opt);
+
+/// What rank 0 knows at a safe point for the --live view.
+struct LiveState {
+  std::string scenario;
+  int ranks = 0, window = 0;
+  std::int64_t done = 0, total = 0;   ///< measured steps gathered so far / in the run
+  double elapsed_s = 0;               ///< since the first measured step
+  bool detecting = false;
+  std::vector<detect::ChangePoint> changes;
+};
+/// The live view for one window: a redraw (ANSI home + clear) on a terminal, else one line.
+std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty);
 
 /// The fault plan of a run: the scenario, its delay, the (drawn) target ranks, onset/offset.
 inject::FaultPlan make_plan(const RunConfig& cfg, int world_size);

@@ -25,6 +25,7 @@ std::int64_t resident_kb() {
 }
 
 struct Rank0Windows::Impl {
+  Rank0Windows::Observer observer;
   const RunConfig& cfg;
   int expected;
   int count = 0;
@@ -148,13 +149,23 @@ Rank0Windows::~Rank0Windows() {
   }
 }
 
-bool Rank0Windows::keeps_windows() const { return impl_->cfg.label.gain_baseline == frontier::GainBaseline::rank_median; }
+bool Rank0Windows::keeps_windows() const {
+  const auto& cfg = impl_->cfg;
+  // rank_median needs whole windows; --detect's before/after report and --trace need the run's
+  // matrix. Without them rank 0 keeps bounded aggregates only.
+  return cfg.label.gain_baseline == frontier::GainBaseline::rank_median || cfg.detect.has_value() || !cfg.trace.file.empty();
+}
+
+void Rank0Windows::on_window(Observer f) { impl_->observer = std::move(f); }
+
+const std::vector<formats::Window>& Rank0Windows::kept() const { return impl_->kept; }
 
 void Rank0Windows::add(formats::Window&& w, int index) {
   auto& im = *impl_;
   const std::int64_t t0 = inject::monotonic_ns();
   const auto& cfg = im.cfg;
   const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+  if (im.observer) im.observer(w, e, index);
   const auto pj = formats::evidence_to_json(e, w.ranks);
   const std::string packet = pj.dump();
   if (im.count == 0) {

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace sf::testbed {
 
@@ -133,15 +136,35 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     transport = detail::make_faulty_transport(std::move(transport), cfg.telemetry_fault, 2.5 * cfg.gather_deadline_s);
 
   // Rank 0: each gathered window is scored, written and folded into the run-level evidence as
-  // soon as it arrives; nothing per window stays in memory (detail::Rank0Windows).
+  // soon as it arrives; nothing per window stays in memory (detail::Rank0Windows) unless --detect,
+  // --trace or the rank_median baseline need the run's windows.
   std::optional<detail::Rank0Windows> windows;
   if (rank == 0) windows.emplace(cfg, (cfg.steps + window - 1) / window);
+  std::optional<detect::Detector> detector;  // --detect: online on rank 0, window by window
+  std::int64_t t_live = inject::monotonic_ns();  // --live: reset at the first measured step
+  // Open MPI hands every rank a pseudo-terminal whether or not mpiexec writes to one, so under a
+  // launcher rank 0 cannot tell: it redraws only when asked (--live-redraw), else appends lines.
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  const bool live_tty = cfg.live && rank == 0 && (cfg.live_redraw || (!launched && isatty(fileno(stdout))));
+  if (cfg.detect && rank == 0) detector.emplace(*cfg.detect);
+  if (rank == 0 && (detector || cfg.live))
+    windows->on_window([&](const formats::Window& w, const frontier::Evidence& e, int index) {
+      if (detector) detail::observe_window(*detector, w.matrix, cfg.label.account);
+      if (cfg.live) {
+        detail::LiveState ls{cfg.scenario, size, index + 1, w.matrix.first_step() + w.matrix.steps() - cfg.warmup, cfg.steps,
+                             static_cast<double>(inject::monotonic_ns() - t_live) * 1e-9, detector.has_value(),
+                             detector ? detector->changes() : std::vector<detect::ChangePoint>{}};
+        std::fputs(detail::live_view(ls, e, live_tty).c_str(), stdout);
+        std::fflush(stdout);
+      }
+    });
   auto sink = [&](formats::Window&& w, int index) { windows->add(std::move(w), index); };
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
 
   SF_MPI_CHECK(MPI_Barrier(world));
   for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
   const std::int64_t t_start = inject::monotonic_ns();
+  t_live = t_start;
   const StealMeter steal_meter;
   std::int64_t completed = 0;
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
@@ -264,6 +287,19 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;
     table += vr.verdict_text;
+    std::vector<detect::ChangePoint> changes;
+    const formats::Window all = (detector || !cfg.trace.file.empty()) ? detail::concat(windows->kept()) : formats::Window{};
+    if (detector) {
+      std::vector<std::int64_t> bounds;
+      if (windows->kept().size() > 1)
+        for (const auto& w : windows->kept()) bounds.push_back(w.matrix.first_step());
+      const auto dr = detect_report(all.matrix, cfg.label, *cfg.detect, &plan, bounds, cfg.stability_window, &*detector);
+      table += "#\n" + dr.text;
+      for (const auto& [k, v] : dr.json.items()) result[k] = v;
+      changes = dr.changes;
+    }
+    if (!cfg.trace.file.empty())
+      formats::write_file_atomic(cfg.trace.file, chrome_trace(all, cfg.label, cfg.trace, changes, &plan).dump() + "\n");
     if (cfg.check && !vr.claim_pass) exit_code = 1;
     result["verdict"] = vr.json;
     result["evidence"] = formats::evidence_to_json(e, all_ranks);
@@ -272,7 +308,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     result["measured"]["makespan_vs_wall_rel"] = gap;
     result["measured"]["median_step_s"] = e.median_step_s;
     if (windows->keeps_windows())
-      table += "# note: gain baseline rank_median needs whole windows: rank 0 kept every window in memory\n";
+      table += "# note: rank_median, --detect or --trace need whole windows: rank 0 kept every window in memory\n";
     result["telemetry"] = {{"payload_bytes_per_rank_window", recorder::payload_bytes(rc, window)},
                            {"packet_bytes", windows->first_packet_bytes()},
                            {"dropped_records", dropped_sum},

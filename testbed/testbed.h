@@ -7,6 +7,7 @@
 // No MPI in this header: run() initialises MPI itself when the build has it (SF_WITH_MPI).
 #pragma once
 
+#include "sf/detect/detect.h"
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
@@ -30,6 +31,12 @@ enum class CommKind { mpi, nccl };
 enum class DeviceKind { automatic, cuda, host };
 std::string_view recorder_mode_name(RecorderMode m);
 
+/// --trace: Chrome trace-event JSON of a window (docs/detect.md, "Timelines").
+struct TraceOptions {
+  std::string file;        ///< empty: no trace
+  int max_steps = 500;     ///< --trace-steps: the first N steps of the window
+  int max_ranks = 64;      ///< --trace-ranks: ranks 0..N-1, plus the injected targets
+};
 struct RunConfig {
   std::string scenario = "data_tail";
   std::optional<double> delay_ms;          ///< default: the scenario's
@@ -65,6 +72,11 @@ struct RunConfig {
   int overhead_pairs = 0;                  ///< > 0: overhead mode with this many blocks
   int overhead_window = 50;                ///< steps per overhead window
   frontier::LabelConfig label;
+  std::optional<detect::DetectConfig> detect;  ///< --detect: change points on rank 0 at the safe point
+  int stability_window = 20;               ///< culprit-stability window when the run has one recorder window
+  bool live = false;                       ///< --live: rank 0 shows a compact view at each window
+  bool live_redraw = false;                ///< --live-redraw: redraw in place even under a launcher
+  TraceOptions trace;                      ///< --trace FILE (rank 0, after the run)
   std::vector<std::string> argv;           ///< the command line, for the result file
   std::string commit;                      ///< git commit of the binary, for the result file
 };
@@ -162,6 +174,34 @@ ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPla
 
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);
+
+// ---- watching over time (--detect; docs/detect.md) ----------------------------------------------
+
+/// Change points of F[t,S] with the diagnosis window at each, periodicity and culprit stability,
+/// as JSON ("change_points", "detector", "periodicity", "culprit_stability", and with a plan
+/// "truth_detection") and as table lines.
+struct DetectReport {
+  nlohmann::ordered_json json;
+  std::string text;
+  std::vector<detect::ChangePoint> changes;
+};
+/// Consecutive windows (same schema and world size) as one window over all their steps; throws
+/// std::invalid_argument when schemas or world sizes differ.
+formats::Window concat_windows(const std::vector<formats::Window>& windows);
+
+/// `online`: a detector already fed with F[t,S] of m (run: on rank 0 at the safe point); null:
+/// one is run over m here. `plan`: the injected truth (null for score). `window_bounds`: first
+/// steps of the recorder windows (culprit stability per window); empty: `stability_window` steps.
+DetectReport detect_report(const frontier::StageMatrix& m, const frontier::LabelConfig& label,
+                           const detect::DetectConfig& dc, const inject::FaultPlan* plan,
+                           const std::vector<std::int64_t>& window_bounds = {}, int stability_window = 20,
+                           const detect::Detector* online = nullptr);
+
+/// One process per shown rank (a "step" lane and one lane per stage, X slices from the recorded
+/// durations), a "frontier" process (advances named by stage and leader, counters for F[t,S]
+/// and stage shares), global instants for change points and the injected truth.
+nlohmann::ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig& label, const TraceOptions& opt,
+                                    const std::vector<detect::ChangePoint>& changes, const inject::FaultPlan* plan);
 
 // ---- provenance ---------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ formats::Window concat(const std::vector<formats::Window>& windows) {
         if (!m.present(t, r)) continue;
         const int tt = static_cast<int>(m.step_id(t) - first.first_step());
         for (int s = 0; s < k; ++s) d[s] = m.d(t, r, s);
-        out.matrix.set_record(tt, r, d, m.wall(t, r));
+        out.matrix.set_record(tt, r, d, m.schema().has_residual() ? std::optional<double>(m.wall(t, r)) : std::nullopt);
         if (m.fwd_event_state(t, r) != frontier::EventState::unsampled)
           out.matrix.set_fwd_event(tt, r, m.fwd_event_state(t, r), m.fwd_event_s(t, r));
         if (m.has_sync_wait())

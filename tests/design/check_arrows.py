@@ -13,14 +13,15 @@ import sys
 ALLOWED = {
     "check": set(),
     "frontier": set(),
+    "detect": {"frontier"},
     "inject": set(),
     "formats": {"frontier"},
     "verify": {"frontier"},
     "recorder": {"check", "formats", "frontier"},
     "sim": {"check", "recorder", "inject", "formats", "frontier"},
-    "testbed": {"check", "sim", "recorder", "inject", "formats", "frontier", "verify"},
-    "experiments": {"testbed", "sim", "formats", "verify", "frontier"},
-    "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check"},
+    "testbed": {"check", "sim", "recorder", "inject", "formats", "frontier", "verify", "detect"},
+    "experiments": {"testbed", "sim", "formats", "verify", "frontier", "detect"},
+    "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check", "detect"},
     "bench": {"frontier", "formats", "recorder", "verify"},
     "python": {"testbed", "formats", "frontier", "inject"},  # sf_torch._core (pybind11)
     "fuzz": {"formats", "frontier"},

@@ -1,0 +1,307 @@
+// FALCON's ACF period rule, the diagnosis window opened at a change, and culprit stability.
+#include "sf/detect/detect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace sf::detect {
+
+// ---- periodicity --------------------------------------------------------------------------------
+
+double acf(const std::vector<double>& x, int lag) {
+  const std::size_t n = x.size();
+  if (lag < 0 || static_cast<std::size_t>(lag) >= n) return 0;
+  double mu = 0;
+  for (double v : x) mu += v;
+  mu /= static_cast<double>(n);
+  double den = 0, num = 0;
+  for (double v : x) den += (v - mu) * (v - mu);
+  for (std::size_t t = 0; t + static_cast<std::size_t>(lag) < n; ++t) num += (x[t] - mu) * (x[t + lag] - mu);
+  return den > 0 ? num / den : 0;
+}
+
+Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, const std::vector<std::int64_t>& change_steps,
+                        const DetectConfig& cfg) {
+  Periodicity out;
+  const int n = static_cast<int>(x.size());
+  // Residuals: each value minus the mean of its segment, so a level shift is not a "period".
+  std::vector<double> res(x.size());
+  std::vector<std::int64_t> cuts;
+  for (auto c : change_steps)
+    if (c > first_step && c < first_step + n) cuts.push_back(c - first_step);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.push_back(n);
+  std::int64_t lo = 0;
+  for (auto hi : cuts) {
+    if (hi <= lo) continue;
+    double mu = 0;
+    for (auto t = lo; t < hi; ++t) mu += x[t];
+    mu /= static_cast<double>(hi - lo);
+    for (auto t = lo; t < hi; ++t) res[t] = x[t] - mu;
+    lo = hi;
+  }
+  const int kmax = std::min(cfg.max_period, n / 3);
+  std::vector<double> a(static_cast<std::size_t>(kmax) + 2, 0.0);
+  for (int k = 1; k <= kmax + 1 && k < n; ++k) a[k] = acf(res, k);
+  for (int k = 2; k <= kmax; ++k) {
+    if (a[k] >= cfg.acf_min && a[k] >= a[k - 1] && a[k] >= a[k + 1]) {
+      out.period = k;
+      out.acf = a[k];
+      // Phase: the residue class mod k with the largest mean residual (where the spikes sit).
+      std::vector<double> fold(static_cast<std::size_t>(k), 0.0);
+      std::vector<int> cnt(static_cast<std::size_t>(k), 0);
+      for (int t = 0; t < n; ++t) fold[t % k] += res[t], ++cnt[t % k];
+      int best = 0;
+      for (int c = 1; c < k; ++c)
+        if (fold[c] / cnt[c] > fold[best] / cnt[best]) best = c;
+      out.phase = first_step + best;
+      return out;
+    }
+  }
+  return out;
+}
+
+// ---- diagnosis ----------------------------------------------------------------------------------
+
+frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_step, std::int64_t last_step) {
+  first_step = std::max(first_step, m.first_step());
+  last_step = std::min(last_step, m.first_step() + m.steps() - 1);
+  const int n = static_cast<int>(std::max<std::int64_t>(0, last_step - first_step + 1));
+  frontier::StageMatrix out(m.schema(), m.ranks(), first_step, n);
+  const int k = m.schema().explicit_count();
+  std::vector<double> d(static_cast<std::size_t>(k));
+  const int off = static_cast<int>(first_step - m.first_step());
+  for (int t = 0; t < n; ++t)
+    for (int r = 0; r < m.ranks(); ++r) {
+      const int tt = t + off;
+      if (!m.present(tt, r)) continue;
+      for (int s = 0; s < k; ++s) d[s] = m.d(tt, r, s);
+      const double w = m.wall(tt, r);
+      out.set_record(t, r, d, m.schema().has_residual() ? std::optional<double>(w) : std::nullopt);
+      if (m.has_fwd_events() && m.fwd_event_state(tt, r) != frontier::EventState::unsampled)
+        out.set_fwd_event(t, r, m.fwd_event_state(tt, r), m.fwd_event_s(tt, r));
+      if (m.has_sync_wait())
+        for (int s = 0; s < k; ++s)
+          if (const double v = m.sync_wait(tt, r, s); !std::isnan(v)) out.set_sync_wait(t, r, s, v);
+    }
+  if (!m.roles().empty()) out.set_roles(m.roles());
+  return out;
+}
+
+std::vector<ChangeDiagnosis> diagnose(const frontier::StageMatrix& m, const std::vector<ChangePoint>& changes,
+                                      const frontier::LabelConfig& cfg) {
+  std::vector<ChangeDiagnosis> out;
+  const std::int64_t first = m.first_step(), last = m.first_step() + m.steps() - 1;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    const auto& c = changes[i];
+    if (c.step <= first || c.step > last) continue;
+    ChangeDiagnosis d;
+    d.change = c;
+    d.before_first = i > 0 ? std::max(first, changes[i - 1].step) : first;
+    d.before_last = c.step - 1;
+    d.after_first = c.step;
+    d.after_last = i + 1 < changes.size() ? std::min(last, changes[i + 1].step - 1) : last;
+    d.before = frontier::evaluate(slice(m, d.before_first, d.before_last), cfg);
+    d.after = frontier::evaluate(slice(m, d.after_first, d.after_last), cfg);
+    const std::size_t g = d.after.shares.size();
+    d.share_delta.assign(g, 0.0);
+    double best = 0;
+    for (std::size_t j = 0; j < g && j < d.before.shares.size(); ++j) {
+      d.share_delta[j] = d.after.shares[j] - d.before.shares[j];
+      const double moved = c.direction() > 0 ? d.share_delta[j] : -d.share_delta[j];
+      if (moved > best) best = moved, d.moved_group = static_cast<int>(j);
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+// ---- culprit stability --------------------------------------------------------------------------
+
+std::string_view to_string(Stability s) {
+  switch (s) {
+    case Stability::none: return "none";
+    case Stability::chronic: return "chronic";
+    case Stability::intermittent: return "intermittent";
+    case Stability::one_off: return "one-off";
+  }
+  return "none";
+}
+
+int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc) {
+  const auto& schema = m.schema();
+  const int groups = schema.group_count();
+  std::vector<std::map<int, double>> credit(static_cast<std::size_t>(groups));
+  for (int t = 0; t < acc.steps; ++t) {
+    if (!acc.scored[t]) continue;
+    std::vector<int> top(static_cast<std::size_t>(groups), -1);
+    std::vector<double> adv(static_cast<std::size_t>(groups), 0.0);
+    for (int s = 0; s < schema.size(); ++s) {
+      const int g = schema.group_of(s);
+      adv[g] += acc.advance(t, s);
+      if (top[g] < 0 || acc.advance(t, s) > acc.advance(t, top[g])) top[g] = s;
+    }
+    for (int g = 0; g < groups; ++g)
+      if (adv[g] > 0 && acc.leader(t, top[g]) >= 0) credit[g][acc.leader(t, top[g])] += adv[g];
+  }
+  int best = -1;
+  double most = 0;
+  for (int g = 0; g < groups; ++g)
+    for (const auto& [r, c] : credit[g])
+      if (c > most) most = c, best = g;
+  return best;
+}
+
+namespace {
+
+struct Tally {
+  std::map<int, RankLead> ranks;
+  std::map<int, std::vector<double>> margin;  ///< per rank: gap / F[t,S] at the steps it led
+  int advanced = 0;
+  double advance = 0;
+  void finish(std::vector<RankLead>& out) const {
+    out.clear();
+    for (const auto& [r, l] : ranks) {
+      RankLead x = l;
+      x.step_fraction = advanced ? static_cast<double>(x.steps_led) / advanced : 0;
+      x.credit_fraction = advance > 0 ? x.credit_s / advance : 0;
+      out.push_back(x);
+    }
+    std::sort(out.begin(), out.end(), [](const RankLead& a, const RankLead& b) {
+      return a.credit_s != b.credit_s ? a.credit_s > b.credit_s : a.rank < b.rank;
+    });
+  }
+};
+
+}  // namespace
+
+CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontier::Accounting& acc, int group,
+                                   const StabilityConfig& cfg, const std::vector<std::int64_t>& window_bounds) {
+  CulpritStability out;
+  const auto& schema = m.schema();
+  if (group < 0 || group >= schema.group_count() || acc.steps == 0) return out;
+  out.group = group;
+  out.group_name = schema.groups()[group];
+  std::vector<int> stages;
+  for (int s = 0; s < schema.size(); ++s)
+    if (schema.group_of(s) == group) stages.push_back(s);
+
+  // Window boundaries as step offsets.
+  std::vector<int> starts;
+  if (!window_bounds.empty()) {
+    for (auto b : window_bounds)
+      if (b - m.first_step() >= 0 && b - m.first_step() < acc.steps) starts.push_back(static_cast<int>(b - m.first_step()));
+    if (starts.empty() || starts.front() != 0) starts.insert(starts.begin(), 0);
+  } else {
+    const int w = std::max(1, cfg.window_steps);
+    for (int t = 0; t < acc.steps; t += w) starts.push_back(t);
+  }
+  starts.push_back(acc.steps);
+
+  Tally all;
+  for (std::size_t wi = 0; wi + 1 < starts.size(); ++wi) {
+    Tally win;
+    for (int t = starts[wi]; t < starts[wi + 1]; ++t) {
+      if (!acc.scored[t]) continue;
+      double a = 0;
+      int top = -1;
+      for (int s : stages) {
+        a += acc.advance(t, s);
+        if (top < 0 || acc.advance(t, s) > acc.advance(t, top)) top = s;
+      }
+      if (!(a > 0)) continue;
+      for (Tally* tl : {&win, &all}) {
+        ++tl->advanced;
+        tl->advance += a;
+      }
+      const int leader = acc.leader(t, top);
+      if (leader >= 0) {
+        for (Tally* tl : {&win, &all}) {
+          auto& l = tl->ranks[leader];
+          l.rank = leader;
+          ++l.steps_led;
+          l.credit_s += a;
+          tl->margin[leader].push_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0);
+        }
+      } else if (leader == frontier::Accounting::kTie) {
+        const auto ties = acc.tie_ranks(t, top);
+        for (int r : ties)
+          for (Tally* tl : {&win, &all}) {
+            auto& l = tl->ranks[r];
+            l.rank = r;
+            l.credit_s += a / static_cast<double>(ties.size());
+          }
+      }
+    }
+    WindowLead wl;
+    wl.first_step = m.step_id(starts[wi]);
+    wl.last_step = m.step_id(starts[wi + 1] - 1);
+    wl.advanced_steps = win.advanced;
+    win.finish(wl.ranks);
+    if (!wl.ranks.empty() && wl.ranks.front().credit_fraction >= cfg.culprit_credit) {
+      // ... and by a clear margin: at the steps it led, its median lead over the runner-up is at
+      // least min_margin of the step's exposed time (chance leadership among healthy ranks is not).
+      auto m = win.margin[wl.ranks.front().rank];
+      std::sort(m.begin(), m.end());
+      if (!m.empty() && m[m.size() / 2] >= cfg.min_margin) wl.culprit = wl.ranks.front().rank;
+    }
+    out.windows.push_back(std::move(wl));
+  }
+  all.finish(out.overall);
+
+  std::map<int, int> led;
+  for (const auto& w : out.windows)
+    if (w.culprit >= 0) ++led[w.culprit];
+  char buf[320];
+  if (led.empty()) {
+    out.stability = Stability::none;
+    std::snprintf(buf, sizeof buf, "no rank holds >= %.0f%% of %s's advance in any of %zu windows", cfg.culprit_credit * 100,
+                  out.group_name.c_str(), out.windows.size());
+    out.evidence = buf;
+    return out;
+  }
+  auto credit_of = [&](int r) {
+    for (const auto& l : out.overall)
+      if (l.rank == r) return l.credit_s;
+    return 0.0;
+  };
+  for (const auto& [r, n] : led)
+    if (out.culprit < 0 || n > out.windows_led || (n == out.windows_led && credit_of(r) > credit_of(out.culprit)))
+      out.culprit = r, out.windows_led = n;
+  int steps_led = 0, advanced = 0;
+  bool prev = false;
+  for (const auto& w : out.windows) {
+    const bool mine = w.culprit == out.culprit;
+    if (mine && !prev) ++out.episodes;
+    prev = mine;
+    if (!mine) continue;
+    advanced += w.advanced_steps;
+    for (const auto& l : w.ranks)
+      if (l.rank == out.culprit) steps_led += l.steps_led;
+  }
+  out.ongoing = prev;
+  out.persistence = static_cast<double>(out.windows_led) / static_cast<double>(out.windows.size());
+  out.step_fraction_in_led = advanced ? static_cast<double>(steps_led) / advanced : 0;
+  if (out.step_fraction_in_led < cfg.steady_step_fraction || out.episodes >= 2) out.stability = Stability::intermittent;
+  else if (out.ongoing) out.stability = Stability::chronic;
+  else out.stability = Stability::one_off;
+  // The span of its last episode.
+  std::int64_t ep_first = -1, ep_last = -1;
+  for (const auto& w : out.windows) {
+    if (w.culprit != out.culprit) continue;
+    if (ep_last < 0 || w.first_step > ep_last + 1) ep_first = w.first_step;
+    ep_last = w.last_step;
+  }
+  std::snprintf(buf, sizeof buf,
+                "rank %d leads %s in %d of %zu windows, %d episode%s (last: steps %lld-%lld, %s), leading %.0f%% of the "
+                "group's advancing steps in those windows",
+                out.culprit, out.group_name.c_str(), out.windows_led, out.windows.size(), out.episodes,
+                out.episodes == 1 ? "" : "s", static_cast<long long>(ep_first), static_cast<long long>(ep_last),
+                out.ongoing ? "ongoing" : "ended", out.step_fraction_in_led * 100);
+  out.evidence = buf;
+  return out;
+}
+
+}  // namespace sf::detect

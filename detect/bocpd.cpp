@@ -1,0 +1,205 @@
+// Bayesian online change-point detection (Adams & MacKay 2007) with a Student-t predictive from a
+// Normal-Gamma prior, truncated run lengths, held-back isolated outliers and FALCON's
+// verification step (docs/detect.md states the decision rule).
+#include "sf/detect/detect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace sf::detect {
+
+std::string validate(const DetectConfig& c) {
+  auto finite_pos = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!(c.hazard > 0 && c.hazard < 1)) return "detect hazard must be in (0, 1), got " + std::to_string(c.hazard);
+  if (c.max_run_length < 2) return "detect max_run_length must be >= 2";
+  if (c.short_run < 1 || c.short_run >= c.max_run_length) return "detect short_run must be in [1, max_run_length)";
+  if (!(c.threshold > 0 && c.threshold < 1)) return "detect threshold must be in (0, 1)";
+  if (c.min_gap < 1) return "detect min_gap must be >= 1 step";
+  if (!(c.min_rel_change >= 0 && c.min_rel_change < 1)) return "detect min_rel_change must be in [0, 1)";
+  if (c.min_after < 1) return "detect min_after must be >= 1";
+  if (!finite_pos(c.outlier_z)) return "detect outlier_z must be > 0";
+  if (c.max_outlier_run < 0 || c.max_outlier_run >= c.min_gap)
+    return "detect max_outlier_run must be in [0, min_gap)";
+  if (!finite_pos(c.kappa0) || !finite_pos(c.alpha0) || !finite_pos(c.prior_rel_sd))
+    return "detect prior (kappa0, alpha0, prior_rel_sd) must be finite and > 0";
+  if (c.max_period < 2) return "detect max_period must be >= 2";
+  if (!(c.acf_min > 0 && c.acf_min <= 1)) return "detect acf_min must be in (0, 1]";
+  return "";
+}
+
+Detector::Detector(DetectConfig cfg) : cfg_(cfg) {
+  if (const auto err = validate(cfg_); !err.empty()) throw std::invalid_argument(err);
+  lconst_.resize(static_cast<std::size_t>(cfg_.max_run_length) + 1);
+  for (std::size_t r = 0; r < lconst_.size(); ++r) {
+    const double nu = 2 * (cfg_.alpha0 + 0.5 * static_cast<double>(r));
+    lconst_[r] = std::lgamma((nu + 1) / 2) - std::lgamma(nu / 2) - 0.5 * std::log(nu * std::numbers::pi);
+  }
+}
+
+Detector::Stats Detector::prior() const {
+  // Unit-free: the prior's spread is relative to the level of the first observation, with an
+  // absolute floor (1 µs) for an all-zero series.
+  const double sd = std::max(cfg_.prior_rel_sd * std::abs(x0_), 1e-6);
+  return {x0_, cfg_.kappa0, cfg_.alpha0, cfg_.alpha0 * sd * sd};
+}
+
+namespace {
+
+struct Predictive {
+  double mu, scale, nu;
+};
+
+template <typename S>
+Predictive predictive(const S& s) {
+  return {s.mu, std::sqrt(s.beta * (s.kappa + 1) / (s.alpha * s.kappa)), 2 * s.alpha};
+}
+
+}  // namespace
+
+int Detector::map_run_length() const {
+  return static_cast<int>(std::max_element(post_.begin(), post_.end()) - post_.begin());
+}
+
+std::size_t Detector::state_size() const { return post_.size() + 4 * stats_.size() + 2 * history_.size() + 2 * pending_.size() + scratch_.size() + lconst_.size(); }
+
+void Detector::feed(std::int64_t step, double x) {
+  const double h = cfg_.hazard;
+  const std::size_t n = post_.size();
+  const std::size_t cap = static_cast<std::size_t>(cfg_.max_run_length) + 1;
+  // Log predictive density of x under every run length; the Student-t constant depends on α
+  // alone, and α at run length r is α0 + r/2, so it comes from a table.
+  scratch_.resize(n);
+  double mx = -INFINITY;
+  for (std::size_t r = 0; r < n; ++r) {
+    const Stats& s = stats_[r];
+    const double nu = 2 * s.alpha;
+    const double scale2 = s.beta * (s.kappa + 1) / (s.alpha * s.kappa);
+    const double z2 = (x - s.mu) * (x - s.mu) / scale2;
+    scratch_[r] = lconst_[r] - 0.5 * std::log(scale2) - (nu + 1) / 2 * std::log1p(z2 / nu);
+    if (post_[r] > 0) mx = std::max(mx, scratch_[r]);
+  }
+  double cp = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    scratch_[r] = post_[r] > 0 ? post_[r] * std::exp(scratch_[r] - mx) : 0.0;
+    cp += scratch_[r] * h;
+  }
+  if (n < cap) {
+    post_.push_back(0);
+    stats_.push_back({});
+  }
+  // Growth r → r+1, from the longest run down so nothing is overwritten before it is read;
+  // the longest run at the cap falls off (truncation).
+  for (std::size_t r = n; r-- > 0;) {
+    if (r + 1 >= post_.size()) continue;
+    post_[r + 1] = scratch_[r] * (1 - h);
+    const Stats s = stats_[r];
+    stats_[r + 1] = {(s.kappa * s.mu + x) / (s.kappa + 1), s.kappa + 1, s.alpha + 0.5,
+                     s.beta + s.kappa * (x - s.mu) * (x - s.mu) / (2 * (s.kappa + 1))};
+  }
+  post_[0] = cp;
+  stats_[0] = prior();
+  double total = 0;
+  for (double v : post_) total += v;
+  if (!(total > 0) || !std::isfinite(total)) {
+    // Every run length gave the observation zero density (underflow far in a tail): start over
+    // from the prior rather than divide by zero.
+    std::fill(post_.begin(), post_.end(), 0.0);
+    post_[0] = 1;
+    total = 1;
+  }
+  for (double& v : post_) v /= total;
+  history_.emplace_back(step, x);
+  while (history_.size() > static_cast<std::size_t>(cfg_.max_run_length)) history_.pop_front();
+}
+
+std::optional<ChangePoint> Detector::decide(std::int64_t step) {
+  // Short-run mass and the most probable short run (r >= 1: r = 0 has seen no data).
+  double mass = post_[0];
+  int best = -1;
+  for (int r = 1; r <= cfg_.short_run && r < static_cast<int>(post_.size()); ++r) {
+    mass += post_[r];
+    if (best < 0 || post_[r] > post_[best]) best = r;
+  }
+  if (mass < cfg_.threshold || best < 1 || static_cast<std::size_t>(best) >= history_.size()) {
+    open_candidate_ = -1;
+    return std::nullopt;
+  }
+  const std::int64_t c = history_[history_.size() - static_cast<std::size_t>(best)].first;
+  if (c <= segment_start_) return std::nullopt;  // the regime already reported (or the start)
+  double sum_l = 0, sum_r = 0;
+  int n_l = 0, n_r = 0;
+  for (const auto& [s, v] : history_) {
+    if (s < segment_start_) continue;
+    if (s < c) sum_l += v, ++n_l;
+    else sum_r += v, ++n_r;
+  }
+  if (n_l < cfg_.min_after || n_r < cfg_.min_after) return std::nullopt;
+  const bool new_candidate = c != open_candidate_;
+  open_candidate_ = c;
+  const double ml = sum_l / n_l, mr = sum_r / n_r;
+  const double denom = std::max(ml, mr);
+  const double rel = denom > 0 ? std::abs(ml - mr) / denom : 0.0;
+  const bool gap_ok = changes_.empty() || c - changes_.back().step >= cfg_.min_gap;
+  if (!gap_ok || rel <= cfg_.min_rel_change) {
+    if (new_candidate) ++rejected_;
+    return std::nullopt;
+  }
+  ChangePoint cpnt{c, step, ml, mr, rel, mass};
+  changes_.push_back(cpnt);
+  segment_start_ = c;
+  open_candidate_ = -1;
+  return cpnt;
+}
+
+std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
+  if (!std::isfinite(x) || x < 0)
+    throw std::invalid_argument("detect: step " + std::to_string(step) + ": value " + std::to_string(x) +
+                                ", expected a finite value >= 0");
+  if (started_ && step <= last_step_)
+    throw std::invalid_argument("detect: step " + std::to_string(step) + " after step " + std::to_string(last_step_) +
+                                ", expected increasing steps");
+  last_step_ = step;
+  ++observed_;
+  if (!started_) {
+    started_ = true;
+    x0_ = x;
+    segment_start_ = step;
+    post_ = {1.0};
+    stats_ = {prior()};
+    feed(step, x);
+    return std::nullopt;
+  }
+  // Held-back outliers: judged against the MAP run once it has seen a few observations.
+  const int map = map_run_length();
+  const Stats& s = stats_[static_cast<std::size_t>(map)];
+  bool outlier = false;
+  if (cfg_.max_outlier_run > 0 && map >= cfg_.min_after) {
+    const auto p = predictive(s);
+    outlier = std::abs(x - p.mu) > cfg_.outlier_z * p.scale && std::abs(x - p.mu) > cfg_.min_rel_change * std::abs(p.mu);
+  }
+  if (outlier) {
+    pending_.emplace_back(step, x);
+    if (static_cast<int>(pending_.size()) <= cfg_.max_outlier_run) return std::nullopt;
+    std::optional<ChangePoint> found;
+    for (const auto& [ps, pv] : pending_) {
+      feed(ps, pv);
+      if (auto c = decide(ps)) found = c;
+    }
+    pending_.clear();
+    return found;
+  }
+  outliers_dropped_ += static_cast<std::int64_t>(pending_.size());
+  pending_.clear();
+  feed(step, x);
+  return decide(step);
+}
+
+std::vector<ChangePoint> detect_series(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg) {
+  Detector d(cfg);
+  for (std::size_t i = 0; i < x.size(); ++i) d.observe(first_step + static_cast<std::int64_t>(i), x[i]);
+  return d.changes();
+}
+
+}  // namespace sf::detect

@@ -1,0 +1,207 @@
+// sf::detect — watching a run over time: online Bayesian change-point detection (Adams & MacKay
+// 2007) on the per-step exposed time F[t,S] with FALCON's verification step, FALCON's ACF period
+// rule for periodic spikes, the diagnosis window opened at a change, and culprit stability.
+//
+// Pure like sf::frontier: no MPI, no clock, no files, no threads. Every function here is a
+// function of the series (or stage matrix) it is given and a configuration. The decision rule
+// and every default are stated in docs/detect.md.
+#pragma once
+
+#include "sf/frontier/frontier.h"
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sf::detect {
+
+// ---- the detector -------------------------------------------------------------------------------
+
+struct DetectConfig {
+  /// Constant hazard H = 1/expected run length (steps). P(r_t = 0 | x) equals H whatever the
+  /// data, so the decision is taken on short run lengths instead (see short_run, threshold).
+  double hazard = 1.0 / 250.0;
+  /// Run lengths kept (truncation): memory and work per step are O(max_run_length).
+  int max_run_length = 256;
+  /// Decision: a change is a candidate when P(r_t <= short_run | x_{1:t}) >= threshold, i.e. the
+  /// posterior has moved its mass onto a run that began at most short_run steps ago.
+  int short_run = 8;
+  double threshold = 0.9;          ///< FALCON's 0.9, applied to the short-run mass
+  /// FALCON's verification: a kept change is at least min_gap steps after the previous one, and
+  /// |m_l − m_r| / max(m_l, m_r) > min_rel_change (m_l, m_r: means before and after it).
+  int min_gap = 10;
+  double min_rel_change = 0.10;
+  /// Post-change observations needed before a candidate is verified.
+  int min_after = 3;
+  /// Outlier robustness: an observation whose Student-t z-score under the MAP run exceeds
+  /// outlier_z (and that differs from the MAP run's mean by more than min_rel_change) is held
+  /// back; up to max_outlier_run consecutive ones are dropped as isolated outliers when a
+  /// normal observation follows, and fed (a real shift) when one more outlier arrives.
+  double outlier_z = 6.0;
+  int max_outlier_run = 2;
+  /// Normal-Gamma prior, anchored at the first observation x_0: mean x_0, κ0, α0, and
+  /// β0 = α0 · (prior_rel_sd · |x_0|)² (a prior standard deviation relative to the level).
+  double kappa0 = 1.0;
+  double alpha0 = 1.0;
+  double prior_rel_sd = 0.05;
+  /// Periodicity (FALCON's ACF rule): the first lag k in [2, max_period] with ACF_k >= acf_min
+  /// on the series with its segment means removed; needs at least 3 periods of data.
+  int max_period = 64;
+  double acf_min = 0.5;
+};
+
+/// Returns "" or one line naming the first bad field (what and what was expected).
+std::string validate(const DetectConfig& c);
+
+/// A verified change.
+struct ChangePoint {
+  std::int64_t step = 0;        ///< first step of the new regime
+  std::int64_t detected_at = 0; ///< step whose observation confirmed it
+  double mean_before = 0, mean_after = 0;  ///< m_l, m_r at confirmation (seconds)
+  double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r)
+  double short_run_mass = 0;    ///< P(r_t <= short_run) at confirmation
+  int direction() const { return mean_after > mean_before ? +1 : -1; }  ///< +1 slower, −1 recovery
+};
+
+/// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
+/// truncated run lengths, held-back outliers and FALCON's verification. Feed one value per step;
+/// step ids must increase (gaps are allowed: a missing step is simply not observed).
+class Detector {
+public:
+  explicit Detector(DetectConfig cfg = {});
+
+  /// Observes x (finite, >= 0) at `step`; returns the change confirmed by this observation, if
+  /// any. Throws std::invalid_argument on a non-finite value or a step that does not increase.
+  std::optional<ChangePoint> observe(std::int64_t step, double x);
+
+  const DetectConfig& config() const { return cfg_; }
+  const std::vector<ChangePoint>& changes() const { return changes_; }
+  std::int64_t observed() const { return observed_; }
+  std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
+  std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
+  /// Posterior over run lengths 0..size()-1 (index r: the current regime holds the last r
+  /// observations fed; r = 0 is a regime that has seen nothing yet).
+  const std::vector<double>& run_length_posterior() const { return post_; }
+  int map_run_length() const;
+  /// Memory held (values of every internal buffer); bounded by O(max_run_length).
+  std::size_t state_size() const;
+
+private:
+  struct Stats { double mu, kappa, alpha, beta; };
+  void feed(std::int64_t step, double x);
+  std::optional<ChangePoint> decide(std::int64_t step);
+  Stats prior() const;
+
+  DetectConfig cfg_;
+  bool started_ = false;
+  double x0_ = 0;
+  std::int64_t last_step_ = 0;
+  std::int64_t observed_ = 0, outliers_dropped_ = 0, rejected_ = 0;
+  std::vector<double> post_;          ///< P(r_t = r | x_{1:t}), r = 0..size-1
+  std::vector<Stats> stats_;          ///< posterior Normal-Gamma parameters per run length
+  std::vector<double> lconst_;        ///< Student-t log constant per run length (α = α0 + r/2)
+  std::vector<double> scratch_;       ///< per-step work buffer
+  std::deque<std::pair<std::int64_t, double>> history_;   ///< last max_run_length fed values
+  std::vector<std::pair<std::int64_t, double>> pending_;  ///< held-back outliers
+  std::vector<ChangePoint> changes_;
+  std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
+  std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
+  std::int64_t open_since_ = -1;
+};
+
+/// Runs a Detector over a whole series (steps first_step, first_step+1, ...).
+std::vector<ChangePoint> detect_series(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg = {});
+
+// ---- periodicity --------------------------------------------------------------------------------
+
+struct Periodicity {
+  int period = 0;        ///< 0: none found
+  double acf = 0;        ///< ACF at that lag
+  std::int64_t phase = -1;  ///< first step of the residue class mod period with the largest mean (the spikes)
+};
+
+/// FALCON's ACF rule on x after removing the mean of each segment between change points
+/// (`change_steps`, as steps of x with x[0] at first_step): the first lag k in [2, max_period]
+/// with ACF_k >= acf_min that is a local peak, with at least three periods of data.
+Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step,
+                        const std::vector<std::int64_t>& change_steps, const DetectConfig& cfg = {});
+
+/// ACF_k = Σ_{t<L−k} (x_t − μ)(x_{t+k} − μ) / Σ_t (x_t − μ)² (FALCON eq., biased form).
+double acf(const std::vector<double>& x, int lag);
+
+// ---- diagnosis at a change ----------------------------------------------------------------------
+
+/// Steps [first, last] of a matrix as a matrix of their own (records, walls and side evidence).
+frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_step, std::int64_t last_step);
+
+/// What moved at a change: the window before it and the window from it to the next change (or
+/// the end), each scored by frontier::evaluate.
+struct ChangeDiagnosis {
+  ChangePoint change;
+  std::int64_t before_first = 0, before_last = -1, after_first = 0, after_last = -1;
+  frontier::Evidence before, after;
+  std::vector<double> share_delta;   ///< per group: after.shares − before.shares
+  int moved_group = -1;              ///< the group whose share grew most (a recovery: shrank most)
+};
+/// One diagnosis per change; `before` spans from the previous change (or the matrix start),
+/// `after` to the next change (or the matrix end). Changes outside the matrix are skipped.
+std::vector<ChangeDiagnosis> diagnose(const frontier::StageMatrix& m, const std::vector<ChangePoint>& changes,
+                                      const frontier::LabelConfig& cfg);
+
+// ---- culprit stability --------------------------------------------------------------------------
+
+enum class Stability { none, chronic, intermittent, one_off };
+std::string_view to_string(Stability s);
+
+struct RankLead {
+  int rank = -1;
+  int steps_led = 0;          ///< steps where it was the unique leader of the group's advance
+  double step_fraction = 0;   ///< steps_led / steps where the group advanced
+  double credit_s = 0;        ///< advance of the group credited to it
+  double credit_fraction = 0; ///< credit_s / the group's advance
+};
+
+struct WindowLead {
+  std::int64_t first_step = 0, last_step = -1;
+  int advanced_steps = 0;            ///< steps where the group advanced
+  std::vector<RankLead> ranks;       ///< ranks with a lead, largest credit first
+  int culprit = -1;                  ///< the rank with >= culprit_credit of the advance, or −1
+};
+
+struct CulpritStability {
+  int group = -1;                    ///< the followed group (dominant_group())
+  std::string group_name;
+  std::vector<RankLead> overall;     ///< over the run, largest credit first
+  std::vector<WindowLead> windows;
+  int culprit = -1;                  ///< the rank that is culprit in most windows, or −1
+  int windows_led = 0;               ///< windows where `culprit` is the window's culprit
+  int episodes = 0;                  ///< maximal runs of consecutive windows it leads
+  double persistence = 0;            ///< windows_led / windows
+  double step_fraction_in_led = 0;   ///< steps it leads / steps the group advanced, in those windows
+  bool ongoing = false;              ///< its last episode reaches the last window
+  Stability stability = Stability::none;
+  std::string evidence;              ///< one line: the numbers behind the classification
+};
+
+struct StabilityConfig {
+  int window_steps = 20;             ///< steps per window (matrices with recorder windows: use theirs)
+  double culprit_credit = 0.5;       ///< a window's culprit holds at least this share of the advance
+  double min_margin = 0.05;          ///< ... with a median lead over the runner-up >= this fraction of F[t,S]
+  double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
+};
+
+/// The group whose culprits are followed: the group in which a single rank, as the unique leader
+/// of the group's advance, is credited with the most exposed time over the matrix (−1: none).
+/// A chronic or periodic straggler dominates it; healthy jitter spreads credit over all ranks.
+int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc);
+
+/// Culprit stability of `group` over the matrix. With window_bounds (first steps of windows,
+/// ascending) the windows are those; else fixed windows of cfg.window_steps.
+CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontier::Accounting& acc, int group,
+                                   const StabilityConfig& cfg = {},
+                                   const std::vector<std::int64_t>& window_bounds = {});
+
+}  // namespace sf::detect

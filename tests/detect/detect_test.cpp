@@ -1,0 +1,262 @@
+// sf::detect: the change-point detector, FALCON's verification and ACF rule, the diagnosis window
+// and culprit stability. Properties run under RapidCheck (RC_PARAMS set by CTest).
+#include "sf/detect/detect.h"
+
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+
+namespace {
+
+using sf::detect::ChangePoint;
+using sf::detect::DetectConfig;
+using sf::detect::Detector;
+using sf::detect::detect_series;
+
+/// A level series with relative Gaussian noise: levels[i] holds from steps[i] on.
+std::vector<double> series(int n, const std::vector<std::pair<int, double>>& levels, double rel_sd, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z(0, 1);
+  std::vector<double> x(static_cast<std::size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    double level = levels.front().second;
+    for (const auto& [from, v] : levels)
+      if (t >= from) level = v;
+    x[t] = std::max(0.0, level * (1 + rel_sd * z(rng)));
+  }
+  return x;
+}
+
+// The bound the docs state: with ≤ 2% noise and a ≥ 20% shift, the change is placed within
+// 2 steps of the onset and confirmed at most max_outlier_run + min_after + 2 = 7 steps after it.
+constexpr int kPlaceBound = 2;
+constexpr int kDetectBound = 7;
+
+}  // namespace
+
+TEST(Detect, constant_input_has_no_change) {
+  for (double v : {0.0, 1e-6, 0.2, 3.5}) {
+    EXPECT_TRUE(detect_series(std::vector<double>(500, v), 0).empty()) << v;
+  }
+}
+
+TEST(Detect, step_change_found_and_verified) {
+  const auto x = series(200, {{0, 0.2}, {100, 0.35}}, 0.02, 7);
+  const auto cps = detect_series(x, 1000);
+  ASSERT_EQ(cps.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(cps[0].step), 1100.0, kPlaceBound);
+  EXPECT_LE(cps[0].detected_at - 1100, kDetectBound);
+  EXPECT_EQ(cps[0].direction(), +1);
+  EXPECT_GT(cps[0].rel_change, 0.3);
+}
+
+TEST(Detect, aba_reports_a_change_and_a_recovery) {
+  const auto x = series(300, {{0, 0.2}, {100, 0.35}, {200, 0.2}}, 0.02, 3);
+  const auto cps = detect_series(x, 0);
+  ASSERT_EQ(cps.size(), 2u);
+  EXPECT_EQ(cps[0].direction(), +1);
+  EXPECT_EQ(cps[1].direction(), -1);
+  EXPECT_NEAR(static_cast<double>(cps[1].step), 200.0, kPlaceBound);
+}
+
+TEST(Detect, verification_drops_small_changes_and_close_ones) {
+  // 5% shift: BOCPD sees it (noise 0.5%), FALCON's 10% rule rejects it.
+  Detector d;
+  const auto x = series(300, {{0, 0.2}, {150, 0.21}}, 0.005, 11);
+  for (std::size_t t = 0; t < x.size(); ++t) d.observe(static_cast<std::int64_t>(t), x[t]);
+  EXPECT_TRUE(d.changes().empty());
+  EXPECT_GT(d.candidates_rejected(), 0);
+  // A 4-step burst: the recovery is closer than min_gap = 10 to the onset, so one change only.
+  const auto y = series(200, {{0, 0.2}, {100, 0.4}, {106, 0.2}}, 0.01, 5);
+  EXPECT_LE(detect_series(y, 0).size(), 1u);
+  DetectConfig loose;
+  loose.min_gap = 3;
+  EXPECT_EQ(detect_series(y, 0, loose).size(), 2u);
+}
+
+TEST(Detect, isolated_outliers_are_not_changes) {
+  auto x = series(400, {{0, 0.2}}, 0.02, 9);
+  for (int t : {50, 120, 121, 250, 333}) x[t] = 0.9;  // single and double spikes
+  Detector d;
+  for (std::size_t t = 0; t < x.size(); ++t) d.observe(static_cast<std::int64_t>(t), x[t]);
+  EXPECT_TRUE(d.changes().empty());
+  EXPECT_EQ(d.outliers_dropped(), 5);
+}
+
+TEST(Detect, periodic_spikes_are_periodic_not_a_storm) {
+  auto x = series(200, {{0, 0.2}}, 0.02, 4);
+  for (int t = 13; t < 200; t += 5) x[t] += 0.15;
+  const auto cps = detect_series(x, 0);
+  EXPECT_TRUE(cps.empty());
+  const auto p = sf::detect::periodicity(x, 0, {});
+  EXPECT_EQ(p.period, 5);
+  EXPECT_EQ(p.phase, 3);  // 13 mod 5
+  // A level shift alone is no period once the segment means are removed.
+  const auto y = series(200, {{0, 0.2}, {100, 0.3}}, 0.02, 4);
+  EXPECT_EQ(sf::detect::periodicity(y, 0, {100}).period, 0);
+}
+
+TEST(Detect, bad_input_throws_one_line) {
+  Detector d;
+  d.observe(5, 0.1);
+  EXPECT_THROW(d.observe(5, 0.1), std::invalid_argument);
+  EXPECT_THROW(d.observe(6, NAN), std::invalid_argument);
+  EXPECT_THROW(d.observe(7, -1), std::invalid_argument);
+  DetectConfig bad;
+  bad.hazard = 0;
+  EXPECT_FALSE(sf::detect::validate(bad).empty());
+  EXPECT_THROW(Detector{bad}, std::invalid_argument);
+}
+
+TEST(Detect, state_stays_bounded_over_a_million_steps) {
+  DetectConfig cfg;
+  cfg.max_run_length = 64;
+  cfg.short_run = 8;
+  Detector d(cfg);
+  std::mt19937_64 rng(1);
+  std::normal_distribution<double> z(0, 1);
+  std::size_t most = 0;
+  for (std::int64_t t = 0; t < 1'000'000; ++t) {
+    const double level = (t / 50'000) % 2 ? 0.3 : 0.2;  // a change every 50k steps
+    d.observe(t, level * (1 + 0.02 * z(rng)));
+    most = std::max(most, d.state_size());
+  }
+  // post + 4·stats + 2·history + lconst + scratch for 65 run lengths, plus ≤ 3 held outliers.
+  EXPECT_LE(most, static_cast<std::size_t>(65 + 4 * 65 + 2 * 64 + 65 + 65 + 2 * 3));
+  EXPECT_GE(d.changes().size(), 15u);
+  EXPECT_LE(d.changes().size(), 25u);
+}
+
+// ---- properties ---------------------------------------------------------------------------------
+
+RC_GTEST_PROP(DetectProp, no_change_on_constant_input, ()) {
+  const double v = *rc::gen::inRange(0, 100000) * 1e-5;
+  const int n = *rc::gen::inRange(1, 400);
+  RC_ASSERT(detect_series(std::vector<double>(static_cast<std::size_t>(n), v), 0).empty());
+}
+
+RC_GTEST_PROP(DetectProp, step_change_found_within_the_stated_bound, ()) {
+  const double a = *rc::gen::inRange(50, 500) * 1e-3;          // 50..500 ms
+  const double ratio = *rc::gen::inRange(120, 300) * 1e-2;     // ≥ 20% up, or down below
+  const bool up = *rc::gen::arbitrary<bool>();
+  const double b = up ? a * ratio : a / ratio;
+  const int onset = *rc::gen::inRange(20, 150);
+  const double sd = *rc::gen::inRange(0, 20) * 1e-3;           // ≤ 2% noise
+  const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
+  const auto x = series(onset + 40, {{0, a}, {onset, b}}, sd, seed);
+  const auto cps = detect_series(x, 0);
+  RC_ASSERT(cps.size() == 1u);
+  RC_ASSERT(std::abs(cps[0].step - onset) <= kPlaceBound);
+  RC_ASSERT(cps[0].detected_at - onset <= kDetectBound);
+  RC_ASSERT(cps[0].direction() == (up ? 1 : -1));
+}
+
+RC_GTEST_PROP(DetectProp, shifting_the_input_in_time_shifts_the_change_points, ()) {
+  const int onset = *rc::gen::inRange(20, 100);
+  const double sd = *rc::gen::inRange(0, 20) * 1e-3;
+  const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
+  const auto x = series(onset + 60, {{0, 0.2}, {onset, 0.32}, {onset + 30, 0.2}}, sd, seed);
+  const std::int64_t shift = *rc::gen::inRange<std::int64_t>(-1000000, 1000000);
+  const auto c0 = detect_series(x, 0);
+  const auto c1 = detect_series(x, shift);
+  RC_ASSERT(c0.size() == c1.size());
+  for (std::size_t i = 0; i < c0.size(); ++i) {
+    RC_ASSERT(c1[i].step == c0[i].step + shift);
+    RC_ASSERT(c1[i].detected_at == c0[i].detected_at + shift);
+  }
+  // Noise-free, prepending k more steps of the first level delays every change by k.
+  const auto clean = series(onset + 60, {{0, 0.2}, {onset, 0.32}, {onset + 30, 0.2}}, 0.0, 0);
+  const int k = *rc::gen::inRange(0, 80);
+  std::vector<double> longer(static_cast<std::size_t>(k), 0.2);
+  longer.insert(longer.end(), clean.begin(), clean.end());
+  const auto d0 = detect_series(clean, 0);
+  const auto d1 = detect_series(longer, 0);
+  RC_ASSERT(d0.size() == d1.size());
+  for (std::size_t i = 0; i < d0.size(); ++i) RC_ASSERT(d1[i].step == d0[i].step + k);
+}
+
+RC_GTEST_PROP(DetectProp, state_bounded_by_the_run_length_cap, ()) {
+  DetectConfig cfg;
+  cfg.max_run_length = *rc::gen::inRange(16, 128);
+  cfg.short_run = 8;
+  Detector d(cfg);
+  const auto seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 30);
+  const auto x = series(2000, {{0, 0.2}, {700, 0.5}, {1400, 0.1}}, 0.05, seed);
+  const std::size_t cap = static_cast<std::size_t>(cfg.max_run_length) + 1;
+  for (std::size_t t = 0; t < x.size(); ++t) {
+    d.observe(static_cast<std::int64_t>(t), x[t]);
+    RC_ASSERT(d.run_length_posterior().size() <= cap);
+    RC_ASSERT(d.state_size() <= 9 * cap + 2 * static_cast<std::size_t>(cfg.max_outlier_run + 1));
+    double sum = 0;
+    for (double p : d.run_length_posterior()) sum += p;
+    RC_ASSERT(std::abs(sum - 1) < 1e-9);
+  }
+}
+
+// ---- diagnosis and culprit stability on a stage matrix -----------------------------------------
+
+namespace {
+
+/// Four ranks, default schema; rank 2's data stage is slow (+delay) in the steps `slow` says.
+sf::frontier::StageMatrix matrix(int steps, const std::function<bool(int)>& slow, double delay = 0.15) {
+  using namespace sf::frontier;
+  StageMatrix m(StageSchema::default_schema(), 4, 0, steps);
+  std::mt19937_64 rng(2);
+  std::uniform_real_distribution<double> j(0.98, 1.02);
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < 4; ++r) {
+      std::vector<double> d{0.012 * j(rng), 0.036 * j(rng), 0.125 * j(rng), 0.005 * j(rng), 0.010 * j(rng)};
+      if (r == 2 && slow(t)) d[0] += delay;
+      double wall = 0;
+      for (double v : d) wall += v;
+      m.set_record(t, r, d, wall + 0.001);
+    }
+  return m;
+}
+
+}  // namespace
+
+TEST(DetectDiagnosis, aba_window_names_the_moved_stage) {
+  const auto m = matrix(120, [](int t) { return t >= 40 && t < 80; });
+  const auto acc = sf::frontier::account(m);
+  std::vector<double> f(120);
+  for (int t = 0; t < 120; ++t) f[t] = acc.exposed(t);
+  const auto cps = detect_series(f, 0);
+  ASSERT_EQ(cps.size(), 2u);
+  const auto d = sf::detect::diagnose(m, cps, {});
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(m.schema().groups()[d[0].moved_group], "data.next_wait");
+  EXPECT_EQ(d[0].after.suspect.rank, 2);
+  EXPECT_GT(d[0].share_delta[0], 0.2);
+  EXPECT_EQ(m.schema().groups()[d[1].moved_group], "data.next_wait");  // recovery: data shrank most
+  EXPECT_LT(d[1].share_delta[0], -0.2);
+}
+
+TEST(DetectStability, chronic_one_off_intermittent_none) {
+  using sf::detect::Stability;
+  auto classify = [](const std::function<bool(int)>& slow) {
+    const auto m = matrix(120, slow);
+    const auto acc = sf::frontier::account(m);
+    const auto st = sf::detect::culprit_stability(m, acc, 0, {});
+    return st;
+  };
+  const auto chronic = classify([](int) { return true; });
+  EXPECT_EQ(chronic.stability, Stability::chronic) << chronic.evidence;
+  EXPECT_EQ(chronic.culprit, 2);
+  EXPECT_EQ(chronic.windows_led, 6);
+  EXPECT_EQ(classify([](int t) { return t >= 60; }).stability, Stability::chronic);  // since step 60, ongoing
+  const auto one = classify([](int t) { return t >= 40 && t < 60; });
+  EXPECT_EQ(one.stability, Stability::one_off) << one.evidence;
+  const auto periodic = classify([](int t) { return t % 5 == 3; });
+  EXPECT_EQ(periodic.stability, Stability::intermittent) << periodic.evidence;
+  EXPECT_LT(periodic.step_fraction_in_led, 0.5);
+  const auto twice = classify([](int t) { return (t >= 20 && t < 40) || (t >= 80 && t < 100); });
+  EXPECT_EQ(twice.stability, Stability::intermittent) << twice.evidence;
+  EXPECT_EQ(twice.episodes, 2);
+  const auto healthy = classify([](int) { return false; });
+  EXPECT_EQ(healthy.stability, Stability::none) << healthy.evidence;
+}

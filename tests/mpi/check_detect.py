@@ -1,0 +1,29 @@
+#!/usr/bin/python3
+"""Checks run.json of an A/B/A `run --detect`: a change at the onset and a recovery at the offset
+(within 5 steps), each matched to the truth with the target rank named, and culprit stability
+naming the same rank. At most one false alarm is tolerated: on a loaded 2-core machine the first
+steps after warm-up can be a real >10% transient, which FALCON's rule rightly reports.
+  check_detect.py RUN_JSON"""
+import json
+import sys
+
+j = json.load(open(sys.argv[1]))
+truth = j["truth"][0]
+cps = j["change_points"]
+bad = []
+for at, kind in ((truth["onset"], "slower"), (truth["offset"], "faster")):
+    m = [c for c in cps if c["direction"] == kind and abs(c["step"] - at) <= 5]
+    if not m:
+        bad.append(f"no {kind} change near step {at}: {[(c['step'], c['direction']) for c in cps]}")
+    elif not m[0]["truth"]["matched"] or not m[0]["truth"]["rank_hit"]:
+        bad.append(f"change at {m[0]['step']} not matched to the truth with its rank: {m[0]['truth']}")
+td = j["truth_detection"]
+if td["detected"] != 2 or td["false_alarms"] > 1:
+    bad.append(f"truth_detection {td}")
+cs = j["culprit_stability"]
+if cs["culprit"] != truth["rank"] or cs["class"] != "one-off":
+    bad.append(f"culprit stability {cs['culprit']} {cs['class']}, expected rank {truth['rank']} one-off")
+for b in bad:
+    print("FAIL:", b)
+print("detect: ok" if not bad else "detect: FAIL")
+sys.exit(1 if bad else 0)
