@@ -82,5 +82,6 @@ void setup_scenarios(CLI::App& app);
 void setup_run(CLI::App& app);
 void setup_sim(CLI::App& app);
 void setup_experiment(CLI::App& app);
+void setup_validate(CLI::App& app);
 
 }  // namespace sf::cli

@@ -2,6 +2,7 @@
 #include "detail.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sf::testbed {
 
@@ -28,6 +29,18 @@ std::string validate(const RunConfig& cfg) {
       cfg.telemetry_fault_rank == 0)
     return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
+  return "";
+}
+
+std::string validate(const ValidateConfig& cfg) {
+  if (!cfg.p2p && !cfg.compute) return "--no-p2p and --no-compute: nothing to validate";
+  if (cfg.bytes < 1 || cfg.bytes > (1u << 30)) return "--bytes must be in [1, 1073741824]";
+  if (cfg.reps < 1 || cfg.reps > 10000) return "--reps must be in [1, 10000]";
+  if (!(cfg.threshold > 1.0) || !std::isfinite(cfg.threshold)) return "--threshold must be a finite number > 1";
+  if (cfg.gemm_n < 8 || cfg.gemm_n > 8192) return "--gemm-n must be in [8, 8192]";
+  if (cfg.gemm_reps < 1 || cfg.gemm_reps > 1000) return "--gemm-reps must be in [1, 1000]";
+  for (const auto& [r, f] : cfg.compute_slowdown)
+    if (r < 0 || !(f >= 1.0) || f > 1000) return "--compute-slowdown RANK:FACTOR needs RANK >= 0 and FACTOR in [1, 1000]";
   return "";
 }
 

@@ -79,6 +79,35 @@ bool built_with_mpi();
 /// input (one line on stderr from rank 0). Without MPI in the build it prints why and returns 2.
 int run(const RunConfig& cfg);
 
+// ---- validation passes (FALCON §5: name the slow link, name the slow device) -------------------
+
+/// `sf-testbed validate` under mpirun: a point-to-point pass over the ranks' ring and a compute
+/// pass, each naming what is slower than `threshold` × the median of its peers.
+struct ValidateConfig {
+  bool p2p = true;
+  bool compute = true;
+  std::size_t bytes = 4u << 20;     ///< message size per directed transfer
+  int reps = 10;                    ///< acknowledged messages per directed link (fastest counts)
+  double threshold = 2.0;           ///< slow: time > threshold × the median of its peers
+  bool parallel = false;            ///< measure a round's links at once (FALCON), not one at a time
+  int gemm_n = 384;                 ///< compute pass: n × n × n single-precision GEMM
+  int gemm_reps = 5;                ///< timed GEMMs per rank (fastest counts)
+  /// Injected compute fail-slow, to validate the validator: rank → factor (its GEMMs repeat
+  /// `factor` times, as a device running at 1/factor of its speed would take).
+  std::vector<std::pair<int, double>> compute_slowdown;
+  bool check = false;               ///< exit 1 when anything is slow
+  bool quiet = false;
+  std::string out;                  ///< sf.validate/1 JSON file
+  std::vector<std::string> argv;
+  std::string commit;
+};
+/// Validates without MPI: "" or one line.
+std::string validate(const ValidateConfig& cfg);
+/// Runs both passes on every rank of MPI_COMM_WORLD (initialising MPI unless the caller did);
+/// rank 0 prints the link and rank tables and writes the JSON. Exit code: 0, 1 (--check and
+/// something slow), 2 (bad input, or a build without MPI).
+int run_validate(const ValidateConfig& cfg);
+
 // ---- verdicts -----------------------------------------------------------------------------------
 
 /// The verdict of one scored window against the plan's truth, as both `run` and `sim` report it.
