@@ -59,6 +59,8 @@ void setup_validate(CLI::App& app) {
   sub->add_option("--threshold", cfg.threshold, "slow: more than THRESHOLD x the median of its class")
       ->check(CLI::Range(1.000001, 1000.0));
   sub->add_option("--gemm-n", cfg.gemm_n, "compute pass: n x n x n single-precision GEMM")->check(CLI::Range(8, 8192));
+  sub->add_option("--sweeps", cfg.sweeps, "passes over every link and rank; a link's (rank's) fastest try over all passes counts")
+      ->check(CLI::Range(1, 100));
   sub->add_option("--gemm-reps", cfg.gemm_reps, "timed GEMMs per rank; the fastest counts")->check(CLI::Range(1, 1000));
   sub->add_option("--compute-slowdown", o->slowdown,
                   "inject a compute fail-slow to validate the validator: RANK:FACTOR (its GEMMs take FACTOR x)")

@@ -87,6 +87,6 @@ frontier::LabelConfig read_config_file(const std::string& path, frontier::LabelC
 void write_file_atomic(const std::string& path, std::string_view content);
 
 /// Renders the human-readable table `sf-testbed score` prints for one window.
-std::string evidence_table(const frontier::Evidence& e, const std::string& title);
+std::string evidence_table(const frontier::Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks = {});
 
 }  // namespace sf::formats

@@ -36,6 +36,7 @@ std::string validate(const ValidateConfig& cfg) {
   if (!cfg.p2p && !cfg.compute) return "--no-p2p and --no-compute: nothing to validate";
   if (cfg.bytes < 1 || cfg.bytes > (1u << 30)) return "--bytes must be in [1, 1073741824]";
   if (cfg.reps < 1 || cfg.reps > 10000) return "--reps must be in [1, 10000]";
+  if (cfg.sweeps < 1 || cfg.sweeps > 100) return "--sweeps must be in [1, 100]";
   if (!(cfg.threshold > 1.0) || !std::isfinite(cfg.threshold)) return "--threshold must be a finite number > 1";
   if (cfg.gemm_n < 8 || cfg.gemm_n > 8192) return "--gemm-n must be in [8, 8192]";
   if (cfg.gemm_reps < 1 || cfg.gemm_reps > 1000) return "--gemm-reps must be in [1, 1000]";

@@ -175,7 +175,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     const auto [wall_sum, gap] = makespan_check(e, all.matrix);
     const VerdictReport vr = verdict_report(plan, e, gap);
     table += vr.truth_text + "#\n";
-    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))");
+    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows.size()) + " window(s))", all.ranks);
     std::snprintf(line, sizeof line,
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart); rank-0 elapsed %.4f s\n",
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);

@@ -87,7 +87,8 @@ struct ValidateConfig {
   bool p2p = true;
   bool compute = true;
   std::size_t bytes = 4u << 20;     ///< message size per directed transfer
-  int reps = 10;                    ///< acknowledged messages per directed link (fastest counts)
+  int reps = 10;                    ///< acknowledged messages per directed link per sweep
+  int sweeps = 3;                   ///< passes over all links and ranks (the fastest try counts)
   double threshold = 2.0;           ///< slow: time > threshold × the median of its peers
   bool parallel = false;            ///< measure a round's links at once (FALCON), not one at a time
   int gemm_n = 384;                 ///< compute pass: n × n × n single-precision GEMM
