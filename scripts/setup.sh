@@ -8,7 +8,8 @@ pkgs=(cmake g++ make git pkg-config
       libopenmpi-dev openmpi-bin
       libeigen3-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
       libgtest-dev libbenchmark-dev
-      python3 python3-pandas python3-matplotlib)
+      python3 python3-pandas python3-matplotlib
+      iproute2)  # ip netns, veth, bridge, tc: the multihost tests (scripts/testhosts.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
