@@ -93,6 +93,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--cost-scale", o->cost_scale, "multiply every base stage cost (default step ~200 ms)")
       ->check(CLI::Range(0.01, 100.0))->group(w);
   sub->add_option("--grad-floats", cfg.grad_floats, "gradient buffer size (floats)")->check(CLI::Range(64, 1 << 28))->group(w);
+  sub->add_option("--link-rate", cfg.link_rate_mbit, "link_slow: the target host's egress rate while the fault is on (Mbit/s)")
+      ->group(w);
+  sub->add_option("--link-grad-mib", cfg.link_grad_mib, "link_slow: gradient MiB the all-reduce moves per step")->group(w);
   sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
   const std::string t = "Telemetry faults and overhead";

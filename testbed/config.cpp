@@ -28,6 +28,9 @@ std::string validate(const RunConfig& cfg) {
   if ((cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt) &&
       cfg.telemetry_fault_rank == 0)
     return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
+  if (!(cfg.link_rate_mbit >= 1 && cfg.link_rate_mbit <= 1e6)) return "--link-rate must be in [1, 1000000] Mbit/s";
+  if (!(cfg.link_grad_mib >= 1 && cfg.link_grad_mib <= 1024)) return "--link-grad-mib must be in [1, 1024]";
+  if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   return "";
 }

@@ -6,6 +6,7 @@
 #include "sf/recorder/mpi_transport.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -40,11 +41,29 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   if (cfg.telemetry_fault != inject::TelemetryFault::none && (cfg.telemetry_fault_rank < 0 || cfg.telemetry_fault_rank >= size))
     return fail("--telemetry-fault-rank outside the world");
 
-  const inject::FaultPlan plan = detail::make_plan(cfg, size);
+  inject::FaultPlan plan = detail::make_plan(cfg, size);
   const auto* scenario = plan.scenario;
 
   RunConfig run_cfg = cfg;
   run_cfg.workload.sync_callbacks = cfg.workload.sync_callbacks || scenario->sync_callbacks;
+
+  // link_slow: the target is a host, and the gradient buffer is sized so that the healthy link is
+  // not the bottleneck and the throttled one is.
+  bool link_shaper = false;
+  if (scenario->site == inject::Site::link) {
+    run_cfg.grad_floats = static_cast<std::size_t>(cfg.link_grad_mib * 1024 * 1024 / sizeof(float));
+    if (const auto e = detail::resolve_link_plan(plan, cfg, world, rank, size, link_shaper); !e.empty()) return fail(e);
+  }
+  detail::LinkFault link(plan, link_shaper);
+  {
+    const std::string probe = link.probe();
+    int bad_link = probe.empty() ? 0 : 1, any_bad_link = 0;
+    SF_MPI_CHECK(MPI_Allreduce(&bad_link, &any_bad_link, 1, MPI_INT, MPI_MAX, world));
+    if (any_bad_link) {
+      if (!probe.empty()) std::fprintf(stderr, "sf-testbed run: rank %d: %s\n", rank, probe.c_str());
+      return 2;
+    }
+  }
 
   // Local rank for device selection.
   int local_rank = 0;
@@ -98,12 +117,16 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   sim::Workload work(run_cfg.workload, plan, *b.device, *b.comm, rank);
 
   SF_MPI_CHECK(MPI_Barrier(world));
-  for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
+  for (int t = 0; t < cfg.warmup; ++t) {
+    link.at_step(t);
+    work.step(t, nullptr);
+  }
   const std::int64_t t_start = inject::monotonic_ns();
   const StealMeter steal_meter;
   std::int64_t completed = 0;
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
     const bool drop = faulty && cfg.telemetry_fault == inject::TelemetryFault::drop_steps && t % 4 == 1;
+    link.at_step(t);
     work.step(t, &rec, drop);
     ++completed;
     if (run_cfg.workload.fetch_ahead && t + 1 < cfg.warmup + cfg.steps) work.fetch_ahead(t + 1, &rec);
@@ -112,6 +135,11 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   const double elapsed_s = static_cast<double>(inject::monotonic_ns() - t_start) * 1e-9;
   const double steal = steal_meter.fraction();
   rec.finish();
+  link.finish();
+  // The shaping rank tells rank 0 whether the fault it claims was applied, and when.
+  std::array<std::int64_t, 3> link_state{link.shaper() ? 1 : 0, link.applied_at(), link.failures().empty() ? 0 : 1};
+  std::array<std::int64_t, 3> link_any{};
+  SF_MPI_CHECK(MPI_Reduce(link_state.data(), link_any.data(), 3, MPI_INT64_T, MPI_MAX, 0, world));
 
   std::int64_t min_completed = 0;
   SF_MPI_CHECK(MPI_Reduce(&completed, &min_completed, 1, MPI_INT64_T, MPI_MIN, 0, world));
@@ -140,6 +168,14 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
                       {"gather_deadline_s", cfg.gather_deadline_s}};
   result["truth"] = truth_json(truth);
+  if (scenario->site == inject::Site::link)
+    result["link_fault"] = {{"host", plan.host},
+                            {"ranks", plan.ranks},
+                            {"rate_mbit", plan.rate_mbit},
+                            {"grad_mib", cfg.link_grad_mib},
+                            {"device", std::getenv("SF_LINK_DEV") ? std::getenv("SF_LINK_DEV") : ""},
+                            {"applied_at_step", link_any[1] >= 0 ? ordered_json(link_any[1]) : ordered_json(nullptr)},
+                            {"tc_failed", link_any[2] != 0}};
   result["measured"] = {{"steps_completed_min", min_completed}, {"rank0_elapsed_s", elapsed_s}, {"vm_steal_fraction", steal}};
   result["backend_notes"] = b.notes;
 

@@ -55,6 +55,11 @@ struct RunConfig {
   /// the cores, else 0 (decided once the world size is known).
   double spin_us = -1;
   std::size_t grad_floats = 4096;
+  /// link_slow: the target host's egress rate while the fault is on (tc tbf), and the gradient
+  /// bytes the all-reduce moves (sized so the healthy link is not the bottleneck, the throttled
+  /// one is; replaces grad_floats for this scenario).
+  double link_rate_mbit = 200;
+  double link_grad_mib = 32;
   // telemetry faults (injected on purpose; training must not notice)
   inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
   int telemetry_fault_rank = 1;

@@ -10,7 +10,7 @@ TEST(Catalogue, lists_every_scenario_the_testbed_promises) {
   std::set<std::string> names;
   for (const auto& s : catalogue()) names.insert(s.name);
   EXPECT_EQ(names, (std::set<std::string>{"none", "data_tail", "bwd_compute", "comm_delay", "fwd_device", "fwd_host",
-                                          "callback_sync_tail", "callback_host_tail", "optim_host_local"}));
+                                          "callback_sync_tail", "callback_host_tail", "optim_host_local", "link_slow"}));
   EXPECT_FALSE(find_scenario("callback_host_tail")->should_route);
   EXPECT_FALSE(find_scenario("optim_host_local")->should_route);
   EXPECT_TRUE(find_scenario("callback_sync_tail")->sync_callbacks);
