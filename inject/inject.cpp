@@ -79,7 +79,8 @@ const Scenario* find_scenario(std::string_view name) {
 }
 
 bool FaultPlan::active(int rank, std::int64_t step) const {
-  if (scenario == nullptr || scenario->site == Site::none || delay_ms <= 0) return false;
+  if (scenario == nullptr || scenario->site == Site::none) return false;
+  if ((scenario->site == Site::link ? rate_mbit : delay_ms) <= 0) return false;  // a link fault is a rate
   if (step < onset || step >= offset) return false;
   if (every > 1 && (step - onset) % every != 0) return false;
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();

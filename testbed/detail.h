@@ -38,6 +38,17 @@ struct Backends {
 /// Chooses device and comm backends; returns an error line (identical on every rank) or "".
 std::string make_backends(const RunConfig& cfg, MPI_Comm world, int local_rank, Backends& b);
 
+/// The validation passes on every rank of `world` (collective); rank 0 gets the table, the
+/// sf.validate/1 JSON and the verdict. Returns 2 on bad input (rank 0 printed why), else 0.
+struct ValidateReport {
+  bool root = false;  ///< this rank holds the report
+  bool pass = true;
+  std::string text, attribution;
+  nlohmann::ordered_json json;
+  std::vector<std::string> egress;  ///< hosts whose every outgoing inter-host link is slow
+};
+int validate_world(const ValidateConfig& cfg, MPI_Comm world, ValidateReport& report);
+
 /// link_slow: the target host (the host of the drawn or given rank), all its ranks as the
 /// plan's ranks, the rate; `shaper` is set on the one rank (local rank 0 of that host) that
 /// applies the rate limit. Collective over `world`. "" or one line (identical on every rank).

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <thread>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -77,6 +78,16 @@ void quiet_barrier(MPI_Comm comm) {
   }
 }
 
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -111,7 +122,7 @@ struct Result {
   std::vector<int> slow_links;  // indices into links
 };
 
-int validate_world(const ValidateConfig& cfg, MPI_Comm world) {
+int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateReport& report) {
   int rank = 0, size = 1;
   SF_MPI_CHECK(MPI_Comm_rank(world, &rank));
   SF_MPI_CHECK(MPI_Comm_size(world, &size));
@@ -195,6 +206,7 @@ int validate_world(const ValidateConfig& cfg, MPI_Comm world) {
   res.gemm_s.resize(static_cast<std::size_t>(size));
   SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, res.gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
   if (rank != 0) return 0;
+  report.root = true;
 
   // ---- rank 0: classes, medians, verdicts ----
   for (int r = 0; r < size; ++r)
@@ -273,38 +285,40 @@ int validate_world(const ValidateConfig& cfg, MPI_Comm world) {
     const auto& id = res.ids[static_cast<std::size_t>(r)];
     return id.hostname;
   };
-  if (!cfg.quiet) {
-    std::printf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
-    std::printf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
+  {
+    std::string& text = report.text;
+    appendf(text, "# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+    appendf(text, "# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
                 size, hosts.size(), cfg.threshold);
     if (cfg.p2p) {
-      std::printf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
+      appendf(text, "# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
                   size < 2 ? 0 : size % 2 ? 3 : 2,
                   cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
-      std::printf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
+      appendf(text, "# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
                   "verdict");
       for (const auto& l : res.links)
-        std::printf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
+        appendf(text, "  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
                     l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
                     l.slow ? "SLOW" : "ok");
-      if (!attribution.empty()) std::printf("# %s\n", attribution.c_str());
+      if (!attribution.empty()) appendf(text, "# %s\n", attribution.c_str());
     }
     if (cfg.compute) {
-      std::printf("#\n# compute: %d^3 single-precision GEMM (Eigen), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+      appendf(text, "#\n# compute: %d^3 single-precision GEMM (Eigen), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
                   cfg.sweeps, cfg.gemm_reps);
-      std::printf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
+      appendf(text, "# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
       for (int r = 0; r < size; ++r) {
         const double t = res.gemm_s[static_cast<std::size_t>(r)];
         const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
-        std::printf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
+        appendf(text, "  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
                     slow ? "SLOW" : "ok");
       }
     }
-    std::printf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
+    appendf(text, "# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
                 res.slow_ranks.size());
   }
-  if (!cfg.out.empty()) {
-    ordered_json j = provenance_json("sf.validate/1", cfg.argv, cfg.commit);
+  {
+    ordered_json& j = report.json;
+    j = provenance_json("sf.validate/1", cfg.argv, cfg.commit);
     j["ranks"] = size;
     j["hosts"] = ordered_json(std::vector<std::string>(hosts.begin(), hosts.end()));
     j["threshold"] = cfg.threshold;
@@ -322,12 +336,20 @@ int validate_world(const ValidateConfig& cfg, MPI_Comm world) {
     j["compute"] = {{"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s}, {"median_s", res.gemm_median}};
     j["slow_ranks"] = res.slow_ranks;
     j["pass"] = pass;
-    formats::write_file_atomic(cfg.out, j.dump(2) + "\n");
   }
-  return cfg.check && !pass ? 1 : 0;
+  report.pass = pass;
+  report.attribution = attribution;
+  report.egress = egress.size() == 1 || hosts.size() == 2 ? egress : std::vector<std::string>{};
+  return 0;
 }
 
 }  // namespace
+
+namespace detail {
+int validate_world(const ValidateConfig& cfg, MPI_Comm world, ValidateReport& report) {
+  return validate_passes(cfg, world, report);
+}
+}  // namespace detail
 
 int run_validate(const ValidateConfig& cfg) {
   int initialized = 0;
@@ -338,7 +360,13 @@ int run_validate(const ValidateConfig& cfg) {
   }
   int rc = 0;
   try {
-    rc = validate_world(cfg, MPI_COMM_WORLD);
+    detail::ValidateReport report;
+    rc = detail::validate_world(cfg, MPI_COMM_WORLD, report);
+    if (rc == 0 && report.root) {
+      if (!cfg.quiet) std::fputs(report.text.c_str(), stdout);
+      if (!cfg.out.empty()) formats::write_file_atomic(cfg.out, report.json.dump(2) + "\n");
+      rc = cfg.check && !report.pass ? 1 : 0;
+    }
   } catch (const std::exception& e) {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -33,8 +33,10 @@ Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const
     c.criterion = sc.stage + " not in the routing set";
     ok = !v.frontier.candidate_hit;
   } else if (sc.site == inject::Site::link) {
-    c.criterion = sc.stage + " in the top-2 and a rank of the throttled host named";
-    ok = v.frontier.top2 && v.rank_hit;
+    // The host is named by the P2P pass the run makes while the fault is on (run.cpp): a
+    // bandwidth fault delays every rank of the ring alike, so no rank stands out in stage time.
+    c.criterion = sc.stage + " in the top-2";
+    ok = v.frontier.top2;
   } else if (sc.site == inject::Site::forward_device) {
     c.criterion = sc.stage + " in the top-2 (device work becomes host-visible in backward)";
     ok = v.frontier.top2;

@@ -18,6 +18,24 @@ TEST(Catalogue, lists_every_scenario_the_testbed_promises) {
   EXPECT_EQ(find_scenario("nope"), nullptr);
 }
 
+TEST(FaultPlan, a_link_fault_is_active_by_its_rate_not_a_delay) {
+  FaultPlan p;
+  p.scenario = find_scenario("link_slow");
+  p.ranks = {2, 3};
+  p.onset = 5;
+  p.host = "h1";
+  EXPECT_FALSE(p.active(2, 6));  // no rate: nothing to apply
+  p.rate_mbit = 200;
+  EXPECT_FALSE(p.active(2, 4));
+  EXPECT_TRUE(p.active(3, 5));
+  EXPECT_FALSE(p.active(1, 5));
+  EXPECT_EQ(p.delay_s(Site::link, 2, 6), 0.0);  // the workload sleeps nowhere: the link is slow
+  const auto t = truth(p);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].host, "h1");
+  EXPECT_EQ(t[0].rate_mbit, 200);
+}
+
 TEST(FaultPlan, onset_offset_every_and_ranks) {
   FaultPlan p;
   p.scenario = find_scenario("fwd_host");
