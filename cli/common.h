@@ -138,5 +138,6 @@ void setup_run(CLI::App& app);
 void setup_sim(CLI::App& app);
 void setup_experiment(CLI::App& app);
 void setup_import(CLI::App& app);
+void setup_validate(CLI::App& app);
 
 }  // namespace sf::cli

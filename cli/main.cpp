@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   sf::cli::setup_experiment(app);
   sf::cli::setup_sim(app);
   sf::cli::setup_import(app);
+  sf::cli::setup_validate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

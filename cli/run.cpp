@@ -112,6 +112,11 @@ void setup_run(CLI::App& app) {
   sub->add_option("--reference-steps", cfg.reference_steps,
                   "healthy steps recorded before the warm-up as the verdict's reference (0: none)")
       ->check(CLI::Range(0, 100000))->group(w);
+  sub->add_option("--link-rate", cfg.link_rate_mbit, "link_slow: the target host's egress rate while the fault is on (Mbit/s)")
+      ->group(w);
+  sub->add_option("--link-grad-mib", cfg.link_grad_mib,
+                  "link_slow: gradient MiB the all-reduce moves per step (real buffer sizes: sets --grad-mib and --model-mib)")
+      ->group(w);
   sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
   const std::string t = "Telemetry faults and overhead";

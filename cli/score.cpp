@@ -59,7 +59,8 @@ int run_score(const ScoreOptions& o) {
     }
     packets += formats::evidence_to_json(e, w.ranks).dump() + "\n";
     tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +
-                                             std::to_string(windows.size()) + ")");
+                                             std::to_string(windows.size()) + ")",
+                                       w.ranks);
     if (i + 1 < windows.size()) tables += "\n";
   }
   if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {

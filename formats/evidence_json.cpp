@@ -212,15 +212,25 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
     auto& arr = leaders[e.group_name(g)] = ordered_json::array();
     for (const auto& c : e.leaders[g]) arr.push_back({{"rank", c.rank}, {"advance_s", c.advance_s}, {"steps_led", c.steps_led}});
   }
+  // A named rank's host, when the ranks' identities are known: on a cluster the host (its NIC,
+  // its GPUs) is what an operator drains, not the rank number.
+  const auto host_of = [&](int rank) {
+    for (const auto& r : ranks)
+      if (r.rank == rank) return ordered_json{{"hostname", r.hostname}, {"node_rank", r.node_rank}};
+    return ordered_json(nullptr);
+  };
   j["suspect"] = {{"stage", e.suspect.group >= 0 ? ordered_json(e.group_name(e.suspect.group)) : ordered_json(nullptr)},
                   {"rank", e.suspect.rank >= 0 ? ordered_json(e.suspect.rank) : ordered_json(nullptr)},
                   {"basis", e.suspect.basis},
                   {"confidence", e.suspect.confidence}};
+  if (!ranks.empty()) j["suspect"]["host"] = host_of(e.suspect.rank);
   auto& sus = j["stage_suspects"] = ordered_json::object();
-  for (const auto& x : e.stage_suspects)
-    sus[e.group_name(x.group)] = {{"rank", x.rank >= 0 ? ordered_json(x.rank) : ordered_json(nullptr)},
-                                  {"basis", x.basis},
-                                  {"confidence", x.confidence}};
+  for (const auto& x : e.stage_suspects) {
+    auto& s = sus[e.group_name(x.group)] = {{"rank", x.rank >= 0 ? ordered_json(x.rank) : ordered_json(nullptr)},
+                                            {"basis", x.basis},
+                                            {"confidence", x.confidence}};
+    if (!ranks.empty()) s["host"] = host_of(x.rank);
+  }
   auto& lag = j["lag"] = ordered_json::object();
   for (int g = 0; g < e.schema.group_count(); ++g)
     lag[e.group_name(g)] = {{"lag_mean_s", e.lag_mean_s[g]},

@@ -110,7 +110,7 @@ inline constexpr std::size_t kMaxConfigBytes = 1 << 20;
 void write_file_atomic(const std::string& path, std::string_view content);
 
 /// Renders the human-readable table `sf-testbed score` prints for one window.
-std::string evidence_table(const frontier::Evidence& e, const std::string& title);
+std::string evidence_table(const frontier::Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks = {});
 
 // ---- trace import (docs/kineto.md) -------------------------------------------------------------
 

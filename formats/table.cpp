@@ -28,7 +28,7 @@ std::string line(const char* fmt, auto... args) {
 
 }  // namespace
 
-std::string evidence_table(const Evidence& e, const std::string& title) {
+std::string evidence_table(const Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks) {
   const auto& c = e.config;
   std::string out;
   out += "# " + title + "\n";
@@ -66,10 +66,13 @@ std::string evidence_table(const Evidence& e, const std::string& title) {
   std::string labels;
   for (std::size_t i = 0; i < e.labels.size(); ++i) labels += (i ? ", " : "") + std::string(frontier::to_string(e.labels[i]));
   out += "# labels: " + (labels.empty() ? std::string("(none)") : labels) + "\n";
-  if (e.suspect.group >= 0)
-    out += line("# suspect: %s on rank %s (%s, %.2f)\n", e.group_name(e.suspect.group).c_str(),
-                e.suspect.rank >= 0 ? std::to_string(e.suspect.rank).c_str() : "?", e.suspect.basis.c_str(),
-                e.suspect.confidence);
+  if (e.suspect.group >= 0) {
+    std::string where = e.suspect.rank >= 0 ? std::to_string(e.suspect.rank) : "?";
+    for (const auto& r : ranks)
+      if (r.rank == e.suspect.rank && !r.hostname.empty()) where += " on host " + r.hostname;
+    out += line("# suspect: %s on rank %s (%s, %.2f)\n", e.group_name(e.suspect.group).c_str(), where.c_str(),
+                e.suspect.basis.c_str(), e.suspect.confidence);
+  }
   std::string missing = e.missing_ranks.empty() ? "none"
                                                 : std::to_string(e.missing_ranks.size()) + " rank(s) [" +
                                                       frontier::format_rank_ranges(e.missing_ranks, 4) + "]";

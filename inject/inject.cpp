@@ -19,6 +19,7 @@ std::string_view to_string(Site s) {
     case Site::backward_collective: return "backward_collective";
     case Site::callbacks: return "callbacks";
     case Site::optimizer: return "optimizer";
+    case Site::link: return "link";
   }
   return "?";
 }
@@ -29,6 +30,7 @@ std::string_view to_string(FaultKind k) {
     case FaultKind::host_delay: return "host_delay";
     case FaultKind::device_compute: return "device_compute";
     case FaultKind::collective_entry_delay: return "collective_entry_delay";
+    case FaultKind::link_rate: return "link_rate";
   }
   return "?";
 }
@@ -53,6 +55,9 @@ const std::vector<Scenario>& catalogue() {
        "extra device compute in backward on the target rank, before the gradient all-reduce"},
       {"comm_delay", Site::backward_collective, FaultKind::collective_entry_delay, "model.backward_cpu_wall", true, false,
        120, true, "the target rank enters the gradient all-reduce late (link fail-slow stand-in)"},
+      {"link_slow", Site::link, FaultKind::link_rate, "model.backward_cpu_wall", true, false, 0, true,
+       "the target host's link is rate-limited (tc tbf) while the gradient all-reduce moves a real buffer; "
+       "needs test hosts or SF_LINK_DEV (docs/cluster.md)"},
       {"fwd_device", Site::forward_device, FaultKind::device_compute, "model.fwd_loss_cpu_wall", false, false, 120, true,
        "extra device compute queued in forward; it becomes host-visible later, in backward"},
       {"fwd_host", Site::forward_host, FaultKind::host_delay, "model.fwd_loss_cpu_wall", false, false, 120, true,
@@ -74,7 +79,8 @@ const Scenario* find_scenario(std::string_view name) {
 }
 
 bool FaultPlan::active(int rank, std::int64_t step) const {
-  if (scenario == nullptr || scenario->site == Site::none || delay_ms <= 0) return false;
+  if (scenario == nullptr || scenario->site == Site::none) return false;
+  if ((scenario->site == Site::link ? rate_mbit : delay_ms) <= 0) return false;  // a link fault is a rate
   if (step < onset || step >= offset) return false;
   if (every > 1 && (step - onset) % every != 0) return false;
   return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
@@ -100,6 +106,11 @@ std::vector<TruthRecord> truth(const FaultPlan& plan) {
     t.every = plan.every;
     t.sync_bearing = plan.scenario->sync_bearing;
     t.should_route = plan.scenario->should_route;
+    if (plan.scenario->site == Site::link) {
+      t.delay_ms = 0;  // the fault is a rate, not a delay
+      t.host = plan.host;
+      t.rate_mbit = plan.rate_mbit;
+    }
     out.push_back(std::move(t));
   }
   return out;

@@ -20,9 +20,10 @@ enum class Site {
   backward_collective,  ///< host delay entering the gradient collective
   callbacks,            ///< host work in callbacks
   optimizer,            ///< host work in the optimizer step
+  link,                 ///< the target host's network link (a real rate limit, not a delay)
 };
 
-enum class FaultKind { none, host_delay, device_compute, collective_entry_delay };
+enum class FaultKind { none, host_delay, device_compute, collective_entry_delay, link_rate };
 
 std::string_view to_string(Site s);
 std::string_view to_string(FaultKind k);
@@ -54,6 +55,9 @@ struct FaultPlan {
   std::int64_t onset = 0;          ///< first affected step
   std::int64_t offset = kForever;  ///< first unaffected step after onset
   int every = 1;                   ///< periodic spikes: steps onset, onset+K, ...
+  /// Link faults (Site::link): the throttled host, its rate, and the ranks on it (`ranks`).
+  std::string host;
+  double rate_mbit = 0;
 
   bool active(int rank, std::int64_t step) const;
   /// Seconds to inject at `site` on `rank` in `step` (0 when the plan does not apply).
@@ -68,6 +72,8 @@ struct TruthRecord {
   std::int64_t onset = 0, offset = kForever;
   int every = 1;
   bool sync_bearing = false, should_route = true;
+  std::string host;      ///< link faults: the throttled host
+  double rate_mbit = 0;  ///< link faults: its egress rate
 };
 std::vector<TruthRecord> truth(const FaultPlan& plan);
 

@@ -9,7 +9,11 @@
 namespace sf::sim {
 
 std::string validate(const ModelConfig& cfg) {
-  if (!inject::find_scenario(cfg.scenario)) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
+  const auto* sc = inject::find_scenario(cfg.scenario);
+  if (!sc) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
+  if (sc->site == inject::Site::link)
+    return "--scenario " + cfg.scenario + ": a real link fault has no model; run it with `sf-testbed run` across hosts "
+           "(docs/cluster.md)";
   if (cfg.ranks < 1 || cfg.ranks > (1 << 20)) return "--ranks must be in [1, 1048576]";
   if (cfg.steps < 1 || static_cast<double>(cfg.steps) * cfg.ranks > 5e8) return "--steps x --ranks must be in [1, 5e8]";
   if (const auto v = validate(cfg.variation); !v.empty()) return v;

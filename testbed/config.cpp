@@ -2,6 +2,7 @@
 #include "detail.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace sf::testbed {
 
@@ -27,10 +28,26 @@ std::string validate(const RunConfig& cfg) {
   if ((cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt) &&
       cfg.telemetry_fault_rank == 0)
     return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
+  if (!(cfg.link_rate_mbit >= 1 && cfg.link_rate_mbit <= 1e6)) return "--link-rate must be in [1, 1000000] Mbit/s";
+  if (!(cfg.link_grad_mib >= 1 && cfg.link_grad_mib <= 1024)) return "--link-grad-mib must be in [1, 1024]";
+  if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
   if (const auto v = sim::validate(cfg.workload.layout); !v.empty()) return v;
   if (const auto v = sim::validate(cfg.workload.variation); !v.empty()) return v;
+  return "";
+}
+
+std::string validate(const ValidateConfig& cfg) {
+  if (!cfg.p2p && !cfg.compute) return "--no-p2p and --no-compute: nothing to validate";
+  if (cfg.bytes < 1 || cfg.bytes > (1u << 30)) return "--bytes must be in [1, 1073741824]";
+  if (cfg.reps < 1 || cfg.reps > 10000) return "--reps must be in [1, 10000]";
+  if (cfg.sweeps < 1 || cfg.sweeps > 100) return "--sweeps must be in [1, 100]";
+  if (!(cfg.threshold > 1.0) || !std::isfinite(cfg.threshold)) return "--threshold must be a finite number > 1";
+  if (cfg.gemm_n < 8 || cfg.gemm_n > 8192) return "--gemm-n must be in [8, 8192]";
+  if (cfg.gemm_reps < 1 || cfg.gemm_reps > 1000) return "--gemm-reps must be in [1, 1000]";
+  for (const auto& [r, f] : cfg.compute_slowdown)
+    if (r < 0 || !(f >= 1.0) || f > 1000) return "--compute-slowdown RANK:FACTOR needs RANK >= 0 and FACTOR in [1, 1000]";
   return "";
 }
 

@@ -96,6 +96,49 @@ struct Backends {
 /// Chooses device and comm backends; returns an error line (identical on every rank) or "".
 std::string make_backends(const RunConfig& cfg, MPI_Comm world, int local_rank, Backends& b);
 
+/// The validation passes on every rank of `world` (collective); rank 0 gets the table, the
+/// sf.validate/1 JSON and the verdict. Returns 2 on bad input (rank 0 printed why), else 0.
+struct ValidateReport {
+  bool root = false;  ///< this rank holds the report
+  bool pass = true;
+  std::string text, attribution;
+  nlohmann::ordered_json json;
+  std::vector<std::string> egress;  ///< hosts whose every outgoing inter-host link is slow
+};
+int validate_world(const ValidateConfig& cfg, MPI_Comm world, ValidateReport& report);
+
+/// link_slow: the target host (the host of the drawn or given rank), all its ranks as the
+/// plan's ranks, the rate; `shaper` is set on the one rank (local rank 0 of that host) that
+/// applies the rate limit. Collective over `world`. "" or one line (identical on every rank).
+std::string resolve_link_plan(inject::FaultPlan& plan, const RunConfig& cfg, MPI_Comm world, int rank, int size,
+                              bool& shaper);
+
+/// The link_slow rate limit on this host's link (SF_LINK_DEV), driven step by step by the
+/// shaping rank; a no-op on every other rank. Removed at offset, by finish() and on destruction.
+class LinkFault {
+ public:
+  LinkFault(const inject::FaultPlan& plan, bool shaper);
+  ~LinkFault();
+  LinkFault(const LinkFault&) = delete;
+  LinkFault& operator=(const LinkFault&) = delete;
+  /// "" when this rank can shape its link (or need not), else one line.
+  std::string probe() const;
+  /// Before step `step`: turns the limit on at onset and off at offset.
+  void at_step(std::int64_t step);
+  void finish();
+  bool shaper() const { return shaper_; }
+  const std::string& failures() const { return failures_; }
+  std::int64_t applied_at() const { return applied_at_; }
+  std::int64_t removed_at() const { return removed_at_; }
+  const std::string& dev() const { return dev_; }
+
+ private:
+  const inject::FaultPlan& plan_;
+  bool shaper_ = false, on_ = false;
+  std::string dev_, failures_;
+  std::int64_t applied_at_ = -1, removed_at_ = -1;
+};
+
 /// The paired overhead experiment (run --overhead-pairs K).
 int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& plan, Backends& b, int rank, int size);
 #endif

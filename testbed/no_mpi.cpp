@@ -15,4 +15,10 @@ int run(const RunConfig&) {
   return 2;
 }
 
+int run_validate(const ValidateConfig&) {
+  std::fprintf(stderr, "sf-testbed validate: this build has no MPI (configured with -DSF_WITH_MPI=OFF); rebuild with "
+                       "-DSF_WITH_MPI=ON\n");
+  return 2;
+}
+
 }  // namespace sf::testbed

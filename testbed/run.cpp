@@ -6,6 +6,7 @@
 #include "sf/recorder/mpi_transport.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
@@ -79,11 +80,30 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   if (cfg.telemetry_fault != inject::TelemetryFault::none && (cfg.telemetry_fault_rank < 0 || cfg.telemetry_fault_rank >= size))
     return fail("--telemetry-fault-rank outside the world");
 
-  const inject::FaultPlan plan = detail::make_plan(cfg, size);
+  inject::FaultPlan plan = detail::make_plan(cfg, size);
   const auto* scenario = plan.scenario;
 
   RunConfig run_cfg = cfg;
   run_cfg.workload.sync_callbacks = cfg.workload.sync_callbacks || scenario->sync_callbacks;
+
+  // link_slow: the target is a host, and the gradient buffer is sized so that the healthy link is
+  // not the bottleneck and the throttled one is.
+  bool link_shaper = false;
+  if (scenario->site == inject::Site::link) {
+    run_cfg.workload.layout.grad_mib = cfg.link_grad_mib;  // real buffer sizes: DDP's buckets of this model
+    run_cfg.workload.layout.model_mib = cfg.link_grad_mib;
+    if (const auto e = detail::resolve_link_plan(plan, cfg, world, rank, size, link_shaper); !e.empty()) return fail(e);
+  }
+  detail::LinkFault link(plan, link_shaper);
+  {
+    const std::string probe = link.probe();
+    int bad_link = probe.empty() ? 0 : 1, any_bad_link = 0;
+    SF_MPI_CHECK(MPI_Allreduce(&bad_link, &any_bad_link, 1, MPI_INT, MPI_MAX, world));
+    if (any_bad_link) {
+      if (!probe.empty()) std::fprintf(stderr, "sf-testbed run: rank %d: %s\n", rank, probe.c_str());
+      return 2;
+    }
+  }
 
   // Local rank for device selection.
   int local_rank = 0;
@@ -162,13 +182,17 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
 
   SF_MPI_CHECK(MPI_Barrier(world));
-  for (int t = 0; t < cfg.warmup; ++t) work.step(t, nullptr);
+  for (int t = 0; t < cfg.warmup; ++t) {
+    link.at_step(t);
+    work.step(t, nullptr);
+  }
   const std::int64_t t_start = inject::monotonic_ns();
   t_live = t_start;
   const StealMeter steal_meter;
   std::int64_t completed = 0;
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
     const bool drop = faulty && cfg.telemetry_fault == inject::TelemetryFault::drop_steps && t % 4 == 1;
+    link.at_step(t);
     work.step(t, &rec, drop);
     ++completed;
     if (run_cfg.workload.fetch_ahead && t + 1 < cfg.warmup + cfg.steps) work.fetch_ahead(t + 1, &rec);
@@ -177,6 +201,24 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   const double elapsed_s = static_cast<double>(inject::monotonic_ns() - t_start) * 1e-9;
   const double steal = steal_meter.fraction();
   rec.finish();
+  // link_slow: a bandwidth fault leaves no per-rank trace in stage times (every rank of a ring
+  // waits for its slowest link), so while the fault is still on, FALCON's P2P pass names the link
+  // (and its host) — the validation step that follows a detection.
+  detail::ValidateReport link_check;
+  if (scenario->site == inject::Site::link && !plan.ranks.empty() &&
+      plan.active(plan.ranks.front(), cfg.warmup + cfg.steps - 1)) {
+    ValidateConfig vc;
+    vc.compute = false;
+    vc.sweeps = 1;
+    vc.reps = 3;
+    vc.commit = cfg.commit;
+    detail::validate_world(vc, world, link_check);
+  }
+  link.finish();
+  // The shaping rank tells rank 0 whether the fault it claims was applied, and when.
+  std::array<std::int64_t, 3> link_state{link.shaper() ? rank : -1, link.applied_at(), link.failures().empty() ? 0 : 1};
+  std::array<std::int64_t, 3> link_any{};
+  SF_MPI_CHECK(MPI_Reduce(link_state.data(), link_any.data(), 3, MPI_INT64_T, MPI_MAX, 0, world));
 
   std::int64_t min_completed = 0;
   SF_MPI_CHECK(MPI_Reduce(&completed, &min_completed, 1, MPI_INT64_T, MPI_MIN, 0, world));
@@ -186,7 +228,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   // ---- rank 0: verdict against the injected truth ----
   const auto truth = inject::truth(plan);
-  const auto buckets = sim::bucket_floats(cfg.workload.layout, cfg.workload.sharded ? static_cast<std::size_t>(size) : 1);
+  const auto buckets = sim::bucket_floats(run_cfg.workload.layout, cfg.workload.sharded ? static_cast<std::size_t>(size) : 1);
   ordered_json result = provenance_json("sf.run/1", cfg.argv, cfg.commit);
   result["config"] = {{"scenario", cfg.scenario},
                       {"delay_ms", plan.delay_ms},
@@ -205,8 +247,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"sync_callbacks", run_cfg.workload.sync_callbacks},
                       {"profile", cfg.workload.profile},
                       {"sync_mode", sim::to_string(cfg.workload.sync_mode)},
-                      {"grad_mib", cfg.workload.layout.grad_mib},
-                      {"layout", {{"model_mib", cfg.workload.layout.model_mib},
+                      {"grad_mib", run_cfg.workload.layout.grad_mib},
+                      {"layout", {{"model_mib", run_cfg.workload.layout.model_mib},
                                   {"bucket_cap_mib", cfg.workload.layout.bucket_cap_mib},
                                   {"first_bucket_mib", cfg.workload.layout.first_bucket_mib}}},
                       {"bucket_floats", buckets},
@@ -218,6 +260,15 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
                       {"gather_deadline_s", cfg.gather_deadline_s}};
   result["truth"] = truth_json(truth);
+  if (scenario->site == inject::Site::link)
+    result["link_fault"] = {{"host", plan.host},
+                            {"ranks", plan.ranks},
+                            {"rate_mbit", plan.rate_mbit},
+                            {"grad_mib", cfg.link_grad_mib},
+                            {"device", std::getenv("SF_LINK_DEV") ? std::getenv("SF_LINK_DEV") : ""},
+                            {"shaping_rank", link_any[0]},
+                            {"applied_at_step", link_any[1] >= 0 ? ordered_json(link_any[1]) : ordered_json(nullptr)},
+                            {"tc_failed", link_any[2] != 0}};
   result["measured"] = {{"steps_completed_min", min_completed},
                         {"rank0_elapsed_s", elapsed_s},
                         {"vm_steal_fraction", steal},
@@ -241,7 +292,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   table += line;
   std::snprintf(line, sizeof line, "# step: profile %s  sync %s  %zu bucket(s), %.2f MiB of gradients  jitter %.3g  heterogeneity %s%s\n",
                 cfg.workload.profile.c_str(), std::string(sim::to_string(cfg.workload.sync_mode)).c_str(), buckets.size(),
-                cfg.workload.layout.grad_mib, cfg.workload.variation.jitter_sigma,
+                run_cfg.workload.layout.grad_mib, cfg.workload.variation.jitter_sigma,
                 std::string(sim::to_string(cfg.workload.variation.heterogeneity)).c_str(),
                 cfg.workload.variation.heterogeneity == sim::Heterogeneity::none
                     ? ""
@@ -281,7 +332,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       for (std::size_t g = 0; g < per.size(); ++g) adv[ref_e->group_name(static_cast<int>(g))] = per[g] * 1e3;
     }
     table += vr.truth_text + "#\n";
-    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows->count()) + " window(s))");
+    table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows->count()) + " window(s))", all_ranks);
     std::snprintf(line, sizeof line,
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart); rank-0 elapsed %.4f s\n",
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
@@ -300,8 +351,22 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     }
     if (!cfg.trace.file.empty())
       formats::write_file_atomic(cfg.trace.file, chrome_trace(all, cfg.label, cfg.trace, changes, &plan).dump() + "\n");
-    if (cfg.check && !vr.claim_pass) exit_code = 1;
+    bool claim_pass = vr.claim_pass;
     result["verdict"] = vr.json;
+    if (scenario->site == inject::Site::link) {
+      const bool named = std::find(link_check.egress.begin(), link_check.egress.end(), plan.host) != link_check.egress.end();
+      claim_pass = claim_pass && named;
+      table += "# link validation (P2P pass with the fault on): " +
+               (link_check.root ? (link_check.attribution.empty() ? std::string("no slow link") : link_check.attribution)
+                                : std::string("not run (the fault was off at the end)")) +
+               "\n# check: and the P2P pass names the throttled host " + plan.host + ": " + (named ? "PASS" : "FAIL") + "\n";
+      result["link_validation"] = link_check.root ? link_check.json : ordered_json(nullptr);
+      result["verdict"]["check"]["criterion"] =
+          vr.json["check"]["criterion"].get<std::string>() + "; the P2P pass names the throttled host";
+      result["verdict"]["check"]["pass"] = claim_pass;
+      result["verdict"]["host_named"] = named;
+    }
+    if (cfg.check && !claim_pass) exit_code = 1;
     result["evidence"] = formats::evidence_to_json(e, all_ranks);
     result["measured"]["exposed_makespan_s"] = e.exposed_makespan_s;
     result["measured"]["slowest_rank_wall_sum_s"] = wall_sum;

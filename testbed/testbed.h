@@ -65,6 +65,11 @@ struct RunConfig {
   /// reference that says how much of the injected delay reached the step and which stage took
   /// it. 0: no reference.
   int reference_steps = 6;
+  /// link_slow: the target host's egress rate while the fault is on (tc tbf), and the gradient
+  /// bytes the all-reduce moves (sized so the healthy link is not the bottleneck, the throttled
+  /// one is; for this scenario the layout is real: model_mib = grad_mib = link_grad_mib).
+  double link_rate_mbit = 200;
+  double link_grad_mib = 32;
   // telemetry faults (injected on purpose; training must not notice)
   inject::TelemetryFault telemetry_fault = inject::TelemetryFault::none;
   int telemetry_fault_rank = 1;
@@ -93,6 +98,36 @@ bool built_with_mpi();
 /// writes the result files. Returns the process exit code: 0, 1 when --check fails, 2 for bad
 /// input (one line on stderr from rank 0). Without MPI in the build it prints why and returns 2.
 int run(const RunConfig& cfg);
+
+// ---- validation passes (FALCON §5: name the slow link, name the slow device) -------------------
+
+/// `sf-testbed validate` under mpirun: a point-to-point pass over the ranks' ring and a compute
+/// pass, each naming what is slower than `threshold` × the median of its peers.
+struct ValidateConfig {
+  bool p2p = true;
+  bool compute = true;
+  std::size_t bytes = 4u << 20;     ///< message size per directed transfer
+  int reps = 10;                    ///< acknowledged messages per directed link per sweep
+  int sweeps = 3;                   ///< passes over all links and ranks (the fastest try counts)
+  double threshold = 2.0;           ///< slow: time > threshold × the median of its peers
+  bool parallel = false;            ///< measure a round's links at once (FALCON), not one at a time
+  int gemm_n = 384;                 ///< compute pass: n × n × n single-precision GEMM
+  int gemm_reps = 5;                ///< timed GEMMs per rank (fastest counts)
+  /// Injected compute fail-slow, to validate the validator: rank → factor (its GEMMs repeat
+  /// `factor` times, as a device running at 1/factor of its speed would take).
+  std::vector<std::pair<int, double>> compute_slowdown;
+  bool check = false;               ///< exit 1 when anything is slow
+  bool quiet = false;
+  std::string out;                  ///< sf.validate/1 JSON file
+  std::vector<std::string> argv;
+  std::string commit;
+};
+/// Validates without MPI: "" or one line.
+std::string validate(const ValidateConfig& cfg);
+/// Runs both passes on every rank of MPI_COMM_WORLD (initialising MPI unless the caller did);
+/// rank 0 prints the link and rank tables and writes the JSON. Exit code: 0, 1 (--check and
+/// something slow), 2 (bad input, or a build without MPI).
+int run_validate(const ValidateConfig& cfg);
 
 // ---- verdicts -----------------------------------------------------------------------------------
 

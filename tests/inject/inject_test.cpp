@@ -10,12 +10,30 @@ TEST(Catalogue, lists_every_scenario_the_testbed_promises) {
   std::set<std::string> names;
   for (const auto& s : catalogue()) names.insert(s.name);
   EXPECT_EQ(names, (std::set<std::string>{"none", "data_tail", "bwd_compute", "comm_delay", "fwd_device", "fwd_host",
-                                          "callback_sync_tail", "callback_host_tail", "optim_host_local"}));
+                                          "callback_sync_tail", "callback_host_tail", "optim_host_local", "link_slow"}));
   EXPECT_FALSE(find_scenario("callback_host_tail")->should_route);
   EXPECT_FALSE(find_scenario("optim_host_local")->should_route);
   EXPECT_TRUE(find_scenario("callback_sync_tail")->sync_callbacks);
   EXPECT_EQ(find_scenario("data_tail")->stage, "data.next_wait");
   EXPECT_EQ(find_scenario("nope"), nullptr);
+}
+
+TEST(FaultPlan, a_link_fault_is_active_by_its_rate_not_a_delay) {
+  FaultPlan p;
+  p.scenario = find_scenario("link_slow");
+  p.ranks = {2, 3};
+  p.onset = 5;
+  p.host = "h1";
+  EXPECT_FALSE(p.active(2, 6));  // no rate: nothing to apply
+  p.rate_mbit = 200;
+  EXPECT_FALSE(p.active(2, 4));
+  EXPECT_TRUE(p.active(3, 5));
+  EXPECT_FALSE(p.active(1, 5));
+  EXPECT_EQ(p.delay_s(Site::link, 2, 6), 0.0);  // the workload sleeps nowhere: the link is slow
+  const auto t = truth(p);
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].host, "h1");
+  EXPECT_EQ(t[0].rate_mbit, 200);
 }
 
 TEST(FaultPlan, onset_offset_every_and_ranks) {

@@ -1,0 +1,381 @@
+// `sf-testbed validate`: FALCON's validation passes (§5, "multi-level mitigation" starts with
+// them). A point-to-point pass times every directed link of the ranks' ring — 2 rounds for an even
+// ring, 3 for an odd one, so no rank is in two transfers at once — and names links slower than a
+// threshold × the median of their peers: links of the same class (within a host, between hosts:
+// shared memory and a NIC are not peers) that leave other hosts. A compute pass times a calibrated GEMM on each rank, one rank at a
+// time (ranks may share cores), and names ranks slower than threshold × the median.
+#include "detail.h"
+
+#include "sf/check/check.h"
+#include "sf/recorder/mpi_transport.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <thread>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <set>
+
+namespace sf::testbed {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+constexpr int kTagData = 101, kTagAck = 102;
+constexpr int kMaxRounds = 3;
+
+struct Link {
+  int from = -1, to = -1;
+  double seconds = 0;
+  bool inter = false;  ///< between two hosts (else within one)
+  double ratio = 0;    ///< seconds / median of the class
+  bool slow = false;
+};
+
+/// The round in which ring edge (i, i+1 mod n) is measured: edges alternate, and an odd ring's
+/// closing edge gets a third round (every rank is in at most one edge per round).
+int round_of(int i, int n) { return (n % 2 == 1 && i == n - 1) ? 2 : i % 2; }
+
+/// One directed link: `from` sends `bytes` to `to`, which acknowledges each message; the
+/// sender's fastest of `reps` round trips (after a warm-up). The fastest, because contention on
+/// a shared machine only ever slows a try down, while a degraded link is slow in every try.
+double transfer(MPI_Comm comm, int rank, int from, int to, std::vector<char>& buf, int reps) {
+  const int n = static_cast<int>(buf.size());
+  char ack = 0;
+  double best = 0;
+  for (int k = 0; k < reps + 1; ++k) {  // k = 0: warm-up (connection set-up, first touch)
+    if (rank == from) {
+      const double t0 = MPI_Wtime();
+      SF_MPI_CHECK(MPI_Send(buf.data(), n, MPI_BYTE, to, kTagData, comm));
+      SF_MPI_CHECK(MPI_Recv(&ack, 1, MPI_BYTE, to, kTagAck, comm, MPI_STATUS_IGNORE));
+      const double t = MPI_Wtime() - t0;
+      if (k == 1 || (k > 1 && t < best)) best = t;
+    } else if (rank == to) {
+      SF_MPI_CHECK(MPI_Recv(buf.data(), n, MPI_BYTE, from, kTagData, comm, MPI_STATUS_IGNORE));
+      SF_MPI_CHECK(MPI_Send(&ack, 1, MPI_BYTE, from, kTagAck, comm));
+    }
+  }
+  return best;
+}
+
+/// A barrier that sleeps while it waits. Open MPI's blocking calls poll, so ranks waiting for
+/// their turn would take the CPU from the pair being measured whenever ranks share cores (test
+/// hosts on one machine, an oversubscribed node); this one polls every 200 µs and sleeps between.
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  SF_MPI_CHECK(MPI_Ibarrier(comm, &req));
+  int done = 0;
+  for (;;) {
+    SF_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void appendf(std::string& out, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// Seconds of one n³ single-precision GEMM on this rank: the fastest of `reps` timed products
+/// after one warm-up (contention only slows a try), `repeat` products per timed one (the injected
+/// slowdown).
+double gemm_seconds(int n, int reps, int repeat) {
+  const Eigen::MatrixXf a = Eigen::MatrixXf::Constant(n, n, 0.5f), b = Eigen::MatrixXf::Constant(n, n, 0.25f);
+  Eigen::MatrixXf c(n, n);
+  c.noalias() = a * b;
+  std::vector<double> t;
+  for (int k = 0; k < reps; ++k) {
+    const double t0 = MPI_Wtime();
+    for (int j = 0; j < repeat; ++j) c.noalias() = a * b;
+    t.push_back(MPI_Wtime() - t0);
+  }
+  volatile float sink = c(0, 0);  // keep the products
+  (void)sink;
+  return *std::min_element(t.begin(), t.end());
+}
+
+struct Result {
+  std::vector<formats::RankInfo> ids;
+  std::vector<Link> links;
+  std::vector<double> gemm_s;  // per rank
+  double gemm_median = 0;
+  std::vector<int> slow_ranks;
+  std::vector<int> slow_links;  // indices into links
+};
+
+int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateReport& report) {
+  int rank = 0, size = 1;
+  SF_MPI_CHECK(MPI_Comm_rank(world, &rank));
+  SF_MPI_CHECK(MPI_Comm_size(world, &size));
+  for (const auto& [r, f] : cfg.compute_slowdown)
+    if (r >= size) {
+      if (rank == 0)
+        std::fprintf(stderr, "sf-testbed validate: --compute-slowdown rank %d outside 0..%d\n", r, size - 1);
+      return 2;
+    }
+  MPI_Comm comm = MPI_COMM_NULL;
+  SF_MPI_CHECK(MPI_Comm_dup(world, &comm));
+  const recorder::CommOwner owner(comm);
+
+  // Who is where: the transport resolves node rank and host name as the recorder reports them.
+  Result res;
+  {
+    const auto id = recorder::make_mpi_transport(comm)->identity();
+    std::array<char, 64> host{};
+    std::snprintf(host.data(), host.size(), "%s", id.hostname.c_str());
+    std::vector<int> nodes(static_cast<std::size_t>(size)), locals(static_cast<std::size_t>(size));
+    std::vector<char> hosts(static_cast<std::size_t>(size) * host.size());
+    SF_MPI_CHECK(MPI_Gather(&id.node_rank, 1, MPI_INT, nodes.data(), 1, MPI_INT, 0, comm));
+    SF_MPI_CHECK(MPI_Gather(&id.local_rank, 1, MPI_INT, locals.data(), 1, MPI_INT, 0, comm));
+    SF_MPI_CHECK(MPI_Gather(host.data(), static_cast<int>(host.size()), MPI_CHAR, hosts.data(), static_cast<int>(host.size()),
+                            MPI_CHAR, 0, comm));
+    for (int r = 0; r < size; ++r)
+      res.ids.push_back({r, locals[static_cast<std::size_t>(r)], nodes[static_cast<std::size_t>(r)],
+                         std::string(hosts.data() + static_cast<std::size_t>(r) * host.size())});
+  }
+
+  // ---- point-to-point pass ----
+  std::array<double, 2 * kMaxRounds> mine{};  // (to, seconds) per round where this rank sent
+  mine.fill(-1);
+  if (cfg.p2p && size > 1) {
+    std::vector<char> buf(cfg.bytes, 1);
+    const int edges = size == 2 ? 1 : size;
+    // Sweeps over the whole ring: a link's time is its fastest over all sweeps, so its tries are
+    // spread over seconds — a burst of contention on a shared machine spoils a sweep, not a link.
+    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
+      for (int round = 0; round < kMaxRounds; ++round) {
+        quiet_barrier(comm);
+        for (int i = 0; i < edges; ++i) {
+          if (round_of(i, size) != round) continue;
+          // One link at a time unless asked otherwise: ranks that share cores (test hosts, an
+          // oversubscribed node) would otherwise measure each other.
+          if (!cfg.parallel) quiet_barrier(comm);
+          const int a = i, b = (i + 1) % size;
+          if (rank != a && rank != b) continue;
+          // Both directions, one after the other: links are not symmetric (egress shaping).
+          const double ab = transfer(comm, rank, a, b, buf, cfg.reps);
+          const double ba = transfer(comm, rank, b, a, buf, cfg.reps);
+          // Each rank keeps the transfer it sent; it is in one edge per round at most.
+          const double t = rank == a ? ab : ba;
+          double& best = mine[2 * round + 1];
+          mine[2 * round] = rank == a ? b : a;
+          if (best < 0 || t < best) best = t;
+        }
+      }
+  }
+  quiet_barrier(comm);  // the last link's pair is still measuring
+  std::vector<double> all(static_cast<std::size_t>(size) * mine.size());
+  SF_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
+                          MPI_DOUBLE, 0, comm));
+
+  // ---- compute pass: one rank at a time ----
+  double gemm = 0;
+  if (cfg.compute) {
+    int repeat = 1;
+    for (const auto& [r, f] : cfg.compute_slowdown)
+      if (r == rank) repeat = std::max(1, static_cast<int>(std::lround(f)));
+    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
+      for (int r = 0; r < size; ++r) {
+        quiet_barrier(comm);
+        if (r == rank) {
+          const double t = gemm_seconds(cfg.gemm_n, cfg.gemm_reps, repeat);
+          if (sweep == 0 || t < gemm) gemm = t;
+        }
+      }
+  }
+  quiet_barrier(comm);  // the last rank is still computing
+  res.gemm_s.resize(static_cast<std::size_t>(size));
+  SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, res.gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
+  if (rank != 0) return 0;
+  report.root = true;
+
+  // ---- rank 0: classes, medians, verdicts ----
+  for (int r = 0; r < size; ++r)
+    for (int k = 0; k < kMaxRounds; ++k) {
+      const double to = all[static_cast<std::size_t>(r) * mine.size() + 2 * k];
+      if (to < 0) continue;
+      Link l;
+      l.from = r;
+      l.to = static_cast<int>(to);
+      l.seconds = all[static_cast<std::size_t>(r) * mine.size() + 2 * k + 1];
+      l.inter = res.ids[static_cast<std::size_t>(l.from)].node_rank != res.ids[static_cast<std::size_t>(l.to)].node_rank;
+      res.links.push_back(l);
+    }
+  std::sort(res.links.begin(), res.links.end(), [](const Link& x, const Link& y) {
+    return std::make_pair(x.from, x.to) < std::make_pair(y.from, y.to);
+  });
+  // A link's peers are the links of its class that leave other hosts: with few hosts, a degraded
+  // host's own links would otherwise pull the median towards themselves (two hosts: half of the
+  // inter-host links are its). One host only: the class median.
+  auto host_of = [&](int r) { return res.ids[static_cast<std::size_t>(r)].node_rank; };
+  for (auto& l : res.links) {
+    std::vector<double> peers, cls;
+    for (const auto& m : res.links) {
+      if (m.inter != l.inter) continue;
+      cls.push_back(m.seconds);
+      if (host_of(m.from) != host_of(l.from)) peers.push_back(m.seconds);
+    }
+    const double ref = median_of(peers.empty() ? cls : peers);
+    if (ref > 0) {
+      l.ratio = l.seconds / ref;
+      l.slow = l.ratio > cfg.threshold;
+    }
+  }
+  for (std::size_t i = 0; i < res.links.size(); ++i)
+    if (res.links[i].slow) res.slow_links.push_back(static_cast<int>(i));
+  if (cfg.compute) {
+    res.gemm_median = median_of(res.gemm_s);
+    for (int r = 0; r < size; ++r)
+      if (res.gemm_median > 0 && res.gemm_s[static_cast<std::size_t>(r)] > cfg.threshold * res.gemm_median)
+        res.slow_ranks.push_back(r);
+  }
+
+  // Hosts every one of whose outgoing (incoming) inter-host links is slow.
+  std::map<std::string, std::array<int, 4>> per_host;  // out, out slow, in, in slow
+  for (const auto& l : res.links) {
+    if (!l.inter) continue;
+    auto& f = per_host[res.ids[static_cast<std::size_t>(l.from)].hostname];
+    auto& t = per_host[res.ids[static_cast<std::size_t>(l.to)].hostname];
+    ++f[0];
+    f[1] += l.slow;
+    ++t[2];
+    t[3] += l.slow;
+  }
+  std::vector<std::string> egress, ingress;
+  for (const auto& [h, c] : per_host) {
+    if (c[0] > 0 && c[1] == c[0]) egress.push_back(h);
+    if (c[2] > 0 && c[3] == c[2]) ingress.push_back(h);
+  }
+  std::set<std::string> hosts;
+  for (const auto& id : res.ids) hosts.insert(id.hostname);
+  std::string attribution;
+  if (!res.slow_links.empty()) {
+    if (hosts.size() == 2 && !egress.empty() && !ingress.empty())
+      attribution = "slow links leave " + egress.front() + " for " + ingress.front() +
+                    "; with two hosts the sender's egress and the receiver's ingress cannot be told apart";
+    else if (egress.size() == 1)
+      attribution = "every link leaving " + egress.front() + " is slow: " + egress.front() + "'s link is degraded";
+    else if (ingress.size() == 1)
+      attribution = "every link entering " + ingress.front() + " is slow: " + ingress.front() + "'s link is degraded";
+    else
+      attribution = "slow links do not share one host";
+  }
+  const bool pass = res.slow_links.empty() && res.slow_ranks.empty();
+
+  auto who = [&](int r) {
+    const auto& id = res.ids[static_cast<std::size_t>(r)];
+    return id.hostname;
+  };
+  {
+    std::string& text = report.text;
+    appendf(text, "# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+    appendf(text, "# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
+                size, hosts.size(), cfg.threshold);
+    if (cfg.p2p) {
+      appendf(text, "# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
+                  size < 2 ? 0 : size % 2 ? 3 : 2,
+                  cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
+      appendf(text, "# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
+                  "verdict");
+      for (const auto& l : res.links)
+        appendf(text, "  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
+                    l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
+                    l.slow ? "SLOW" : "ok");
+      if (!attribution.empty()) appendf(text, "# %s\n", attribution.c_str());
+    }
+    if (cfg.compute) {
+      appendf(text, "#\n# compute: %d^3 single-precision GEMM (Eigen), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+                  cfg.sweeps, cfg.gemm_reps);
+      appendf(text, "# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
+      for (int r = 0; r < size; ++r) {
+        const double t = res.gemm_s[static_cast<std::size_t>(r)];
+        const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
+        appendf(text, "  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
+                    slow ? "SLOW" : "ok");
+      }
+    }
+    appendf(text, "# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
+                res.slow_ranks.size());
+  }
+  {
+    ordered_json& j = report.json;
+    j = provenance_json("sf.validate/1", cfg.argv, cfg.commit);
+    j["ranks"] = size;
+    j["hosts"] = ordered_json(std::vector<std::string>(hosts.begin(), hosts.end()));
+    j["threshold"] = cfg.threshold;
+    j["p2p"] = {{"bytes", cfg.bytes}, {"reps", cfg.reps}, {"sweeps", cfg.sweeps}, {"parallel", cfg.parallel}};
+    auto& links = j["links"] = ordered_json::array();
+    for (const auto& l : res.links)
+      links.push_back({{"from", l.from}, {"to", l.to}, {"from_host", who(l.from)}, {"to_host", who(l.to)},
+                       {"class", l.inter ? "inter" : "intra"}, {"seconds", l.seconds},
+                       {"mb_per_s", static_cast<double>(cfg.bytes) / l.seconds / 1e6}, {"ratio", l.ratio},
+                       {"slow", l.slow}});
+    j["slow_links"] = ordered_json::array();
+    for (int i : res.slow_links) j["slow_links"].push_back({res.links[static_cast<std::size_t>(i)].from, res.links[static_cast<std::size_t>(i)].to});
+    j["egress_degraded_hosts"] = egress.size() == 1 || hosts.size() == 2 ? ordered_json(egress) : ordered_json::array();
+    j["attribution"] = attribution;
+    j["compute"] = {{"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s}, {"median_s", res.gemm_median}};
+    j["slow_ranks"] = res.slow_ranks;
+    j["pass"] = pass;
+  }
+  report.pass = pass;
+  report.attribution = attribution;
+  report.egress = egress.size() == 1 || hosts.size() == 2 ? egress : std::vector<std::string>{};
+  return 0;
+}
+
+}  // namespace
+
+namespace detail {
+int validate_world(const ValidateConfig& cfg, MPI_Comm world, ValidateReport& report) {
+  return validate_passes(cfg, world, report);
+}
+}  // namespace detail
+
+int run_validate(const ValidateConfig& cfg) {
+  int initialized = 0;
+  SF_MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    int provided = 0;
+    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  }
+  int rc = 0;
+  try {
+    detail::ValidateReport report;
+    rc = detail::validate_world(cfg, MPI_COMM_WORLD, report);
+    if (rc == 0 && report.root) {
+      if (!cfg.quiet) std::fputs(report.text.c_str(), stdout);
+      if (!cfg.out.empty()) formats::write_file_atomic(cfg.out, report.json.dump(2) + "\n");
+      rc = cfg.check && !report.pass ? 1 : 0;
+    }
+  } catch (const std::exception& e) {
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "sf-testbed validate: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (!initialized) SF_MPI_CHECK(MPI_Finalize());
+  return rc;
+}
+
+}  // namespace sf::testbed
