@@ -34,8 +34,7 @@ struct Claim {
   std::string criterion;
 };
 
-Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const verify::Verdict& v,
-                  double makespan_gap) {
+Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const verify::Verdict& v) {
   Claim c;
   bool ok = true;
   if (sc.site == inject::Site::none) {
@@ -56,8 +55,9 @@ Claim check_claim(const inject::Scenario& sc, const frontier::Evidence& e, const
     c.criterion = sc.stage + " in the top-2 and the target rank named";
     ok = v.frontier.top2 && v.rank_hit;
   }
-  c.criterion += "; exposed makespan within 2% of the slowest-rank wall sum";
-  ok &= makespan_gap <= 0.02;
+  // No makespan term: Σ_t F[t,S] equals the slowest-rank wall sum by construction (the residual
+  // closes every record to its wall), so "within 2%" could never fail; the gap is reported as a
+  // consistency check of the accounting, not claimed (issue 10).
   c.pass = ok;
   return c;
 }
@@ -106,7 +106,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   if (reference && reference->schema == e.schema && reference->steps > 0) x.reference_advance_s = advance_per_step(*reference);
   out.verdict = verify::score(e, x);
   const auto& v = out.verdict;
-  const Claim claim = check_claim(scenario, e, v, makespan_gap);
+  const Claim claim = check_claim(scenario, e, v);
   out.claim_pass = claim.pass;
   out.claim = claim.criterion;
   char line[512];
@@ -155,6 +155,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   j["frontier"] = rule_json(v.frontier);
   j["rank_hit"] = v.rank_hit;
   j["misroute"] = v.misroute;
+  j["makespan_vs_slowest_wall_rel"] = makespan_gap;  // an accounting identity, reported, not claimed
   j["absorbed"] = {{"stage", v.absorbed_group >= 0 ? ordered_json(e.group_name(v.absorbed_group)) : ordered_json(nullptr)},
                    {"share", v.absorbed_share},
                    {"basis", v.absorbed_basis},
