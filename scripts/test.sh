@@ -3,7 +3,7 @@
 # the real mpiexec tests and the install test, all through CTest. Then builds the no-MPI preset
 # and checks score/verify/sim there, and compiles the CUDA preset where nvcc is installed (GPU
 # tests are compiled there but only registered when a GPU is present). Then the hardening jobs
-# (README, "What CI runs"): a clang ASan+UBSan build running the unit, property (10^3 cases) and
+# (README, "What CI runs"): a clang ASan+UBSan build running the unit, property (200 cases) and
 # golden tests, a clang TSan build running the recorder and host-stream tests, and each libFuzzer
 # harness for 60 s. Each job prints its duration. SF_CI_SKIP_HARDENING=1 skips them.
 set -euo pipefail
@@ -27,11 +27,11 @@ fi
 if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
   job() { local t0=$SECONDS; "$@"; echo "test: job '$1 ${2:-}' took $((SECONDS - t0)) s"; }
   asan_job() {
-    echo "test: clang ASan+UBSan build (build-sanitize/): unit, property (10^3 cases) and golden tests"
+    echo "test: clang ASan+UBSan build (build-sanitize/): unit, property (200 cases) and golden tests"
     cmake --preset sanitize >/dev/null
     cmake --build --preset sanitize -j"$(nproc)" --target formats_test frontier_test median_test properties_test \
           fixtures_test inject_test sf-testbed fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay
-    # Property cases: 10^3 (the preset's SF_PROPERTY_CASES). Not here: MPI runs, the install
+    # Property cases: 200 (the preset's SF_PROPERTY_CASES). Not here: MPI runs, the install
     # test, experiments, 1024-rank sim goldens, and tests of targets not built (NOT_BUILT).
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       ctest --test-dir build-sanitize -j"$(nproc)" --output-on-failure \

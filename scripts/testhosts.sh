@@ -158,12 +158,19 @@ cmd_run() {
   [ $# -gt 0 ] || die "run: no command after --"
   cmd_check >/dev/null
   local dir
-  trap 'cmd_down "'"$prefix"'" >/dev/null 2>&1' EXIT INT TERM
+  trap 'cmd_down "'"$prefix"'" >/dev/null 2>&1' EXIT
+  trap 'exit 143' INT TERM  # while the hosts come up: exit, and the EXIT trap takes them down
   dir=$(cmd_up "$n" "$prefix" "$slots")
   # shellcheck disable=SC1091
   . "$dir/env"
   local rc=0
-  timeout --kill-after=10 "$timeout_s" "$self" exec 0 --prefix "$prefix" -- "$@" || rc=$?
+  # In the background and waited for: bash runs a trap only once its foreground command ends, but
+  # `wait` returns at once on a signal, so INT/TERM stop the command and tear the hosts down now.
+  timeout --kill-after=10 "$timeout_s" "$self" exec 0 --prefix "$prefix" -- "$@" &
+  local child=$!
+  trap 'kill -TERM '"$child"' 2>/dev/null; exit 143' INT TERM
+  wait "$child" || rc=$?
+  trap - INT TERM
   [ $rc -eq 124 ] && echo "testhosts: run: '$*' exceeded ${timeout_s}s and was stopped" >&2
   return $rc
 }

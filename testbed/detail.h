@@ -96,6 +96,11 @@ struct Backends {
 /// Chooses device and comm backends; returns an error line (identical on every rank) or "".
 std::string make_backends(const RunConfig& cfg, MPI_Comm world, int local_rank, Backends& b);
 
+/// Runs `body` inside MPI (initialising it at `thread_level` unless the caller did, finalising
+/// what it initialised); an exception on one rank is one line naming `who` and the rank, then
+/// MPI_Abort (the other ranks wait in collectives). Returns body's exit code.
+int with_mpi(const char* who, int thread_level, const std::function<int()>& body);
+
 /// The validation passes on every rank of `world` (collective); rank 0 gets the table, the
 /// sf.validate/1 JSON and the verdict. Returns 2 on bad input (rank 0 printed why), else 0.
 struct ValidateReport {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -398,29 +399,37 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
 bool built_with_mpi() { return true; }
 
-int run(const RunConfig& cfg) {
+namespace detail {
+
+int with_mpi(const char* who, int thread_level, const std::function<int()>& body) {
   int initialized = 0;
   SF_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
     int provided = 0;
-    // SERIALIZED: the bucketed step's collectives run on a comm thread while the host thread
-    // makes no MPI call (sim/mpi_comm.cpp).
-    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
+    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, thread_level, &provided));
   }
   int rc = 0;
   try {
-    rc = run_world(cfg, MPI_COMM_WORLD);
+    rc = body();
   } catch (const std::exception& e) {
     // A failure past set-up on one rank cannot be answered by that rank alone: the others wait
     // in collectives. One line, then the whole job ends.
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "sf-testbed run: rank %d: %s\n", rank, e.what());
+    std::fprintf(stderr, "sf-testbed %s: rank %d: %s\n", who, rank, e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (!initialized) SF_MPI_CHECK(MPI_Finalize());
   return rc;
+}
+
+}  // namespace detail
+
+int run(const RunConfig& cfg) {
+  // SERIALIZED: the bucketed step's collectives run on a comm thread while the host thread makes
+  // no MPI call (sim/mpi_comm.cpp).
+  return detail::with_mpi("run", MPI_THREAD_SERIALIZED, [&] { return run_world(cfg, MPI_COMM_WORLD); });
 }
 
 }  // namespace sf::testbed

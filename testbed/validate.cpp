@@ -352,30 +352,16 @@ int validate_world(const ValidateConfig& cfg, MPI_Comm world, ValidateReport& re
 }  // namespace detail
 
 int run_validate(const ValidateConfig& cfg) {
-  int initialized = 0;
-  SF_MPI_CHECK(MPI_Initialized(&initialized));
-  if (!initialized) {
-    int provided = 0;
-    SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
-  }
-  int rc = 0;
-  try {
+  return detail::with_mpi("validate", MPI_THREAD_FUNNELED, [&] {
     detail::ValidateReport report;
-    rc = detail::validate_world(cfg, MPI_COMM_WORLD, report);
+    int rc = detail::validate_world(cfg, MPI_COMM_WORLD, report);
     if (rc == 0 && report.root) {
       if (!cfg.quiet) std::fputs(report.text.c_str(), stdout);
       if (!cfg.out.empty()) formats::write_file_atomic(cfg.out, report.json.dump(2) + "\n");
       rc = cfg.check && !report.pass ? 1 : 0;
     }
-  } catch (const std::exception& e) {
-    int rank = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    std::fprintf(stderr, "sf-testbed validate: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  if (!initialized) SF_MPI_CHECK(MPI_Finalize());
-  return rc;
+    return rc;
+  });
 }
 
 }  // namespace sf::testbed
