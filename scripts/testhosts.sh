@@ -68,7 +68,15 @@ cmd_up() {
   [ "${#prefix}" -le 8 ] || die "prefix '$prefix' longer than 8 characters (interface names are short)"
   cmd_check >/dev/null
   local dir="$state_root/$prefix"
-  [ -e "$dir" ] && die "hosts with prefix $prefix are up already ($dir); 'testhosts.sh down --prefix $prefix' first"
+  if [ -e "$dir" ]; then
+    # State whose namespaces are all gone (a run killed with SIGKILL, a machine whose /run
+    # survived): nothing is running there, so it is removed, and said. Live hosts are refused.
+    if ip netns list 2>/dev/null | awk '{print $1}' | grep -qE "^${prefix}(h[0-9]+|br)$"; then
+      die "hosts with prefix $prefix are up already ($dir); 'testhosts.sh down --prefix $prefix' first"
+    fi
+    echo "testhosts: removing stale state $dir (its namespaces are gone)" >&2
+    rm -rf "$dir"
+  fi
   trap 'cmd_down "'"$prefix"'" >/dev/null 2>&1' ERR
   mkdir -p "$dir"
   local net

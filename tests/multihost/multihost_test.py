@@ -47,7 +47,9 @@ def check_machine():
 
 
 def hosts_run(n, prefix, cmd, timeout=240, slots=2):
-    """testhosts.sh run: up N hosts, CMD (a shell line) on host 0, down."""
+    """testhosts.sh run: up N hosts, CMD (a shell line) on host 0, down. The prefix is this
+    test's own: hosts left with it by an earlier, killed run of this test are taken down first."""
+    subprocess.run(["bash", a.hosts, "down", "--prefix", prefix], capture_output=True, text=True, timeout=60)
     r = subprocess.run(["bash", a.hosts, "run", str(n), "--prefix", prefix, "--slots", str(slots), "--timeout",
                         str(timeout), "--", "sh", "-c", cmd], capture_output=True, text=True, timeout=timeout + 60)
     (out / f"{prefix}.log").write_text(f"$ {cmd}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
@@ -96,7 +98,8 @@ elif a.case in ("validate_healthy", "validate_throttled"):
         # 200 Mbit/s out of host1: a 4 MiB message takes ~170 ms instead of a few ms.
         cmd = (f"bash '{a.hosts}' exec 1 -- tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 400ms && "
                + cmd)
-    r = hosts_run(2, "mhv", cmd)
+    prefix = "mvh" if a.case == "validate_healthy" else "mvt"  # one prefix per test, never shared
+    r = hosts_run(2, prefix, cmd)
     expected_rc = 0 if a.case == "validate_healthy" else 1
     if r.returncode != expected_rc:
         fail(f"validate --check exited {r.returncode}, expected {expected_rc}: {r.stdout[-1500:]} {r.stderr[-300:]}")
@@ -104,7 +107,7 @@ elif a.case in ("validate_healthy", "validate_throttled"):
         fail("no validate JSON written")
     else:
         v = json.loads(j.read_text())
-        if v["schema"] != "sf.validate/1" or v["ranks"] != 4 or sorted(v["hosts"]) != ["mhv-host0", "mhv-host1"]:
+        if v["schema"] != "sf.validate/1" or v["ranks"] != 4 or sorted(v["hosts"]) != [f"{prefix}-host0", f"{prefix}-host1"]:
             fail(f"header: schema {v['schema']}, ranks {v['ranks']}, hosts {v['hosts']}")
         if len(v["links"]) != 8:
             fail(f"{len(v['links'])} directed links measured, expected 8 (ring of 4, both directions)")
@@ -115,11 +118,11 @@ elif a.case in ("validate_healthy", "validate_throttled"):
             if slow:
                 fail(f"healthy hosts, yet slow links {slow}")
         else:
-            want = [("mhv-host1", "mhv-host0", "inter")] * 2
+            want = [(f"{prefix}-host1", f"{prefix}-host0", "inter")] * 2
             if slow != want:
                 fail(f"slow links {slow}, expected exactly host1's two outgoing inter-host links {want}")
-            if "mhv-host1" not in v["egress_degraded_hosts"]:
-                fail(f"egress_degraded_hosts {v['egress_degraded_hosts']} does not name mhv-host1")
+            if f"{prefix}-host1" not in v["egress_degraded_hosts"]:
+                fail(f"egress_degraded_hosts {v['egress_degraded_hosts']} does not name {prefix}-host1")
 
 elif a.case == "teardown":
     r = hosts_run(2, "mht", "true")
@@ -129,6 +132,7 @@ elif a.case == "teardown":
     if ns or st:
         fail(f"after a clean run: namespaces {ns}, state directory left {st}")
     # A command that outlives its time limit: killed, and the hosts still go.
+    subprocess.run(["bash", a.hosts, "down", "--prefix", "mhk"], capture_output=True, timeout=60)
     r = subprocess.run(["bash", a.hosts, "run", "2", "--prefix", "mhk", "--timeout", "2", "--", "sleep", "60"],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 124 or "exceeded 2s" not in r.stderr:
@@ -137,17 +141,33 @@ elif a.case == "teardown":
     if ns or st:
         fail(f"after a killed run: namespaces {ns}, state directory left {st}")
     # And a run whose shell is killed from outside (SIGTERM): the trap tears down.
-    p = subprocess.Popen(["bash", a.hosts, "run", "1", "--prefix", "mhs", "--", "sleep", "60"],
+    subprocess.run(["bash", a.hosts, "down", "--prefix", "mhq"], capture_output=True, timeout=60)
+    p = subprocess.Popen(["bash", a.hosts, "run", "1", "--prefix", "mhq", "--", "sleep", "60"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     for _ in range(100):
-        if left_behind("mhs")[0]:
+        if left_behind("mhq")[0]:
             break
         subprocess.run(["sleep", "0.1"])
     p.terminate()
     p.wait(timeout=30)
-    ns, st = left_behind("mhs")
+    ns, st = left_behind("mhq")
     if ns or st:
         fail(f"after SIGTERM: namespaces {ns}, state directory left {st}")
+    # State left without its namespaces (a SIGKILLed run, a /run that outlived them): the next
+    # `up` with that prefix says so and goes on; live hosts with the prefix are still refused.
+    subprocess.run(["bash", a.hosts, "down", "--prefix", "mhz"], capture_output=True, timeout=60)
+    (pathlib.Path("/run/sf-testhosts") / "mhz").mkdir(parents=True)
+    r = subprocess.run(["bash", a.hosts, "run", "1", "--prefix", "mhz", "--", "true"],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0 or "removing stale state" not in r.stderr:
+        fail(f"a run over stale state: exit {r.returncode} ({r.stderr.strip()}), expected 0 and a line saying so")
+    if any(left_behind("mhz")):
+        fail(f"after a run over stale state: {left_behind('mhz')} left behind")
+    up = subprocess.run(["bash", a.hosts, "up", "1", "--prefix", "mhz"], capture_output=True, text=True, timeout=60)
+    again = subprocess.run(["bash", a.hosts, "up", "1", "--prefix", "mhz"], capture_output=True, text=True, timeout=60)
+    subprocess.run(["bash", a.hosts, "down", "--prefix", "mhz"], capture_output=True, timeout=60)
+    if up.returncode != 0 or again.returncode != 2 or "up already" not in again.stderr:
+        fail(f"up over live hosts: exit {again.returncode} ({again.stderr.strip()}), expected 2 and 'up already'")
 
 elif a.case == "link_slow":
     if "tbf yes" not in offers:
