@@ -62,6 +62,8 @@ void setup_validate(CLI::App& app) {
   sub->add_option("--sweeps", cfg.sweeps, "passes over every link and rank; a link's (rank's) fastest try over all passes counts")
       ->check(CLI::Range(1, 100));
   sub->add_option("--gemm-reps", cfg.gemm_reps, "timed GEMMs per rank; the fastest counts")->check(CLI::Range(1, 1000));
+  sub->add_option("--device", cfg.device, "compute pass: cpu (Eigen) or cuda (cuBLAS on GPU local_rank % count)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--compute-slowdown", o->slowdown,
                   "inject a compute fail-slow to validate the validator: RANK:FACTOR (its GEMMs take FACTOR x)")
       ->delimiter(',');

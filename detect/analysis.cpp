@@ -243,9 +243,9 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
     if (!wl.ranks.empty() && wl.ranks.front().credit_fraction >= cfg.culprit_credit) {
       // ... and by a clear margin: at the steps it led, its median lead over the runner-up is at
       // least min_margin of the step's exposed time (chance leadership among healthy ranks is not).
-      auto m = win.margin[wl.ranks.front().rank];
-      std::sort(m.begin(), m.end());
-      if (!m.empty() && m[m.size() / 2] >= cfg.min_margin) wl.culprit = wl.ranks.front().rank;
+      auto margins = win.margin[wl.ranks.front().rank];
+      std::sort(margins.begin(), margins.end());
+      if (!margins.empty() && margins[margins.size() / 2] >= cfg.min_margin) wl.culprit = wl.ranks.front().rank;
     }
     out.windows.push_back(std::move(wl));
   }

@@ -111,7 +111,10 @@ std::string hms(double s) {
 
 /// Runs a command with stdout/stderr to `log`; kills its process group after `timeout_s`.
 /// Returns the exit code, or −1 on timeout.
-int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeout_s, const std::function<void()>& tick) {
+/// Runs cmd in its own process group, stdout and stderr to log (stdout to stdout_file instead when
+/// one is named), killed after timeout_s; tick is called while it runs.
+int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeout_s, const std::function<void()>& tick,
+          const std::string& stdout_file = "") {
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
@@ -120,6 +123,13 @@ int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeo
       dup2(fd, 1);
       dup2(fd, 2);
       close(fd);
+    }
+    if (!stdout_file.empty()) {
+      const int out = open(stdout_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out >= 0) {
+        dup2(out, 1);
+        close(out);
+      }
     }
     std::vector<char*> argv;
     for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
@@ -145,6 +155,49 @@ int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeo
 }
 
 /// Flattens a run's result file into CSV fields (one map per run, or per window).
+/// --detect's fields (docs/detect.md) of a run.json or a sim JSON line as CSV columns.
+void add_detect_columns(ordered_json& base, const ordered_json& run) {
+  if (!run.contains("truth_detection")) return;
+  const auto& td = run["truth_detection"];
+  base["cp_count"] = run["change_points"].size();
+  base["cp_detected"] = td["detected"];
+  base["cp_missed"] = td["missed"];
+  base["cp_false_alarms"] = td["false_alarms"];
+  base["cp_steps_observed"] = run["detector"]["observed_steps"];
+  for (const auto& c : run["change_points"])
+    if (c.contains("truth") && c["truth"].value("matched", false))
+      base["cp_steps_to_detect_" + c["truth"]["transition"].get<std::string>()] = c["truth"]["steps_to_detect"];
+  base["cp_period"] = run["periodicity"]["period"];
+  base["cp_period_hit"] = td.value("period_hit", false);
+  base["stability_class"] = run["culprit_stability"]["class"];
+  base["stability_culprit"] = run["culprit_stability"]["culprit"];
+}
+
+/// One CSV line of a `sim --json` row: the row's parameters, the verdict and --detect's fields.
+std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row, const Spec& spec) {
+  ordered_json base;
+  base["experiment"] = spec.name;
+  base["row"] = row.id;
+  base["tool"] = "sim";
+  base["group"] = row.params.value("group", "");
+  base["ranks"] = row.ranks;
+  for (const auto& [k, v] : row.params.items())
+    if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
+  base["commit"] = sim.value("commit", "");
+  const auto& cfg = sim["config"];
+  base["delay_ms"] = cfg.value("delay_ms", 0.0);
+  base["seed"] = cfg.value("seed", 0);
+  if (sim.contains("evidence") && sim["evidence"].contains("median_step_s"))
+    base["median_step_ms"] = sim["evidence"].value("median_step_s", 0.0) * 1e3;
+  if (sim.contains("verdict") && sim["verdict"].contains("frontier")) {
+    base["top1"] = sim["verdict"]["frontier"]["top1"];
+    base["top2"] = sim["verdict"]["frontier"]["top2"];
+    base["rank_hit"] = sim["verdict"].value("rank_hit", false);
+  }
+  add_detect_columns(base, sim);
+  return {base};
+}
+
 std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
   ordered_json base;
   base["experiment"] = spec.name;
@@ -214,21 +267,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     for (const auto& [stage, v] : b["score_s"].items()) total += v.get<double>();
     for (const auto& [stage, v] : b["score_s"].items()) base[rule + ":" + stage] = total > 0 ? v.get<double>() / total : 0.0;
   }
-  if (run.contains("truth_detection")) {  // --detect (docs/detect.md)
-    const auto& td = run["truth_detection"];
-    base["cp_count"] = run["change_points"].size();
-    base["cp_detected"] = td["detected"];
-    base["cp_missed"] = td["missed"];
-    base["cp_false_alarms"] = td["false_alarms"];
-    base["cp_steps_observed"] = run["detector"]["observed_steps"];
-    for (const auto& c : run["change_points"])
-      if (c.contains("truth") && c["truth"].value("matched", false))
-        base["cp_steps_to_detect_" + c["truth"]["transition"].get<std::string>()] = c["truth"]["steps_to_detect"];
-    base["cp_period"] = run["periodicity"]["period"];
-    base["cp_period_hit"] = td.value("period_hit", false);
-    base["stability_class"] = run["culprit_stability"]["class"];
-    base["stability_culprit"] = run["culprit_stability"]["culprit"];
-  }
+  add_detect_columns(base, run);
   base["gather_ok"] = e["telemetry"]["gather_ok"];
   base["events_ready_ratio"] = e["events"]["ready_ratio"];
   base["packet_bytes"] = run["telemetry"].value("packet_bytes", 0);
@@ -515,16 +554,36 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     params.push_back(std::move(p));
   }
   std::set<std::string> ids;
-  for (const auto& p : params) {
+  auto add_row = [&](const ordered_json& p, const ordered_json& from, const std::string& tool) {
     Row row;
     row.params = p;
+    row.tool = tool;
     if (!p.contains("ranks") || !p["ranks"].is_number_integer() || p["ranks"].get<int>() < 1)
       throw formats::FormatError(path, 0, "every row needs an integer \"ranks\" >= 1");
     row.ranks = p["ranks"];
     row.args = to_args(p);
-    row.id = row_id(p, base);
+    if (tool == "sim") row.args.insert(row.args.begin(), {"--ranks", std::to_string(row.ranks)});
+    row.id = (tool == "sim" ? "sim-" : "") + row_id(p, from);
     if (!ids.insert(row.id).second) throw formats::FormatError(path, 0, "duplicate row " + row.id);
     s.rows.push_back(std::move(row));
+  };
+  for (const auto& p : params) add_row(p, base, "run");
+  // "sim": the same sweep shape on model-driven ranks (`sf-testbed sim --json`, no MPI), for
+  // rank counts no machine here can launch; its own base, matrix and rows; "quick" may replace it.
+  ordered_json sim = j.value("sim", ordered_json());
+  if (quick && j.contains("quick") && j["quick"].contains("sim")) sim = j["quick"]["sim"];
+  if (!sim.is_null()) {
+    if (s.kind != "runs" || !sim.is_object())
+      throw formats::FormatError(path, 0, "\"sim\" must be an object of a \"runs\" spec");
+    const ordered_json sbase = sim.value("base", ordered_json::object());
+    const ordered_json smatrix = sim.value("matrix", ordered_json::object());
+    std::vector<ordered_json> sp = smatrix.empty() ? std::vector<ordered_json>{} : expand_matrix(sbase, smatrix, path);
+    for (const auto& r : sim.value("rows", ordered_json::array())) {
+      ordered_json p = sbase;
+      for (const auto& [k, v] : r.items()) p[k] = v;
+      sp.push_back(std::move(p));
+    }
+    for (const auto& p : sp) add_row(p, sbase, "sim");
   }
   return s;
 }
@@ -589,12 +648,14 @@ int run(const DriverOptions& opt) {
     for (std::size_t i = 0; i < n; ++i) {
       const Row& row = spec.rows[i];
       const std::string rdir = dir + "/rows/" + row.id;
-      const std::string result = rdir + (spec.kind == "overhead" ? "/overhead.json" : "/run.json");
+      const bool sim_row = row.tool == "sim";
+      const std::string result = rdir + (sim_row ? "/sim.json" : spec.kind == "overhead" ? "/overhead.json" : "/run.json");
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (opt.force || !fs::exists(result)) {
         fs::remove_all(rdir);
         fs::create_directories(rdir);
         std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
+        if (sim_row) cmd = {opt.self, "sim", "--json"};
         if (spec.kind == "torch") {  // a real PyTorch DDP trainer (sf_torch), launching its own ranks
           // A relative trainer path is relative to the project root (specs live in ROOT/experiments/specs).
           fs::path trainer = spec.raw.value("trainer", "examples/torch_ddp/train.py");
@@ -615,7 +676,9 @@ int run(const DriverOptions& opt) {
                        hms(now).c_str(), eta.c_str(), row.id.c_str(), tty ? "   " : "\n");
         };
         tick();
-        const int rc = spawn(cmd, rdir + "/log.txt", opt.row_timeout_s, tty ? std::function<void()>(tick) : [] {});
+        const int rc = spawn(cmd, rdir + "/log.txt", opt.row_timeout_s, tty ? std::function<void()>(tick) : [] {},
+                             sim_row ? result : std::string());
+        if (sim_row && rc != 0) fs::remove(result);  // a sim that failed leaves no half line behind
         spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
         ++done_now;
         if (rc != 0 || !fs::exists(result)) {
@@ -631,7 +694,9 @@ int run(const DriverOptions& opt) {
       }
       try {
         const auto j = parse_json_file(result);
-        for (auto& r : spec.kind == "overhead" ? summarize_overhead(j, row, spec) : summarize_run(j, row, spec))
+        for (auto& r : row.tool == "sim"          ? summarize_sim(j, row, spec)
+                       : spec.kind == "overhead" ? summarize_overhead(j, row, spec)
+                                                 : summarize_run(j, row, spec))
           csv_rows.push_back(std::move(r));
       } catch (const std::exception& e) {
         failed.push_back(row.id + " (" + e.what() + ")");

@@ -17,6 +17,9 @@ struct Row {
   int ranks = 1;
   std::vector<std::string> args;  ///< `run` options (without --out/--quiet)
   nlohmann::ordered_json params;  ///< the row's parameters as declared (scenario, delay_ms, ...)
+  /// "run": `mpirun -np ranks sf-testbed run` (run.json); "sim": `sf-testbed sim --json` on
+  /// model-driven ranks, no MPI (its JSON line in sim.json), from a spec's "sim" block.
+  std::string tool = "run";
 };
 
 struct Spec {

@@ -14,14 +14,28 @@ harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config)
 [ -d build-sanitize ] || cmake --preset sanitize >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
-status=0
+# The harnesses run side by side (each is one process), so the wall time is SECONDS, not
+# SECONDS x harnesses; SF_FUZZ_SERIAL=1 runs them one after the other.
+declare -A pid
 for h in "${harnesses[@]}"; do
   corpus=build-sanitize/fuzz/corpus/$h findings=build-sanitize/fuzz/findings/$h
   mkdir -p "$corpus" "$findings"
   while IFS= read -r f; do [ -f "$f" ] && cp -f "$f" "$corpus/seed_$(basename "$f")"; done <build-sanitize/fuzz/$h.seeds
   echo "fuzz: $h for ${secs} s"
-  if ! build-sanitize/fuzz/fuzz_$h "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-       -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 >"$findings/log.txt" 2>&1; then
+  build-sanitize/fuzz/fuzz_$h "$corpus" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 >"$findings/log.txt" 2>&1 &
+  pid[$h]=$!
+  if [ "${SF_FUZZ_SERIAL:-0}" = 1 ]; then wait "${pid[$h]}" && pid[$h]=ok || pid[$h]=failed; fi
+done
+status=0
+for h in "${harnesses[@]}"; do
+  findings=build-sanitize/fuzz/findings/$h
+  case ${pid[$h]} in
+    ok) rc=0 ;;
+    failed) rc=1 ;;
+    *) wait "${pid[$h]}" && rc=0 || rc=$? ;;
+  esac
+  if [ "$rc" -ne 0 ]; then
     echo "fuzz: $h FOUND something; see $findings/log.txt and the input in $findings/"
     tail -30 "$findings/log.txt"
     status=1

@@ -19,4 +19,8 @@ std::vector<SpinCalibration> cuda_spin_calibration(Device&, const std::vector<do
   throw std::runtime_error("this binary was built without CUDA (configure with the cuda preset)");
 }
 
+double cuda_gemm_seconds(int, int, int, int) {
+  throw std::runtime_error("this binary was built without CUDA (configure with the cuda preset)");
+}
+
 }  // namespace sf::sim

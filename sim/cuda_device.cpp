@@ -283,6 +283,45 @@ std::vector<SpinCalibration> cuda_spin_calibration(Device& device, const std::ve
   return out;
 }
 
+double cuda_gemm_seconds(int local_rank, int n, int reps, int repeat) {
+  std::string why;
+  if (!cuda_available(&why)) throw std::runtime_error(why);
+  if (n < 1 || reps < 1 || repeat < 1) throw std::invalid_argument("cuda_gemm_seconds: n, reps and repeat must be >= 1");
+  int count = 0;
+  SF_CUDA_CHECK(cudaGetDeviceCount(&count));
+  SF_CUDA_CHECK(cudaSetDevice(local_rank % count));
+  cudaStream_t raw = nullptr;
+  SF_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+  const Stream stream(raw);
+  cublasHandle_t h = nullptr;
+  SF_CUBLAS_CHECK(cublasCreate(&h));
+  const BlasHandle blas(h);
+  SF_CUBLAS_CHECK(cublasSetStream(h, raw));
+  const std::size_t bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(n) * sizeof(float);
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  // Operand values do not change a GEMM's time; zeroed memory keeps the products finite.
+  SF_CUDA_CHECK(cudaMemsetAsync(a.get(), 0, bytes, raw));
+  SF_CUDA_CHECK(cudaMemsetAsync(b.get(), 0, bytes, raw));
+  const float one = 1.0f, zero = 0.0f;
+  auto product = [&] {
+    SF_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.get(), n, b.get(), n, &zero, c.get(), n));
+  };
+  product();  // warm-up: cuBLAS picks and loads its kernel here
+  const Event t0 = make_event(), t1 = make_event();
+  double best = 0;
+  for (int k = 0; k < reps; ++k) {
+    SF_CUDA_CHECK(cudaEventRecord(t0.get(), raw));
+    for (int j = 0; j < repeat; ++j) product();
+    SF_CUDA_CHECK(cudaEventRecord(t1.get(), raw));
+    SF_CUDA_CHECK(cudaEventSynchronize(t1.get()));
+    float ms = 0;
+    SF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0.get(), t1.get()));
+    const double s = static_cast<double>(ms) * 1e-3;
+    if (k == 0 || s < best) best = s;
+  }
+  return best;
+}
+
 /// For the NCCL backend (same translation unit family): the stream and device buffer.
 cudaStream_t cuda_stream_of(Device& d) { return dynamic_cast<CudaDevice&>(d).stream(); }
 float* cuda_grads_of(Device& d) { return dynamic_cast<CudaDevice&>(d).device_grads(); }

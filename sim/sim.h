@@ -72,6 +72,12 @@ struct SpinCalibration {
 };
 std::vector<SpinCalibration> cuda_spin_calibration(Device& device, const std::vector<double>& ms);
 
+/// `validate`'s compute pass on a GPU (CUDA builds): seconds of one n³ single-precision cuBLAS
+/// GEMM on GPU local_rank % count, timed with a cudaEvent pair around `repeat` back-to-back
+/// products, the fastest of `reps` tries after one warm-up. Throws std::runtime_error without
+/// CUDA or a device, and on any CUDA/cuBLAS error.
+double cuda_gemm_seconds(int local_rank, int n, int reps, int repeat);
+
 // ---- comm backends ----------------------------------------------------------------------------
 
 enum class BucketOp { allreduce, reduce_scatter };

@@ -46,6 +46,11 @@ std::string validate(const ValidateConfig& cfg) {
   if (!(cfg.threshold > 1.0) || !std::isfinite(cfg.threshold)) return "--threshold must be a finite number > 1";
   if (cfg.gemm_n < 8 || cfg.gemm_n > 8192) return "--gemm-n must be in [8, 8192]";
   if (cfg.gemm_reps < 1 || cfg.gemm_reps > 1000) return "--gemm-reps must be in [1, 1000]";
+  if (cfg.device != "cpu" && cfg.device != "cuda") return "--device is '" + cfg.device + "', expected cpu or cuda";
+  if (cfg.device == "cuda" && cfg.compute) {
+    std::string why;
+    if (!sim::cuda_available(&why)) return "--device cuda: " + why;
+  }
   for (const auto& [r, f] : cfg.compute_slowdown)
     if (r < 0 || !(f >= 1.0) || f > 1000) return "--compute-slowdown RANK:FACTOR needs RANK >= 0 and FACTOR in [1, 1000]";
   return "";

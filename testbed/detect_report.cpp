@@ -182,6 +182,15 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
                           {"threshold", dc.threshold},
                           {"min_gap", dc.min_gap},
                           {"min_rel_change", dc.min_rel_change}};
+  // The series the detector watched, for plots beside the change points: F[t,S] per step from the
+  // matrix's first step (null where no rank was present), at most kSeriesSteps steps.
+  {
+    constexpr int kSeriesSteps = 20000;
+    const int n = std::min(acc.steps, kSeriesSteps);
+    ordered_json xs = ordered_json::array();
+    for (int t = 0; t < n; ++t) xs.push_back(acc.scored[t] ? ordered_json(acc.exposed(t)) : ordered_json(nullptr));
+    rep.json["series"] = {{"first_step", m.first_step()}, {"exposed_step_s", std::move(xs)}, {"truncated", acc.steps > n}};
+  }
 
   std::vector<std::int64_t> cut_steps;
   for (const auto& c : rep.changes) cut_steps.push_back(c.step);

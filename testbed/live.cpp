@@ -30,7 +30,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
                   "live: window %d steps %lld-%lld | %lld/%lld steps (%.0f%%) %.2f steps/s ETA %.0f s | %.1f ms/step | top: %s | "
                   "suspect: %s | change points: %s\n",
                   s.window, static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
-                  static_cast<long long>(s.done), static_cast<long long>(s.total), 100.0 * s.done / std::max<std::int64_t>(1, s.total),
+                  static_cast<long long>(s.done), static_cast<long long>(s.total), 100.0 * static_cast<double>(s.done) / static_cast<double>(std::max<std::int64_t>(1, s.total)),
                   rate, eta, e.median_step_s * 1e3, top.c_str(), suspect.c_str(), cps.c_str());
     return line;
   }
@@ -38,7 +38,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
   std::snprintf(line, sizeof line, "sf-testbed run --live   scenario %s   ranks %d\n", s.scenario.c_str(), s.ranks);
   out += line;
   const int width = 40;
-  const int filled = static_cast<int>(width * static_cast<double>(s.done) / std::max<std::int64_t>(1, s.total));
+  const int filled = static_cast<int>(width * static_cast<double>(s.done) / static_cast<double>(std::max<std::int64_t>(1, s.total)));
   std::snprintf(line, sizeof line, "progress [%s%s] %lld/%lld steps  ETA %.0f s\n", std::string(filled, '#').c_str(),
                 std::string(width - filled, '.').c_str(), static_cast<long long>(s.done), static_cast<long long>(s.total), eta);
   out += line;

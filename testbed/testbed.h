@@ -113,6 +113,9 @@ struct ValidateConfig {
   bool parallel = false;            ///< measure a round's links at once (FALCON), not one at a time
   int gemm_n = 384;                 ///< compute pass: n × n × n single-precision GEMM
   int gemm_reps = 5;                ///< timed GEMMs per rank (fastest counts)
+  /// Compute pass device: "cpu" (Eigen GEMM on the rank's core) or "cuda" (cuBLAS GEMM on GPU
+  /// local_rank % count, timed with cudaEvents; CUDA builds with a GPU).
+  std::string device = "cpu";
   /// Injected compute fail-slow, to validate the validator: rank → factor (its GEMMs repeat
   /// `factor` times, as a device running at 1/factor of its speed would take).
   std::vector<std::pair<int, double>> compute_slowdown;

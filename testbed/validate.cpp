@@ -3,7 +3,8 @@
 // ring, 3 for an odd one, so no rank is in two transfers at once — and names links slower than a
 // threshold × the median of their peers: links of the same class (within a host, between hosts:
 // shared memory and a NIC are not peers) that leave other hosts. A compute pass times a calibrated GEMM on each rank, one rank at a
-// time (ranks may share cores), and names ranks slower than threshold × the median.
+// time (ranks may share cores), and names ranks slower than threshold × the median: Eigen on the
+// rank's core, or with --device cuda a cuBLAS GEMM on the rank's GPU timed by cudaEvents.
 #include "detail.h"
 
 #include "sf/check/check.h"
@@ -138,8 +139,10 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
 
   // Who is where: the transport resolves node rank and host name as the recorder reports them.
   Result res;
+  int my_local_rank = 0;
   {
     const auto id = recorder::make_mpi_transport(comm)->identity();
+    my_local_rank = id.local_rank;
     std::array<char, 64> host{};
     std::snprintf(host.data(), host.size(), "%s", id.hostname.c_str());
     std::vector<int> nodes(static_cast<std::size_t>(size)), locals(static_cast<std::size_t>(size));
@@ -188,6 +191,8 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
                           MPI_DOUBLE, 0, comm));
 
   // ---- compute pass: one rank at a time ----
+  // On cuda a rank whose GEMM fails says why on its stderr and reports -1: every rank still meets
+  // every barrier, and rank 0 names the ranks in one line (exit 2), never a hang or a crash.
   double gemm = 0;
   if (cfg.compute) {
     int repeat = 1;
@@ -196,9 +201,19 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
     for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
       for (int r = 0; r < size; ++r) {
         quiet_barrier(comm);
-        if (r == rank) {
-          const double t = gemm_seconds(cfg.gemm_n, cfg.gemm_reps, repeat);
-          if (sweep == 0 || t < gemm) gemm = t;
+        if (r == rank && gemm >= 0) {
+          double t = -1;
+          if (cfg.device == "cuda") {
+            try {
+              t = sim::cuda_gemm_seconds(my_local_rank, cfg.gemm_n, cfg.gemm_reps, repeat);
+            } catch (const std::exception& e) {
+              std::fprintf(stderr, "sf-testbed validate: rank %d: cuBLAS GEMM failed: %s\n", rank, e.what());
+            }
+          } else {
+            t = gemm_seconds(cfg.gemm_n, cfg.gemm_reps, repeat);
+          }
+          if (t < 0) gemm = -1;
+          else if (sweep == 0 || t < gemm) gemm = t;
         }
       }
   }
@@ -207,6 +222,16 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
   SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, res.gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
   if (rank != 0) return 0;
   report.root = true;
+  {
+    std::vector<int> failed;
+    for (int r = 0; r < size; ++r)
+      if (res.gemm_s[static_cast<std::size_t>(r)] < 0) failed.push_back(r);
+    if (!failed.empty()) {
+      std::fprintf(stderr, "sf-testbed validate: the %s GEMM failed on rank(s) %s (each said why above); no compute verdict\n",
+                   cfg.device.c_str(), frontier::format_rank_ranges(failed).c_str());
+      return 2;
+    }
+  }
 
   // ---- rank 0: classes, medians, verdicts ----
   for (int r = 0; r < size; ++r)
@@ -303,8 +328,8 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
       if (!attribution.empty()) appendf(text, "# %s\n", attribution.c_str());
     }
     if (cfg.compute) {
-      appendf(text, "#\n# compute: %d^3 single-precision GEMM (Eigen), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
-                  cfg.sweeps, cfg.gemm_reps);
+      appendf(text, "#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+                  cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
       appendf(text, "# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
       for (int r = 0; r < size; ++r) {
         const double t = res.gemm_s[static_cast<std::size_t>(r)];
@@ -333,7 +358,8 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
     for (int i : res.slow_links) j["slow_links"].push_back({res.links[static_cast<std::size_t>(i)].from, res.links[static_cast<std::size_t>(i)].to});
     j["egress_degraded_hosts"] = egress.size() == 1 || hosts.size() == 2 ? ordered_json(egress) : ordered_json::array();
     j["attribution"] = attribution;
-    j["compute"] = {{"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s}, {"median_s", res.gemm_median}};
+    j["compute"] = {{"device", cfg.device}, {"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s},
+                    {"median_s", res.gemm_median}};
     j["slow_ranks"] = res.slow_ranks;
     j["pass"] = pass;
   }

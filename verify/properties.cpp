@@ -390,7 +390,7 @@ std::vector<Entry> label_entries() {
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> list = [] {
-  std::vector<Entry> list = {
+  std::vector<Entry> all = {
       {{"advances_telescope", "sum_s a[t,s] = F[t,S] to 1e-12 relative (Theorem 1)"},
        runner([](const GenWindow& w) { advances_telescope(w); })},
       {{"advances_nonnegative", "every advance a[t,s] >= 0"}, runner([](const GenWindow& w) { advances_nonnegative(w); })},
@@ -428,8 +428,8 @@ const std::vector<Entry>& entries() {
       {{"label_gradient_accumulation_ambiguous", "gradient_accumulation_ambiguous fires exactly on collapsed or mixed microsteps"},
        runner([](const GenAccumulation& a) { accumulation_label_iff_collapsed_or_mixed(a); })},
   };
-  for (auto& e : label_entries()) list.push_back(std::move(e));
-  return list;
+  for (auto& e : label_entries()) all.push_back(std::move(e));
+  return all;
   }();
   return list;
 }

@@ -46,6 +46,16 @@ TEST(CudaDevice, work_is_asynchronous_and_events_time_it) {
   ev.release(p);
 }
 
+TEST(CudaGemm, validate_compute_pass_time_scales_with_the_injected_repeat) {
+  std::string why;
+  if (!sim::cuda_available(&why)) GTEST_SKIP() << why;
+  const double one = sim::cuda_gemm_seconds(0, 2048, 5, 1), four = sim::cuda_gemm_seconds(0, 2048, 5, 4);
+  std::printf("# cuBLAS 2048^3 SGEMM: %.3f ms, 4 back-to-back: %.3f ms\n", one * 1e3, four * 1e3);
+  EXPECT_GT(one, 0.0);
+  EXPECT_GT(four / one, 3.0);
+  EXPECT_LT(four / one, 5.0);
+}
+
 TEST(CudaDevice, gradients_round_trip_through_the_host_mirror) {
   auto dev = device();
   if (!dev) GTEST_SKIP() << "no CUDA device";
