@@ -23,8 +23,9 @@ struct Transition {
 
 std::vector<Transition> truth_transitions(const inject::FaultPlan* plan, std::int64_t first, std::int64_t last) {
   std::vector<Transition> out;
-  if (!plan || !plan->scenario || plan->scenario->site == inject::Site::none || plan->delay_ms <= 0 || plan->every > 1)
-    return out;
+  if (!plan || !plan->scenario || plan->scenario->site == inject::Site::none || plan->every > 1) return out;
+  // A link fault is on by its rate, every other fault by its delay.
+  if (plan->scenario->site == inject::Site::link ? plan->rate_mbit <= 0 : plan->delay_ms <= 0) return out;
   if (plan->onset > first && plan->onset <= last) out.push_back({plan->onset, +1});
   if (plan->offset != inject::kForever && plan->offset > first && plan->offset <= last && plan->offset > plan->onset)
     out.push_back({plan->offset, -1});
