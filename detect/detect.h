@@ -109,7 +109,6 @@ private:
   std::vector<ChangePoint> changes_;
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
-  std::int64_t open_since_ = -1;
 };
 
 /// Runs a Detector over a whole series (steps first_step, first_step+1, ...).

@@ -173,20 +173,27 @@ void add_detect_columns(ordered_json& base, const ordered_json& run) {
   base["stability_culprit"] = run["culprit_stability"]["culprit"];
 }
 
-/// One CSV line of a `sim --json` row: the row's parameters, the verdict and --detect's fields.
-std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row, const Spec& spec) {
+/// The columns every row's CSV line starts with: the experiment, the row and its declared
+/// parameters, the commit, the delay and seed in effect (from the result's config).
+ordered_json row_columns(const ordered_json& result, const Row& row, const Spec& spec) {
   ordered_json base;
   base["experiment"] = spec.name;
   base["row"] = row.id;
-  base["tool"] = "sim";
   base["group"] = row.params.value("group", "");
   base["ranks"] = row.ranks;
   for (const auto& [k, v] : row.params.items())
     if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
-  base["commit"] = sim.value("commit", "");
-  const auto& cfg = sim["config"];
+  base["commit"] = result.value("commit", "");
+  const auto& cfg = result["config"];
   base["delay_ms"] = cfg.value("delay_ms", 0.0);
   base["seed"] = cfg.value("seed", 0);
+  return base;
+}
+
+/// One CSV line of a `sim --json` row: the row's parameters, the verdict and --detect's fields.
+std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row, const Spec& spec) {
+  ordered_json base = row_columns(sim, row, spec);
+  base["tool"] = "sim";
   if (sim.contains("evidence") && sim["evidence"].contains("median_step_s"))
     base["median_step_ms"] = sim["evidence"].value("median_step_s", 0.0) * 1e3;
   if (sim.contains("verdict") && sim["verdict"].contains("frontier")) {
@@ -199,17 +206,8 @@ std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row,
 }
 
 std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
-  ordered_json base;
-  base["experiment"] = spec.name;
-  base["row"] = row.id;
-  base["group"] = row.params.value("group", "");
-  base["ranks"] = row.ranks;
-  for (const auto& [k, v] : row.params.items())
-    if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
-  base["commit"] = run.value("commit", "");
+  ordered_json base = row_columns(run, row, spec);
   const auto& cfg = run["config"];
-  base["delay_ms"] = cfg.value("delay_ms", 0.0);
-  base["seed"] = cfg.value("seed", 0);
   base["device"] = cfg.value("device", "");
   base["comm"] = cfg.value("comm", "");
   std::string truth_ranks;

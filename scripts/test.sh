@@ -38,11 +38,11 @@ if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
     cmake --preset sanitize >/dev/null
     cmake --build --preset sanitize -j"$(nproc)" --target formats_test frontier_test median_test properties_test \
           fixtures_test inject_test sf-testbed fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay
-    # Property cases: 200 (the preset's SF_PROPERTY_CASES). Not here: the install test, 1024-rank
+    # Property cases: 200 (the preset's SF_PROPERTY_CASES). Not here: the install test, the public traces of ../shared (128-rank imports, minutes under ASan), 1024-rank
     # sim goldens, and tests of targets not built (NOT_BUILT); MPI tests do not exist without MPI.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       ctest --test-dir build-sanitize -j"$(nproc)" --output-on-failure \
-            -E '^(install\.|golden\.sim_|golden\.verify_)|NOT_BUILT'
+            -E '^(install\.|import\.kineto_shared|golden\.sim_|golden\.verify_)|NOT_BUILT'
     # The no-MPI build: score, verify and sim work, run says why it cannot (one line, exit 2).
     ASAN_OPTIONS=detect_leaks=1 bash tests/nompi/check.sh build-sanitize/sf-testbed examples
   }
