@@ -19,7 +19,7 @@ Two sources, both written to OUT (rows.csv, stored.csv, table.md, labels.png, ma
      (data, forward), and for callbacks when the callback holds a barrier (--sync-callbacks).
      Backward holds the all-reduce itself, so it is not a "wait upstream of a collective" stage.
 2. The evidence packets stored in results/*/rows/*/window_*.json (real mpirun runs, labelled by the
-   labeler of the commit in each run.json): the rates before this labeler, for comparison.
+   labeler of the commit in each run.json), with the commits named.
 
 Deterministic given the binary and the arguments (the model's jitter is drawn from the seed).
 """
@@ -225,26 +225,32 @@ def main():
               "- At the paper's defaults (`defaults`) only `co_critical` and the device-axis labels can say anything: "
               "`direct_exposure` needs a gain the cohort-median baseline cannot give a synchronous step (the induced "
               "waits stay in place), and the sync-wait labels need W = 1. Since issue 10 `co_critical` no longer fires "
-              "on healthy windows (|E_amb| >= 2), so it separates the near-tied data and forward/host tails from healthy "
-              "steps; before, it fired on every stored window (last table).",
+              "on healthy windows (|E_amb| >= 2), so it separates near-tied tails (forward/host here) from healthy "
+              "steps; before issue 10 it fired on healthy stored windows as often as on faulty ones.",
               "- With the no-stall reference from a healthy window, `direct_exposure` fires where the delay sits in the "
               "stage that holds the collective (backward compute, comm delay, and forward/device work that surfaces in "
               "backward) and never on healthy windows. `co_critical` then also fires on the host-local controls "
               "(callback/host, optimizer): once backward's induced wait is at its reference, the host-local stage would "
               "lead, so the two are named together -- information, not a routing claim.",
               "- With the wait model the testbed knows, forward/host rows become `sync_wait_dependent` and "
-              "`likely_sync_wait` (an upstream host stall the others wait for at the all-reduce). Data tails at the "
-              "catalogue's 120 ms stay `co_critical`: their share is near-tied with backward (the paper's detectability "
-              "transition), and Appendix C downgrades near ties before any wait-model label.",
+              "`likely_sync_wait` (an upstream host stall the others wait for at the all-reduce). A tail whose share "
+              "is near-tied with backward stays `co_critical` at most: Appendix C downgrades near ties before any "
+              "wait-model label (on the bucketed step a 120 ms data tail sits below backward, see the tables).",
               ""]
     if len(stored):
         rates, counts = rate_table(stored, "scenario")
-        panels.append(("stored runs (old labeler)", rates))
+        panels.append(("stored runs", rates))
         commits = sorted(set(stored["commit"]))
+        per_commit = stored.groupby("commit").size().to_dict()
+        cc = rates.loc["co_critical"] if "co_critical" in rates.index else None
+        cc_line = ""
+        if cc is not None and "none" in cc.index:
+            faulty = cc.drop("none")
+            cc_line = (f" `co_critical` fires on {cc['none']:.0f} % of healthy stored windows and on "
+                       f"{faulty.min():.0f}-{faulty.max():.0f} % of faulty ones.")
         lines += ["## Stored real runs (`results/*/rows`), as labelled when they were made", "",
-                  f"{len(stored)} evidence packets from `mpirun` runs, labelled by the labeler of commit(s) "
-                  f"{', '.join(commits)} -- before this labeler. They show the problem the issue reports: "
-                  "`co_critical` on healthy windows as often as on faulty ones.", "", md(rates, counts), ""]
+                  f"{len(stored)} evidence packets from `mpirun` runs, each labelled by the labeler of the commit that made it: "
+                  + ", ".join(f"{c} ({per_commit[c]} packets)" for c in commits) + "." + cc_line, "", md(rates, counts), ""]
         summary["stored"] = {lab: {"healthy_pct": float(rates.loc[lab, "none"]) if "none" in rates.columns else None,
                                    "discriminates": discriminates(rates, lab)} for lab in LABELS}
     for ax, (title, rates) in zip(axes, panels):

@@ -935,7 +935,7 @@ def index(results):
     out = ["# sf-testbed results beside the StageFrontier paper\n",
            "Every directory holds `rows.csv` (one line per run, with seed and commit), `table.md` (the paper's layout with "
            "its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
-           "Regenerate everything with `build/sf-testbed experiment all` (about 1.5 h on the project's 2-core VM); "
+           "Regenerate everything with `build/sf-testbed experiment all` (about 2.5 h on the project's 2-core VM: detect alone 24 min, routing 22 min); "
            "one experiment with `build/sf-testbed experiment NAME`. Runs are real `mpirun` processes with the host-stream "
            "device model (no GPU here); GPU rows are in `gpu/` where a GPU session produced them.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
