@@ -51,7 +51,7 @@ int run_import_kineto(const ImportOptions& o) {
     std::printf("    %-26s %s\n", "side.sync_wait", t.collectives.c_str());
   }
   std::printf("# wrote %s: world size %d, steps %lld..%lld, %zu trace(s)", o.out.c_str(), m.ranks(),
-              static_cast<long long>(m.first_step()), static_cast<long long>(m.first_step() + m.steps() - 1), imp.traces.size());
+              static_cast<long long>(m.first_step()), static_cast<long long>(m.first_step() + (m.steps() - 1)), imp.traces.size());
   if (!imp.missing_ranks.empty())
     std::printf("; %zu rank(s) without a trace are missing ranks (telemetry_limited)", imp.missing_ranks.size());
   std::printf("\n# score it: sf-testbed score %s\n", o.out.c_str());

@@ -67,7 +67,7 @@ Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, c
 
 frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_step, std::int64_t last_step) {
   first_step = std::max(first_step, m.first_step());
-  last_step = std::min(last_step, m.first_step() + m.steps() - 1);
+  last_step = std::min(last_step, m.first_step() + (m.steps() - 1));
   const int n = static_cast<int>(std::max<std::int64_t>(0, last_step - first_step + 1));
   frontier::StageMatrix out(m.schema(), m.ranks(), first_step, n);
   const int k = m.schema().explicit_count();
@@ -93,7 +93,7 @@ frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_s
 std::vector<ChangeDiagnosis> diagnose(const frontier::StageMatrix& m, const std::vector<ChangePoint>& changes,
                                       const frontier::LabelConfig& cfg) {
   std::vector<ChangeDiagnosis> out;
-  const std::int64_t first = m.first_step(), last = m.first_step() + m.steps() - 1;
+  const std::int64_t first = m.first_step(), last = m.first_step() + (m.steps() - 1);
   for (std::size_t i = 0; i < changes.size(); ++i) {
     const auto& c = changes[i];
     if (c.step <= first || c.step > last) continue;

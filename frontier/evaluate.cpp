@@ -136,7 +136,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   int missing = 0;
   for (int t = 0; t < m.steps(); ++t)
     if (!acc.scored[t]) ++missing;
-  auto [ev, side] = ws.finish(m.first_step(), m.first_step() + m.steps() - 1, missing);
+  auto [ev, side] = ws.finish(m.first_step(), m.first_step() + (m.steps() - 1), missing);
   label(ev, side, cfg, tel);
   return ev;
 }

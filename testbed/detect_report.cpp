@@ -85,7 +85,7 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
   const detect::Detector& d = online ? *online : local;
   rep.changes = d.changes();
 
-  const std::int64_t first = m.first_step(), last = m.first_step() + m.steps() - 1;
+  const std::int64_t first = m.first_step(), last = m.first_step() + (m.steps() - 1);
   const auto transitions = truth_transitions(plan, first, last);
   std::vector<bool> found(transitions.size(), false);
   const auto diags = detect::diagnose(m, rep.changes, label);

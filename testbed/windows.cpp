@@ -12,7 +12,7 @@ formats::Window concat(const std::vector<formats::Window>& windows) {
   if (windows.empty()) return out;
   const auto& first = windows.front().matrix;
   std::int64_t last = first.first_step() - 1;
-  for (const auto& w : windows) last = std::max(last, w.matrix.first_step() + w.matrix.steps() - 1);
+  for (const auto& w : windows) last = std::max(last, w.matrix.first_step() + (w.matrix.steps() - 1));
   out.matrix = frontier::StageMatrix(first.schema(), first.ranks(), first.first_step(),
                                      static_cast<int>(last - first.first_step() + 1));
   out.ranks = windows.front().ranks;
