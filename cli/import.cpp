@@ -50,7 +50,7 @@ int run_import_kineto(const ImportOptions& o) {
       std::printf("    %-26s %3d/%-3d %s\n", stages[s].c_str(), t.stage_steps[s], t.steps, t.stage_rules[s].c_str());
     std::printf("    %-26s %s\n", "side.sync_wait", t.collectives.c_str());
   }
-  std::printf("# wrote %s: world size %d, steps %lld..%lld, %zu trace(s)", o.out.c_str(), m.ranks(),
+  std::printf("# wrote %s: world size %d, steps %lld..%lld, %zu trace(s)", o.out.c_str(), m.world_size(),
               static_cast<long long>(m.first_step()), static_cast<long long>(m.first_step() + (m.steps() - 1)), imp.traces.size());
   if (!imp.missing_ranks.empty())
     std::printf("; %zu rank(s) without a trace are missing ranks (telemetry_limited)", imp.missing_ranks.size());

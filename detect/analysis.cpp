@@ -69,7 +69,7 @@ frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_s
   first_step = std::max(first_step, m.first_step());
   last_step = std::min(last_step, m.first_step() + (m.steps() - 1));
   const int n = static_cast<int>(std::max<std::int64_t>(0, last_step - first_step + 1));
-  frontier::StageMatrix out(m.schema(), m.ranks(), first_step, n);
+  frontier::StageMatrix out = frontier::StageMatrix::same_layout(m, first_step, n);
   const int k = m.schema().explicit_count();
   std::vector<double> d(static_cast<std::size_t>(k));
   const int off = static_cast<int>(first_step - m.first_step());
@@ -86,7 +86,6 @@ frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_s
         for (int s = 0; s < k; ++s)
           if (const double v = m.sync_wait(tt, r, s); !std::isnan(v)) out.set_sync_wait(t, r, s, v);
     }
-  if (!m.roles().empty()) out.set_roles(m.roles());
   return out;
 }
 
@@ -216,7 +215,9 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
         ++tl->advanced;
         tl->advance += a;
       }
-      const int leader = acc.leader(t, top);
+      // Accounting names columns; the tallies hold rank ids (they differ when m is sparse).
+      const int column = acc.leader(t, top);
+      const int leader = column >= 0 ? m.rank_id(column) : column;
       if (leader >= 0) {
         for (Tally* tl : {&win, &all}) {
           auto& l = tl->ranks[leader];
@@ -227,8 +228,9 @@ CulpritStability culprit_stability(const frontier::StageMatrix& m, const frontie
         }
       } else if (leader == frontier::Accounting::kTie) {
         const auto ties = acc.tie_ranks(t, top);
-        for (int r : ties)
+        for (int c : ties)
           for (Tally* tl : {&win, &all}) {
+            const int r = m.rank_id(c);
             auto& l = tl->ranks[r];
             l.rank = r;
             l.credit_s += a / static_cast<double>(ties.size());

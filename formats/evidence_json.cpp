@@ -24,16 +24,11 @@ ordered_json per_group(const Evidence& e, const std::vector<double>& v) {
   return o;
 }
 
-/// Ascending ranks as inclusive [first, last] ranges: a packet's size follows the gaps, not the
-/// world (16 M ranks with two records present is one range).
-ordered_json rank_ranges(const std::vector<int>& ranks) {
+/// Inclusive [first, last] rank ranges: a packet's size follows the gaps, not the world (16 M
+/// ranks with two records present is one range).
+ordered_json rank_ranges(const std::vector<frontier::RankRange>& ranges) {
   ordered_json a = ordered_json::array();
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    a.push_back({ranks[i], ranks[j]});
-    i = j + 1;
-  }
+  for (const auto& r : ranges) a.push_back({r.first, r.last});
   return a;
 }
 
@@ -254,7 +249,7 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   j["telemetry"] = {{"closure_residual_share", e.has_wall ? ordered_json(e.closure_residual_share) : ordered_json(nullptr)},
                     {"overlap_error_share", e.has_wall ? ordered_json(e.overlap_error_share) : ordered_json(nullptr)},
                     {"missing_ranks", rank_ranges(e.missing_ranks)},
-                    {"missing_rank_count", e.missing_ranks.size()},
+                    {"missing_rank_count", e.missing_rank_count},
                     {"missing_records", e.missing_records},
                     {"gather_ok", e.gather_ok},
                     {"dropped_records", e.dropped_records},

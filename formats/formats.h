@@ -62,9 +62,9 @@ inline constexpr int kWorldSizeCeiling = 1 << 24;
 struct ReadLimits {
   std::int64_t max_file_bytes = std::int64_t{4} << 30;  ///< bytes of the file
   int max_stages = 1024;                                ///< explicit stages in a header
-  int max_world_size = 65536;                           ///< ranks of a window (≤ kWorldSizeCeiling)
+  int max_world_size = 65536;                           ///< world size of a window (≤ kWorldSizeCeiling)
   std::int64_t max_window_steps = 1000000;              ///< steps a file window spans (before --window splits it)
-  std::int64_t max_values = 100000000;                  ///< steps × ranks × stages of a file window (its dense matrix)
+  std::int64_t max_values = 100000000;                  ///< steps × ranks with records × stages of a file window
 };
 
 struct ReadOptions {

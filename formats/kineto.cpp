@@ -531,14 +531,7 @@ KinetoImport import_kineto(const std::vector<std::string>& files, const KinetoOp
     if (!rank_file.count(r)) out.missing_ranks.push_back(r);
   if (!out.missing_ranks.empty()) {
     // Ranges ("2-127") keep the reason one readable line at any world size.
-    std::string list;
-    for (std::size_t i = 0; i < out.missing_ranks.size();) {
-      std::size_t j = i;
-      while (j + 1 < out.missing_ranks.size() && out.missing_ranks[j + 1] == out.missing_ranks[j] + 1) ++j;
-      list += (list.empty() ? "" : ",") + std::to_string(out.missing_ranks[i]) +
-              (j > i ? "-" + std::to_string(out.missing_ranks[j]) : "");
-      i = j + 1;
-    }
+    const std::string list = frontier::format_rank_ranges(out.missing_ranks, 16);
     w.telemetry.reasons.push_back("kineto import: no trace for " + std::to_string(out.missing_ranks.size()) + " of " +
                                   std::to_string(R) + " ranks (" + list + ")");
   }

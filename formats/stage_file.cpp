@@ -51,6 +51,7 @@ struct Pending {
   double event_s = 0;
   std::int64_t sync_offset = -1;  // into sync values, explicit-stage count entries (NaN = null)
   int rank;
+  int column = 0;  // the rank's column in the window's matrix
   bool has_wall;
   frontier::EventState event = frontier::EventState::unsampled;
 };
@@ -166,9 +167,23 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
   }
   if (total > static_cast<std::uint64_t>(lim.max_window_steps))
     throw FormatError(file, pw.header_line, too_many_steps(total, lim));
-  if (!values_fit(total, pw.world, schema.size(), lim))
+  // Rank layout: the ranks that have records. When some of the world's ranks have none, the
+  // matrix is sparse (one column per rank with records): memory follows the records present, and
+  // the absent ranks are reported as missing ranges. A declared window without records keeps one
+  // column, which no step scores.
+  std::vector<int> ids;
+  ids.reserve(pw.records.size());
+  for (const auto& rec : pw.records) ids.push_back(rec.rank);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.empty()) ids.push_back(0);
+  const int columns = static_cast<int>(ids.size());
+  const bool sparse = columns < pw.world;
+  for (auto& rec : pw.records)
+    rec.column = sparse ? static_cast<int>(std::lower_bound(ids.begin(), ids.end(), rec.rank) - ids.begin()) : rec.rank;
+  if (!values_fit(total, columns, schema.size(), lim))
     throw FormatError(file, pw.header_line,
-                      "window of " + std::to_string(total) + " steps x " + std::to_string(pw.world) + " ranks x " +
+                      "window of " + std::to_string(total) + " steps x " + std::to_string(columns) + " ranks x " +
                           std::to_string(schema.size()) + " stages is above the limit of " + std::to_string(lim.max_values) +
                           " values; expected a smaller window (raise the limit with --max-values)");
 
@@ -185,21 +200,21 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
       order[fill[static_cast<std::size_t>(static_cast<std::uint64_t>(pw.records[i].step) - static_cast<std::uint64_t>(first))]++] = i;
   }
   {
-    std::vector<std::size_t> stamp(static_cast<std::size_t>(pw.world), SIZE_MAX);
-    std::vector<std::int64_t> first_line(static_cast<std::size_t>(pw.world), 0);
+    std::vector<std::size_t> stamp(static_cast<std::size_t>(columns), SIZE_MAX);
+    std::vector<std::int64_t> first_line(static_cast<std::size_t>(columns), 0);
     const Pending* dup = nullptr;
     std::int64_t dup_first = 0;
     for (std::size_t t = 0; t < n_steps; ++t)
       for (std::size_t i = start[t]; i < start[t + 1]; ++i) {
         const Pending& rec = pw.records[order[i]];
-        if (stamp[rec.rank] == t) {
+        if (stamp[rec.column] == t) {
           if (!dup || rec.line < dup->line) {
             dup = &rec;
-            dup_first = first_line[rec.rank];
+            dup_first = first_line[rec.column];
           }
         } else {
-          stamp[rec.rank] = t;
-          first_line[rec.rank] = rec.line;
+          stamp[rec.column] = t;
+          first_line[rec.column] = rec.line;
         }
       }
     if (dup)
@@ -214,8 +229,9 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     const std::uint64_t n = std::min(chunk, total - off);
     Window w;
     try {
-      w.matrix = StageMatrix(schema, pw.world, static_cast<std::int64_t>(static_cast<std::uint64_t>(first) + off),
-                             static_cast<int>(n));
+      const auto window_first = static_cast<std::int64_t>(static_cast<std::uint64_t>(first) + off);
+      w.matrix = sparse ? StageMatrix(schema, pw.world, ids, window_first, static_cast<int>(n))
+                        : StageMatrix(schema, pw.world, window_first, static_cast<int>(n));
       if (!pw.roles.empty()) w.matrix.set_roles(pw.roles);
     } catch (const std::invalid_argument& e) {
       throw FormatError(file, pw.header_line, e.what());
@@ -229,13 +245,13 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
         const Pending& rec = pw.records[order[i]];
         const int ti = static_cast<int>(t);
         try {
-          w.matrix.set_record(ti, rec.rank, std::span<const double>(pw.values.data() + rec.offset, k),
+          w.matrix.set_record(ti, rec.column, std::span<const double>(pw.values.data() + rec.offset, k),
                               rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
-          if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.rank, rec.event, rec.event_s);
+          if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.column, rec.event, rec.event_s);
           if (rec.sync_offset >= 0)
             for (int s = 0; s < k; ++s) {
               const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
-              if (!std::isnan(v)) w.matrix.set_sync_wait(ti, rec.rank, s, v);
+              if (!std::isnan(v)) w.matrix.set_sync_wait(ti, rec.column, s, v);
             }
         } catch (const std::invalid_argument& e) {
           throw FormatError(file, rec.line, e.what());
@@ -666,6 +682,9 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
   if (total > static_cast<std::uint64_t>(lim.max_window_steps) ||
       !values_fit(total, world, static_cast<int>(stages.size()) + (has_wall ? 1 : 0), lim))
     return std::nullopt;
+  // A row takes at least 2 bytes per column: a body too short to fill half the dense window is
+  // sparse, and the general path lays it out by the ranks present.
+  if (static_cast<long double>(body.size() / (2 * ncol)) * 2 < static_cast<long double>(total) * world) return std::nullopt;
 
   std::vector<Window> out(1);
   Window& w = out[0];
@@ -905,7 +924,7 @@ void write_jsonl(std::ostream& out, const Window& w) {
   nlohmann::ordered_json h;
   h["schema"] = kStagesSchema;
   h["stages"] = schema.explicit_names();
-  h["world_size"] = m.ranks();
+  h["world_size"] = m.world_size();
   if (!m.roles().empty()) h["roles"] = m.roles();
   if (schema.accumulation() > 1) h["accumulation"] = schema.accumulation();
   h["window"] = {{"first_step", m.first_step()}, {"steps", m.steps()}};
@@ -924,7 +943,7 @@ void write_jsonl(std::ostream& out, const Window& w) {
       if (!m.present(t, r)) continue;
       nlohmann::ordered_json rec;
       rec["step"] = m.step_id(t);
-      rec["rank"] = r;
+      rec["rank"] = m.rank_id(r);
       auto& d = rec["d"] = nlohmann::ordered_json::array();
       for (int s = 0; s < k; ++s) d.push_back(m.d(t, r, s));
       if (schema.has_residual()) rec["wall"] = m.wall(t, r);
@@ -977,7 +996,7 @@ void write_csv(std::ostream& out, const StageMatrix& m) {
   for (int t = 0; t < m.steps(); ++t)
     for (int r = 0; r < m.ranks(); ++r) {
       if (!m.present(t, r)) continue;
-      out << m.step_id(t) << ',' << r;
+      out << m.step_id(t) << ',' << m.rank_id(r);
       auto put = [&](double v) {
         const auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
         out << ',' << std::string_view(buf, static_cast<std::size_t>(res.ptr - buf));

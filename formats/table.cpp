@@ -74,7 +74,7 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
                 e.suspect.basis.c_str(), e.suspect.confidence);
   }
   std::string missing = e.missing_ranks.empty() ? "none"
-                                                : std::to_string(e.missing_ranks.size()) + " rank(s) [" +
+                                                : std::to_string(e.missing_rank_count) + " rank(s) [" +
                                                       frontier::format_rank_ranges(e.missing_ranks, 4) + "]";
   out += line("# telemetry: closure residual share %s, overlap error share %s, missing ranks %s, gather %s\n",
               e.has_wall ? line("%.4f", e.closure_residual_share).c_str() : "n/a",

@@ -97,7 +97,9 @@ struct WindowSummary {
 /// Accumulates every per-step quantity of a window the labeler reads.
 class WindowStats {
 public:
-  WindowStats(const StageSchema& schema, int world_size, const LabelConfig& cfg);
+  /// columns: the matrices' R; world_size and rank_ids: their rank layout (rank_ids empty when
+  /// dense, as StageMatrix::rank_ids()).
+  WindowStats(const StageSchema& schema, int columns, int world_size, std::vector<int> rank_ids, const LabelConfig& cfg);
 
   /// cohort_median: cohort_medians(m, t). rank_median may be null unless
   /// cfg.gain_baseline == rank_median.
@@ -113,7 +115,9 @@ public:
 
 private:
   const StageSchema& schema_;
-  int world_;
+  int world_;                 // columns (R of the per-rank tables)
+  int declared_world_;        // the job's world size
+  std::vector<int> rank_ids_; // empty when dense
   LabelConfig cfg_;
   int S_, G_;
   int steps_ = 0;

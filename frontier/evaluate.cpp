@@ -120,7 +120,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
     rm = detail::rank_window_median(m);
     rmp = &rm;
   }
-  detail::WindowStats ws(m.schema(), m.ranks(), cfg);
+  detail::WindowStats ws(m.schema(), m.ranks(), m.world_size(), m.rank_ids(), cfg);
   // Cohort medians per step, kept for the counterfactual pass (N × S, small beside the matrix).
   const int S = m.stages();
   std::vector<double> cm(static_cast<std::size_t>(m.steps()) * S);
@@ -146,20 +146,25 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
 struct StreamingAccumulator::State {
   StageSchema schema;
   int world;
+  std::vector<int> rank_ids;
   LabelConfig cfg;
   detail::WindowStats stats;
   std::int64_t first = 0, last = -1;
   int seen = 0, missing = 0;
   double total_s = 0;  // recorded step time so far (≤ kMaxWindowSeconds)
-  State(StageSchema s, int w, LabelConfig c) : schema(std::move(s)), world(w), cfg(std::move(c)), stats(schema, w, cfg) {}
+  State(StageSchema s, int w, std::vector<int> ids, LabelConfig c)
+      : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)),
+        stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {}
 };
 
-StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg) {
+StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids) {
   if (cfg.gain_baseline == GainBaseline::rank_median)
     throw std::invalid_argument("gain baseline rank_median needs the whole window; use cohort_median or reference");
   validate(schema, cfg);
   if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
-  state_ = std::make_unique<State>(std::move(schema), world_size, std::move(cfg));
+  // The layout is checked the way StageMatrix checks it (a full list is the dense layout).
+  if (!rank_ids.empty()) rank_ids = StageMatrix(schema, world_size, std::move(rank_ids), 0, 0).rank_ids();
+  state_ = std::make_unique<State>(std::move(schema), world_size, std::move(rank_ids), std::move(cfg));
 }
 
 StreamingAccumulator::~StreamingAccumulator() = default;
@@ -172,7 +177,8 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
   auto& st = *state_;
   if (one.steps() != 1) throw std::invalid_argument("add_step expects a one-step matrix");
   if (!(one.schema() == st.schema)) throw std::invalid_argument("step schema differs from the window's schema");
-  if (one.ranks() != st.world) throw std::invalid_argument("step world size differs from the window's");
+  if (one.world_size() != st.world || one.rank_ids() != st.rank_ids)
+    throw std::invalid_argument("step world size or rank layout differs from the window's");
   const std::int64_t id = one.first_step();
   if (st.seen > 0 && id <= st.last) throw std::invalid_argument("step ids must increase");
   // The gap in unsigned arithmetic: id − last may not fit an int64 (UB), let alone an int.

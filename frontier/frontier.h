@@ -34,8 +34,18 @@ inline constexpr double kMaxWindowSeconds = 1e300;
 /// with no control characters: a name that a JSON packet and a one-line table can both carry.
 bool printable_utf8(std::string_view s);
 
-/// Ascending ranks as compact inclusive ranges, "0-3,7,9-12", at most max_ranges of them and then
+/// An inclusive range of rank ids, first ≤ last.
+struct RankRange {
+  int first = 0, last = 0;
+  std::int64_t count() const { return static_cast<std::int64_t>(last) - first + 1; }
+  bool operator==(const RankRange&) const = default;
+};
+
+/// Ascending ranks as inclusive ranges (adjacent ranks merged).
+std::vector<RankRange> to_rank_ranges(std::span<const int> ranks);
+/// Ranges as compact text, "0-3,7,9-12", at most max_ranges of them and then
 /// ",... (N more ranges)"; "" for none.
+std::string format_rank_ranges(std::span<const RankRange> ranges, std::size_t max_ranges = 8);
 std::string format_rank_ranges(std::span<const int> ranks, std::size_t max_ranges = 8);
 
 /// Ordered stage list plus its order hash. Stages sharing a name before '#' form one semantic
@@ -90,6 +100,11 @@ enum class EventState : std::uint8_t { unsampled = 0, ready = 1, missing = 2 };
 /// Durations d[t,r,s] ≥ 0 (seconds) for N aligned steps × R ranks × S stages, with the
 /// rank-local step wall time, presence mask and optional side evidence.
 /// Storage: an R × (N·S) column-major Eigen matrix, so one step is a contiguous R × S block.
+///
+/// Rank layout: dense (column r is rank r, R = world size) or sparse, where the R columns hold only
+/// the listed rank ids of a larger world and every other rank is absent from every step. A file
+/// whose world is far larger than the ranks it records is read sparse, so memory follows the
+/// records present. The engine works on columns; evaluate() reports rank ids.
 class StageMatrix {
 public:
   using Block = Eigen::Block<const Eigen::MatrixXd, Eigen::Dynamic, Eigen::Dynamic, true>;
@@ -98,10 +113,25 @@ public:
   /// All cells start missing. first_step is the step id of row 0. Throws std::invalid_argument
   /// when world_size < 1, steps < 0 or the last step id would pass INT64_MAX.
   StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps);
+  /// Sparse layout: one column per id of rank_ids (strictly increasing, each in [0, world_size));
+  /// the world's other ranks are absent. Throws std::invalid_argument on a bad id list.
+  StageMatrix(StageSchema schema, int world_size, std::vector<int> rank_ids, std::int64_t first_step, int steps);
+  /// An empty matrix with m's schema and rank layout (dense or sparse) over other steps.
+  static StageMatrix same_layout(const StageMatrix& m, std::int64_t first_step, int steps);
 
   const StageSchema& schema() const { return schema_; }
   int steps() const { return steps_; }
+  /// Columns: the world size when dense, the listed ranks when sparse.
   int ranks() const { return ranks_; }
+  /// The job's world size (≥ ranks()).
+  int world_size() const { return world_; }
+  bool sparse() const { return !rank_ids_.empty(); }
+  /// The rank id of column c.
+  int rank_id(int c) const { return rank_ids_.empty() ? c : rank_ids_[c]; }
+  /// Column ids when sparse; empty when dense.
+  const std::vector<int>& rank_ids() const { return rank_ids_; }
+  /// The column holding rank id r, or −1 when r is not a column.
+  int column_of(int rank) const;
   int stages() const { return schema_.size(); }
   std::int64_t first_step() const { return first_step_; }
   std::int64_t step_id(int t) const { return first_step_ + t; }
@@ -119,7 +149,7 @@ public:
   /// Recorded step time Σ over present records of max(Σ_s d, wall) (≤ kMaxWindowSeconds).
   double total_seconds() const { return total_s_; }
   bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
-  bool step_complete(int t) const { return step_present_count_[t] == ranks_; }
+  bool step_complete(int t) const { return step_present_count_[t] == world_; }
   int step_present_count(int t) const { return step_present_count_[t]; }
   double d(int t, int r, int s) const { return data_(r, t * stages() + s); }
   Block step_block(int t) const { return data_.middleCols(t * stages(), stages()); }
@@ -139,7 +169,7 @@ public:
   bool has_sync_wait() const { return !sync_wait_.empty(); }
   double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
 
-  /// Optional parallelism role per rank (size R); empty when unknown.
+  /// Optional parallelism role per rank id (size world_size()); empty when unknown.
   void set_roles(std::vector<std::string> roles);
   const std::vector<std::string>& roles() const { return roles_; }
 
@@ -150,6 +180,8 @@ private:
 
   StageSchema schema_;
   int ranks_ = 0;
+  int world_ = 0;
+  std::vector<int> rank_ids_;  // empty when dense
   int steps_ = 0;
   std::int64_t first_step_ = 0;
   double total_s_ = 0;
@@ -362,7 +394,8 @@ struct Evidence {
   double closure_residual_share = 0;
   double overlap_error_share = 0;
   bool has_wall = false;
-  std::vector<int> missing_ranks;   ///< ranks absent from at least one scored step (packet: ranges)
+  std::vector<RankRange> missing_ranks;  ///< ranks absent from at least one scored step, ascending
+  std::int64_t missing_rank_count = 0;   ///< ranks in missing_ranks
   std::int64_t missing_records = 0; ///< absent (step, rank) cells in scored steps
   bool gather_ok = true;
   std::int64_t dropped_records = 0;
@@ -377,7 +410,9 @@ struct Evidence {
 /// Per-rank facts of one window beside its shares that the labeler reads — the "side evidence"
 /// of `label(config, side evidence)` in DESIGN.md. G × R tables are group-major (g·R + r).
 struct SideEvidence {
-  int ranks = 0;
+  int ranks = 0;                           ///< R: the matrix's columns
+  std::vector<int> rank_ids;               ///< R rank ids of a sparse matrix; empty when dense
+  int rank_id(int c) const { return c < 0 || rank_ids.empty() ? c : rank_ids[c]; }
   std::vector<double> confident_credit_s;  ///< G × R: advance led by the rank as a confident unique leader
   std::vector<double> sync_wait_mean_s;    ///< G × R: mean time blocked inside the group's collectives; NaN: none
   std::vector<double> fwd_cpu_mean_s;      ///< R: mean CPU-wall time of the forward group; NaN: no record
@@ -401,7 +436,9 @@ std::string accumulation_problem(const StageSchema& schema);
 /// The labeler (Appendix C, Tables 12–13): applies the telemetry, role and accumulation gates,
 /// then the stage-diagnosis and forward-event rules to a window's statistics (e, as evaluate()
 /// computes them), and fills e's labels, downgrade reasons, ambiguity set (co_critical_stages),
-/// suspects and telemetry fields. Deterministic; documented in docs/labeler.md.
+/// suspects and telemetry fields. Deterministic; documented in docs/labeler.md. e's ranks
+/// (leaders, events.max_rank) arrive as columns of side; label() ends by turning them, and the
+/// suspects it names, into rank ids (side.rank_ids).
 void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const TelemetryInput& tel = {});
 
 /// The deterministic labeler (Appendix C): validates, accounts, computes baselines, gain, lag,
@@ -418,12 +455,13 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
 class StreamingAccumulator {
 public:
   /// Throws std::invalid_argument for GainBaseline::rank_median (needs the whole window).
-  StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg);
+  /// rank_ids: the steps' sparse layout (StageMatrix::rank_ids()), empty when dense.
+  StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids = {});
   ~StreamingAccumulator();
   StreamingAccumulator(StreamingAccumulator&&) noexcept;
   StreamingAccumulator& operator=(StreamingAccumulator&&) noexcept;
 
-  /// Adds one step from a one-step matrix (steps() == 1, same schema and world size).
+  /// Adds one step from a one-step matrix (steps() == 1, same schema, world size and rank layout).
   /// Step ids must increase; a gap counts as missing steps. Throws std::invalid_argument.
   void add_step(const StageMatrix& one_step);
   Evidence finish(const TelemetryInput& tel = {}) const;

@@ -135,9 +135,9 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
   for (const auto& r : tel.reasons) limit(r);
   if (tel.dropped_records > 0) limit("recorder dropped " + std::to_string(tel.dropped_records) + " records (buffer overflow)");
   if (tel.duplicate_records > 0) limit(std::to_string(tel.duplicate_records) + " duplicate (step, rank) records");
-  if (static_cast<int>(e.missing_ranks.size()) > cfg.max_missing_ranks) {
+  if (e.missing_rank_count > cfg.max_missing_ranks) {
     // Ranges and a count: a window of 16 M ranks with two records gives one short line.
-    limit("missing ranks: " + std::to_string(e.missing_ranks.size()) + " rank(s) [" +
+    limit("missing ranks: " + std::to_string(e.missing_rank_count) + " rank(s) [" +
           format_rank_ranges(e.missing_ranks) + "] absent from " +
           std::to_string(e.missing_records) + " (step, rank) records; gate allows " + std::to_string(cfg.max_missing_ranks));
   }
@@ -243,7 +243,7 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
         switching = true;
         std::string ranks;
         for (std::size_t i = 0; i < e.leaders[s1].size() && i < 4; ++i)
-          ranks += (i ? "," : "") + std::to_string(e.leaders[s1][i].rank);
+          ranks += (i ? "," : "") + std::to_string(side.rank_id(e.leaders[s1][i].rank));
         why.push_back("leader of " + n1 + " switched " + std::to_string(sw) + " times in " + std::to_string(chances) +
                       " chances between confident unique leaders (ranks " + ranks +
                       "): several ranks co-critical, no stage label stands");
@@ -308,7 +308,7 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
              std::isfinite(side.fwd_event_median_s[r]);
     };
     int hi_rank = -1;
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < side.ranks; ++r)
       if (eligible(r) && (hi_rank < 0 || side.fwd_event_median_s[r] > side.fwd_event_median_s[hi_rank])) hi_rank = r;
     if (low_ready || cfg.event_scope_limited) {
       set(Label::forward_event_scope_limited);
@@ -336,7 +336,7 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
             const double cpu = side.fwd_cpu_mean_s[rf];
             if (cpu > 0 && side.fwd_event_median_s[rf] <= cfg.event_low_ratio * cpu) set(Label::forward_host_overhead_suspected);
           } else if (rf >= 0) {
-            why.push_back("forward's leading rank " + std::to_string(rf) + " has fewer than " +
+            why.push_back("forward's leading rank " + std::to_string(side.rank_id(rf)) + " has fewer than " +
                           std::to_string(cfg.min_event_samples) + " ready event samples: no host-overhead label");
           }
         }
@@ -351,6 +351,13 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
   // is the packet's headline suspect.
   for (int g = 0; g < G; ++g)
     if (e.advances_s[g] > 0) e.stage_suspects.push_back(suspect_for(e, side, cfg, g));
+  // Columns become rank ids (the identity unless the matrix is sparse).
+  if (!side.rank_ids.empty()) {
+    for (auto& list : e.leaders)
+      for (auto& l : list) l.rank = side.rank_id(l.rank);
+    for (auto& sus : e.stage_suspects) sus.rank = side.rank_id(sus.rank);
+    e.events.max_rank = side.rank_id(e.events.max_rank);
+  }
   for (const auto& sus : e.stage_suspects)
     if (sus.group == s1) e.suspect = sus;
 }

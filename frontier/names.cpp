@@ -1,6 +1,7 @@
 // Text the engine hands to packets and tables: names checked once, rank lists made compact.
 #include "sf/frontier/frontier.h"
 
+#include <algorithm>
 #include <string>
 
 namespace sf::frontier {
@@ -35,24 +36,30 @@ bool printable_utf8(std::string_view s) {
   return true;
 }
 
-std::string format_rank_ranges(std::span<const int> ranks, std::size_t max_ranges) {
-  std::string out;
-  std::size_t shown = 0, more = 0;
-  for (std::size_t i = 0; i < ranks.size();) {
-    std::size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (shown < max_ranges) {
-      if (shown) out += ',';
-      out += std::to_string(ranks[i]);
-      if (j > i) out += '-' + std::to_string(ranks[j]);
-      ++shown;
-    } else {
-      ++more;
-    }
-    i = j + 1;
+std::vector<RankRange> to_rank_ranges(std::span<const int> ranks) {
+  std::vector<RankRange> out;
+  for (const int r : ranks) {
+    if (!out.empty() && out.back().last + 1 == r) out.back().last = r;
+    else out.push_back({r, r});
   }
-  if (more) out += ",... (" + std::to_string(more) + " more range" + (more > 1 ? "s)" : ")");
   return out;
+}
+
+std::string format_rank_ranges(std::span<const RankRange> ranges, std::size_t max_ranges) {
+  std::string out;
+  const std::size_t shown = std::min(ranges.size(), max_ranges);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (i) out += ',';
+    out += std::to_string(ranges[i].first);
+    if (ranges[i].last > ranges[i].first) out += '-' + std::to_string(ranges[i].last);
+  }
+  if (const std::size_t more = ranges.size() - shown)
+    out += ",... (" + std::to_string(more) + " more range" + (more > 1 ? "s)" : ")");
+  return out;
+}
+
+std::string format_rank_ranges(std::span<const int> ranks, std::size_t max_ranges) {
+  return format_rank_ranges(to_rank_ranges(ranks), max_ranges);
 }
 
 }  // namespace sf::frontier

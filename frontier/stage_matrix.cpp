@@ -22,7 +22,7 @@ std::string secs(double v) {
 }  // namespace
 
 StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps)
-    : schema_(std::move(schema)), ranks_(world_size), steps_(steps), first_step_(first_step) {
+    : schema_(std::move(schema)), ranks_(world_size), world_(world_size), steps_(steps), first_step_(first_step) {
   if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
   if (steps < 0) throw std::invalid_argument("step count must be >= 0");
   if (steps > 0 && first_step > std::numeric_limits<std::int64_t>::max() - (steps - 1))
@@ -35,6 +35,35 @@ StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_
   overlap_.assign(cells, 0.0);
   present_.assign(cells, 0);
   step_present_count_.assign(steps, 0);
+}
+
+StageMatrix::StageMatrix(StageSchema schema, int world_size, std::vector<int> rank_ids, std::int64_t first_step,
+                         int steps)
+    : StageMatrix(std::move(schema), rank_ids.empty() ? 1 : static_cast<int>(rank_ids.size()), first_step, steps) {
+  if (rank_ids.empty()) throw std::invalid_argument("a sparse rank layout needs at least one rank id");
+  if (world_size < static_cast<int>(rank_ids.size()))
+    throw std::invalid_argument("world size " + std::to_string(world_size) + " is smaller than the " +
+                                std::to_string(rank_ids.size()) + " listed ranks");
+  for (std::size_t i = 0; i < rank_ids.size(); ++i)
+    if (rank_ids[i] < 0 || rank_ids[i] >= world_size || (i > 0 && rank_ids[i] <= rank_ids[i - 1]))
+      throw std::invalid_argument("rank ids must increase strictly within 0.." + std::to_string(world_size - 1) +
+                                  "; id " + std::to_string(rank_ids[i]) + " at column " + std::to_string(i));
+  world_ = world_size;
+  // A list that names every rank is the dense layout.
+  if (static_cast<int>(rank_ids.size()) < world_size) rank_ids_ = std::move(rank_ids);
+}
+
+StageMatrix StageMatrix::same_layout(const StageMatrix& m, std::int64_t first_step, int steps) {
+  StageMatrix out = m.sparse() ? StageMatrix(m.schema_, m.world_, m.rank_ids_, first_step, steps)
+                               : StageMatrix(m.schema_, m.world_, first_step, steps);
+  out.roles_ = m.roles_;
+  return out;
+}
+
+int StageMatrix::column_of(int rank) const {
+  if (rank_ids_.empty()) return rank >= 0 && rank < ranks_ ? rank : -1;
+  const auto it = std::lower_bound(rank_ids_.begin(), rank_ids_.end(), rank);
+  return it != rank_ids_.end() && *it == rank ? static_cast<int>(it - rank_ids_.begin()) : -1;
 }
 
 void StageMatrix::check_cell(int t, int r) const {
@@ -161,9 +190,9 @@ double StageMatrix::sync_wait(int t, int r, int s) const {
 }
 
 void StageMatrix::set_roles(std::vector<std::string> roles) {
-  if (!roles.empty() && static_cast<int>(roles.size()) != ranks_)
+  if (!roles.empty() && static_cast<int>(roles.size()) != world_)
     throw std::invalid_argument("roles list has " + std::to_string(roles.size()) + " entries, world size is " +
-                                std::to_string(ranks_));
+                                std::to_string(world_));
   roles_ = std::move(roles);
 }
 

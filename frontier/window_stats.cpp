@@ -248,7 +248,7 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentSte
     score[static_cast<int>(BaselineRule::per_stage_avg)][g] += mean;
     score[static_cast<int>(BaselineRule::raw_spread)][g] += mx - cohort_median[s];
     slow_group[g] += m.d(t, slowest, s);
-    if (m.present(t, 0)) score[static_cast<int>(BaselineRule::rank0_total)][g] += m.d(t, 0, s);
+    if (m.rank_id(0) == 0 && m.present(t, 0)) score[static_cast<int>(BaselineRule::rank0_total)][g] += m.d(t, 0, s);
     per_stage_max_s += mx;
     per_stage_avg_s += mean;
   }
@@ -266,8 +266,9 @@ BaselineSet BaselineAccumulator::finish(double tau_c) const {
 
 // --- window statistics -------------------------------------------------------------------------
 
-WindowStats::WindowStats(const StageSchema& schema, int world_size, const LabelConfig& cfg)
-    : schema_(schema), world_(world_size), cfg_(cfg), S_(schema.size()), G_(schema.group_count()), base_(schema) {
+WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size, std::vector<int> rank_ids,
+                         const LabelConfig& cfg)
+    : schema_(schema), world_(columns), declared_world_(world_size), rank_ids_(std::move(rank_ids)), cfg_(cfg), S_(schema.size()), G_(schema.group_count()), base_(schema) {
   adv_.assign(G_, 0.0);
   gain_num_.assign(G_, 0.0);
   lag_sum_.assign(G_, 0.0);
@@ -407,6 +408,8 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       wall_sum += m.wall(t, r);
     }
   }
+  // Ranks of a sparse layout hold no column: absent from every scored step.
+  missing_records_ += declared_world_ - R;
   residual_sum_ = residual_sum;
   overlap_sum_ = overlap_sum;
   wall_sum_ = wall_sum;
@@ -439,7 +442,7 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.first_step = first_step;
   e.last_step = last_step;
   e.steps = steps_;
-  e.world_size = world_;
+  e.world_size = declared_world_;
   e.missing_steps = missing_steps;
   e.exposed_makespan_s = denom_;
   e.per_stage_max_s = base_.per_stage_max_s;
@@ -526,12 +529,29 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     e.closure_residual_share = residual_sum_ / recorded;
     e.overlap_error_share = overlap_sum_ / recorded;
   }
-  for (int r = 0; r < world_; ++r)
-    if (rank_missing_[r]) e.missing_ranks.push_back(r);
+  // Missing ranks as ranges over rank ids: columns absent from some scored step, and (sparse
+  // layout, once a step is scored) every rank without a column. Time and memory follow the
+  // columns and gaps, not the world.
+  auto missing = [&e](int first, int last) {
+    if (first > last) return;
+    if (!e.missing_ranks.empty() && e.missing_ranks.back().last + 1 == first) e.missing_ranks.back().last = last;
+    else e.missing_ranks.push_back({first, last});
+    e.missing_rank_count += static_cast<std::int64_t>(last) - first + 1;
+  };
+  const bool gaps = !rank_ids_.empty() && steps_ > 0;
+  int next = 0;  // the first rank id not yet visited
+  for (int c = 0; c < world_; ++c) {
+    const int id = rank_ids_.empty() ? c : rank_ids_[c];
+    if (gaps) missing(next, id - 1);
+    if (rank_missing_[c]) missing(id, id);
+    next = id + 1;
+  }
+  if (gaps) missing(next, declared_world_ - 1);
   e.missing_records = missing_records_;
 
   // Per-rank side facts the labeler reads.
   side.ranks = world_;
+  side.rank_ids = rank_ids_;
   side.roles = roles_;
   const auto gr = static_cast<std::size_t>(G_) * world_;
   side.confident_credit_s = conf_credit_;

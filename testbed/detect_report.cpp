@@ -59,7 +59,7 @@ void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const f
 formats::Window concat_windows(const std::vector<formats::Window>& windows) {
   for (const auto& w : windows) {
     const auto& a = windows.front().matrix;
-    if (!(w.matrix.schema() == a.schema()) || w.matrix.ranks() != a.ranks())
+    if (!(w.matrix.schema() == a.schema()) || w.matrix.world_size() != a.world_size())
       throw std::invalid_argument("window at line " + std::to_string(w.header_line) +
                                   " has another schema or world size than the first; expected one run");
   }

@@ -25,25 +25,27 @@ ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig&
   const int steps = std::min(acc.steps, std::max(1, opt.max_steps));
 
   // Ranks shown: the first max_ranks, plus the injected targets and each step's leaders of the
-  // largest advance would be too many; the targets are always kept.
+  // largest advance would be too many; the targets are always kept. `shown` holds matrix columns
+  // (rank ids differ from columns when the matrix is sparse); events name rank ids.
   std::set<int> shown;
-  for (int r = 0; r < m.ranks() && static_cast<int>(shown.size()) < opt.max_ranks; ++r) shown.insert(r);
+  for (int c = 0; c < m.ranks() && static_cast<int>(shown.size()) < opt.max_ranks; ++c) shown.insert(c);
   if (plan)
     for (int r : plan->ranks)
-      if (r >= 0 && r < m.ranks()) shown.insert(r);
+      if (const int c = m.column_of(r); c >= 0) shown.insert(c);
 
   ordered_json ev = ordered_json::array();
-  const int frontier_pid = m.ranks() + 1;  // rank r is pid r + 1; pid 0 is not used
+  const int frontier_pid = m.world_size() + 1;  // rank r is pid r + 1; pid 0 is not used
   auto meta = [&](const char* name, int pid, int tid, ordered_json args) {
     ev.push_back({{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
   };
   meta("process_name", frontier_pid, 0, {{"name", "frontier (F[t,s], leaders)"}});
   meta("process_sort_index", frontier_pid, 0, {{"sort_index", -1}});
   for (int s = 0; s < S; ++s) meta("thread_name", frontier_pid, s + 1, {{"name", schema.name(s)}});
-  for (int r : shown) {
+  for (int c : shown) {
+    const int r = m.rank_id(c);
     std::string name = "rank " + std::to_string(r);
-    if (static_cast<std::size_t>(r) < w.ranks.size())
-      name += " (local " + std::to_string(w.ranks[r].local_rank) + ", " + w.ranks[r].hostname + ")";
+    const auto who = std::find_if(w.ranks.begin(), w.ranks.end(), [r](const formats::RankInfo& i) { return i.rank == r; });
+    if (who != w.ranks.end()) name += " (local " + std::to_string(who->local_rank) + ", " + who->hostname + ")";
     meta("process_name", r + 1, 0, {{"name", name}});
     meta("process_sort_index", r + 1, 0, {{"sort_index", r}});
     meta("thread_name", r + 1, 0, {{"name", "step"}});
@@ -63,15 +65,16 @@ ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig&
     if (!acc.scored[t]) continue;
     const double t0 = start[t];
     const std::int64_t step = m.step_id(t);
-    for (int r : shown) {
-      if (!m.present(t, r)) continue;
+    for (int c : shown) {
+      if (!m.present(t, c)) continue;
+      const int r = m.rank_id(c);
       double p = 0;
-      for (int s = 0; s < S; ++s) p += m.d(t, r, s);
+      for (int s = 0; s < S; ++s) p += m.d(t, c, s);
       ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", r + 1}, {"tid", 0}, {"ts", us(t0)},
                     {"dur", us(p)}, {"args", {{"step", step}}}});
       double off = 0;
       for (int s = 0; s < S; ++s) {
-        const double d = m.d(t, r, s);
+        const double d = m.d(t, c, s);
         if (d > 0)
           ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", r + 1}, {"tid", s + 1}, {"ts", us(t0 + off)},
                         {"dur", us(d)}, {"args", {{"step", step}}}});
@@ -82,7 +85,7 @@ ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig&
     for (int s = 0; s < S; ++s) {
       const double f = acc.frontier(t, s), a = acc.advance(t, s);
       if (a > 0) {
-        const int l = acc.leader(t, s);
+        const int l = acc.leader(t, s) >= 0 ? m.rank_id(acc.leader(t, s)) : acc.leader(t, s);
         const std::string who = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
         ev.push_back({{"name", schema.name(s) + " (" + who + ")"}, {"ph", "X"}, {"pid", frontier_pid}, {"tid", s + 1},
                       {"ts", us(t0 + prev)}, {"dur", us(a)},
@@ -130,7 +133,8 @@ ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig&
                       {"steps_in_trace", steps},
                       {"steps_in_window", acc.steps},
                       {"ranks_in_trace", shown.size()},
-                      {"ranks_in_window", m.ranks()}};
+                      {"ranks_in_window", m.world_size()},
+                      {"ranks_recorded", m.ranks()}};
   return out;
 }
 

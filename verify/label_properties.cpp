@@ -125,7 +125,7 @@ LabelOracle label_oracle(const GenLabelCase& c, const Evidence& e) {
   auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
 
   // Gates: telemetry (missing records, closure residual above 0.05), roles.
-  const bool telemetry = !e.missing_ranks.empty() || e.missing_steps > 0 || e.steps == 0 ||
+  const bool telemetry = e.missing_rank_count > 0 || e.missing_steps > 0 || e.steps == 0 ||
                          (e.has_wall && e.closure_residual_share > cfg.max_closure_residual_share) ||
                          (e.has_wall && e.overlap_error_share > cfg.max_overlap_error_share);
   std::vector<std::string> declared;

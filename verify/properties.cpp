@@ -282,6 +282,72 @@ void streaming_equals_window() {
   RC_ASSERT(diff == std::string());
 }
 
+void sparse_layout_equals_dense() {
+  // Some ranks absent from every step, the rest with random side evidence; the sparse matrix
+  // (one column per rank with records, as the readers lay out a large world) must give the dense
+  // matrix's evidence, ranks named by id, whole-window and streaming alike.
+  const GenWindow w = *gen_sparse_window();
+  std::vector<int> keep;
+  for (int r = 0; r < w.ranks; ++r)
+    if (*rc::gen::inRange(0, 3) > 0) keep.push_back(r);
+  if (keep.empty()) keep.push_back(*rc::gen::inRange(0, w.ranks));
+  const bool events = *rc::gen::arbitrary<bool>(), sync = *rc::gen::arbitrary<bool>(), roles = *rc::gen::arbitrary<bool>();
+  const StageMatrix base = w.matrix();
+  StageMatrix dense(base.schema(), w.ranks, base.first_step(), base.steps());
+  StageMatrix sparse(base.schema(), w.ranks, keep, base.first_step(), base.steps());
+  RC_ASSERT(sparse.ranks() == static_cast<int>(keep.size()));
+  RC_ASSERT(sparse.sparse() == (static_cast<int>(keep.size()) < w.ranks));
+  const int E = base.schema().explicit_count();
+  std::vector<double> d(E);
+  for (int t = 0; t < base.steps(); ++t)
+    for (std::size_t c = 0; c < keep.size(); ++c) {
+      const int r = keep[c];
+      if (!base.present(t, r)) continue;
+      for (int s = 0; s < E; ++s) d[s] = base.d(t, r, s);
+      const std::optional<double> wall = base.schema().has_residual() ? std::optional<double>(base.wall(t, r)) : std::nullopt;
+      for (StageMatrix* m : {&dense, &sparse}) {
+        const int col = m == &dense ? r : static_cast<int>(c);
+        m->set_record(t, col, d, wall);
+      }
+      if (events) {
+        const auto state = static_cast<frontier::EventState>(*rc::gen::inRange(0, 3));
+        const double v = *gen_duration();
+        dense.set_fwd_event(t, r, state, v);
+        sparse.set_fwd_event(t, static_cast<int>(c), state, v);
+      }
+      if (sync)
+        for (int s = 0; s < E; ++s) {
+          const double v = *gen_duration();
+          dense.set_sync_wait(t, r, s, v);
+          sparse.set_sync_wait(t, static_cast<int>(c), s, v);
+        }
+    }
+  if (roles) {
+    std::vector<std::string> list(static_cast<std::size_t>(w.ranks));
+    for (auto& x : list) x = *rc::gen::element(std::string(), std::string("dp"), std::string("pp"));
+    dense.set_roles(list);
+    sparse.set_roles(list);
+  }
+  for (int c = 0; c < sparse.ranks(); ++c) RC_ASSERT(sparse.column_of(sparse.rank_id(c)) == c);
+  const Evidence a = frontier::evaluate(dense), b = frontier::evaluate(sparse);
+  RC_ASSERT(evidence_difference(a, b, 0) == std::string());
+  RC_ASSERT(a.missing_ranks == b.missing_ranks);
+  frontier::StreamingAccumulator stream(base.schema(), w.ranks, {}, sparse.rank_ids());
+  for (int t = 0; t < base.steps(); ++t) {
+    StageMatrix one = StageMatrix::same_layout(sparse, base.first_step() + t, 1);
+    for (int c = 0; c < sparse.ranks(); ++c) {
+      if (!sparse.present(t, c)) continue;
+      for (int s = 0; s < E; ++s) d[s] = sparse.d(t, c, s);
+      one.set_record(0, c, d, base.schema().has_residual() ? std::optional<double>(sparse.wall(t, c)) : std::nullopt);
+      if (sparse.has_fwd_events()) one.set_fwd_event(0, c, sparse.fwd_event_state(t, c), sparse.fwd_event_s(t, c));
+      if (sparse.has_sync_wait())
+        for (int s = 0; s < E; ++s) one.set_sync_wait(0, c, s, sparse.sync_wait(t, c, s));
+    }
+    stream.add_step(one);
+  }
+  RC_ASSERT(evidence_difference(b, stream.finish(), 1e-12) == std::string());
+}
+
 void routing_set_minimal(const GenWindow& w) {
   frontier::LabelConfig cfg;
   cfg.tau_c = *rc::gen::inRange(1, 101) / 100.0;
@@ -417,6 +483,8 @@ const std::vector<Entry>& entries() {
       {{"shares_sum_to_one", "window shares sum to 1"}, runner([](const GenWindow& w) { shares_sum_to_one(w); })},
       {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence"},
        runner([] { streaming_equals_window(); })},
+      {{"sparse_layout_equals_dense", "a sparse rank layout (absent ranks hold no column) gives the dense layout's evidence, ranks named by id"},
+       runner([] { sparse_layout_equals_dense(); })},
       {{"routing_set_minimal", "the routing set is the smallest leading share prefix reaching tau_C"},
        runner([](const GenWindow& w) { routing_set_minimal(w); })},
       {{"gain_equals_counterfactual", "G_s (reference baseline) = sum_t (F - F') / sum_t F with s replaced by min(d, b~) and re-accounted; all baselines in [0, 1]"},

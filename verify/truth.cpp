@@ -203,9 +203,11 @@ std::string evidence_difference(const Evidence& a, const Evidence& b, double rel
   d.num("events.sampled", a.events.sampled, b.events.sampled);
   d.num("events.ready", a.events.ready, b.events.ready);
   d.num("events.max_rank_median_s", a.events.max_rank_median_s, b.events.max_rank_median_s);
+  d.num("events.max_rank", a.events.max_rank, b.events.max_rank);
   d.num("closure_residual_share", a.closure_residual_share, b.closure_residual_share);
   d.num("overlap_error_share", a.overlap_error_share, b.overlap_error_share);
-  d.vec("missing_ranks", a.missing_ranks, b.missing_ranks);
+  d.same("missing_ranks", a.missing_ranks == b.missing_ranks);
+  d.num("missing_rank_count", static_cast<double>(a.missing_rank_count), static_cast<double>(b.missing_rank_count));
   d.num("missing_records", static_cast<double>(a.missing_records), static_cast<double>(b.missing_records));
   d.same("gather_ok", a.gather_ok == b.gather_ok);
   d.same("downgrade_reasons", a.downgrade_reasons == b.downgrade_reasons);

@@ -37,6 +37,7 @@ void monotone_in_delay(const GenWindow& w);            ///< draws the cell and d
 void single_rank_is_own_vector();                     ///< draws an R = 1 window
 void shares_sum_to_one(const GenWindow& w);
 void streaming_equals_window();                       ///< draws a sparse window
+void sparse_layout_equals_dense();                    ///< draws a sparse window, drops whole ranks
 void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside
 void gain_equals_counterfactual(const GenWindow& w);   ///< draws the reference inside
 void telemetry_limited_suppresses_strong_labels();    ///< draws a sparse window

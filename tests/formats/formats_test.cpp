@@ -82,8 +82,72 @@ TEST(Jsonl, a_second_header_closes_the_window) {
                        R"({"schema":"sf.stages/1","stages":["a","b","c"],"world_size":4})" + "\n" +
                        R"({"step":7,"rank":3,"d":[1,2,3]})" + "\n");
   ASSERT_EQ(w.size(), 2u);
-  EXPECT_EQ(w[1].matrix.ranks(), 4);
+  EXPECT_EQ(w[1].matrix.world_size(), 4);
+  EXPECT_EQ(w[1].matrix.ranks(), 1);  // only rank 3 has records: one column
+  EXPECT_EQ(w[1].matrix.rank_id(0), 3);
   EXPECT_EQ(w[1].header_line, 3);
+}
+
+// A world far larger than the ranks with records is read sparse: one column per rank present, the
+// rest reported as missing ranges, ranks named by id (issue 12, class 5: memory follows records).
+TEST(SparseWorld, jsonl_two_records_in_a_world_of_2_pow_24) {
+  const int world = formats::kWorldSizeCeiling;
+  std::string text = R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":)" + std::to_string(world) + "}\n";
+  for (int t = 0; t < 3; ++t) {
+    text += R"({"step":)" + std::to_string(t) + R"(,"rank":7,"d":[0.1,0.2]})" + "\n";
+    text += R"({"step":)" + std::to_string(t) + R"(,"rank":)" + std::to_string(world - 1) + R"(,"d":[0.1,0.9]})" + "\n";
+  }
+  formats::ReadOptions opt;
+  opt.limits.max_world_size = world;
+  const auto w = parse(text, MatrixFormat::jsonl, opt);
+  ASSERT_EQ(w.size(), 1u);
+  const auto& m = w[0].matrix;
+  EXPECT_EQ(m.world_size(), world);
+  EXPECT_EQ(m.ranks(), 2);
+  EXPECT_EQ(m.data().size(), 2 * 3 * 2);  // dense would be 2^24 x 3 x 2 doubles
+  EXPECT_EQ(m.rank_id(1), world - 1);
+  const auto e = frontier::evaluate(m);
+  EXPECT_EQ(e.world_size, world);
+  EXPECT_EQ(e.missing_rank_count, world - 2);
+  EXPECT_EQ(e.missing_ranks, (std::vector<frontier::RankRange>{{0, 6}, {8, world - 2}}));
+  EXPECT_EQ(e.missing_records, std::int64_t{3} * (world - 2));
+  EXPECT_EQ(e.suspect.rank, world - 1);  // b leads on the last rank, named by its id
+  ASSERT_FALSE(e.leaders.empty());
+  for (const auto& list : e.leaders)
+    for (const auto& l : list) EXPECT_TRUE(l.rank == 7 || l.rank == world - 1) << l.rank;
+  const std::string packet = formats::evidence_to_json(e, w[0].ranks).dump();
+  EXPECT_NE(packet.find(R"("missing_ranks":[[0,6],[8,16777214]],"missing_rank_count":16777214)"), std::string::npos) << packet;
+  // Written back, the file says the same world and rank ids.
+  std::ostringstream out;
+  formats::write_jsonl(out, w[0]);
+  const auto again = parse(out.str(), MatrixFormat::jsonl, opt);
+  EXPECT_EQ(formats::evidence_to_json(frontier::evaluate(again[0].matrix), again[0].ranks).dump(), packet);
+}
+
+TEST(SparseWorld, csv_with_a_large_declared_world_and_its_duplicates) {
+  formats::ReadOptions opt;
+  opt.limits.max_world_size = 1 << 22;
+  opt.world_size = 1 << 22;
+  const std::string csv = "step,rank,a,b\n0,5,0.1,0.2\n0,4000000,0.3,0.1\n1,5,0.1,0.2\n1,4000000,0.3,0.1\n";
+  const auto w = parse(csv, MatrixFormat::csv, opt);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].matrix.ranks(), 2);
+  EXPECT_EQ(w[0].matrix.world_size(), 1 << 22);
+  const auto e = frontier::evaluate(w[0].matrix);
+  EXPECT_EQ(e.missing_rank_count, (1 << 22) - 2);
+  EXPECT_EQ(e.suspect.rank, 4000000);
+  try {
+    parse(csv + "1,4000000,0.3,0.1\n", MatrixFormat::csv, opt);
+    ADD_FAILURE() << "no error for a duplicate";
+  } catch (const FormatError& err) {
+    EXPECT_EQ(err.line(), 6);
+    EXPECT_NE(std::string(err.what()).find("(step 1, rank 4000000), first seen at line 5"), std::string::npos) << err.what();
+  }
+  // Without --world-size the world is max(rank) + 1: still two columns.
+  opt.world_size = 0;
+  const auto w2 = parse(csv, MatrixFormat::csv, opt);
+  EXPECT_EQ(w2[0].matrix.world_size(), 4000001);
+  EXPECT_EQ(w2[0].matrix.ranks(), 2);
 }
 
 TEST(Jsonl, window_option_splits_by_step) {

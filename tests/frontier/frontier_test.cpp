@@ -176,7 +176,8 @@ TEST(Labels, missing_rank_downgrades_to_telemetry_limited) {
   m.clear_record(4, 2);
   const auto e = evaluate(m);
   EXPECT_TRUE(e.has(Label::telemetry_limited));
-  EXPECT_EQ(e.missing_ranks, std::vector<int>{2});
+  EXPECT_EQ(e.missing_ranks, (std::vector<RankRange>{{2, 2}}));
+  EXPECT_EQ(e.missing_rank_count, 1);
   EXPECT_EQ(e.missing_records, 1);
   EXPECT_FALSE(e.has(Label::co_critical));
   EXPECT_FALSE(e.routing_set.empty());  // accounting still stands
