@@ -24,6 +24,8 @@ std::string validate(const DetectConfig& c) {
     return "detect max_outlier_run must be in [0, min_gap)";
   if (!finite_pos(c.kappa0) || !finite_pos(c.alpha0) || !finite_pos(c.prior_rel_sd))
     return "detect prior (kappa0, alpha0, prior_rel_sd) must be finite and > 0";
+  if (!(c.contamination >= 0 && c.contamination < 1)) return "detect contamination must be in [0, 1)";
+  if (!finite_pos(c.contamination_span)) return "detect contamination_span must be > 0";
   if (c.max_period < 2) return "detect max_period must be >= 2";
   if (!(c.acf_min > 0 && c.acf_min <= 1)) return "detect acf_min must be in (0, 1]";
   return "";
@@ -62,22 +64,40 @@ int Detector::map_run_length() const {
   return static_cast<int>(std::max_element(post_.begin(), post_.end()) - post_.begin());
 }
 
-std::size_t Detector::state_size() const { return post_.size() + 4 * stats_.size() + 2 * history_.size() + 2 * pending_.size() + scratch_.size() + lconst_.size(); }
+std::size_t Detector::state_size() const {
+  return post_.size() + 4 * stats_.size() + 2 * history_.size() + 2 * pending_.size() + scratch_.size() +
+         inlier_.size() + lconst_.size();
+}
 
 void Detector::feed(std::int64_t step, double x) {
   const double h = cfg_.hazard;
   const std::size_t n = post_.size();
   const std::size_t cap = static_cast<std::size_t>(cfg_.max_run_length) + 1;
-  // Log predictive density of x under every run length; the Student-t constant depends on α
-  // alone, and α at run length r is α0 + r/2, so it comes from a table.
+  // Log predictive density of x under every run length. Without contamination the Student-t
+  // constant depends on α alone, and α at run length r is α0 + r/2, so it comes from a table;
+  // with it, α grows by the inlier weights and the constant is computed.
+  const double eps = cfg_.contamination;
+  const double log_in = std::log1p(-eps);
+  const double log_out = eps > 0 ? std::log(eps) - std::log(cfg_.contamination_span * std::max(std::abs(x0_), 1e-6)) : 0.0;
   scratch_.resize(n);
+  inlier_.assign(n, 1.0);
   double mx = -INFINITY;
   for (std::size_t r = 0; r < n; ++r) {
     const Stats& s = stats_[r];
     const double nu = 2 * s.alpha;
     const double scale2 = s.beta * (s.kappa + 1) / (s.alpha * s.kappa);
     const double z2 = (x - s.mu) * (x - s.mu) / scale2;
-    scratch_[r] = lconst_[r] - 0.5 * std::log(scale2) - (nu + 1) / 2 * std::log1p(z2 / nu);
+    const double lc = eps > 0 ? std::lgamma((nu + 1) / 2) - std::lgamma(nu / 2) - 0.5 * std::log(nu * std::numbers::pi)
+                              : lconst_[r];
+    const double lt = lc - 0.5 * std::log(scale2) - (nu + 1) / 2 * std::log1p(z2 / nu);
+    if (eps > 0) {
+      // log((1 − ε) t(x) + ε u(x)) and the posterior weight of "x is an inlier of run r".
+      const double a = log_in + lt, b = log_out, m = std::max(a, b);
+      scratch_[r] = m + std::log(std::exp(a - m) + std::exp(b - m));
+      inlier_[r] = std::exp(a - scratch_[r]);
+    } else {
+      scratch_[r] = lt;
+    }
     if (post_[r] > 0) mx = std::max(mx, scratch_[r]);
   }
   double cp = 0;
@@ -90,13 +110,15 @@ void Detector::feed(std::int64_t step, double x) {
     stats_.push_back({});
   }
   // Growth r → r+1, from the longest run down so nothing is overwritten before it is read;
-  // the longest run at the cap falls off (truncation).
+  // the longest run at the cap falls off (truncation). The Normal-Gamma update takes x with its
+  // inlier weight w (w = 1: the conjugate update).
   for (std::size_t r = n; r-- > 0;) {
     if (r + 1 >= post_.size()) continue;
     post_[r + 1] = scratch_[r] * (1 - h);
     const Stats s = stats_[r];
-    stats_[r + 1] = {(s.kappa * s.mu + x) / (s.kappa + 1), s.kappa + 1, s.alpha + 0.5,
-                     s.beta + s.kappa * (x - s.mu) * (x - s.mu) / (2 * (s.kappa + 1))};
+    const double w = inlier_[r];
+    stats_[r + 1] = {(s.kappa * s.mu + w * x) / (s.kappa + w), s.kappa + w, s.alpha + 0.5 * w,
+                     s.beta + s.kappa * w * (x - s.mu) * (x - s.mu) / (2 * (s.kappa + w))};
   }
   post_[0] = cp;
   stats_[0] = prior();

@@ -42,6 +42,14 @@ struct DetectConfig {
   /// normal observation follows, and fed (a real shift) when one more outlier arrives.
   double outlier_z = 6.0;
   int max_outlier_run = 2;
+  /// Contaminated likelihood: each observation is, with probability `contamination`, an outlier
+  /// drawn from a flat density over [0, contamination_span · |x_0|] instead of the run's Student-t.
+  /// Every run length pays the same capped price for a spike, so load spikes (even periodic ones)
+  /// cannot make an old, spike-widened regime explain a level shift better than a new run; and
+  /// a run's statistics take each observation with its posterior inlier weight. 0 turns it off
+  /// (plain Adams & MacKay).
+  double contamination = 0.05;
+  double contamination_span = 10.0;
   /// Normal-Gamma prior, anchored at the first observation x_0: mean x_0, κ0, α0, and
   /// β0 = α0 · (prior_rel_sd · |x_0|)² (a prior standard deviation relative to the level).
   double kappa0 = 1.0;
@@ -102,8 +110,9 @@ private:
   std::int64_t observed_ = 0, outliers_dropped_ = 0, rejected_ = 0;
   std::vector<double> post_;          ///< P(r_t = r | x_{1:t}), r = 0..size-1
   std::vector<Stats> stats_;          ///< posterior Normal-Gamma parameters per run length
-  std::vector<double> lconst_;        ///< Student-t log constant per run length (α = α0 + r/2)
+  std::vector<double> lconst_;        ///< Student-t log constant per run length (α = α0 + r/2, no contamination)
   std::vector<double> scratch_;       ///< per-step work buffer
+  std::vector<double> inlier_;        ///< per-step inlier weight per run length (contamination)
   std::deque<std::pair<std::int64_t, double>> history_;   ///< last max_run_length fed values
   std::vector<std::pair<std::int64_t, double>> pending_;  ///< held-back outliers
   std::vector<ChangePoint> changes_;
