@@ -1,4 +1,4 @@
-#include "sf/frontier/frontier.h"
+#include "detail.h"
 
 #include <algorithm>
 #include <cmath>
@@ -53,6 +53,69 @@ std::vector<int> Accounting::tie_ranks(int t, int s) const {
   return {};
 }
 
+namespace detail {
+
+void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out) {
+  const int r_count = m.ranks(), s_count = m.stages();
+  out.frontier.assign(s_count, 0.0);
+  out.advance.assign(s_count, 0.0);
+  out.gap.assign(s_count, 0.0);
+  out.leader.assign(s_count, Accounting::kNone);
+  out.tie.resize(s_count);
+  for (auto& tie : out.tie) tie.clear();
+  if (m.step_present_count(t) == 0) return;
+  p.resize(r_count);  // running prefix P[t,·,s]; missing ranks sit at −inf
+  if (m.step_complete(t)) {
+    std::fill(p.begin(), p.end(), 0.0);
+  } else {
+    for (int r = 0; r < r_count; ++r) p[r] = m.present(t, r) ? 0.0 : kNegInf;
+  }
+  const auto block = m.step_block(t);
+  double f_prev = 0;
+  for (int s = 0; s < s_count; ++s) {
+    const TopTwo top = add_stage(p.data(), block.col(s).data(), r_count);
+    const double f = top.top;
+    out.frontier[s] = f;
+    const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+    out.advance[s] = a;
+    f_prev = f;
+
+    const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
+    const double attain = f - tol;  // prefixes at or above this attain the frontier
+    if (f >= attain && top.second < attain) [[likely]] {
+      // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
+      if (r_count > 1) out.gap[s] = std::isfinite(top.second) ? f - top.second : 0.0;
+      if (a > 0) {
+        int who = 0;
+        while (p[who] < attain) ++who;
+        out.leader[s] = who;
+      }
+      continue;
+    }
+    // Several ranks within the tie tolerance (or none, for a negative tolerance).
+    int count = 0, first = 0;
+    double below = kNegInf;
+    for (int r = 0; r < r_count; ++r) {
+      if (p[r] >= attain) {
+        if (count++ == 0) first = r;
+      } else {
+        below = std::max(below, p[r]);
+      }
+    }
+    if (r_count > 1 && count == 1) out.gap[s] = std::isfinite(below) ? f - below : 0.0;
+    if (a <= 0) continue;
+    if (count == 1) {
+      out.leader[s] = first;
+    } else {
+      out.leader[s] = Accounting::kTie;
+      for (int r = 0; r < r_count; ++r)
+        if (p[r] >= attain) out.tie[s].push_back(r);
+    }
+  }
+}
+
+}  // namespace detail
+
 Accounting account(const StageMatrix& m, const AccountOptions& opt) {
   const int n = m.steps(), r_count = m.ranks(), s_count = m.stages();
   Accounting acc;
@@ -64,56 +127,18 @@ Accounting account(const StageMatrix& m, const AccountOptions& opt) {
   acc.gap = Eigen::MatrixXd::Zero(n, s_count);
   acc.leader = Eigen::MatrixXi::Constant(n, s_count, Accounting::kNone);
   acc.scored.assign(n, 0);
-
-  std::vector<double> p(r_count);  // running prefix P[t,·,s]; missing ranks sit at −inf
+  std::vector<double> p;
+  detail::StepFrontier f;
   for (int t = 0; t < n; ++t) {
     if (m.step_present_count(t) == 0) continue;
     acc.scored[t] = 1;
-    const bool complete = m.step_complete(t);
-    for (int r = 0; r < r_count; ++r) p[r] = complete || m.present(t, r) ? 0.0 : kNegInf;
-    const auto block = m.step_block(t);
-    double f_prev = 0;
+    detail::account_step(m, t, opt, p, f);
     for (int s = 0; s < s_count; ++s) {
-      const TopTwo top = add_stage(p.data(), block.col(s).data(), r_count);
-      const double f = top.top;
-      acc.frontier(t, s) = f;
-      const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
-      acc.advance(t, s) = a;
-      f_prev = f;
-
-      const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
-      const double attain = f - tol;  // prefixes at or above this attain the frontier
-      if (f >= attain && top.second < attain) [[likely]] {
-        // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
-        if (r_count > 1) acc.gap(t, s) = std::isfinite(top.second) ? f - top.second : 0.0;
-        if (a > 0) {
-          int who = 0;
-          while (p[who] < attain) ++who;
-          acc.leader(t, s) = who;
-        }
-        continue;
-      }
-      // Several ranks within the tie tolerance (or none, for a negative tolerance).
-      int count = 0, first = 0;
-      double below = kNegInf;
-      for (int r = 0; r < r_count; ++r) {
-        if (p[r] >= attain) {
-          if (count++ == 0) first = r;
-        } else {
-          below = std::max(below, p[r]);
-        }
-      }
-      if (r_count > 1 && count == 1) acc.gap(t, s) = std::isfinite(below) ? f - below : 0.0;
-      if (a <= 0) continue;
-      if (count == 1) {
-        acc.leader(t, s) = first;
-      } else {
-        acc.leader(t, s) = Accounting::kTie;
-        Accounting::Tie tie{t, s, {}};
-        for (int r = 0; r < r_count; ++r)
-          if (p[r] >= attain) tie.ranks.push_back(r);
-        acc.ties.push_back(std::move(tie));
-      }
+      acc.frontier(t, s) = f.frontier[s];
+      acc.advance(t, s) = f.advance[s];
+      acc.gap(t, s) = f.gap[s];
+      acc.leader(t, s) = f.leader[s];
+      if (f.leader[s] == Accounting::kTie) acc.ties.push_back({t, s, std::move(f.tie[s])});
     }
   }
   return acc;

@@ -17,13 +17,22 @@ struct StepFrontier {
   std::vector<std::vector<int>> tie;
 };
 
-/// The paper's scalar loop (§3 pseudo-code), used by the streaming path. Independent of the
-/// vectorised account(), which the streaming-vs-window property checks against it.
-StepFrontier step_frontier_reference(const StageMatrix& m, int t, const AccountOptions& opt);
+/// Step t's accounting (account() for one row): one branch-free pass per stage. p is scratch
+/// (the running prefixes, resized to the ranks); out's vectors are reused. The verifier checks it
+/// against the paper's scalar loop (`account_equals_scalar_loop`).
+void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out);
 StepFrontier step_frontier_from(const Accounting& acc, int t);
 
 /// Median of v (v is reordered; must be non-empty). Even sizes average the two middle values.
 double median_inplace(std::vector<double>& v);
+
+/// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
+/// medians: allocating them each time would cost more than selecting).
+struct SelectScratch {
+  std::vector<double> a, b, sample;
+};
+/// Median of x (non-empty), x left unchanged: the same value median_inplace gives.
+double median_of(std::span<const double> x, SelectScratch& scratch);
 
 /// One step's durations for its present ranks only, as columns of n values (n × S,
 /// column-major): the matrix's own storage when every rank is present, a compacted copy
@@ -47,7 +56,7 @@ private:
 
 /// Per-stage median over the present ranks of step t (0 for a step with no present rank);
 /// out has m.stages() entries. The cohort baseline b̃ and the raw-spread reference.
-void cohort_medians(const StageMatrix& m, int t, std::span<double> out);
+void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch);
 
 /// Per-rank window median b̃[r,s] over present steps (GainBaseline::rank_median), R × S.
 Eigen::MatrixXd rank_window_median(const StageMatrix& m);
@@ -64,14 +73,15 @@ struct StepBaseline {
 /// gain_out[g] = F[t,S] − F'[t,S] when group g's stages are replaced by min(d, b̃) on every
 /// present rank, for every group g (gain_out has schema().group_count() entries).
 void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out);
-/// Same, for a step already viewed, with its totals (d.totals()).
-void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
-                double exposed, std::span<double> gain_out);
+/// Same, for a step already viewed, with its totals P[t,r,S] (scratch: reused, any size).
+void step_gains(const PresentStep& d, std::span<const double> totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out, std::vector<double>& scratch);
 
-/// Per-group advances of the counterfactual step where group g is replaced by min(d, b̃),
-/// and its F'[t,S].
-void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline& b, std::vector<double>& adv_out,
-                         double& exposed_out);
+/// For each group g = groups[k]: the per-group advances of the counterfactual step where g is
+/// replaced by min(d, b̃), in adv_out[k·G, (k+1)·G), and its F'[t,S] in exposed_out[k]. One pass
+/// over the ranks for all the groups asked.
+void step_counterfactuals(const PresentStep& d, const StageSchema& schema, const StepBaseline& b,
+                          std::span<const int> groups, std::span<double> adv_out, std::span<double> exposed_out);
 
 /// Sums of the five baseline rules over steps (per group).
 struct BaselineAccumulator {
@@ -79,7 +89,7 @@ struct BaselineAccumulator {
   /// cohort_median: per-stage median over present ranks of this step; totals: P[t,r,S].
   void add_step(const StageMatrix& m, int t, std::span<const double> cohort_median);
   /// Same, for a step already viewed, with its totals (d.totals()).
-  void add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& totals,
+  void add_step(const StageMatrix& m, int t, const PresentStep& d, std::span<const double> totals,
                 std::span<const double> cohort_median);
   BaselineSet finish(double tau_c) const;
 
@@ -105,9 +115,10 @@ public:
   /// cfg.gain_baseline == rank_median.
   void add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
                 const Eigen::MatrixXd* rank_median);
-  /// Residual-leader counterfactual for group g (call for every group when streaming).
-  void add_counterfactual(const StageMatrix& m, int t, int g, std::span<const double> cohort_median,
-                          const Eigen::MatrixXd* rank_median);
+  /// Residual-leader counterfactuals for the listed groups (every group when streaming, the top
+  /// group on a whole window).
+  void add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups, std::span<const double> cohort_median,
+                           const Eigen::MatrixXd* rank_median);
   /// Top group by advance (the s1 whose counterfactual the ambiguity set needs), −1 if none.
   int top_group() const;
   /// The window's statistics (no labels, reasons, ambiguity set or suspects: label() adds them).
@@ -145,6 +156,9 @@ private:
   std::vector<double> cf_adv_;    // G × G: counterfactual advances with group g replaced
   std::vector<double> cf_denom_;  // G
   std::vector<std::uint8_t> cf_seen_;
+  // Per-step scratch, reused so that a step of 10^6 ranks allocates nothing.
+  std::vector<double> p_, red_, gain_, cf_step_adv_, cf_step_exposed_;
+  SelectScratch sel_;
 };
 
 }  // namespace sf::frontier::detail

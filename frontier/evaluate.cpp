@@ -78,9 +78,10 @@ double per_stage_avg_step(const StageMatrix& m, int t) {
 BaselineSet baselines(const StageMatrix& m, const Accounting& acc, double tau_c) {
   detail::BaselineAccumulator b(m.schema());
   std::vector<double> cm(m.stages());
+  detail::SelectScratch scratch;
   for (int t = 0; t < m.steps(); ++t) {
     if (!acc.scored[t]) continue;
-    detail::cohort_medians(m, t, cm);
+    detail::cohort_medians(m, t, cm, scratch);
     b.add_step(m, t, cm);
   }
   return b.finish(tau_c);
@@ -94,9 +95,10 @@ std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, Gai
   if (kind == GainBaseline::rank_median) rm = detail::rank_window_median(m);
   std::vector<double> num(schema.group_count(), 0.0), cm(m.stages()), gain(schema.group_count());
   double denom = 0;
+  detail::SelectScratch scratch;
   for (int t = 0; t < m.steps(); ++t) {
     if (!acc.scored[t]) continue;
-    detail::cohort_medians(m, t, cm);
+    detail::cohort_medians(m, t, cm, scratch);
     const detail::StepBaseline b{kind, cm, &rm, reference};
     const double exposed = acc.exposed(t);
     denom += exposed;
@@ -125,14 +127,15 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   const int S = m.stages();
   std::vector<double> cm(static_cast<std::size_t>(m.steps()) * S);
   auto cm_of = [&](int t) { return std::span<double>(cm).subspan(static_cast<std::size_t>(t) * S, S); };
+  detail::SelectScratch scratch;
   for (int t = 0; t < m.steps(); ++t)
     if (acc.scored[t]) {
-      detail::cohort_medians(m, t, cm_of(t));
+      detail::cohort_medians(m, t, cm_of(t), scratch);
       ws.add_step(m, t, detail::step_frontier_from(acc, t), cm_of(t), rmp);
     }
   if (const int s1 = ws.top_group(); s1 >= 0)
     for (int t = 0; t < m.steps(); ++t)
-      if (acc.scored[t]) ws.add_counterfactual(m, t, s1, cm_of(t), rmp);
+      if (acc.scored[t]) ws.add_counterfactuals(m, t, std::span<const int>(&s1, 1), cm_of(t), rmp);
   int missing = 0;
   for (int t = 0; t < m.steps(); ++t)
     if (!acc.scored[t]) ++missing;
@@ -152,9 +155,17 @@ struct StreamingAccumulator::State {
   std::int64_t first = 0, last = -1;
   int seen = 0, missing = 0;
   double total_s = 0;  // recorded step time so far (≤ kMaxWindowSeconds)
+  // Per-step scratch: a step of 10^6 ranks allocates nothing.
+  std::vector<double> cm, p;
+  std::vector<int> all_groups;
+  detail::StepFrontier frontier;
+  detail::SelectScratch select;
   State(StageSchema s, int w, std::vector<int> ids, LabelConfig c)
       : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)),
-        stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {}
+        stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {
+    cm.resize(schema.size());
+    for (int g = 0; g < schema.group_count(); ++g) all_groups.push_back(g);
+  }
 };
 
 StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids) {
@@ -198,11 +209,12 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
     ++st.missing;
     return;
   }
-  std::vector<double> cm(one.stages());
-  detail::cohort_medians(one, 0, cm);
-  st.stats.add_step(one, 0, detail::step_frontier_reference(one, 0, st.cfg.account), cm, nullptr);
-  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step).
-  for (int g = 0; g < st.schema.group_count(); ++g) st.stats.add_counterfactual(one, 0, g, cm, nullptr);
+  detail::cohort_medians(one, 0, st.cm, st.select);
+  detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);
+  st.stats.add_step(one, 0, st.frontier, st.cm, nullptr);
+  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step,
+  // one pass over the ranks for all of them).
+  st.stats.add_counterfactuals(one, 0, st.all_groups, st.cm, nullptr);
 }
 
 Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {

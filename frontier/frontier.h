@@ -142,9 +142,17 @@ public:
   /// record would carry total_seconds() past kMaxWindowSeconds.
   void set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall);
   void clear_record(int t, int r);
+  /// Replaces row t by a complete step, every rank present: columns[s] holds the ranks()
+  /// durations of explicit stage s, wall the ranks() wall times (null iff the schema has no
+  /// residual). The same values and checks as set_record rank by rank (a bad value throws and
+  /// leaves the row as it was), in one pass per stage; row t's side evidence is dropped. The
+  /// model's producer fills a 10^6-rank step with it.
+  void set_step(int t, std::span<const double* const> columns, const double* wall);
   /// Every cell missing again and side evidence dropped, rows renumbered from first_step; the
   /// storage is kept (a streaming producer refills one step buffer without reallocating it).
   void reset(std::int64_t first_step);
+  /// Row 0 becomes step first_step; the records are kept (a one-step buffer that set_step refills).
+  void renumber(std::int64_t first_step) { first_step_ = first_step; }
 
   /// Recorded step time Σ over present records of max(Σ_s d, wall) (≤ kMaxWindowSeconds).
   double total_seconds() const { return total_s_; }
@@ -158,16 +166,29 @@ public:
   double wall(int t, int r) const { return wall_[idx(t, r)]; }
   /// Signed closure error e = w − Σ explicit; residual = max(0, e), overlap = max(0, −e).
   double overlap(int t, int r) const { return overlap_[idx(t, r)]; }
+  /// Row t's wall times and overlap errors, one per column (as wall() and overlap()).
+  const double* wall_row(int t) const { return wall_.data() + idx(t, 0); }
+  const double* overlap_row(int t) const { return overlap_.data() + idx(t, 0); }
 
   // --- side evidence (seconds stored as float: values past FLT_MAX are rejected) ---
   void set_fwd_event(int t, int r, EventState state, double seconds);
   bool has_fwd_events() const { return !fwd_state_.empty(); }
+  /// Row t's event states and times (one per column), or null when the matrix has no events.
+  const EventState* fwd_state_row(int t) const { return fwd_state_.empty() ? nullptr : fwd_state_.data() + idx(t, 0); }
+  const float* fwd_s_row(int t) const { return fwd_s_.empty() ? nullptr : fwd_s_.data() + idx(t, 0); }
   EventState fwd_event_state(int t, int r) const;
   double fwd_event_s(int t, int r) const;
   /// Seconds the host spent blocked inside collectives of stage s (communication side evidence).
   void set_sync_wait(int t, int r, int s, double seconds);
+  /// The same for every rank of row t at once (ranks() values).
+  void set_sync_wait_column(int t, int s, std::span<const double> seconds);
   bool has_sync_wait() const { return !sync_wait_.empty(); }
   double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
+  /// Stage s's sync waits of row t, one float per column (NaN where not recorded), or null when
+  /// no rank of the row has one for s.
+  const float* sync_wait_column(int t, int s) const;
+  /// Marks every rank of row t ready with its forward event time (ranks() values).
+  void set_fwd_event_column(int t, std::span<const double> seconds);
 
   /// Optional parallelism role per rank id (size world_size()); empty when unknown.
   void set_roles(std::vector<std::string> roles);
@@ -190,9 +211,13 @@ private:
   std::vector<double> overlap_;
   std::vector<std::uint8_t> present_;
   std::vector<int> step_present_count_;
+  std::vector<double> row_total_s_;       // per row: Σ over its present cells of max(Σ d, wall)
   std::vector<EventState> fwd_state_;
   std::vector<float> fwd_s_;
-  std::vector<float> sync_wait_;
+  std::vector<float> sync_wait_;          // N × S columns of R floats: (t·S + s)·R + r
+  std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value
+  void drop_side(int t);                  // row t's side evidence gone
+  void restore_row(int t);                // undo set_step's in-place sums after a failed check
   std::vector<std::string> roles_;
 };
 

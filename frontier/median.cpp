@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <limits>
 
 namespace sf::frontier::detail {
@@ -87,6 +88,57 @@ double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
   return v[k];
 }
 
+/// The k-th smallest of x[0, n) (and the (k−1)-th in *lower), x left as it is. Long inputs take
+/// one read-only pass instead of quickselect's three or four partitions over the whole range
+/// (Floyd & Rivest 1975, "Expected time bounds for selection"): two pivots from an evenly
+/// strided sample bracket the k-th with high probability, one branchless pass counts what lies
+/// below the bracket and copies what lies inside it, and the selection goes on in that copy (a
+/// few percent of x). When the bracket misses, or holds too much (heavy ties), x is copied and
+/// quickselect takes over: the answer is the same either way, only the time differs.
+double select_kth_copy(const double* x, std::size_t n, std::size_t k, double* lower, SelectScratch& scratch,
+                       int depth = 0) {
+  constexpr std::size_t kSampled = 1024;  // below this, copy and quickselect
+  // Each level reads the previous level's copy and writes the other buffer.
+  std::vector<double>& buf = depth % 2 == 0 ? scratch.a : scratch.b;
+  if (n < kSampled || depth > 1) {
+    buf.assign(x, x + n);
+    return select_kth(buf.data(), n, k, lower);
+  }
+  // Sample size ~ n^(2/3)/2 (at least 128), bracket ± 2.5 standard deviations of the sample
+  // rank of the k-th (sqrt(s·p·(1−p)) with p = k/n), so a miss is rare.
+  const std::size_t s = std::clamp<std::size_t>(static_cast<std::size_t>(0.5 * std::cbrt(static_cast<double>(n) * static_cast<double>(n))), 128, 16384);
+  std::vector<double>& sample = scratch.sample;
+  sample.resize(s);
+  const double stride = static_cast<double>(n) / static_cast<double>(s);
+  for (std::size_t i = 0; i < s; ++i) sample[i] = x[static_cast<std::size_t>((static_cast<double>(i) + 0.5) * stride)];
+  const double p = (static_cast<double>(k) + 0.5) / static_cast<double>(n);
+  const double at = p * static_cast<double>(s);
+  const double spread = 2.5 * std::sqrt(static_cast<double>(s) * p * (1 - p)) + 2;
+  const auto lo_i = static_cast<std::size_t>(std::max(0.0, at - spread));
+  const auto hi_i = static_cast<std::size_t>(std::min(static_cast<double>(s - 1), at + spread));
+  std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(lo_i), sample.end());
+  const double lo = sample[lo_i];
+  std::nth_element(sample.begin() + static_cast<std::ptrdiff_t>(lo_i), sample.begin() + static_cast<std::ptrdiff_t>(hi_i), sample.end());
+  const double hi = sample[hi_i];
+  // One pass without branches (the data decide nothing but counts): below = #{x < lo} and
+  // buf = {lo ≤ x ≤ hi} in order.
+  buf.resize(n);
+  double* out = buf.data();
+  std::size_t below = 0, inside = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    below += static_cast<std::size_t>(v < lo);
+    out[inside] = v;
+    inside += static_cast<std::size_t>(v >= lo) & static_cast<std::size_t>(v <= hi);
+  }
+  // The k-th (and the (k−1)-th when asked) must lie in the bracket.
+  const std::size_t need = lower != nullptr ? 1 : 0;
+  if (below + need <= k && k < below + inside && inside < n / 2)
+    return select_kth_copy(out, inside, k - below, lower, scratch, depth + 1);
+  buf.assign(x, x + n);
+  return select_kth(buf.data(), n, k, lower);
+}
+
 }  // namespace
 
 double median_inplace(std::vector<double>& v) {
@@ -94,6 +146,14 @@ double median_inplace(std::vector<double>& v) {
   if (n % 2 == 1) return select_kth(v.data(), n, n / 2, nullptr);
   double lo = 0;
   const double hi = select_kth(v.data(), n, n / 2, &lo);
+  return lo + (hi - lo) / 2;
+}
+
+double median_of(std::span<const double> x, SelectScratch& scratch) {
+  const std::size_t n = x.size();
+  if (n % 2 == 1) return select_kth_copy(x.data(), n, n / 2, nullptr, scratch);
+  double lo = 0;
+  const double hi = select_kth_copy(x.data(), n, n / 2, &lo, scratch);
   return lo + (hi - lo) / 2;
 }
 

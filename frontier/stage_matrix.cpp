@@ -35,6 +35,7 @@ StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_
   overlap_.assign(cells, 0.0);
   present_.assign(cells, 0);
   step_present_count_.assign(steps, 0);
+  row_total_s_.assign(steps, 0.0);
 }
 
 StageMatrix::StageMatrix(StageSchema schema, int world_size, std::vector<int> rank_ids, std::int64_t first_step,
@@ -117,6 +118,7 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
     overlap_[i] = e < 0 ? -e : 0.0;
     wall_[i] = *wall;
   }
+  row_total_s_[t] += cell - (present_[i] ? total_s_ - before : 0.0);
   if (!present_[i]) {
     present_[i] = 1;
     ++step_present_count_[t];
@@ -133,7 +135,11 @@ double StageMatrix::cell_total(int t, int r) const {
 void StageMatrix::clear_record(int t, int r) {
   check_cell(t, r);
   const auto i = idx(t, r);
-  if (present_[i]) total_s_ = std::max(0.0, total_s_ - cell_total(t, r));
+  if (present_[i]) {
+    const double cell = cell_total(t, r);
+    total_s_ = std::max(0.0, total_s_ - cell);
+    row_total_s_[t] = std::max(0.0, row_total_s_[t] - cell);
+  }
   for (int s = 0; s < stages(); ++s) data_(r, static_cast<Eigen::Index>(t) * stages() + s) = 0.0;
   wall_[i] = std::numeric_limits<double>::quiet_NaN();
   overlap_[i] = 0.0;
@@ -143,6 +149,123 @@ void StageMatrix::clear_record(int t, int r) {
   }
 }
 
+void StageMatrix::set_step(int t, std::span<const double* const> columns, const double* wall) {
+  check_cell(t, 0);
+  const int k = schema_.explicit_count(), R = ranks_;
+  if (static_cast<int>(columns.size()) != k)
+    throw std::invalid_argument("step has " + std::to_string(columns.size()) + " duration columns, schema has " +
+                                std::to_string(k) + " explicit stages");
+  if (schema_.has_residual() != (wall != nullptr))
+    throw std::invalid_argument(schema_.has_residual() ? "step has no wall times but the schema has a residual stage"
+                                                       : "step has wall times but the schema has no residual stage");
+  // Checks first (nothing is written when a value is bad), as set_record would rank by rank.
+  auto bad_rank = [&](auto bad) {
+    for (int r = 0; r < R; ++r)
+      if (bad(r)) return r;
+    return -1;
+  };
+  for (int s = 0; s < k; ++s) {
+    const double* x = columns[s];
+    bool ok = true;
+    for (int r = 0; r < R; ++r) ok &= x[r] >= 0 && x[r] <= DBL_MAX;  // false for NaN too
+    if (!ok) {
+      const int r = bad_rank([&](int q) { return !(x[q] >= 0 && x[q] <= DBL_MAX); });
+      throw std::invalid_argument("rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) +
+                                  "' is " + secs(x[r]) + ", expected a finite number >= 0");
+    }
+  }
+  // Σ explicit per rank in stage order (the prefix order) and the step's recorded time. The sums
+  // are formed in the row's residual column (a schema without residual: in its first column,
+  // which is then overwritten), so a 10^6-rank step allocates nothing.
+  double* sum = &data_(0, static_cast<Eigen::Index>(t) * stages() + (wall ? schema_.residual_index() : 0));
+  for (int s = 0; s < k; ++s) {
+    const double* x = columns[s];
+    if (s == 0) {
+      for (int r = 0; r < R; ++r) sum[r] = 0.0 + x[r];  // the same 0 + d the loop would form
+    } else {
+      for (int r = 0; r < R; ++r) sum[r] += x[r];
+    }
+  }
+  if (k == 0) std::fill_n(sum, R, 0.0);
+  double step_total = 0;
+  bool ok = true;
+  for (int r = 0; r < R; ++r) {
+    const double w = wall ? wall[r] : 0.0;
+    ok &= sum[r] <= kMaxWindowSeconds && w >= 0 && w <= kMaxWindowSeconds;
+    step_total += wall ? std::max(sum[r], w) : sum[r];
+  }
+  if (!ok) {
+    std::string what;
+    if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); r >= 0) {
+      what = "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +
+             secs(kMaxWindowSeconds) + " s one window can hold";
+    } else {
+      const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
+      what = "rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
+             ", expected a finite number of seconds >= 0 and <= " + secs(kMaxWindowSeconds);
+    }
+    restore_row(t);
+    throw std::invalid_argument(what);
+  }
+  const double before = std::max(0.0, total_s_ - row_total_s_[t]);
+  if (!(before + step_total <= kMaxWindowSeconds)) {
+    restore_row(t);
+    throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
+                                std::to_string(first_step_ + (steps_ - 1)) + " sums to more than " +
+                                secs(kMaxWindowSeconds) + " s of recorded step time at step " +
+                                std::to_string(step_id(t)) + "; expected a window whose sums stay finite");
+  }
+  const std::size_t row = idx(t, 0);
+  if (wall) {
+    // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
+    double* residual = sum;
+    for (int r = 0; r < R; ++r) {
+      const double e = wall[r] - sum[r];
+      residual[r] = e > 0 ? e : 0.0;
+      overlap_[row + r] = e < 0 ? -e : 0.0;
+      wall_[row + r] = wall[r];
+    }
+  }
+  for (int s = 0; s < k; ++s) std::copy_n(columns[s], R, &data_(0, static_cast<Eigen::Index>(t) * stages() + s));
+  std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), R, std::uint8_t{1});
+  step_present_count_[t] = R;
+  row_total_s_[t] = step_total;
+  total_s_ = before + step_total;
+  drop_side(t);
+}
+
+void StageMatrix::restore_row(int t) {
+  // set_step formed its sums in a column of row t before a check failed: put the column back.
+  const int col = schema_.has_residual() ? schema_.residual_index() : 0;
+  double* x = &data_(0, static_cast<Eigen::Index>(t) * stages() + col);
+  for (int r = 0; r < ranks_; ++r) {
+    if (!present_[idx(t, r)]) {
+      x[r] = 0.0;
+    } else if (schema_.has_residual()) {
+      double sum = 0;
+      for (int s = 0; s < schema_.explicit_count(); ++s) sum += d(t, r, s);
+      const double e = wall_[idx(t, r)] - sum;
+      x[r] = e > 0 ? e : 0.0;
+    }
+  }
+}
+
+void StageMatrix::drop_side(int t) {
+  const std::size_t row = idx(t, 0);
+  if (!fwd_state_.empty()) {
+    std::fill_n(fwd_state_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, EventState::unsampled);
+    std::fill_n(fwd_s_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
+  }
+  if (!sync_wait_.empty())
+    for (int s = 0; s < stages(); ++s) {
+      auto& set = sync_set_[static_cast<std::size_t>(t) * stages() + s];
+      if (!set) continue;
+      std::fill_n(sync_wait_.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(t) * stages() + s) * ranks_),
+                  ranks_, std::numeric_limits<float>::quiet_NaN());
+      set = 0;
+    }
+}
+
 void StageMatrix::reset(std::int64_t first_step) {
   first_step_ = first_step;
   data_.setZero();
@@ -150,9 +273,12 @@ void StageMatrix::reset(std::int64_t first_step) {
   std::fill(overlap_.begin(), overlap_.end(), 0.0);
   std::fill(present_.begin(), present_.end(), std::uint8_t{0});
   std::fill(step_present_count_.begin(), step_present_count_.end(), 0);
+  std::fill(row_total_s_.begin(), row_total_s_.end(), 0.0);
+  total_s_ = 0;
   fwd_state_.clear();  // clear() keeps the capacity: the next assign() does not reallocate
   fwd_s_.clear();
   sync_wait_.clear();
+  sync_set_.clear();
 }
 
 void StageMatrix::set_fwd_event(int t, int r, EventState state, double seconds) {
@@ -181,12 +307,65 @@ void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
   if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
   if (!std::isfinite(seconds) || seconds < 0 || seconds > FLT_MAX)
     throw std::invalid_argument("sync wait is " + secs(seconds) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
-  if (sync_wait_.empty()) sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
-  sync_wait_[idx(t, r) * stages() + s] = static_cast<float>(seconds);
+  if (sync_wait_.empty()) {
+    sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
+    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
+  }
+  const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
+  sync_wait_[col * ranks_ + r] = static_cast<float>(seconds);
+  sync_set_[col] = 1;
+}
+
+void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> seconds) {
+  check_cell(t, 0);
+  if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
+  if (static_cast<int>(seconds.size()) != ranks_)
+    throw std::invalid_argument("sync-wait column has " + std::to_string(seconds.size()) + " values, expected " +
+                                std::to_string(ranks_));
+  bool ok = true;
+  for (double v : seconds) ok &= v >= 0 && v <= FLT_MAX;
+  if (!ok)
+    for (double v : seconds)
+      if (!(v >= 0 && v <= FLT_MAX))
+        throw std::invalid_argument("sync wait is " + secs(v) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
+  if (sync_wait_.empty()) {
+    sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
+    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
+  }
+  const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
+  float* out = sync_wait_.data() + col * ranks_;
+  for (int r = 0; r < ranks_; ++r) out[r] = static_cast<float>(seconds[r]);
+  sync_set_[col] = 1;
 }
 
 double StageMatrix::sync_wait(int t, int r, int s) const {
-  return sync_wait_.empty() ? std::numeric_limits<double>::quiet_NaN() : sync_wait_[idx(t, r) * stages() + s];
+  if (sync_wait_.empty()) return std::numeric_limits<double>::quiet_NaN();
+  return sync_wait_[(static_cast<std::size_t>(t) * stages() + s) * ranks_ + r];
+}
+
+const float* StageMatrix::sync_wait_column(int t, int s) const {
+  const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
+  return sync_wait_.empty() || !sync_set_[col] ? nullptr : sync_wait_.data() + col * ranks_;
+}
+
+void StageMatrix::set_fwd_event_column(int t, std::span<const double> seconds) {
+  check_cell(t, 0);
+  if (static_cast<int>(seconds.size()) != ranks_)
+    throw std::invalid_argument("forward event column has " + std::to_string(seconds.size()) + " values, expected " +
+                                std::to_string(ranks_));
+  for (double v : seconds)
+    if (!(v >= 0 && v <= FLT_MAX))
+      throw std::invalid_argument("ready forward event time is " + secs(v) + ", expected a finite number >= 0 and <= " +
+                                  secs(FLT_MAX));
+  if (fwd_state_.empty()) {
+    fwd_state_.assign(present_.size(), EventState::unsampled);
+    fwd_s_.assign(present_.size(), std::numeric_limits<float>::quiet_NaN());
+  }
+  const std::size_t row = idx(t, 0);
+  for (int r = 0; r < ranks_; ++r) {
+    fwd_state_[row + r] = EventState::ready;
+    fwd_s_[row + r] = static_cast<float>(seconds[r]);
+  }
 }
 
 void StageMatrix::set_roles(std::vector<std::string> roles) {

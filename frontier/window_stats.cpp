@@ -30,14 +30,20 @@ double add_and_max(double* p, const double* x, int n) {
   return out;
 }
 
-/// The clipped baseline min(d, b̃) of stage s for each present rank of the step (eq. 4).
-Eigen::ArrayXd clipped_baseline(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s) {
-  const auto x = d.stage(s);
-  if (b.kind != GainBaseline::rank_median) return x.min(b.value(schema, 0, s));
-  Eigen::ArrayXd out(d.size());
-  for (int i = 0; i < d.size(); ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i), s));
-  return out;
+/// out[i] = min(d, b̃) of stage s for present ranks i0 … i0 + n − 1 of the step (eq. 4).
+void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n, double* out) {
+  const double* x = d.stage(s).data() + i0;
+  if (b.kind != GainBaseline::rank_median) {
+    const double v = b.value(schema, 0, s);
+    for (int i = 0; i < n; ++i) out[i] = std::min(x[i], v);
+    return;
+  }
+  for (int i = 0; i < n; ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i0 + i), s));
 }
+
+/// Ranks are visited in blocks of this many, so a block of every stage stays in L1 while the
+/// passes over it (one per stage and group) run.
+constexpr int kBlock = 512;
 }  // namespace
 
 PresentStep::PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)), stages_(m.stages()) {
@@ -58,50 +64,6 @@ Eigen::ArrayXd PresentStep::totals() const {
   Eigen::ArrayXd total = Eigen::ArrayXd::Zero(n_);
   for (int s = 0; s < stages_; ++s) total += stage(s);
   return total;
-}
-
-StepFrontier step_frontier_reference(const StageMatrix& m, int t, const AccountOptions& opt) {
-  const int R = m.ranks(), S = m.stages();
-  StepFrontier f;
-  f.frontier.assign(S, 0.0);
-  f.advance.assign(S, 0.0);
-  f.gap.assign(S, 0.0);
-  f.leader.assign(S, Accounting::kNone);
-  f.tie.assign(S, {});
-  std::vector<double> p(R, 0.0);
-  double f_prev = 0;
-  for (int s = 0; s < S; ++s) {
-    double front = kNegInf;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      p[r] += m.d(t, r, s);
-      front = std::max(front, p[r]);
-    }
-    f.frontier[s] = front;
-    f.advance[s] = front - f_prev;
-    f_prev = front;
-    const double tol = std::max(opt.tie_abs_s, opt.tie_rel * front);
-    int count = 0, who = -1;
-    double second = kNegInf;
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      if (p[r] >= front - tol) {
-        if (count++ == 0) who = r;
-      } else {
-        second = std::max(second, p[r]);
-      }
-    }
-    if (R > 1 && count == 1 && std::isfinite(second)) f.gap[s] = front - second;
-    if (f.advance[s] <= 0) continue;
-    if (count == 1) {
-      f.leader[s] = who;
-    } else {
-      f.leader[s] = Accounting::kTie;
-      for (int r = 0; r < R; ++r)
-        if (m.present(t, r) && p[r] >= front - tol) f.tie[s].push_back(r);
-    }
-  }
-  return f;
 }
 
 StepFrontier step_frontier_from(const Accounting& acc, int t) {
@@ -125,13 +87,10 @@ StepFrontier step_frontier_from(const Accounting& acc, int t) {
   return f;
 }
 
-void cohort_medians(const StageMatrix& m, int t, std::span<double> out) {
+void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
   const PresentStep d(m, t);
-  std::vector<double> v(d.size());
-  for (int s = 0; s < m.stages(); ++s) {
-    Eigen::Map<Eigen::ArrayXd>(v.data(), d.size()) = d.stage(s);
-    out[s] = v.empty() ? 0.0 : median_inplace(v);
-  }
+  for (int s = 0; s < m.stages(); ++s)
+    out[s] = d.size() == 0 ? 0.0 : median_of({d.stage(s).data(), static_cast<std::size_t>(d.size())}, scratch);
 }
 
 Eigen::MatrixXd rank_window_median(const StageMatrix& m) {
@@ -157,50 +116,91 @@ double StepBaseline::value(const StageSchema& schema, int r, int s) const {
   return 0;
 }
 
-void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out) {
-  const PresentStep d(m, t);
-  step_gains(d, d.totals(), m.schema(), b, exposed, gain_out);
-}
-
-void step_gains(const PresentStep& d, const Eigen::ArrayXd& totals, const StageSchema& schema, const StepBaseline& b,
-                double exposed, std::span<double> gain_out) {
+void step_gains(const PresentStep& d, std::span<const double> totals, const StageSchema& schema, const StepBaseline& b,
+                double exposed, std::span<double> gain_out, std::vector<double>& scratch) {
   // F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction summed in stage order.
+  const int n = d.size();
+  double clip[kBlock];
   for (int g = 0; g < schema.group_count(); ++g) {
     double f_cf = kNegInf;
-    if (d.size() > 0) {
-      Eigen::ArrayXd reduction;
-      for (int s = 0; s < d.stages(); ++s) {
-        if (schema.group_of(s) != g) continue;
-        if (reduction.size() == 0)
-          reduction = d.stage(s) - clipped_baseline(b, schema, d, s);  // = 0 + that, exactly: it is ≥ +0
-        else
-          reduction += d.stage(s) - clipped_baseline(b, schema, d, s);
+    int first = -1, count = 0;
+    for (int s = 0; s < d.stages(); ++s)
+      if (schema.group_of(s) == g) {
+        if (first < 0) first = s;
+        ++count;
       }
-      f_cf = reduction.size() == 0 ? totals.maxCoeff() : (totals - reduction).maxCoeff();
+    if (n > 0 && count == 0) {
+      for (int i = 0; i < n; ++i) f_cf = std::max(f_cf, totals[i]);
+    } else if (n > 0) {
+      // One pass per block: the reduction of the group's stages (0 + that, exactly, for the
+      // first), then the counterfactual total's max.
+      if (count > 1) scratch.resize(kBlock);
+      for (int i0 = 0; i0 < n; i0 += kBlock) {
+        const int len = std::min(kBlock, n - i0);
+        double* red = count > 1 ? scratch.data() : nullptr;
+        for (int s = first, seen = 0; s < d.stages() && seen < count; ++s) {
+          if (schema.group_of(s) != g) continue;
+          clip_block(b, schema, d, s, i0, len, clip);
+          const double* x = d.stage(s).data() + i0;
+          if (count == 1) {
+            for (int i = 0; i < len; ++i) f_cf = std::max(f_cf, totals[i0 + i] - (x[i] - clip[i]));
+          } else if (seen == 0) {
+            for (int i = 0; i < len; ++i) red[i] = x[i] - clip[i];
+          } else {
+            for (int i = 0; i < len; ++i) red[i] += x[i] - clip[i];
+          }
+          ++seen;
+        }
+        if (count > 1)
+          for (int i = 0; i < len; ++i) f_cf = std::max(f_cf, totals[i0 + i] - red[i]);
+      }
     }
     gain_out[g] = std::isfinite(f_cf) ? std::max(0.0, exposed - f_cf) : 0.0;
   }
 }
 
-void step_counterfactual(const StageMatrix& m, int t, int g, const StepBaseline& b, std::vector<double>& adv_out,
-                         double& exposed_out) {
-  const auto& schema = m.schema();
-  adv_out.assign(schema.group_count(), 0.0);
+void step_gains(const StageMatrix& m, int t, const StepBaseline& b, double exposed, std::span<double> gain_out) {
   const PresentStep d(m, t);
-  Eigen::ArrayXd p = Eigen::ArrayXd::Zero(d.size());
-  double f_prev = 0;
-  for (int s = 0; s < m.stages(); ++s) {
-    double front;
-    if (schema.group_of(s) == g) {
-      const Eigen::ArrayXd clipped = clipped_baseline(b, schema, d, s);
-      front = add_and_max(p.data(), clipped.data(), d.size());
-    } else {
-      front = add_and_max(p.data(), d.stage(s).data(), d.size());
+  const Eigen::ArrayXd totals = d.totals();
+  std::vector<double> scratch;
+  step_gains(d, {totals.data(), static_cast<std::size_t>(totals.size())}, m.schema(), b, exposed, gain_out, scratch);
+}
+
+void step_counterfactuals(const PresentStep& d, const StageSchema& schema, const StepBaseline& b,
+                          std::span<const int> groups, std::span<double> adv_out, std::span<double> exposed_out) {
+  // Per group g: the prefixes with g's stages clipped, P'[t,r,s], and their max over ranks per
+  // stage, F'[t,s]; a'[t,s] = F'[t,s] − F'[t,s−1] credited to s's group. Ranks in blocks: the
+  // maxima are taken block by block (max is exact in any order), the prefixes in stage order.
+  const int S = d.stages(), G = schema.group_count(), n = d.size();
+  const auto K = groups.size();
+  std::vector<double> front(K * static_cast<std::size_t>(S), kNegInf);
+  double p[kBlock], clip[kBlock];
+  for (int i0 = 0; i0 < n; i0 += kBlock) {
+    const int len = std::min(kBlock, n - i0);
+    for (std::size_t k = 0; k < K; ++k) {
+      std::fill_n(p, len, 0.0);
+      for (int s = 0; s < S; ++s) {
+        const double* x = d.stage(s).data() + i0;
+        if (schema.group_of(s) == groups[k]) {
+          clip_block(b, schema, d, s, i0, len, clip);
+          x = clip;
+        }
+        double& f = front[k * static_cast<std::size_t>(S) + s];
+        f = std::max(f, add_and_max(p, x, len));
+      }
     }
-    adv_out[schema.group_of(s)] += front - f_prev;
-    f_prev = front;
   }
-  exposed_out = f_prev;
+  for (std::size_t k = 0; k < K; ++k) {
+    double* adv = adv_out.data() + k * static_cast<std::size_t>(G);
+    std::fill_n(adv, G, 0.0);
+    double f_prev = 0;
+    for (int s = 0; s < S; ++s) {
+      const double f = front[k * static_cast<std::size_t>(S) + s];
+      adv[schema.group_of(s)] += f - f_prev;
+      f_prev = f;
+    }
+    exposed_out[k] = f_prev;
+  }
 }
 
 // --- baselines ---------------------------------------------------------------------------------
@@ -211,10 +211,11 @@ BaselineAccumulator::BaselineAccumulator(const StageSchema& s) : schema(&s) {
 
 void BaselineAccumulator::add_step(const StageMatrix& m, int t, std::span<const double> cohort_median) {
   const PresentStep d(m, t);
-  add_step(m, t, d, d.totals(), cohort_median);
+  const Eigen::ArrayXd totals = d.totals();
+  add_step(m, t, d, {totals.data(), static_cast<std::size_t>(totals.size())}, cohort_median);
 }
 
-void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentStep& d, const Eigen::ArrayXd& total,
+void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentStep& d, std::span<const double> total,
                                    std::span<const double> cohort_median) {
   const int S = m.stages();
   if (d.size() == 0) return;
@@ -304,22 +305,22 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
 
   const PresentStep d(m, t);
-  const Eigen::ArrayXd totals = d.totals();
-  base_.add_step(m, t, d, totals, cohort_median);
+  const int n = d.size();
+  const bool complete = m.step_complete(t);
 
-  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  std::vector<double> gain(G_);
-  step_gains(d, totals, schema_, b, exposed, gain);
-  for (int g = 0; g < G_; ++g) gain_num_[g] += gain[g];
-
-  // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
-  std::vector<double> p(d.size(), 0.0), tmp(d.size());
+  // Lag L[t,s] = max_r P − median_r P and its increment (paper §4). The running prefixes end as
+  // the totals P[t,r,S] the baselines and gains read (0 + d + …, the sum totals() forms).
+  p_.resize(n);
   double lag_prev = 0;
   for (int s = 0; s < S_; ++s) {
     const double* x = d.stage(s).data();
-    for (int i = 0; i < d.size(); ++i) tmp[i] = p[i] += x[i];
+    if (s == 0) {
+      for (int i = 0; i < n; ++i) p_[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix would form
+    } else {
+      for (int i = 0; i < n; ++i) p_[i] += x[i];
+    }
     // At the first stage P = d: its median is the cohort median, already at hand.
-    const double median = s == 0 ? cohort_median[0] : median_inplace(tmp);
+    const double median = s == 0 ? cohort_median[0] : median_of(p_, sel_);
     const double lag = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
@@ -329,6 +330,13 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       if (schema_.group_of(s2) == g) last_of_group = false;
     if (last_of_group) lag_sum_[g] += lag;
   }
+  const std::span<const double> totals = p_;
+  base_.add_step(m, t, d, totals, cohort_median);
+
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
+  gain_.resize(G_);
+  step_gains(d, totals, schema_, b, exposed, gain_, red_);
+  for (int g = 0; g < G_; ++g) gain_num_[g] += gain_[g];
 
   for (int s = 0; s < S_; ++s) {
     const double a = f.advance[s];
@@ -357,35 +365,56 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
 
   if (m.has_sync_wait())
     for (int s = 0; s < S_; ++s) {
+      const float* col = m.sync_wait_column(t, s);
+      if (col == nullptr) continue;  // no rank has a sync wait for s in this step
       const auto row = static_cast<std::size_t>(schema_.group_of(s)) * world_;
-      for (int r = 0; r < R; ++r) {
-        if (!m.present(t, r)) continue;
-        const double w = m.sync_wait(t, r, s);
+      double* sum = sync_sum_.data() + row;
+      int* count = sync_n_.data() + row;
+      for (int i = 0; i < n; ++i) {
+        const int r = d.rank(i);
+        const double w = col[r];
         if (!std::isfinite(w)) continue;
-        sync_sum_[row + r] += w;
-        ++sync_n_[row + r];
+        sum[r] += w;
+        ++count[r];
       }
     }
 
   if (const auto gf = schema_.group_index(cfg_.forward_group)) {
-    Eigen::ArrayXd fwd = Eigen::ArrayXd::Zero(d.size());
+    // The forward group's CPU-wall time per rank, summed over its stages in stage order.
+    int count = 0, only = -1;
     for (int s = 0; s < S_; ++s)
-      if (schema_.group_of(s) == *gf) fwd += d.stage(s);
-    for (int i = 0; i < d.size(); ++i) {
+      if (schema_.group_of(s) == *gf) {
+        ++count;
+        only = s;
+      }
+    const double* fwd = nullptr;
+    if (count == 1) {
+      fwd = d.stage(only).data();  // 0 + d, exactly
+    } else {
+      red_.assign(n, 0.0);
+      for (int s = 0; s < S_; ++s)
+        if (schema_.group_of(s) == *gf) {
+          const double* x = d.stage(s).data();
+          for (int i = 0; i < n; ++i) red_[i] += x[i];
+        }
+      fwd = red_.data();
+    }
+    for (int i = 0; i < n; ++i) {
       cpu_fwd_sum_[d.rank(i)] += fwd[i];
       ++cpu_fwd_n_[d.rank(i)];
     }
   }
 
-  if (m.has_fwd_events())
-    for (int r = 0; r < R; ++r) {
-      if (!m.present(t, r)) continue;
-      switch (m.fwd_event_state(t, r)) {
+  if (const EventState* state = m.fwd_state_row(t)) {
+    const float* secs = m.fwd_s_row(t);
+    for (int i = 0; i < n; ++i) {
+      const int r = d.rank(i);
+      switch (state[r]) {
         case EventState::unsampled: break;
         case EventState::ready:
           ++ev_sampled_;
           ++ev_ready_;
-          event_samples_[r].push_back(m.fwd_event_s(t, r));
+          event_samples_[r].push_back(secs[r]);
           break;
         case EventState::missing:
           ++ev_sampled_;
@@ -393,19 +422,26 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
           break;
       }
     }
+  }
 
   has_wall_ = schema_.has_residual();
   double residual_sum = residual_sum_, overlap_sum = overlap_sum_, wall_sum = wall_sum_;  // in registers
-  for (int r = 0; r < R; ++r) {
-    if (!m.present(t, r)) {
-      rank_missing_[r] = 1;
-      ++missing_records_;
-      continue;
-    }
-    if (has_wall_) {
-      residual_sum += m.d(t, r, schema_.residual_index());
-      overlap_sum += m.overlap(t, r);
-      wall_sum += m.wall(t, r);
+  if (!complete)
+    for (int r = 0; r < R; ++r)
+      if (!m.present(t, r)) {
+        rank_missing_[r] = 1;
+        ++missing_records_;
+      }
+  if (has_wall_) {
+    // Rank order, present ranks only, as one loop over all ranks would add them.
+    const double* residual = d.stage(schema_.residual_index()).data();
+    const double* overlap = m.overlap_row(t);
+    const double* wall = m.wall_row(t);
+    for (int i = 0; i < n; ++i) {
+      const int r = d.rank(i);
+      residual_sum += residual[i];
+      overlap_sum += overlap[r];
+      wall_sum += wall[r];
     }
   }
   // Ranks of a sparse layout hold no column: absent from every scored step.
@@ -416,16 +452,20 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   if (roles_.empty() && !m.roles().empty()) roles_ = m.roles();
 }
 
-void WindowStats::add_counterfactual(const StageMatrix& m, int t, int g, std::span<const double> cohort_median,
-                                     const Eigen::MatrixXd* rank_median) {
+void WindowStats::add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups,
+                                      std::span<const double> cohort_median, const Eigen::MatrixXd* rank_median) {
   if (m.step_present_count(t) == 0) return;
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  std::vector<double> adv;
-  double exposed = 0;
-  step_counterfactual(m, t, g, b, adv, exposed);
-  for (int h = 0; h < G_; ++h) cf_adv_[static_cast<std::size_t>(g) * G_ + h] += adv[h];
-  cf_denom_[g] += exposed;
-  cf_seen_[g] = 1;
+  const PresentStep d(m, t);
+  cf_step_adv_.resize(groups.size() * static_cast<std::size_t>(G_));
+  cf_step_exposed_.resize(groups.size());
+  step_counterfactuals(d, schema_, b, groups, cf_step_adv_, cf_step_exposed_);
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    const int g = groups[k];
+    for (int h = 0; h < G_; ++h) cf_adv_[static_cast<std::size_t>(g) * G_ + h] += cf_step_adv_[k * G_ + h];
+    cf_denom_[g] += cf_step_exposed_[k];
+    cf_seen_[g] = 1;
+  }
 }
 
 int WindowStats::top_group() const {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -273,6 +274,52 @@ void shares_sum_to_one(const GenWindow& w) {
   RC_ASSERT(std::abs(sum - 1.0) <= 1e-12 * static_cast<double>(e.shares.size()));
 }
 
+void account_equals_scalar_loop(const GenWindow& w) {
+  // The paper's §3 loop, written the plain way (one rank at a time, a branch per comparison), as
+  // the oracle for account()'s branch-free lanes: frontier, advance, gap, leader and tie set of
+  // every cell must agree exactly.
+  const StageMatrix m = w.matrix();
+  const frontier::AccountOptions opt;
+  const Accounting acc = frontier::account(m, opt);
+  const int R = m.ranks(), S = m.stages();
+  std::vector<double> p(R);
+  for (int t = 0; t < m.steps(); ++t) {
+    RC_ASSERT((acc.scored[t] != 0) == (m.step_present_count(t) > 0));
+    if (!acc.scored[t]) continue;
+    std::fill(p.begin(), p.end(), 0.0);
+    double f_prev = 0;
+    for (int s = 0; s < S; ++s) {
+      double front = -std::numeric_limits<double>::infinity();
+      for (int r = 0; r < R; ++r) {
+        if (!m.present(t, r)) continue;
+        p[r] += m.d(t, r, s);
+        front = std::max(front, p[r]);
+      }
+      RC_ASSERT(acc.frontier(t, s) == front);
+      RC_ASSERT(acc.advance(t, s) == front - f_prev);
+      const double tol = std::max(opt.tie_abs_s, opt.tie_rel * front);
+      int count = 0, who = -1;
+      double second = -std::numeric_limits<double>::infinity();
+      std::vector<int> tied;
+      for (int r = 0; r < R; ++r) {
+        if (!m.present(t, r)) continue;
+        if (p[r] >= front - tol) {
+          if (count++ == 0) who = r;
+          tied.push_back(r);
+        } else {
+          second = std::max(second, p[r]);
+        }
+      }
+      const double gap = R > 1 && count == 1 && std::isfinite(second) ? front - second : 0.0;
+      RC_ASSERT(acc.gap(t, s) == gap);
+      const int leader = front - f_prev <= 0 ? Accounting::kNone : count == 1 ? who : Accounting::kTie;
+      RC_ASSERT(acc.leader(t, s) == leader);
+      if (leader == Accounting::kTie) RC_ASSERT(acc.tie_ranks(t, s) == tied);
+      f_prev = front;
+    }
+  }
+}
+
 void streaming_equals_window() {
   const GenWindow w = *gen_sparse_window();
   const Evidence whole = frontier::evaluate(w.matrix());
@@ -481,6 +528,8 @@ const std::vector<Entry>& entries() {
       {{"single_rank_is_own_vector", "R = 1: frontier = the rank's prefixes, advances = its durations"},
        runner([] { single_rank_is_own_vector(); })},
       {{"shares_sum_to_one", "window shares sum to 1"}, runner([](const GenWindow& w) { shares_sum_to_one(w); })},
+      {{"account_equals_scalar_loop", "account()'s branch-free pass equals the paper's scalar loop cell for cell (frontier, advance, gap, leader, ties)"},
+       runner([](const GenWindow& w) { account_equals_scalar_loop(w); })},
       {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence"},
        runner([] { streaming_equals_window(); })},
       {{"sparse_layout_equals_dense", "a sparse rank layout (absent ranks hold no column) gives the dense layout's evidence, ranks named by id"},

@@ -36,6 +36,7 @@ void rank_permutation_invariance(const GenWindow& w);  ///< draws the permutatio
 void monotone_in_delay(const GenWindow& w);            ///< draws the cell and delay inside
 void single_rank_is_own_vector();                     ///< draws an R = 1 window
 void shares_sum_to_one(const GenWindow& w);
+void account_equals_scalar_loop(const GenWindow& w);
 void streaming_equals_window();                       ///< draws a sparse window
 void sparse_layout_equals_dense();                    ///< draws a sparse window, drops whole ranks
 void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside

@@ -22,6 +22,7 @@ RC_GTEST_PROP(Frontier, rank_permutation_invariance, (const v::GenWindow& w)) { 
 RC_GTEST_PROP(Frontier, monotone_in_delay, (const v::GenWindow& w)) { v::monotone_in_delay(w); }
 RC_GTEST_PROP(Frontier, single_rank_is_own_vector, ()) { v::single_rank_is_own_vector(); }
 RC_GTEST_PROP(Frontier, shares_sum_to_one, (const v::GenWindow& w)) { v::shares_sum_to_one(w); }
+RC_GTEST_PROP(Frontier, account_equals_scalar_loop, (const v::GenWindow& w)) { v::account_equals_scalar_loop(w); }
 RC_GTEST_PROP(Frontier, streaming_equals_window, ()) { v::streaming_equals_window(); }
 RC_GTEST_PROP(Frontier, sparse_layout_equals_dense, ()) { v::sparse_layout_equals_dense(); }
 RC_GTEST_PROP(Frontier, routing_set_minimal, (const v::GenWindow& w)) { v::routing_set_minimal(w); }
@@ -69,4 +70,4 @@ TEST(Labels, generator_covers_both_sides_of_every_trigger) {
 }
 
 // Every registered property has a GoogleTest twin above.
-TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 31u); }
+TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 32u); }
