@@ -14,14 +14,22 @@ struct ModelStepper::State {
   inject::FaultPlan plan;
   bool sync_callbacks;
   // The same buckets as the workload; each bucket's backward compute in proportion to its bytes.
-  std::vector<double> frac, bucket_s, launch, bucket_end;
+  std::vector<double> frac, bucket_s, bucket_end, all_in;
   std::size_t B = 0;
   double whole_s = 0, barrier_s = 0;
-  // Absolute times per rank: the host clock and when its device stream is next free.
-  std::vector<double> host, device, arrive, begin, bwd_start, own_done;
-  std::vector<std::array<double, 5>> d;
-  std::vector<double> fwd_event, wait_bwd, wait_cb;
-  std::vector<StageCosts> costs;  // this step's draws, one per rank (counter-based: order-free)
+  // Absolute times per rank, kept across steps: the host clock and when its device stream is
+  // next free.
+  std::vector<double> host, device;
+  /// What one rank carries from the per-rank pass to the passes after each global collective
+  /// (one record per rank, so a pass reads one stream rather than ten).
+  struct Carry {
+    double begin, bwd_start, own_done, callbacks_s, optim_s, cb_start;
+  };
+  std::vector<Carry> carry;
+  std::vector<double> launch;  // R × B: when each rank's bucket collective can start
+  // This step's columns, written straight into the matrix by set_step.
+  std::vector<double> col[5], wall, fwd_event, wait_bwd, wait_cb;
+  CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
   std::int64_t step = 0;
 
   State(const ModelConfig& c, const inject::FaultPlan& p)
@@ -30,15 +38,13 @@ struct ModelStepper::State {
         sync_callbacks(c.sync_callbacks || p.scenario->sync_callbacks),
         host(c.ranks, 0.0),
         device(c.ranks, 0.0),
-        arrive(c.ranks),
-        begin(c.ranks),
-        bwd_start(c.ranks),
-        own_done(c.ranks),
-        d(c.ranks),
+        carry(c.ranks),
+        wall(c.ranks),
         fwd_event(c.ranks),
         wait_bwd(c.ranks),
         wait_cb(c.ranks),
-        costs(c.ranks) {
+        sampler(c.costs, c.variation, c.seed, c.ranks) {
+    for (auto& v : col) v.resize(c.ranks);
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();
     double total = 0;
@@ -46,6 +52,7 @@ struct ModelStepper::State {
     frac.resize(B);
     bucket_s.resize(B);
     bucket_end.resize(B);
+    all_in.resize(4 * B);  // four interleaved maxima per bucket
     for (std::size_t i = 0; i < B; ++i) {
       frac[i] = static_cast<double>(buckets[i]) / total;
       bucket_s[i] = cfg.comm.seconds(static_cast<double>(buckets[i]) * sizeof(float), cfg.ranks);
@@ -75,62 +82,86 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
   const auto& plan = st.plan;
   const std::int64_t step = st.step;
   const std::size_t B = st.B;
+  const bool single = cfg.sync_mode == SyncMode::single;
+  double* d_data = st.col[0].data();
+  double* d_fwd = st.col[1].data();
+  double* d_bwd = st.col[2].data();
+  double* d_cb = st.col[3].data();
+  double* d_opt = st.col[4].data();
+  // Pass 1, per rank: data, forward, backward up to the collectives; the time every rank has
+  // entered each collective (the max the collective waits for) gathered on the way.
+  double arrive_max = 0;
+  std::fill(st.all_in.begin(), st.all_in.end(), 0.0);
   for (int r = 0; r < R; ++r) {
-    const StageCosts& c = st.costs[r] = draw_costs(cfg.costs, cfg.variation, cfg.seed, r, step);
-    st.begin[r] = st.host[r];
+    const StageCosts c = st.sampler.draw(r, step);
+    auto& k = st.carry[r];
+    k.begin = st.host[r];
     double h = st.host[r];
     const double data = c.data_ms * 1e-3 + plan.delay_s(Site::data, r, step);
     h += data;
-    st.d[r][0] = data;
+    d_data[r] = data;
     // forward: device work queued at the start of forward, then host launch overhead
     const double fwd_start = h;
     const double dev_fwd = c.fwd_device_ms * 1e-3 + plan.delay_s(Site::forward_device, r, step);
     st.device[r] = std::max(st.device[r], fwd_start) + dev_fwd;
     st.fwd_event[r] = dev_fwd;
     h += c.fwd_host_ms * 1e-3 + plan.delay_s(Site::forward_host, r, step);
-    st.d[r][1] = h - fwd_start;
+    d_fwd[r] = h - fwd_start;
     // backward: device work queued, launches, then the gradient synchronisation
-    st.bwd_start[r] = h;
+    k.bwd_start = h;
     const double bwd_dev = c.bwd_device_ms * 1e-3 + plan.delay_s(Site::backward_device, r, step);
     const double entry = plan.delay_s(Site::backward_collective, r, step);
-    if (cfg.sync_mode == SyncMode::single) {
+    if (single) {
       st.device[r] = std::max(st.device[r], h) + bwd_dev;
-      st.arrive[r] = std::max(h + c.bwd_host_ms * 1e-3, st.device[r]) + entry;
+      k.own_done = std::max(h + c.bwd_host_ms * 1e-3, st.device[r]) + entry;  // arrival at the collective
+      arrive_max = std::max(arrive_max, k.own_done);
     } else {
       // Bucket i is queued when the host has paid the launches of the buckets before it; its
       // collective can start once its compute is done (and, after a late entry, once the
       // buckets before it started: the comm engine takes them in order).
       double hb = h;
+      double* l = st.launch.data() + static_cast<std::size_t>(r) * B;
+      // Four interleaved running maxima: one chain through memory per rank would be
+      // latency-bound (each update waits for the last rank's store).
+      double* all_in = st.all_in.data() + static_cast<std::size_t>(r & 3) * B;
+      double dev = st.device[r], prev = 0;
       for (std::size_t i = 0; i < B; ++i) {
-        st.device[r] = std::max(st.device[r], hb) + bwd_dev * st.frac[i];
-        double& l = st.launch[static_cast<std::size_t>(r) * B + i];
-        l = i == 0 ? st.device[r] + entry : std::max(st.device[r], st.launch[static_cast<std::size_t>(r) * B + i - 1]);
+        dev = std::max(dev, hb) + bwd_dev * st.frac[i];
+        prev = i == 0 ? dev + entry : std::max(dev, prev);
+        l[i] = prev;
+        all_in[i] = std::max(all_in[i], prev);
         hb += c.bwd_host_ms * 1e-3 * st.frac[i];
       }
-      st.own_done[r] = std::max(hb, st.device[r]);
+      st.device[r] = dev;
+      k.own_done = std::max(hb, dev);
     }
+    k.callbacks_s = c.callbacks_ms * 1e-3 + plan.delay_s(Site::callbacks, r, step);
+    k.optim_s = c.optim_ms * 1e-3 + plan.delay_s(Site::optimizer, r, step);
   }
-  if (cfg.sync_mode == SyncMode::single) {
-    const double exit = *std::max_element(st.arrive.begin(), st.arrive.end()) + st.whole_s;
-    for (int r = 0; r < R; ++r) {
-      st.wait_bwd[r] = exit - st.arrive[r];
-      st.d[r][2] = exit - st.bwd_start[r];
-      st.host[r] = exit;
-    }
-  } else {
-    // One bucket collective at a time, each starting when every rank has entered it.
-    double prev = 0;
-    for (std::size_t i = 0; i < B; ++i) {
-      double all_in = 0;
-      for (int r = 0; r < R; ++r) all_in = std::max(all_in, st.launch[static_cast<std::size_t>(r) * B + i]);
-      st.bucket_end[i] = std::max(all_in, prev) + st.bucket_s[i];
-      prev = st.bucket_end[i];
-    }
-    for (int r = 0; r < R; ++r) {
+  // The collectives: one after backward (single) or one bucket at a time, each starting when
+  // every rank has entered it.
+  double prev = 0;
+  for (std::size_t i = 0; i < B && !single; ++i) {
+    const double all_in = std::max(std::max(st.all_in[i], st.all_in[B + i]), std::max(st.all_in[2 * B + i], st.all_in[3 * B + i]));
+    st.bucket_end[i] = std::max(all_in, prev) + st.bucket_s[i];
+    prev = st.bucket_end[i];
+  }
+  const double exit_single = arrive_max + st.whole_s;
+  // Pass 2, per rank: backward's end, time inside the collectives, callbacks (and, without a
+  // barrier there, the optimizer and the step's end).
+  double cb_arrive_max = 0;
+  for (int r = 0; r < R; ++r) {
+    auto& k = st.carry[r];
+    double end;
+    if (single) {
+      st.wait_bwd[r] = exit_single - k.own_done;
+      end = exit_single;
+    } else {
       // Time inside collectives: the union of [entry, completion] over the rank's buckets.
+      const double* l = st.launch.data() + static_cast<std::size_t>(r) * B;
       double inside = 0, lo = -1, hi = -1;
       for (std::size_t i = 0; i < B; ++i) {
-        const double a = st.launch[static_cast<std::size_t>(r) * B + i], e = st.bucket_end[i];
+        const double a = l[i], e = st.bucket_end[i];
         if (a > hi) {
           inside += hi - lo;
           lo = a;
@@ -139,36 +170,39 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       }
       inside += hi - lo;
       st.wait_bwd[r] = inside;
-      const double end = std::max(st.own_done[r], st.bucket_end[B - 1]);
-      st.d[r][2] = end - st.bwd_start[r];
-      st.host[r] = end;
+      end = std::max(k.own_done, st.bucket_end[B - 1]);
+    }
+    d_bwd[r] = end - k.bwd_start;
+    k.cb_start = end;
+    const double arrive = end + k.callbacks_s;
+    st.host[r] = arrive;
+    cb_arrive_max = std::max(cb_arrive_max, arrive);
+    if (!st.sync_callbacks) {
+      d_cb[r] = arrive - k.cb_start;
+      st.host[r] += k.optim_s;
+      d_opt[r] = k.optim_s;
+      st.wall[r] = st.host[r] - k.begin;
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const StageCosts& c = st.costs[r];
-    const double cb_start = st.host[r];
-    st.host[r] += c.callbacks_ms * 1e-3 + plan.delay_s(Site::callbacks, r, step);
-    st.arrive[r] = st.host[r];
-    st.d[r][3] = cb_start;
+  if (st.sync_callbacks) {
+    // Pass 3: the callbacks' barrier releases every rank when the last arrives.
+    const double cb_exit = cb_arrive_max + st.barrier_s;
+    for (int r = 0; r < R; ++r) {
+      auto& k = st.carry[r];
+      st.wait_cb[r] = cb_exit - st.host[r];
+      st.host[r] = cb_exit + k.optim_s;
+      d_cb[r] = cb_exit - k.cb_start;
+      d_opt[r] = k.optim_s;
+      st.wall[r] = st.host[r] - k.begin;
+    }
   }
-  const double cb_exit = st.sync_callbacks ? *std::max_element(st.arrive.begin(), st.arrive.end()) + st.barrier_s : 0.0;
+  const double* cols[5] = {d_data, d_fwd, d_bwd, d_cb, d_opt};
+  m.set_step(row, cols, st.wall.data());
+  m.set_sync_wait_column(row, 2, st.wait_bwd);
+  if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
   const int t = static_cast<int>(step);  // the sampling rule counts steps from 0
   const bool sampled = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
-  for (int r = 0; r < R; ++r) {
-    const StageCosts& c = st.costs[r];
-    if (st.sync_callbacks) {
-      st.wait_cb[r] = cb_exit - st.arrive[r];
-      st.host[r] = cb_exit;
-    }
-    st.d[r][3] = st.host[r] - st.d[r][3];
-    const double o = c.optim_ms * 1e-3 + plan.delay_s(Site::optimizer, r, step);
-    st.host[r] += o;
-    st.d[r][4] = o;
-    m.set_record(row, r, st.d[r], st.host[r] - st.begin[r]);
-    m.set_sync_wait(row, r, 2, st.wait_bwd[r]);
-    if (st.sync_callbacks) m.set_sync_wait(row, r, 3, st.wait_cb[r]);
-    if (sampled) m.set_fwd_event(row, r, frontier::EventState::ready, st.fwd_event[r]);
-  }
+  if (sampled) m.set_fwd_event_column(row, st.fwd_event);
   ++st.step;
 }
 

@@ -4,8 +4,11 @@
 #include "sf/sim/sim.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numbers>
+
+#include <unsupported/Eigen/SpecialFunctions>
 
 namespace sf::sim {
 
@@ -85,6 +88,7 @@ std::uint64_t mix(std::uint64_t z) {  // SplitMix64's finaliser
 }
 
 /// A standard normal from (seed, rank, step, slot) alone (Box–Muller on two hashed uniforms).
+/// Used for the per-rank (persistent) draws, one per rank: exact, and cost no matter.
 double normal(std::uint64_t seed, int rank, std::int64_t step, int slot) {
   std::uint64_t h = mix(seed ^ 0x51ed2701a3c5f1b9ull);
   h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
@@ -97,7 +101,29 @@ double normal(std::uint64_t seed, int rank, std::int64_t step, int slot) {
 
 constexpr std::int64_t kRankDraw = -1;  // the step index of per-rank (persistent) draws
 
+/// The eight 16-bit quantile indices of one (seed, rank, step): two hashed words, four each.
+std::array<std::uint16_t, 8> jitter_indices(std::uint64_t seed, int rank, std::int64_t step) {
+  std::uint64_t h = mix(seed ^ 0x6a09e667f3bcc909ull);
+  h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
+  h = mix(h ^ static_cast<std::uint64_t>(step));
+  const std::uint64_t w[2] = {mix(h ^ 1), mix(h ^ 2)};
+  std::array<std::uint16_t, 8> out{};
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint16_t>(w[i / 4] >> (16 * (i % 4)));
+  return out;
+}
+
 }  // namespace
+
+const std::vector<double>& normal_quantiles() {
+  // Midpoint quantiles of the standard normal, Φ⁻¹((i + ½) / 2^16), by Eigen's ndtri (Cephes).
+  static const std::vector<double> z = [] {
+    std::vector<double> q(kJitterLevels);
+    for (std::size_t i = 0; i < q.size(); ++i)
+      q[i] = Eigen::numext::ndtri((static_cast<double>(i) + 0.5) / static_cast<double>(kJitterLevels));
+    return q;
+  }();
+  return z;
+}
 
 std::string validate(const Variation& v) {
   if (!(v.jitter_sigma >= 0) || v.jitter_sigma > 1) return "--jitter must be in [0, 1]";
@@ -114,13 +140,40 @@ double rank_factor(const Variation& v, std::uint64_t seed, int rank) {
   return 1.0;
 }
 
+namespace {
+/// base × f × jitter[slot] for the eight costs; jitter(slot) is exp(σ · z) of that slot's level.
+template <class Jitter>
+StageCosts costs_of(const StageCosts& base, double f, Jitter jitter) {
+  return {base.data_ms * f * jitter(0),     base.loader_ms * f * jitter(1),    base.fwd_host_ms * f * jitter(2),
+          base.fwd_device_ms * f * jitter(3), base.bwd_host_ms * f * jitter(4), base.bwd_device_ms * f * jitter(5),
+          base.callbacks_ms * f * jitter(6), base.optim_ms * f * jitter(7)};
+}
+}  // namespace
+
 StageCosts draw_costs(const StageCosts& base, const Variation& v, std::uint64_t seed, int rank, std::int64_t step) {
   const double f = rank_factor(v, seed, rank);
-  auto draw = [&](double ms, int slot) {
-    return v.jitter_sigma > 0 ? ms * f * std::exp(v.jitter_sigma * normal(seed, rank, step, slot)) : ms * f;
-  };
-  return {draw(base.data_ms, 0),     draw(base.loader_ms, 1),     draw(base.fwd_host_ms, 2), draw(base.fwd_device_ms, 3),
-          draw(base.bwd_host_ms, 4), draw(base.bwd_device_ms, 5), draw(base.callbacks_ms, 6), draw(base.optim_ms, 7)};
+  if (!(v.jitter_sigma > 0)) return costs_of(base, f, [](int) { return 1.0; });
+  const auto& z = normal_quantiles();
+  const auto idx = jitter_indices(seed, rank, step);
+  return costs_of(base, f, [&](int slot) { return std::exp(v.jitter_sigma * z[idx[slot]]); });
+}
+
+CostSampler::CostSampler(const StageCosts& base, const Variation& v, std::uint64_t seed, int ranks)
+    : base_(base), seed_(seed), factor_(static_cast<std::size_t>(std::max(ranks, 0))) {
+  for (int r = 0; r < ranks; ++r) factor_[r] = rank_factor(v, seed, r);
+  if (v.jitter_sigma > 0) {
+    // The same exp(σ · z) draw_costs takes per draw, once per level.
+    const auto& z = normal_quantiles();
+    jitter_.resize(z.size());
+    for (std::size_t i = 0; i < z.size(); ++i) jitter_[i] = std::exp(v.jitter_sigma * z[i]);
+  }
+}
+
+StageCosts CostSampler::draw(int rank, std::int64_t step) const {
+  const double f = factor_[rank];
+  if (jitter_.empty()) return costs_of(base_, f, [](int) { return 1.0; });
+  const auto idx = jitter_indices(seed_, rank, step);
+  return costs_of(base_, f, [&](int slot) { return jitter_[idx[slot]]; });
 }
 
 double CommModel::seconds(double bytes, int ranks) const {

@@ -89,7 +89,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
   if (out.threads == 1) {
     frontier::StageMatrix one(sim::ModelStepper::schema(), cfg.ranks, 0, 1);
     for (int t = 0; t < cfg.steps; ++t) {
-      one.reset(t);
+      one.renumber(t);  // step_into replaces the whole row
       stepper.step_into(one, 0);
       acc.add_step(one);
       wall_sum += slowest_wall(one, 0);
@@ -103,7 +103,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
         for (int t = 0; t < cfg.steps; ++t) {
           auto* b = ring.acquire_free(t);
           if (b == nullptr) return;
-          b->reset(t);
+          b->renumber(t);  // step_into replaces the whole row
           stepper.step_into(*b, 0);
           ring.publish(t);
         }
