@@ -21,18 +21,24 @@ struct StepFrontier {
 /// (the running prefixes, resized to the ranks); out's vectors are reused. The verifier checks it
 /// against the paper's scalar loop (`account_equals_scalar_loop`).
 void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out);
-StepFrontier step_frontier_from(const Accounting& acc, int t);
+/// Step t's row of acc into f (f's vectors reused).
+void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
 /// Median of v (v is reordered; must be non-empty). Even sizes average the two middle values.
-double median_inplace(std::vector<double>& v);
+double median_inplace(std::span<double> v);
 
 /// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
 /// medians: allocating them each time would cost more than selecting).
 struct SelectScratch {
-  std::vector<double> a, b, sample;
+  std::vector<double> a, b, c, tail;
 };
+/// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor
+/// has them (checked once at run time), `portable` the scalar quickselect; the value is the same.
+enum class SelectPath { fastest, portable };
+/// True when median_of's `fastest` path uses AVX-512 on this processor.
+bool vector_select_available();
 /// Median of x (non-empty), x left unchanged: the same value median_inplace gives.
-double median_of(std::span<const double> x, SelectScratch& scratch);
+double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path = SelectPath::fastest);
 
 /// One step's durations for its present ranks only, as columns of n values (n × S,
 /// column-major): the matrix's own storage when every rank is present, a compacted copy
@@ -91,6 +97,10 @@ struct BaselineAccumulator {
   /// Same, for a step already viewed, with its totals (d.totals()).
   void add_step(const StageMatrix& m, int t, const PresentStep& d, std::span<const double> totals,
                 std::span<const double> cohort_median);
+  /// The same from a step's per-stage max and rank-order sum and its slowest rank (a rank id
+  /// column of m), as add_step computes them.
+  void add_stats(const StageMatrix& m, int t, std::span<const double> stage_max, std::span<const double> stage_sum,
+                 int slowest, std::span<const double> cohort_median);
   BaselineSet finish(double tau_c) const;
 
   const StageSchema* schema;
@@ -113,8 +123,10 @@ public:
 
   /// cohort_median: cohort_medians(m, t). rank_median may be null unless
   /// cfg.gain_baseline == rank_median.
+  /// counterfactual_groups: groups whose residual-leader counterfactual to take in the same pass
+  /// (every group when streaming; none on a whole window, which adds the top group's after).
   void add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
-                const Eigen::MatrixXd* rank_median);
+                const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups = {});
   /// Residual-leader counterfactuals for the listed groups (every group when streaming, the top
   /// group on a whole window).
   void add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups, std::span<const double> cohort_median,
@@ -157,7 +169,8 @@ private:
   std::vector<double> cf_denom_;  // G
   std::vector<std::uint8_t> cf_seen_;
   // Per-step scratch, reused so that a step of 10^6 ranks allocates nothing.
-  std::vector<double> p_, red_, gain_, cf_step_adv_, cf_step_exposed_;
+  std::vector<double> red_, cf_step_adv_, cf_step_exposed_;
+  std::vector<double> prefix_, totals_, stage_max_, stage_sum_, gain_front_, cf_front_;
   SelectScratch sel_;
 };
 

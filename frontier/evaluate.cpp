@@ -123,19 +123,30 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
     rmp = &rm;
   }
   detail::WindowStats ws(m.schema(), m.ranks(), m.world_size(), m.rank_ids(), cfg);
-  // Cohort medians per step, kept for the counterfactual pass (N × S, small beside the matrix).
-  const int S = m.stages();
-  std::vector<double> cm(static_cast<std::size_t>(m.steps()) * S);
-  auto cm_of = [&](int t) { return std::span<double>(cm).subspan(static_cast<std::size_t>(t) * S, S); };
+  // The top group s1, whose residual-leader counterfactual the ambiguity set needs, is the group
+  // with the largest summed advance: known from the accounting before the window is walked (the
+  // same sums in the same order as WindowStats forms), so its counterfactual is taken in each
+  // step's one pass.
+  const auto& schema = m.schema();
+  std::vector<double> adv(schema.group_count(), 0.0);
+  for (int t = 0; t < m.steps(); ++t)
+    if (acc.scored[t])
+      for (int s = 0; s < m.stages(); ++s) adv[schema.group_of(s)] += acc.advance(t, s);
+  const RankedStages ranked = rank_stages(adv, cfg.tau_c);
+  const int s1 = ranked.order.empty() || adv[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
+  const std::span<const int> cf_groups = s1 >= 0 ? std::span<const int>(&s1, 1) : std::span<const int>();
+  std::vector<double> cm(m.stages());
   detail::SelectScratch scratch;
+  detail::StepFrontier f;
   for (int t = 0; t < m.steps(); ++t)
     if (acc.scored[t]) {
-      detail::cohort_medians(m, t, cm_of(t), scratch);
-      ws.add_step(m, t, detail::step_frontier_from(acc, t), cm_of(t), rmp);
+      detail::cohort_medians(m, t, cm, scratch);
+      detail::step_frontier_from(acc, t, f);
+      ws.add_step(m, t, f, cm, rmp, cf_groups);
     }
-  if (const int s1 = ws.top_group(); s1 >= 0)
-    for (int t = 0; t < m.steps(); ++t)
-      if (acc.scored[t]) ws.add_counterfactuals(m, t, std::span<const int>(&s1, 1), cm_of(t), rmp);
+  if (ws.top_group() != s1)
+    throw std::logic_error("evaluate: the top group from the accounting (" + std::to_string(s1) +
+                           ") differs from the window's (" + std::to_string(ws.top_group()) + ")");
   int missing = 0;
   for (int t = 0; t < m.steps(); ++t)
     if (!acc.scored[t]) ++missing;
@@ -211,10 +222,9 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
   }
   detail::cohort_medians(one, 0, st.cm, st.select);
   detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);
-  st.stats.add_step(one, 0, st.frontier, st.cm, nullptr);
-  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step,
-  // one pass over the ranks for all of them).
-  st.stats.add_counterfactuals(one, 0, st.all_groups, st.cm, nullptr);
+  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
+  // add_step's one pass over the ranks).
+  st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups);
 }
 
 Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {

@@ -142,16 +142,18 @@ public:
   /// record would carry total_seconds() past kMaxWindowSeconds.
   void set_record(int t, int r, std::span<const double> explicit_d, std::optional<double> wall);
   void clear_record(int t, int r);
-  /// Replaces row t by a complete step, every rank present: columns[s] holds the ranks()
-  /// durations of explicit stage s, wall the ranks() wall times (null iff the schema has no
-  /// residual). The same values and checks as set_record rank by rank (a bad value throws and
-  /// leaves the row as it was), in one pass per stage; row t's side evidence is dropped. The
-  /// model's producer fills a 10^6-rank step with it.
-  void set_step(int t, std::span<const double* const> columns, const double* wall);
+  /// Writes a complete step into row t in place (the model fills a 10^6-rank step without a
+  /// copy): begin_step drops the row's records and side evidence and returns, per explicit stage
+  /// s, the row's column of ranks() durations to write; commit_step then makes every rank
+  /// present with those durations and wall[r] (null iff the schema has no residual): the values
+  /// and checks of set_record rank by rank, in one pass per stage. A bad value throws with the
+  /// rank and leaves the row without records.
+  std::vector<double*> begin_step(int t);
+  void commit_step(int t, const double* wall);
   /// Every cell missing again and side evidence dropped, rows renumbered from first_step; the
   /// storage is kept (a streaming producer refills one step buffer without reallocating it).
   void reset(std::int64_t first_step);
-  /// Row 0 becomes step first_step; the records are kept (a one-step buffer that set_step refills).
+  /// Row 0 becomes step first_step; the records are kept (a one-step buffer that begin_step/commit_step refill).
   void renumber(std::int64_t first_step) { first_step_ = first_step; }
 
   /// Recorded step time Σ over present records of max(Σ_s d, wall) (≤ kMaxWindowSeconds).
@@ -217,7 +219,8 @@ private:
   std::vector<float> sync_wait_;          // N × S columns of R floats: (t·S + s)·R + r
   std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value
   void drop_side(int t);                  // row t's side evidence gone
-  void restore_row(int t);                // undo set_step's in-place sums after a failed check
+  int pending_row_ = -1;                  // begin_step's row until commit_step
+  std::vector<double> sums_;              // commit_step's sums when there is no residual column
   std::vector<std::string> roles_;
 };
 

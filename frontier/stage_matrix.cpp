@@ -149,39 +149,67 @@ void StageMatrix::clear_record(int t, int r) {
   }
 }
 
-void StageMatrix::set_step(int t, std::span<const double* const> columns, const double* wall) {
+std::vector<double*> StageMatrix::begin_step(int t) {
   check_cell(t, 0);
+  // Every record of the row is gone (its columns keep their old values until written: they
+  // are not read while the row has no record).
+  const std::size_t row = idx(t, 0);
+  std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::uint8_t{0});
+  std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<double>::quiet_NaN());
+  std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, 0.0);
+  step_present_count_[t] = 0;
+  total_s_ = std::max(0.0, total_s_ - row_total_s_[t]);
+  row_total_s_[t] = 0;
+  drop_side(t);
+  pending_row_ = t;
+  std::vector<double*> out(static_cast<std::size_t>(schema_.explicit_count()));
+  for (int s = 0; s < schema_.explicit_count(); ++s) out[s] = &data_(0, static_cast<Eigen::Index>(t) * stages() + s);
+  return out;
+}
+
+void StageMatrix::commit_step(int t, const double* wall) {
+  if (pending_row_ != t)
+    throw std::logic_error("commit_step(" + std::to_string(t) + ") without begin_step(" + std::to_string(t) + ")");
+  pending_row_ = -1;
   const int k = schema_.explicit_count(), R = ranks_;
-  if (static_cast<int>(columns.size()) != k)
-    throw std::invalid_argument("step has " + std::to_string(columns.size()) + " duration columns, schema has " +
-                                std::to_string(k) + " explicit stages");
+  double* row0 = &data_(0, static_cast<Eigen::Index>(t) * stages());
+  // On a bad value the row stays without records, its cells zero as clear_record leaves them.
+  auto fail = [&](const std::string& what) {
+    std::fill_n(row0, static_cast<std::size_t>(R) * stages(), 0.0);
+    throw std::invalid_argument(what);
+  };
   if (schema_.has_residual() != (wall != nullptr))
-    throw std::invalid_argument(schema_.has_residual() ? "step has no wall times but the schema has a residual stage"
-                                                       : "step has wall times but the schema has no residual stage");
-  // Checks first (nothing is written when a value is bad), as set_record would rank by rank.
+    fail(schema_.has_residual() ? "step has no wall times but the schema has a residual stage"
+                                : "step has wall times but the schema has no residual stage");
   auto bad_rank = [&](auto bad) {
     for (int r = 0; r < R; ++r)
       if (bad(r)) return r;
     return -1;
   };
+  // The checks set_record makes rank by rank, one pass per stage.
   for (int s = 0; s < k; ++s) {
-    const double* x = columns[s];
+    const double* x = row0 + static_cast<std::size_t>(s) * R;
     bool ok = true;
     for (int r = 0; r < R; ++r) ok &= x[r] >= 0 && x[r] <= DBL_MAX;  // false for NaN too
     if (!ok) {
       const int r = bad_rank([&](int q) { return !(x[q] >= 0 && x[q] <= DBL_MAX); });
-      throw std::invalid_argument("rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) +
-                                  "' is " + secs(x[r]) + ", expected a finite number >= 0");
+      fail("rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) + "' is " + secs(x[r]) +
+           ", expected a finite number >= 0");
     }
   }
-  // Σ explicit per rank in stage order (the prefix order) and the step's recorded time. The sums
-  // are formed in the row's residual column (a schema without residual: in its first column,
-  // which is then overwritten), so a 10^6-rank step allocates nothing.
-  double* sum = &data_(0, static_cast<Eigen::Index>(t) * stages() + (wall ? schema_.residual_index() : 0));
+  // Σ explicit per rank in stage order (the prefix order), formed in the residual column (a
+  // schema without one keeps the sums in a scratch of its own).
+  double* sum = nullptr;
+  if (wall) {
+    sum = row0 + static_cast<std::size_t>(schema_.residual_index()) * R;
+  } else {
+    sums_.resize(R);
+    sum = sums_.data();
+  }
   for (int s = 0; s < k; ++s) {
-    const double* x = columns[s];
+    const double* x = row0 + static_cast<std::size_t>(s) * R;
     if (s == 0) {
-      for (int r = 0; r < R; ++r) sum[r] = 0.0 + x[r];  // the same 0 + d the loop would form
+      for (int r = 0; r < R; ++r) sum[r] = 0.0 + x[r];  // the same 0 + d set_record forms
     } else {
       for (int r = 0; r < R; ++r) sum[r] += x[r];
     }
@@ -195,59 +223,31 @@ void StageMatrix::set_step(int t, std::span<const double* const> columns, const 
     step_total += wall ? std::max(sum[r], w) : sum[r];
   }
   if (!ok) {
-    std::string what;
-    if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); r >= 0) {
-      what = "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +
-             secs(kMaxWindowSeconds) + " s one window can hold";
-    } else {
-      const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
-      what = "rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
-             ", expected a finite number of seconds >= 0 and <= " + secs(kMaxWindowSeconds);
-    }
-    restore_row(t);
-    throw std::invalid_argument(what);
+    if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); r >= 0)
+      fail("rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +
+           secs(kMaxWindowSeconds) + " s one window can hold");
+    const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
+    fail("rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
+         ", expected a finite number of seconds >= 0 and <= " + secs(kMaxWindowSeconds));
   }
-  const double before = std::max(0.0, total_s_ - row_total_s_[t]);
-  if (!(before + step_total <= kMaxWindowSeconds)) {
-    restore_row(t);
-    throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
-                                std::to_string(first_step_ + (steps_ - 1)) + " sums to more than " +
-                                secs(kMaxWindowSeconds) + " s of recorded step time at step " +
-                                std::to_string(step_id(t)) + "; expected a window whose sums stay finite");
-  }
+  if (!(total_s_ + step_total <= kMaxWindowSeconds))
+    fail("the window of steps " + std::to_string(first_step_) + ".." + std::to_string(first_step_ + (steps_ - 1)) +
+         " sums to more than " + secs(kMaxWindowSeconds) + " s of recorded step time at step " +
+         std::to_string(step_id(t)) + "; expected a window whose sums stay finite");
   const std::size_t row = idx(t, 0);
   if (wall) {
     // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
-    double* residual = sum;
     for (int r = 0; r < R; ++r) {
       const double e = wall[r] - sum[r];
-      residual[r] = e > 0 ? e : 0.0;
+      sum[r] = e > 0 ? e : 0.0;  // the residual column, in place
       overlap_[row + r] = e < 0 ? -e : 0.0;
       wall_[row + r] = wall[r];
     }
   }
-  for (int s = 0; s < k; ++s) std::copy_n(columns[s], R, &data_(0, static_cast<Eigen::Index>(t) * stages() + s));
   std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), R, std::uint8_t{1});
   step_present_count_[t] = R;
   row_total_s_[t] = step_total;
-  total_s_ = before + step_total;
-  drop_side(t);
-}
-
-void StageMatrix::restore_row(int t) {
-  // set_step formed its sums in a column of row t before a check failed: put the column back.
-  const int col = schema_.has_residual() ? schema_.residual_index() : 0;
-  double* x = &data_(0, static_cast<Eigen::Index>(t) * stages() + col);
-  for (int r = 0; r < ranks_; ++r) {
-    if (!present_[idx(t, r)]) {
-      x[r] = 0.0;
-    } else if (schema_.has_residual()) {
-      double sum = 0;
-      for (int s = 0; s < schema_.explicit_count(); ++s) sum += d(t, r, s);
-      const double e = wall_[idx(t, r)] - sum;
-      x[r] = e > 0 ? e : 0.0;
-    }
-  }
+  total_s_ += step_total;
 }
 
 void StageMatrix::drop_side(int t) {

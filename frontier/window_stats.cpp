@@ -30,6 +30,17 @@ double add_and_max(double* p, const double* x, int n) {
   return out;
 }
 
+/// The largest of v[0, n) (−inf for n = 0), in eight independent lanes.
+double block_max(const double* v, int n) {
+  return n == 0 ? kNegInf : Eigen::Map<const Eigen::ArrayXd>(v, n).maxCoeff();
+}
+
+/// p[i] = 0 + x[i] for i < n (a zeroed prefix's first stage), returning the largest p.
+double copy_and_max(double* p, const double* x, int n) {
+  for (int i = 0; i < n; ++i) p[i] = 0.0 + x[i];
+  return block_max(p, n);
+}
+
 /// out[i] = min(d, b̃) of stage s for present ranks i0 … i0 + n − 1 of the step (eq. 4).
 void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n, double* out) {
   const double* x = d.stage(s).data() + i0;
@@ -66,25 +77,24 @@ Eigen::ArrayXd PresentStep::totals() const {
   return total;
 }
 
-StepFrontier step_frontier_from(const Accounting& acc, int t) {
-  StepFrontier f;
+void step_frontier_from(const Accounting& acc, int t, StepFrontier& f) {
   const int S = acc.stages;
   f.frontier.resize(S);
   f.advance.resize(S);
   f.gap.resize(S);
   f.leader.resize(S);
-  f.tie.assign(S, {});
+  f.tie.resize(S);
   for (int s = 0; s < S; ++s) {
     f.frontier[s] = acc.frontier(t, s);
     f.advance[s] = acc.advance(t, s);
     f.gap[s] = acc.gap(t, s);
     f.leader[s] = acc.leader(t, s);
+    f.tie[s].clear();
   }
   // Ties are stored in (t, s) order: find this step's range by binary search.
   auto lo = std::lower_bound(acc.ties.begin(), acc.ties.end(), t,
                              [](const Accounting::Tie& tie, int step) { return tie.t < step; });
   for (; lo != acc.ties.end() && lo->t == t; ++lo) f.tie[lo->s] = lo->ranks;
-  return f;
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
@@ -238,7 +248,12 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentSte
   int slowest = 0;
   for (int i = 1; i < d.size(); ++i)
     if (total[i] > total[slowest]) slowest = i;
-  slowest = d.rank(slowest);
+  add_stats(m, t, stage_max, stage_sum, d.rank(slowest), cohort_median);
+}
+
+void BaselineAccumulator::add_stats(const StageMatrix& m, int t, std::span<const double> stage_max,
+                                    std::span<const double> stage_sum, int slowest, std::span<const double> cohort_median) {
+  const int S = m.stages();
   std::vector<double> slow_group(schema->group_count(), 0.0);
   const int n = m.step_present_count(t);
   for (int s = 0; s < S; ++s) {
@@ -295,7 +310,7 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
-                           const Eigen::MatrixXd* rank_median) {
+                           const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups) {
   const int R = m.ranks();
   if (m.step_present_count(t) == 0) return;
   ++steps_;
@@ -307,36 +322,140 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   const PresentStep d(m, t);
   const int n = d.size();
   const bool complete = m.step_complete(t);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
 
-  // Lag L[t,s] = max_r P − median_r P and its increment (paper §4). The running prefixes end as
-  // the totals P[t,r,S] the baselines and gains read (0 + d + …, the sum totals() forms).
-  p_.resize(n);
-  double lag_prev = 0;
-  for (int s = 0; s < S_; ++s) {
-    const double* x = d.stage(s).data();
-    if (s == 0) {
-      for (int i = 0; i < n; ++i) p_[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix would form
-    } else {
-      for (int i = 0; i < n; ++i) p_[i] += x[i];
+  // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
+  // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
+  // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
+  // counterfactual total (static gain) and, when asked, the residual-leader counterfactuals.
+  // Every sum is formed in the order the per-quantity loops formed it; max is exact in any order.
+  const int S = S_, G = G_;
+  prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
+  totals_.resize(n);
+  stage_max_.assign(S, kNegInf);
+  stage_sum_.assign(S, 0.0);
+  gain_front_.assign(G, kNegInf);
+  const auto K = counterfactual_groups.size();
+  cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
+  // Stages of each group in order, for the gains.
+  std::vector<int> group_first(G, -1), group_count(G, 0);
+  for (int s = 0; s < S; ++s) {
+    const int g = schema_.group_of(s);
+    if (group_first[g] < 0) group_first[g] = s;
+    ++group_count[g];
+  }
+  double best_total = kNegInf;
+  int slowest = 0;
+  double p[kBlock], clip[kBlock], red[kBlock], q[kBlock];
+  for (int i0 = 0; i0 < n; i0 += kBlock) {
+    const int len = std::min(kBlock, n - i0);
+    for (int s = 0; s < S; ++s) {
+      const double* x = d.stage(s).data() + i0;
+      if (s == 0) {
+        for (int i = 0; i < len; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
+      } else {
+        for (int i = 0; i < len; ++i) p[i] += x[i];
+      }
+      stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
+      if (s >= 1) std::copy_n(p, len, prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0);
     }
+    // Per-stage sums in rank order, four stages at a time so that four running sums are
+    // independent chains rather than one latency-bound chain after another.
+    constexpr int kLanes = 4;
+    for (int s0 = 0; s0 < S; s0 += kLanes) {
+      const double* col[kLanes];
+      for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data() + i0;  // spare lanes repeat
+      double sum[kLanes];
+      for (int j = 0; j < kLanes; ++j) sum[j] = stage_sum_[std::min(s0 + j, S - 1)];
+      for (int i = 0; i < len; ++i)
+        for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
+      for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum_[s0 + j] = sum[j];
+    }
+    std::copy_n(p, len, totals_.data() + i0);
+    // The slowest rank: the first with the largest total. The block's max in lanes; its position
+    // only when it beats the blocks before (a max chain per rank would be latency-bound).
+    if (const double bm = block_max(p, len); bm > best_total) {
+      best_total = bm;
+      int i = 0;
+      while (p[i] != bm) ++i;
+      slowest = i0 + i;
+    }
+    // Static gain: F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction in stage order.
+    using Block = Eigen::Map<const Eigen::ArrayXd>;
+    for (int g = 0; g < G; ++g) {
+      if (group_count[g] == 1 && b.kind != GainBaseline::rank_median) {
+        // One stage, one baseline value: the whole expression in one vectorised pass.
+        const int s = group_first[g];
+        const Block x(d.stage(s).data() + i0, len), pb(p, len);
+        gain_front_[g] = std::max(gain_front_[g], (pb - (x - x.min(b.value(schema_, 0, s)))).maxCoeff());
+        continue;
+      }
+      for (int s = group_first[g], seen = 0; s < S && seen < group_count[g]; ++s) {
+        if (schema_.group_of(s) != g) continue;
+        clip_block(b, schema_, d, s, i0, len, clip);
+        const double* x = d.stage(s).data() + i0;
+        if (seen == 0) {
+          for (int i = 0; i < len; ++i) red[i] = x[i] - clip[i];
+        } else {
+          for (int i = 0; i < len; ++i) red[i] += x[i] - clip[i];
+        }
+        ++seen;
+      }
+      for (int i = 0; i < len; ++i) q[i] = p[i] - red[i];
+      gain_front_[g] = std::max(gain_front_[g], block_max(q, len));
+    }
+    // Residual-leader counterfactuals: group g's stages clipped, re-accounted. Before g's first
+    // stage the prefixes are the original ones (their max is F[t,s], set after the blocks), so
+    // the clipped prefixes start from P[t,r,first−1].
+    for (std::size_t k = 0; k < K; ++k) {
+      const int g = counterfactual_groups[k], first = group_first[g];
+      if (first == 1) {
+        const double* x0 = d.stage(0).data() + i0;
+        for (int i = 0; i < len; ++i) q[i] = 0.0 + x0[i];
+      } else if (first > 1) {
+        std::copy_n(prefix_.data() + static_cast<std::size_t>(first - 2) * n + i0, len, q);
+      }
+      for (int s = first; s < S; ++s) {
+        const double* x = d.stage(s).data() + i0;
+        if (schema_.group_of(s) == g) {
+          clip_block(b, schema_, d, s, i0, len, clip);
+          x = clip;
+        }
+        double& front = cf_front_[k * static_cast<std::size_t>(S) + s];
+        front = std::max(front, s == 0 ? copy_and_max(q, x, len) : add_and_max(q, x, len));
+      }
+    }
+  }
+
+  // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
+  double lag_prev = 0;
+  for (int s = 0; s < S; ++s) {
     // At the first stage P = d: its median is the cohort median, already at hand.
-    const double median = s == 0 ? cohort_median[0] : median_of(p_, sel_);
+    double median = cohort_median[0];
+    if (s >= 1) median = median_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n), sel_);
     const double lag = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
     const int g = schema_.group_of(s);
     lag_inc_sum_[g] += lag - lag_prev;
     lag_prev = lag;
     bool last_of_group = true;
-    for (int s2 = s + 1; s2 < S_; ++s2)
+    for (int s2 = s + 1; s2 < S; ++s2)
       if (schema_.group_of(s2) == g) last_of_group = false;
     if (last_of_group) lag_sum_[g] += lag;
   }
-  const std::span<const double> totals = p_;
-  base_.add_step(m, t, d, totals, cohort_median);
-
-  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  gain_.resize(G_);
-  step_gains(d, totals, schema_, b, exposed, gain_, red_);
-  for (int g = 0; g < G_; ++g) gain_num_[g] += gain_[g];
+  base_.add_stats(m, t, stage_max_, stage_sum_, d.rank(slowest), cohort_median);
+  for (int g = 0; g < G; ++g)
+    gain_num_[g] += std::isfinite(gain_front_[g]) ? std::max(0.0, exposed - gain_front_[g]) : 0.0;
+  for (std::size_t k = 0; k < K; ++k) {
+    const int g = counterfactual_groups[k];
+    double f_prev = 0;
+    for (int s = 0; s < S; ++s) {
+      const double front = s < group_first[g] ? f.frontier[s] : cf_front_[k * static_cast<std::size_t>(S) + s];
+      cf_adv_[static_cast<std::size_t>(g) * G + schema_.group_of(s)] += front - f_prev;
+      f_prev = front;
+    }
+    cf_denom_[g] += f_prev;
+    cf_seen_[g] = 1;
+  }
 
   for (int s = 0; s < S_; ++s) {
     const double a = f.advance[s];

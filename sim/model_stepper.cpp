@@ -26,9 +26,9 @@ struct ModelStepper::State {
     double begin, bwd_start, own_done, callbacks_s, optim_s, cb_start;
   };
   std::vector<Carry> carry;
-  std::vector<double> launch;  // R × B: when each rank's bucket collective can start
-  // This step's columns, written straight into the matrix by set_step.
-  std::vector<double> col[5], wall, fwd_event, wait_bwd, wait_cb;
+  std::vector<double> launch;  // B × R: when each rank's bucket collective can start
+  // This step's walls and side evidence (the durations go straight into the matrix's row).
+  std::vector<double> wall, fwd_event, wait_bwd, wait_cb;
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
   std::int64_t step = 0;
 
@@ -44,7 +44,6 @@ struct ModelStepper::State {
         wait_bwd(c.ranks),
         wait_cb(c.ranks),
         sampler(c.costs, c.variation, c.seed, c.ranks) {
-    for (auto& v : col) v.resize(c.ranks);
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();
     double total = 0;
@@ -52,7 +51,7 @@ struct ModelStepper::State {
     frac.resize(B);
     bucket_s.resize(B);
     bucket_end.resize(B);
-    all_in.resize(4 * B);  // four interleaved maxima per bucket
+    all_in.resize(B);
     for (std::size_t i = 0; i < B; ++i) {
       frac[i] = static_cast<double>(buckets[i]) / total;
       bucket_s[i] = cfg.comm.seconds(static_cast<double>(buckets[i]) * sizeof(float), cfg.ranks);
@@ -83,67 +82,81 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
   const std::int64_t step = st.step;
   const std::size_t B = st.B;
   const bool single = cfg.sync_mode == SyncMode::single;
-  double* d_data = st.col[0].data();
-  double* d_fwd = st.col[1].data();
-  double* d_bwd = st.col[2].data();
-  double* d_cb = st.col[3].data();
-  double* d_opt = st.col[4].data();
+  // The durations go straight into the row's columns.
+  const std::vector<double*> cols = m.begin_step(row);
+  double* d_data = cols[0];
+  double* d_fwd = cols[1];
+  double* d_bwd = cols[2];
+  double* d_cb = cols[3];
+  double* d_opt = cols[4];
   // Pass 1, per rank: data, forward, backward up to the collectives; the time every rank has
-  // entered each collective (the max the collective waits for) gathered on the way.
+  // entered each collective (the max the collective waits for) gathered on the way. Ranks go in
+  // blocks: the per-rank part first, then the bucket loop for the whole block, bucket by bucket,
+  // so that the chain of each rank's buckets (max, add, max per bucket) runs beside the chains
+  // of the other ranks instead of one after another.
   double arrive_max = 0;
   std::fill(st.all_in.begin(), st.all_in.end(), 0.0);
-  for (int r = 0; r < R; ++r) {
-    const StageCosts c = st.sampler.draw(r, step);
-    auto& k = st.carry[r];
-    k.begin = st.host[r];
-    double h = st.host[r];
-    const double data = c.data_ms * 1e-3 + plan.delay_s(Site::data, r, step);
-    h += data;
-    d_data[r] = data;
-    // forward: device work queued at the start of forward, then host launch overhead
-    const double fwd_start = h;
-    const double dev_fwd = c.fwd_device_ms * 1e-3 + plan.delay_s(Site::forward_device, r, step);
-    st.device[r] = std::max(st.device[r], fwd_start) + dev_fwd;
-    st.fwd_event[r] = dev_fwd;
-    h += c.fwd_host_ms * 1e-3 + plan.delay_s(Site::forward_host, r, step);
-    d_fwd[r] = h - fwd_start;
-    // backward: device work queued, launches, then the gradient synchronisation
-    k.bwd_start = h;
-    const double bwd_dev = c.bwd_device_ms * 1e-3 + plan.delay_s(Site::backward_device, r, step);
-    const double entry = plan.delay_s(Site::backward_collective, r, step);
-    if (single) {
-      st.device[r] = std::max(st.device[r], h) + bwd_dev;
-      k.own_done = std::max(h + c.bwd_host_ms * 1e-3, st.device[r]) + entry;  // arrival at the collective
-      arrive_max = std::max(arrive_max, k.own_done);
-    } else {
-      // Bucket i is queued when the host has paid the launches of the buckets before it; its
-      // collective can start once its compute is done (and, after a late entry, once the
-      // buckets before it started: the comm engine takes them in order).
-      double hb = h;
-      double* l = st.launch.data() + static_cast<std::size_t>(r) * B;
-      // Four interleaved running maxima: one chain through memory per rank would be
-      // latency-bound (each update waits for the last rank's store).
-      double* all_in = st.all_in.data() + static_cast<std::size_t>(r & 3) * B;
-      double dev = st.device[r], prev = 0;
-      for (std::size_t i = 0; i < B; ++i) {
-        dev = std::max(dev, hb) + bwd_dev * st.frac[i];
-        prev = i == 0 ? dev + entry : std::max(dev, prev);
-        l[i] = prev;
-        all_in[i] = std::max(all_in[i], prev);
-        hb += c.bwd_host_ms * 1e-3 * st.frac[i];
+  constexpr int kBlock = 256;
+  double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
+  for (int r0 = 0; r0 < R; r0 += kBlock) {
+    const int len = std::min(kBlock, R - r0);
+    for (int j = 0; j < len; ++j) {
+      const int r = r0 + j;
+      const StageCosts c = st.sampler.draw(r, step);
+      auto& k = st.carry[r];
+      k.begin = st.host[r];
+      double h = st.host[r];
+      const double data = c.data_ms * 1e-3 + plan.delay_s(Site::data, r, step);
+      h += data;
+      d_data[r] = data;
+      // forward: device work queued at the start of forward, then host launch overhead
+      const double fwd_start = h;
+      const double dev_fwd = c.fwd_device_ms * 1e-3 + plan.delay_s(Site::forward_device, r, step);
+      st.device[r] = std::max(st.device[r], fwd_start) + dev_fwd;
+      st.fwd_event[r] = dev_fwd;
+      h += c.fwd_host_ms * 1e-3 + plan.delay_s(Site::forward_host, r, step);
+      d_fwd[r] = h - fwd_start;
+      // backward: device work queued, launches, then the gradient synchronisation
+      k.bwd_start = h;
+      bwd_dev[j] = c.bwd_device_ms * 1e-3 + plan.delay_s(Site::backward_device, r, step);
+      entry[j] = plan.delay_s(Site::backward_collective, r, step);
+      bwd_host[j] = c.bwd_host_ms * 1e-3;
+      if (single) {
+        st.device[r] = std::max(st.device[r], h) + bwd_dev[j];
+        k.own_done = std::max(h + bwd_host[j], st.device[r]) + entry[j];  // arrival at the collective
+        arrive_max = std::max(arrive_max, k.own_done);
       }
-      st.device[r] = dev;
-      k.own_done = std::max(hb, dev);
+      hb[j] = h;
+      dev[j] = st.device[r];
+      k.callbacks_s = c.callbacks_ms * 1e-3 + plan.delay_s(Site::callbacks, r, step);
+      k.optim_s = c.optim_ms * 1e-3 + plan.delay_s(Site::optimizer, r, step);
     }
-    k.callbacks_s = c.callbacks_ms * 1e-3 + plan.delay_s(Site::callbacks, r, step);
-    k.optim_s = c.optim_ms * 1e-3 + plan.delay_s(Site::optimizer, r, step);
+    if (single) continue;
+    // Bucket i is queued when the host has paid the launches of the buckets before it; its
+    // collective can start once its compute is done (and, after a late entry, once the buckets
+    // before it started: the comm engine takes them in order).
+    for (std::size_t i = 0; i < B; ++i) {
+      const double frac = st.frac[i];
+      for (int j = 0; j < len; ++j) dev[j] = std::max(dev[j], hb[j]) + bwd_dev[j] * frac;
+      if (i == 0) {
+        for (int j = 0; j < len; ++j) launched[j] = dev[j] + entry[j];
+      } else {
+        for (int j = 0; j < len; ++j) launched[j] = std::max(dev[j], launched[j]);
+      }
+      std::copy_n(launched, len, st.launch.data() + i * static_cast<std::size_t>(R) + r0);
+      st.all_in[i] = std::max(st.all_in[i], Eigen::Map<const Eigen::ArrayXd>(launched, len).maxCoeff());
+      for (int j = 0; j < len; ++j) hb[j] += bwd_host[j] * frac;
+    }
+    for (int j = 0; j < len; ++j) {
+      st.device[r0 + j] = dev[j];
+      st.carry[r0 + j].own_done = std::max(hb[j], dev[j]);
+    }
   }
   // The collectives: one after backward (single) or one bucket at a time, each starting when
   // every rank has entered it.
   double prev = 0;
   for (std::size_t i = 0; i < B && !single; ++i) {
-    const double all_in = std::max(std::max(st.all_in[i], st.all_in[B + i]), std::max(st.all_in[2 * B + i], st.all_in[3 * B + i]));
-    st.bucket_end[i] = std::max(all_in, prev) + st.bucket_s[i];
+    st.bucket_end[i] = std::max(st.all_in[i], prev) + st.bucket_s[i];
     prev = st.bucket_end[i];
   }
   const double exit_single = arrive_max + st.whole_s;
@@ -158,10 +171,9 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       end = exit_single;
     } else {
       // Time inside collectives: the union of [entry, completion] over the rank's buckets.
-      const double* l = st.launch.data() + static_cast<std::size_t>(r) * B;
       double inside = 0, lo = -1, hi = -1;
       for (std::size_t i = 0; i < B; ++i) {
-        const double a = l[i], e = st.bucket_end[i];
+        const double a = st.launch[i * static_cast<std::size_t>(R) + r], e = st.bucket_end[i];
         if (a > hi) {
           inside += hi - lo;
           lo = a;
@@ -196,8 +208,7 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       st.wall[r] = st.host[r] - k.begin;
     }
   }
-  const double* cols[5] = {d_data, d_fwd, d_bwd, d_cb, d_opt};
-  m.set_step(row, cols, st.wall.data());
+  m.commit_step(row, st.wall.data());
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
   const int t = static_cast<int>(step);  // the sampling rule counts steps from 0

@@ -87,6 +87,89 @@ TEST(StageMatrix, residual_and_overlap_come_from_wall) {
   EXPECT_THROW(m.set_record(0, 2, std::vector<double>{1.0, 1.0}, 3.0), std::invalid_argument);
 }
 
+// begin_step/commit_step write a whole row in place (the model's 10^6-rank steps): the row must
+// equal set_record rank by rank — durations, residual, overlap, wall, presence, the window's
+// recorded time — replacing whatever the row held (records and side evidence), and a bad value
+// must leave the row without records and say which rank.
+TEST(StageMatrix, a_row_written_in_place_equals_set_record_rank_by_rank) {
+  const StageSchema schema({"a", "b", "c"}, true);
+  const std::vector<std::vector<double>> d = {{1.0, 2.0, 0.5}, {0.25, 0.0, 3.0}, {2.0, 2.0, 2.0}, {0.0, 0.0, 0.0}};
+  const std::vector<double> wall = {4.0, 3.0, 5.5, 0.125};  // rank 1: overlap error; rank 2: overlap 0.5
+  StageMatrix by_record(schema, 4, 7, 2), in_place(schema, 4, 7, 2);
+  for (int r = 0; r < 4; ++r) {
+    by_record.set_record(1, r, d[r], wall[r]);
+    by_record.set_record(0, r, std::vector<double>{9.0, 9.0, 9.0}, 30.0);
+    in_place.set_record(0, r, std::vector<double>{9.0, 9.0, 9.0}, 30.0);
+    in_place.set_record(1, r, std::vector<double>{5.0, 5.0, 5.0}, 15.0);  // replaced below
+  }
+  in_place.set_sync_wait(1, 2, 1, 0.5);  // side evidence of the old row goes with it
+  in_place.set_fwd_event(1, 3, EventState::ready, 0.25);
+  auto cols = in_place.begin_step(1);
+  ASSERT_EQ(cols.size(), 3u);
+  EXPECT_EQ(in_place.step_present_count(1), 0);
+  for (int s = 0; s < 3; ++s)
+    for (int r = 0; r < 4; ++r) cols[s][r] = d[r][s];
+  in_place.commit_step(1, wall.data());
+  EXPECT_EQ(in_place.step_present_count(1), 4);
+  EXPECT_DOUBLE_EQ(in_place.total_seconds(), by_record.total_seconds());
+  for (int r = 0; r < 4; ++r) {
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(in_place.d(1, r, s), by_record.d(1, r, s)) << r << " " << s;
+    EXPECT_EQ(in_place.wall(1, r), by_record.wall(1, r));
+    EXPECT_EQ(in_place.overlap(1, r), by_record.overlap(1, r));
+    EXPECT_TRUE(std::isnan(in_place.sync_wait(1, r, 1)));
+    EXPECT_EQ(in_place.fwd_event_state(1, r), EventState::unsampled);
+  }
+  EXPECT_EQ(in_place.sync_wait_column(1, 1), nullptr);
+  const Evidence a = evaluate(in_place), b = evaluate(by_record);
+  EXPECT_EQ(a.exposed_makespan_s, b.exposed_makespan_s);
+  EXPECT_EQ(a.shares, b.shares);
+
+  // A negative duration: one line naming the rank, and the row has no records left.
+  cols = in_place.begin_step(1);
+  for (int s = 0; s < 3; ++s)
+    for (int r = 0; r < 4; ++r) cols[s][r] = d[r][s];
+  cols[2][3] = -1.0;
+  try {
+    in_place.commit_step(1, wall.data());
+    ADD_FAILURE() << "a negative duration was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'c'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(in_place.step_present_count(1), 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(in_place.d(1, r, 2), 0.0);
+  StageMatrix row0_only(schema, 4, 7, 2);
+  for (int r = 0; r < 4; ++r) row0_only.set_record(0, r, std::vector<double>{9.0, 9.0, 9.0}, 30.0);
+  EXPECT_DOUBLE_EQ(in_place.total_seconds(), row0_only.total_seconds());
+  // A wall past the window's limit, and a commit without its begin.
+  cols = in_place.begin_step(1);
+  for (int s = 0; s < 3; ++s)
+    for (int r = 0; r < 4; ++r) cols[s][r] = 1.0;
+  std::vector<double> bad_wall = wall;
+  bad_wall[1] = INFINITY;
+  EXPECT_THROW(in_place.commit_step(1, bad_wall.data()), std::invalid_argument);
+  EXPECT_THROW(in_place.commit_step(1, wall.data()), std::logic_error);
+}
+
+// Sync waits are stored as one column per (step, stage): the column accessor sees exactly what
+// set_sync_wait and set_sync_wait_column wrote, and nothing for an unwritten stage.
+TEST(StageMatrix, sync_wait_columns) {
+  StageMatrix m(StageSchema({"a", "b"}, false), 3, 0, 2);
+  EXPECT_FALSE(m.has_sync_wait());
+  m.set_sync_wait(1, 2, 0, 0.5);
+  m.set_sync_wait_column(0, 1, std::vector<double>{0.25, 0.0, 1.0});
+  ASSERT_NE(m.sync_wait_column(1, 0), nullptr);
+  EXPECT_EQ(m.sync_wait_column(1, 1), nullptr);
+  EXPECT_EQ(m.sync_wait_column(0, 0), nullptr);
+  EXPECT_EQ(m.sync_wait_column(1, 0)[2], 0.5f);
+  EXPECT_TRUE(std::isnan(m.sync_wait_column(1, 0)[0]));
+  EXPECT_EQ(m.sync_wait(0, 2, 1), 1.0);
+  EXPECT_EQ(m.sync_wait(0, 1, 1), 0.0);
+  EXPECT_THROW(m.set_sync_wait_column(0, 1, std::vector<double>{0.25, -1.0, 1.0}), std::invalid_argument);
+  EXPECT_THROW(m.set_sync_wait_column(0, 1, std::vector<double>{0.25}), std::invalid_argument);
+  EXPECT_THROW(m.set_sync_wait_column(0, 2, std::vector<double>{0.25, 0.0, 1.0}), std::invalid_argument);
+}
+
 TEST(Accounting, figure1_exposed_8_2_against_per_stage_max_13_2) {
   const auto m = three_stage({{6.0, 1.0, 1.2}, {1.0, 1.0, 6.2}, {1.1, 1.0, 6.0}});
   const auto acc = account(m);
