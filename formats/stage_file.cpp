@@ -1,5 +1,7 @@
 #include "sf/formats/formats.h"
 
+#include "step_span.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -23,6 +25,8 @@ namespace sf::formats {
 using nlohmann::json;
 using frontier::StageMatrix;
 using frontier::StageSchema;
+using detail::span_of;
+using detail::span_text;
 
 FormatError::FormatError(const std::string& file, std::int64_t line, const std::string& message)
     : std::runtime_error(line > 0 ? file + ":" + std::to_string(line) + ": " + message : file + ": " + message),
@@ -98,13 +102,8 @@ std::string type_name(const json& v) {
   return "something else";
 }
 
-/// Steps from first to last inclusive, in unsigned arithmetic (last − first may not fit an int64).
-std::uint64_t span_of(std::int64_t first, std::int64_t last) {
-  return static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first) + 1;
-}
-
-std::string too_many_steps(std::uint64_t steps, const ReadLimits& lim) {
-  return "window spans " + std::to_string(steps) + " steps, above the limit of " + std::to_string(lim.max_window_steps) +
+std::string too_many_steps(const std::string& steps, const ReadLimits& lim) {
+  return "window spans " + steps + " steps, above the limit of " + std::to_string(lim.max_window_steps) +
          " steps per window; expected fewer steps (raise the limit with --max-window-steps)";
 }
 
@@ -127,7 +126,7 @@ void note_step(PendingWindow& pw, std::int64_t step, const std::string& file, st
   if (!pw.span_first && span_of(lo, hi) > static_cast<std::uint64_t>(lim.max_window_steps))
     throw FormatError(file, line,
                       "step " + std::to_string(step) + " widens the window to steps " + std::to_string(lo) + ".." +
-                          std::to_string(hi) + ": " + too_many_steps(span_of(lo, hi), lim));
+                          std::to_string(hi) + ": " + too_many_steps(span_text(lo, hi), lim));
   pw.min_step = lo;
   pw.max_step = hi;
 }
@@ -166,7 +165,8 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     total = span_of(pw.min_step, pw.max_step);
   }
   if (total > static_cast<std::uint64_t>(lim.max_window_steps))
-    throw FormatError(file, pw.header_line, too_many_steps(total, lim));
+    throw FormatError(file, pw.header_line,
+                      too_many_steps(pw.span_first ? std::to_string(total) : span_text(first, pw.max_step), lim));
   // Rank layout: the ranks that have records. When some of the world's ranks have none, the
   // matrix is sparse (one column per rank with records): memory follows the records present, and
   // the absent ranks are reported as missing ranges. A declared window without records keeps one
@@ -342,7 +342,7 @@ void parse_header(const json& h, const std::string& file, std::int64_t line, Pen
     if (n < 0) throw FormatError(file, line, "header window steps is " + std::to_string(n) + ", expected >= 0");
     if (n > lim.max_window_steps)
       throw FormatError(file, line, "header window declares " + std::to_string(n) + " steps: " +
-                                        too_many_steps(static_cast<std::uint64_t>(n), lim));
+                                        too_many_steps(std::to_string(n), lim));
     if (n > 0 && first > kInt64Max - (n - 1))
       throw FormatError(file, line,
                         "header window of " + std::to_string(n) + " steps from step " + std::to_string(first) +

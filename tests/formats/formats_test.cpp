@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 using namespace sf;
@@ -261,3 +263,25 @@ TEST(Files, atomic_write_replaces_content) {
   EXPECT_EQ(s, "second");
   EXPECT_THROW(formats::write_file_atomic("/nonexistent-dir/x.json", "x"), std::runtime_error);
 }
+
+// ---- audit of issue 12 (fix12): wraps, accepted forms, messages ----------------------------
+
+// INT64_MIN..INT64_MAX is 2^64 steps: the span used to wrap to 0, pass the limit and index out
+// of bounds. It is refused, in either format, at the record that widens the window.
+TEST(StepSpan, int64_min_to_max_is_refused_not_wrapped) {
+  const std::string jsonl = R"({"schema":"sf.stages/1","stages":["a"],"world_size":1})"
+                            "\n"
+                            R"({"step":-9223372036854775808,"rank":0,"d":[1]})"
+                            "\n"
+                            R"({"step":9223372036854775807,"rank":0,"d":[1]})"
+                            "\n";
+  expect_error(jsonl, 3, "window spans 18446744073709551616 steps");
+  expect_error("step,rank,a\n-9223372036854775808,0,1\n9223372036854775807,0,1\n", 3,
+               "window spans 18446744073709551616 steps", MatrixFormat::csv);
+  // Reversed order and the last possible span within the limit still read.
+  expect_error("step,rank,a\n9223372036854775807,0,1\n-9223372036854775808,0,1\n", 3, "--max-window-steps", MatrixFormat::csv);
+  const auto w = parse("step,rank,a\n9223372036854775806,0,1\n9223372036854775807,0,2\n", MatrixFormat::csv);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_EQ(w[0].matrix.first_step(), 9223372036854775806);
+}
+
