@@ -1,6 +1,7 @@
 #include "sf/formats/formats.h"
 
 #include "step_span.h"
+#include "strict_json.h"
 
 #include <algorithm>
 #include <cctype>
@@ -271,10 +272,21 @@ std::int64_t get_int(const json& obj, const char* key, const std::string& file, 
     if (required) throw FormatError(file, line, std::string("missing field \"") + key + "\"; expected an integer");
     return fallback;
   }
-  if (!it->is_number_integer())
-    throw FormatError(file, line, std::string("field \"") + key + "\" is " + type_name(*it) + ", expected an integer");
-  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kInt64Max))
-    throw FormatError(file, line, std::string("field \"") + key + "\" is " + it->dump() + ", expected an integer within 64 bits");
+  const std::string field = std::string("field \"") + key + "\" is ";
+  auto out_of_range = [&] {
+    return FormatError(file, line,
+                       field + it->dump() + ", outside the 64-bit integer range; expected an integer from " +
+                           std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " + std::to_string(kInt64Max));
+  };
+  if (it->is_number_float()) {
+    // The strict reader stores every float literal that is an exact 64-bit integer (1.0, 1e3) as
+    // an integer: a float left here has a fraction or lies past 64 bits.
+    const double x = it->get<double>();
+    if (x == std::floor(x) && std::fabs(x) >= 0x1p63) throw out_of_range();
+    throw FormatError(file, line, field + it->dump() + ", not a whole number; expected an integer");
+  }
+  if (!it->is_number_integer()) throw FormatError(file, line, field + type_name(*it) + ", expected an integer");
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kInt64Max)) throw out_of_range();
   return it->get<std::int64_t>();
 }
 
@@ -445,6 +457,7 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
   std::int64_t line_no = 0;
   std::size_t pos = 0;
   bool any = false;
+  detail::StrictJsonParser parser;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -455,14 +468,20 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     any = true;
     json obj;
-    try {
-      obj = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw FormatError(file, line_no,
-                        "not valid JSON at column " + std::to_string(e.byte) +
-                            " (truncated or corrupt line?); expected one JSON object per line");
-    } catch (const json::exception&) {
-      throw FormatError(file, line_no, "a number is out of range; expected finite numbers of seconds");
+    if (!parser.parse(line, obj)) {
+      const auto& p = parser.problem();
+      switch (p.kind) {
+        case detail::JsonProblem::number_range:
+          throw FormatError(file, line_no, p.describe() + "; expected a finite number (seconds, or an integer step or rank)");
+        case detail::JsonProblem::negative_underflow:
+          throw FormatError(file, line_no, p.describe() + "; expected a number of seconds >= 0");
+        case detail::JsonProblem::duplicate_key:
+          throw FormatError(file, line_no, p.describe() + "; expected each key once per object");
+        default:
+          throw FormatError(file, line_no,
+                            "not valid JSON at column " + std::to_string(p.byte) +
+                                " (truncated or corrupt line?); expected one JSON object per line");
+      }
     }
     if (!obj.is_object()) throw FormatError(file, line_no, "line is " + type_name(obj) + ", expected a JSON object");
     if (obj.contains("schema")) {

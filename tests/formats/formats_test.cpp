@@ -285,3 +285,70 @@ TEST(StepSpan, int64_min_to_max_is_refused_not_wrapped) {
   EXPECT_EQ(w[0].matrix.first_step(), 9223372036854775806);
 }
 
+// Integer fields written as floats: accepted when the number as written is an exact integer.
+TEST(Jsonl, integral_floats_are_integers_and_fractions_are_not) {
+  const auto w = parse(R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":2.0,"window":{"first_step":1e0,"steps":2.0}})"
+                       "\n"
+                       R"({"step":1.0,"rank":0.0,"d":[1,2]})"
+                       "\n"
+                       R"({"step":2,"rank":1e0,"d":[1,2]})"
+                       "\n");
+  EXPECT_EQ(w[0].matrix.first_step(), 1);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_TRUE(w[0].matrix.present(0, 0));
+  EXPECT_TRUE(w[0].matrix.present(1, 1));
+  const std::string h = kHeader + "\n";
+  // 2^53 + 1 is exact as an integer literal with a fraction of zeros: no rounding to 2^53.
+  const auto big = parse(h + R"({"step":9007199254740993.000,"rank":0,"d":[1,2]})" + "\n");
+  EXPECT_EQ(big[0].matrix.first_step(), 9007199254740993);
+  expect_error(h + R"({"step":0.5,"rank":0,"d":[1,2]})", 2, "not a whole number; expected an integer");
+  expect_error(h + R"({"step":1.0000000000000000001,"rank":0,"d":[1,2]})", 2, "not a whole number");
+  expect_error(h + R"({"step":1,"rank":0.5,"d":[1,2]})", 2, "field \"rank\" is 0.5");
+  // Past 64 bits: out of range, not "a number".
+  expect_error(h + R"({"step":-9223372036854775809,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+  expect_error(h + R"({"step":1e19,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+  expect_error(h + R"({"step":9223372036854775808,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+}
+
+TEST(Jsonl, duplicate_keys_numbers_out_of_range_and_negative_underflow_name_the_field) {
+  const std::string h = kHeader + "\n";
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"step":1})", 2, "key \"step\" appears twice");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"side":{"fwd_event":"missing","fwd_event":"ready"}})", 2,
+               "key \"fwd_event\" appears twice in the object \"side\"");
+  expect_error(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"world_size":2})", 1, "key \"world_size\" appears twice");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,1e309]})", 2, "field \"d\"[1] is 1e309, a number out of range");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"side":{"sync_wait":[null,1e999]}})", 2, "field \"side\".\"sync_wait\"[1] is 1e999");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,-1e-400]})", 2, "field \"d\"[1] is -1e-400, a negative number");
+  // -0 is zero, and a positive underflow reads as 0.
+  const auto w = parse(h + R"({"step":0,"rank":0,"d":[-0.0,1e-400]})" + "\n");
+  EXPECT_EQ(w[0].matrix.d(0, 0, 0), 0.0);
+  EXPECT_FALSE(std::signbit(w[0].matrix.d(0, 0, 0)));
+  EXPECT_EQ(w[0].matrix.d(0, 0, 1), 0.0);
+}
+
+TEST(Config, integral_floats_duplicate_keys_and_range_messages) {
+  const auto c = formats::parse_config_text(R"({"max_missing_ranks":1e3,"min_event_samples":2.0})", "c.json");
+  EXPECT_EQ(c.max_missing_ranks, 1000);
+  EXPECT_EQ(c.min_event_samples, 2);
+  auto message = [](const std::string& text) {
+    try {
+      formats::parse_config_text(text, "c.json");
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no error for " << text;
+    return std::string();
+  };
+  EXPECT_NE(message(R"({"max_missing_ranks":1.5})").find("not a whole number"), std::string::npos);
+  EXPECT_NE(message(R"({"max_missing_ranks":3e9})").find("expected an integer in [0, 2147483647]"), std::string::npos);
+  EXPECT_NE(message(R"({"tau_c":0.5,"tau_c":0.9})").find("key \"tau_c\" appears twice"), std::string::npos);
+  EXPECT_NE(message(R"({"tau_c":1e309})").find("field \"tau_c\" is 1e309, a number out of range"), std::string::npos);
+  EXPECT_NE(message(R"({"reference_s":[1e308]})").find("entry 0 is 1e+308, above the largest window time"), std::string::npos);
+  EXPECT_NE(message(R"({"reference_s":[1,-2]})").find("entry 1 is -2, expected seconds >= 0"), std::string::npos);
+  // A caller's own JSON (not parsed by parse_config_text) holding an integral float.
+  frontier::LabelConfig d;
+  formats::apply_config_json(nlohmann::json::parse(R"({"max_missing_ranks":7.0})"), d, "c.json");
+  EXPECT_EQ(d.max_missing_ranks, 7);
+}
+
