@@ -46,6 +46,8 @@ std::optional<MatrixFormat> format_from_path(std::string_view path) {
 namespace {
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+/// A window without records, in either format (named at its header line).
+constexpr const char* kNoRecords = "no records after the header; expected one record per (step, rank)";
 
 /// One parsed (step, rank) record waiting for its window to close.
 struct Pending {
@@ -150,7 +152,7 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     throw FormatError(file, pw.header_line, std::string("bad header: ") + e.what());
   }
   // The window's span: declared (checked against the limits and INT64_MAX at the header), else
-  // the records' own min..max. `total` steps, possibly 0 (a declared empty window).
+  // the records' own min..max: `total` steps.
   std::int64_t first = 0;
   std::uint64_t total = 0;
   if (pw.span_first) {
@@ -165,6 +167,8 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     first = pw.min_step;
     total = span_of(pw.min_step, pw.max_step);
   }
+  if (total == 0)  // a header alone, or one declaring a window of 0 steps: nothing to score
+    throw FormatError(file, pw.header_line, kNoRecords);
   if (total > static_cast<std::uint64_t>(lim.max_window_steps))
     throw FormatError(file, pw.header_line,
                       too_many_steps(pw.span_first ? std::to_string(total) : span_text(first, pw.max_step), lim));
@@ -857,7 +861,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     pw.records.push_back(rec);
   }
   pw.world = opt.world_size > 0 ? opt.world_size : max_rank + 1;
-  if (pw.world < 1) throw FormatError(file, lines.line_no(), "no records after the header");
+  if (pw.world < 1) throw FormatError(file, pw.header_line, kNoRecords);
   std::vector<Window> out;
   emit_windows(pw, file, opt, out);
   return out;

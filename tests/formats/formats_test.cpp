@@ -352,3 +352,15 @@ TEST(Config, integral_floats_duplicate_keys_and_range_messages) {
   EXPECT_EQ(d.max_missing_ranks, 7);
 }
 
+// A header alone is no window, in either format (it printed "steps 0..-1").
+TEST(EmptyWindow, header_only_is_no_records_in_jsonl_and_csv) {
+  expect_error(kHeader + "\n", 1, "no records after the header; expected one record per (step, rank)");
+  expect_error(kHeader + "\n" + kHeader + "\n" + R"({"step":0,"rank":0,"d":[1,2]})", 1, "no records after the header");
+  expect_error(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"window":{"first_step":5,"steps":0}})", 1,
+               "no records after the header");
+  expect_error("step,rank,a,b\n", 1, "no records after the header; expected one record per (step, rank)", MatrixFormat::csv);
+  // A declared window of steps without records is still a window (every record missing).
+  const auto w = parse(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"window":{"first_step":5,"steps":2}})");
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+}
+
