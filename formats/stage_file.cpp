@@ -612,8 +612,19 @@ bool parse_int_field(std::string_view f, std::int64_t& v) {
   return r.ec == std::errc() && r.ptr == f.data() + f.size() && !f.empty();
 }
 
-/// A duration field in seconds: finite, >= 0, optional '+', decimal comma when allowed. An
-/// underflow reads as 0 (as in the JSON reader); an overflow is an error.
+/// True when a number's mantissa (before any exponent) has a digit other than 0: "-1e-400" is a
+/// negative number even though no double holds it, "-0.0" is zero.
+bool nonzero_mantissa(std::string_view f) {
+  for (const char c : f) {
+    if (c == 'e' || c == 'E') break;
+    if (c >= '1' && c <= '9') return true;
+  }
+  return false;
+}
+
+/// A duration field in seconds: finite, >= 0, optional '+', decimal comma when allowed. A
+/// positive underflow reads as 0 (as in the JSON reader); an overflow and a negative number,
+/// even one too small for a double (-1e-400), are errors; -0 reads as 0.
 bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
   f = trim(f);
   if (f.size() > 1 && f[0] == '+' && f[1] != '-' && f[1] != '+') f.remove_prefix(1);
@@ -630,21 +641,40 @@ bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
   if (r.ec == std::errc::result_out_of_range) {
     // Tell an underflow (a mantissa with a large negative exponent) from an overflow.
     const auto e = f.find_first_of("eE");
-    if (e == std::string_view::npos || e + 1 >= f.size() || f[e + 1] != '-') return false;
+    if (e == std::string_view::npos || e + 1 >= f.size() || f[e + 1] != '-' || f.front() == '-') return false;
     v = 0;
   } else if (r.ec != std::errc()) {
     return false;
   }
-  if (!std::isfinite(v) || v < 0) return false;
+  if (!std::isfinite(v) || v < 0 || (v == 0 && f.front() == '-' && nonzero_mantissa(f))) return false;
   v += 0.0;  // -0 → +0
   return true;
 }
 
+/// How a header's columns map onto a window: the value columns (after step and rank, in file
+/// order) are the stages with the wall column, when there is one, anywhere among them; an
+/// unnamed last column (a separator ending every line, as some spreadsheet exports write) is
+/// not a value column and stays empty.
+struct CsvLayout {
+  std::size_t values = 0;              ///< value columns: stages and wall
+  std::optional<std::size_t> wall_at;  ///< the wall's index among the value columns
+  bool trailing_empty = false;         ///< an unnamed last column follows the value columns
+
+  /// Moves the wall value to the end, the stages keeping their order: vals[0..k) stages, vals[k] wall.
+  void order(std::span<double> vals) const {
+    if (wall_at && *wall_at + 1 < values)
+      std::rotate(vals.begin() + static_cast<std::ptrdiff_t>(*wall_at), vals.begin() + static_cast<std::ptrdiff_t>(*wall_at) + 1,
+                  vals.begin() + static_cast<std::ptrdiff_t>(values));
+  }
+};
+
 /// Parses a data line of the plain form "step,rank,x,...,x" (no blanks, quotes or signs, ','
-/// separated) into step, rank and vals. Returns false for any other line, valid or not: the
-/// caller then takes the general path, which accepts every form and words the error. Accepts
-/// only lines the general path accepts, with the same values.
-bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
+/// separated, then one more ',' when trailing_sep) into step, rank and vals, in file order.
+/// Returns false for any other line, valid or not: the caller then takes the general path, which
+/// accepts every form and words the error. Accepts only lines the general path accepts, with the
+/// same values.
+bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
+                     bool trailing_sep = false) {
   const char* p = line.data();
   const char* const e = p + line.size();
   auto r = std::from_chars(p, e, step);
@@ -657,13 +687,15 @@ bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& ra
     double v = 0;
     const auto rv = std::from_chars(p, e, v);
     if (rv.ec != std::errc() || rv.ptr == p || !std::isfinite(v) || v < 0) return false;
+    if (v == 0 && *p == '-' && nonzero_mantissa(std::string_view(p, static_cast<std::size_t>(rv.ptr - p)))) return false;
     vals[col] = v + 0.0;
     const char* end = rv.ptr;
     if (col + 1 < vals.size()) {
       if (end == e || *end != ',') return false;
       p = end + 1;
-    } else if (end != e && !(end + 1 == e && *end == '\r')) {
-      return false;
+    } else {
+      if (trailing_sep && (end == e || *end++ != ',')) return false;
+      if (end != e && !(end + 1 == e && *end == '\r')) return false;
     }
   }
   return true;
@@ -677,11 +709,12 @@ bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& ra
 /// nullopt for any other input, valid or not; the caller then takes the general path, which
 /// also words every error.
 std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const std::vector<std::string>& stages,
-                                                    bool has_wall, std::size_t ncol, std::int64_t header_line,
+                                                    const CsvLayout& lay, std::size_t ncol, std::int64_t header_line,
                                                     const ReadOptions& opt) {
   if (opt.window_steps > 0) return std::nullopt;
   const auto& lim = opt.limits;
-  std::vector<double> vals(ncol - 2);
+  const bool has_wall = lay.wall_at.has_value();
+  std::vector<double> vals(lay.values);
   std::string_view first_line, last_line;
   for (std::size_t pos = 0; pos < body.size() && first_line.empty();) {
     const std::size_t end = std::min(body.find('\n', pos), body.size());
@@ -695,8 +728,8 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
     end = nl == std::string_view::npos ? 0 : nl;
   }
   std::int64_t first = 0, last = 0, rank = 0, step = 0;
-  if (first_line.empty() || !parse_plain_row(first_line, first, rank, vals)) return std::nullopt;
-  if (!parse_plain_row(last_line, last, rank, vals)) return std::nullopt;
+  if (first_line.empty() || !parse_plain_row(first_line, first, rank, vals, lay.trailing_empty)) return std::nullopt;
+  if (!parse_plain_row(last_line, last, rank, vals, lay.trailing_empty)) return std::nullopt;
   const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   if (opt.world_size <= 0 && rank >= world_max) return std::nullopt;
   const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(rank) + 1;
@@ -720,8 +753,9 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
       const std::string_view line = body.substr(pos, end - pos);
       pos = end + 1;
       if (trim(line).empty()) continue;
-      if (!parse_plain_row(line, step, rank, vals)) return std::nullopt;
+      if (!parse_plain_row(line, step, rank, vals, lay.trailing_empty)) return std::nullopt;
       if (step < first || step > last || rank >= world) return std::nullopt;
+      lay.order(vals);
       const int t = static_cast<int>(step - first);  // 0 <= step - first < total <= INT_MAX
       const int r = static_cast<int>(rank);
       if (w.matrix.present(t, r)) return std::nullopt;  // duplicate: the general path words it
@@ -746,10 +780,24 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   std::string_view line;
   if (!lines.next(line)) throw FormatError(file, 0, "empty file; expected a header step,rank,<stages...>[,wall]");
   if (line.find('\0') != std::string_view::npos) throw FormatError(file, lines.line_no(), "binary data; expected a CSV header");
+  // Excel's separator hint: a first line "sep=;" names the separator of the lines after it.
+  char hint = 0;
+  if (std::string_view h = line; h.size() >= 5 && iequals(h.substr(0, 4), "sep=")) {
+    hint = h[4];
+    if (hint != ',' && hint != ';' && hint != '\t' && hint != '|')
+      throw FormatError(file, lines.line_no(),
+                        "separator line '" + printable(line) + "' names '" + printable(h.substr(4, 1)) +
+                            "'; expected sep=, sep=; sep=| or sep= and a tab");
+    if (!trim(h.substr(5)).empty())
+      throw FormatError(file, lines.line_no(), "separator line '" + printable(line) + "' has more after the separator; expected sep=X alone");
+    if (!lines.next(line)) throw FormatError(file, lines.line_no(), "a separator line and no header; expected a header step,rank,<stages...>[,wall]");
+  }
   auto bad_header = [&] {
-    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]");
+    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]" +
+                                                  (hint ? std::string(" separated by the sep= line's '") + (hint == '\t' ? "\\t" : std::string(1, hint)) + "'" : ""));
   };
-  // The separator is the character after the first field, "step" (quoted or not).
+  // The separator is the character after the first field, "step" (quoted or not), and the one
+  // a sep= line named.
   char sep = ',';
   {
     std::string_view h = trim(line);
@@ -762,7 +810,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
       h.remove_prefix(1);
     }
     while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-    if (h.empty() || (h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
+    if (h.empty() || (hint ? h.front() != hint : h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
     sep = h.front();
   }
   std::vector<CsvField> fields;
@@ -770,24 +818,40 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   std::vector<std::string> cols;
   for (const auto& f : fields) cols.push_back(unquote(f));
   if (cols.size() < 3 || !iequals(cols[0], "step") || !iequals(cols[1], "rank")) throw bad_header();
-  const bool has_wall = iequals(cols.back(), "wall");
-  const std::vector<std::string> stages(cols.begin() + 2, cols.end() - (has_wall ? 1 : 0));
-  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column");
+  const std::size_t ncol = cols.size();  // fields per line, an unnamed trailing one included
+  CsvLayout lay;
+  lay.trailing_empty = cols.size() > 3 && trim(cols.back()).empty();
+  if (lay.trailing_empty) cols.pop_back();
+  lay.values = cols.size() - 2;
+  std::vector<std::string> stages;
+  for (std::size_t c = 2; c < cols.size(); ++c) {
+    if (!iequals(cols[c], "wall")) {
+      stages.push_back(cols[c]);
+      continue;
+    }
+    if (lay.wall_at)
+      throw FormatError(file, lines.line_no(),
+                        "columns " + std::to_string(*lay.wall_at + 3) + " and " + std::to_string(c + 1) +
+                            " are both named wall; expected at most one wall column");
+    lay.wall_at = c - 2;
+  }
+  const bool has_wall = lay.wall_at.has_value();
+  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column; expected step,rank,<stage...>[,wall]");
   if (stages.size() > static_cast<std::size_t>(lim.max_stages))
     throw FormatError(file, lines.line_no(),
                       "header names " + std::to_string(stages.size()) + " stages, above the limit of " +
                           std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
-  for (std::size_t c = 0; c < stages.size(); ++c) {
-    if (stages[c].empty())
-      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 3) + " has no name; expected a stage name");
-    if (!frontier::printable_utf8(stages[c]))
+  for (std::size_t c = 2; c < cols.size(); ++c) {
+    if (cols[c].empty())
+      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 1) + " has no name; expected a stage name");
+    if (!frontier::printable_utf8(cols[c]))
       throw FormatError(file, lines.line_no(),
-                        "column " + std::to_string(c + 3) + " name '" + printable(stages[c]) +
+                        "column " + std::to_string(c + 1) + " name '" + printable(cols[c]) +
                             "' is not printable UTF-8; expected a UTF-8 stage name without control characters");
   }
-  const std::size_t k = stages.size(), ncol = cols.size();
+  const std::size_t k = stages.size();
   if (sep == ',')
-    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, has_wall, ncol,
+    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, lay, ncol,
                                        lines.line_no(), opt))
       return std::move(*direct);
 
@@ -802,7 +866,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   for (std::size_t q = lines.pos(); (q = text.find('\n', q)) != std::string_view::npos; ++q) ++n_lines;
   pw.records.reserve(n_lines);
   pw.values.reserve(n_lines * k);
-  std::vector<double> vals(ncol - 2);
+  std::vector<double> vals(lay.values);
   std::int64_t step = 0, rank = 0;
   // General path: every accepted form, and every error message.
   auto parse_row = [&] {
@@ -812,9 +876,14 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     if (empty_row) return false;
     if (fields.size() != ncol) {
       throw FormatError(file, lines.line_no(),
-                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header)");
+                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header" +
+                            (lay.trailing_empty ? ", whose separator at the end every line repeats)" : ")"));
     }
-    for (std::size_t col = 0; col < ncol; ++col) {
+    if (lay.trailing_empty && !trim(fields.back().text).empty())
+      throw FormatError(file, lines.line_no(),
+                        "column " + std::to_string(ncol) + " is '" + printable(fields.back().text) +
+                            "' but has no name in the header; expected it empty (a separator ending the line)");
+    for (std::size_t col = 0; col < 2 + lay.values; ++col) {
       const std::string_view f = fields[col].text;
       bool ok;
       if (col == 0) {
@@ -845,9 +914,10 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     return true;
   };
   while (lines.next(line)) {
-    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals) && rank < world_max &&
+    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals, lay.trailing_empty) && rank < world_max &&
                        !(opt.world_size > 0 && rank >= opt.world_size);
     if (!plain && !parse_row()) continue;
+    lay.order(vals);
     Pending rec{};
     rec.line = lines.line_no();
     rec.step = step;

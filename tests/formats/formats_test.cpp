@@ -364,3 +364,50 @@ TEST(EmptyWindow, header_only_is_no_records_in_jsonl_and_csv) {
   EXPECT_EQ(w[0].matrix.steps(), 2);
 }
 
+TEST(Csv, negative_numbers_are_rejected_even_when_they_underflow) {
+  expect_error("step,rank,a\n0,0,-1e-400\n", 2, "column 'a' is '-1e-400', expected a finite number of seconds >= 0",
+               MatrixFormat::csv);
+  expect_error("step;rank;a\n0;0;-1,5e-400\n", 2, "column 'a' is '-1,5e-400'", MatrixFormat::csv);
+  const auto w = parse("step,rank,a,b\n0,0,-0.0,1e-400\n", MatrixFormat::csv);
+  EXPECT_EQ(w[0].matrix.d(0, 0, 0), 0.0);
+  EXPECT_FALSE(std::signbit(w[0].matrix.d(0, 0, 0)));
+  EXPECT_EQ(w[0].matrix.d(0, 0, 1), 0.0);
+}
+
+// Spreadsheet forms: a separator ending every line, Excel's sep= line, wall in any column.
+TEST(Csv, trailing_separator_sep_line_and_wall_anywhere_read_as_the_plain_form) {
+  const std::string plain = "step,rank,a,b,wall\n0,0,1,2,3.5\n0,1,2,1,3.25\n1,0,1.5,2,3.75\n";
+  const auto ref = parse(plain, MatrixFormat::csv);
+  auto same = [&](const std::string& text) {
+    const auto w = parse(text, MatrixFormat::csv);
+    ASSERT_EQ(w.size(), 1u) << text;
+    EXPECT_EQ(w[0].matrix.schema(), ref[0].matrix.schema()) << text;
+    EXPECT_TRUE(w[0].matrix.data().isApprox(ref[0].matrix.data(), 0.0)) << text;
+    for (int t = 0; t < 2; ++t)
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(w[0].matrix.present(t, r), ref[0].matrix.present(t, r)) << text;
+        if (ref[0].matrix.present(t, r)) {
+          EXPECT_EQ(w[0].matrix.wall(t, r), ref[0].matrix.wall(t, r)) << text;
+        }
+      }
+  };
+  same("step,rank,a,b,wall,\n0,0,1,2,3.5,\n0,1,2,1,3.25,\n1,0,1.5,2,3.75,\n");          // fast path
+  same("step,rank,a,b,wall,\r\n0,0,1,2,3.5,\r\n0,1,2,1,3.25 ,\r\n1,0,1.5,2,3.75,\r\n");  // general path
+  same("step;rank;a;b;wall;\n0;0;1;2;3,5;\n0;1;2;1;3,25;\n1;0;1,5;2;3,75;\n");
+  same("sep=;\nstep;rank;a;b;wall\n0;0;1;2;3,5\n0;1;2;1;3,25\n1;0;1,5;2;3,75\n");
+  same("\xEF\xBB\xBFsep=|\r\nstep|rank|a|b|wall\r\n0|0|1|2|3.5\r\n0|1|2|1|3.25\r\n1|0|1.5|2|3.75\r\n");
+  same("sep=,\nstep,rank,a,b,wall\n0,0,1,2,3.5\n0,1,2,1,3.25\n1,0,1.5,2,3.75\n");
+  same("step,rank,wall,a,b\n0,0,3.5,1,2\n0,1,3.25,2,1\n1,0,3.75,1.5,2\n");  // wall first (fast path)
+  same("step,rank,a,WALL,b,\n0,0,1,3.5,2,\n0,1,2,3.25,1,\n1,0,1.5,3.75,2,\n");
+  same("step,rank,a,Wall,b\n 0,0,1,3.5,2\n0,1,2,3.25,1\n1,0,1.5,3.75,2\n");
+  // What stays an error, with its line.
+  expect_error("step,rank,a,b,\n0,0,1,2,3\n", 2, "column 5 is '3' but has no name in the header", MatrixFormat::csv);
+  expect_error("step,rank,a,b,\n0,0,1,2\n", 2, "4 columns, expected 5", MatrixFormat::csv);
+  expect_error("step,rank,wall,a,Wall\n0,0,1,2,3\n", 1, "columns 3 and 5 are both named wall", MatrixFormat::csv);
+  expect_error("step,rank,wall\n0,0,1\n", 1, "header names no stage column", MatrixFormat::csv);
+  expect_error("sep=;\nstep,rank,a\n0,0,1\n", 2, "separated by the sep= line's ';'", MatrixFormat::csv);
+  expect_error("sep=x\nstep,rank,a\n0,0,1\n", 1, "expected sep=, sep=; sep=| or sep= and a tab", MatrixFormat::csv);
+  expect_error("sep=;\n", 1, "a separator line and no header", MatrixFormat::csv);
+  expect_error("sep=;\nstep;rank;a\n\n", 2, "no records after the header", MatrixFormat::csv);
+}
+
