@@ -411,3 +411,127 @@ TEST(Csv, trailing_separator_sep_line_and_wall_anywhere_read_as_the_plain_form) 
   expect_error("sep=;\nstep;rank;a\n\n", 2, "no records after the header", MatrixFormat::csv);
 }
 
+// ---- import kineto: integers, limits, timestamps, gzip (fix12) ------------------------------
+
+namespace {
+
+const std::string kData = std::string(SF_SOURCE_DIR) + "/tests/data/";
+
+/// Expects import_kineto(files, opt) to fail with one line naming `file` and holding `fragment`.
+void expect_import_error(const std::vector<std::string>& files, const std::string& fragment, formats::KinetoOptions opt = {}) {
+  try {
+    formats::import_kineto(files, opt);
+    ADD_FAILURE() << "no error for " << files.front();
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+  }
+}
+
+}  // namespace
+
+TEST(Kineto, out_of_range_integers_are_refused_never_narrowed) {
+  expect_import_error({kData + "hostile/kineto_rank_wrap.json"}, "rank 4294967296 outside world size 2 (rank from distributedInfo.rank");
+  expect_import_error({kData + "hostile/kineto_rank_float.json"}, "distributedInfo.rank is 1e+300, expected an integer rank");
+  expect_import_error({kData + "hostile/kineto_world_huge.json"}, "distributedInfo.world_size is 2147483647, expected an integer 1..16777216");
+  expect_import_error({kData + "hostile/kineto_step_int64.json"}, "outside the 64-bit integer range");
+  // ProfilerStep#INT64_MIN beside ProfilerStep#INT64_MAX: 2^64 steps, refused at the limit.
+  expect_import_error({kData + "hostile/kineto_steps_min_r0.json", kData + "hostile/kineto_steps_max_r1.json"},
+                      "a window of 18446744073709551616 steps, above the limit of 1000000");
+  // An integral float is that integer.
+  const auto imp = formats::import_kineto({kData + "hostile/kineto_rank_integral_float.json"});
+  EXPECT_EQ(imp.traces[0].rank, 1);
+}
+
+TEST(Kineto, limits_are_those_of_score_and_memory_follows_the_traces) {
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "above the limit of 65536 ranks; expected a smaller world (raise the limit with --max-world-size)");
+  expect_import_error({kData + "hostile/kineto_far_steps.json"}, "a window of 2000000001 steps, above the limit of 1000000 steps per window");
+  formats::KinetoOptions opt;
+  opt.limits.max_world_size = formats::kWorldSizeCeiling;
+  const auto imp = formats::import_kineto({kData + "hostile/kineto_world_2pow24.json"}, opt);
+  const auto& m = imp.window.matrix;
+  EXPECT_EQ(m.world_size(), formats::kWorldSizeCeiling);
+  EXPECT_EQ(m.ranks(), 1);  // sparse: one column, not 2^24
+  EXPECT_EQ(m.steps(), 2);
+  EXPECT_EQ(imp.missing_rank_count, formats::kWorldSizeCeiling - 1);
+  EXPECT_EQ(imp.missing_ranks, (std::vector<frontier::RankRange>{{1, formats::kWorldSizeCeiling - 1}}));
+  opt.limits.max_values = 5;  // 2 steps x 1 rank x 6 stages = 12 values
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "above the limit of 5 values", opt);
+  opt.limits.max_file_bytes = 100;
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "bytes, above the limit of 100 bytes", opt);
+  opt = {};
+  opt.world_size = 70000;
+  expect_import_error({kData + "bad/kineto_rank3_old_form.json"}, "--world-size 70000 is above the limit of 65536 ranks", opt);
+  // Two traces of a world of 4: dense, ranks 1 and 2 missing as one range.
+  const std::string r0 = R"({"distributedInfo":{"rank":0,"world_size":4},"traceEvents":[)"
+                         R"({"ph":"X","name":"ProfilerStep#5","pid":1,"tid":1,"ts":0,"dur":10},)"
+                         R"({"ph":"X","name":"autograd::engine::evaluate_function: X","pid":1,"tid":2,"ts":2,"dur":3}]})";
+  std::string r3 = r0;
+  r3.replace(r3.find("\"rank\":0"), 8, "\"rank\":3");
+  const auto two = formats::import_kineto_buffers({{"a.json", r0}, {"b.json", r3}});
+  EXPECT_EQ(two.window.matrix.ranks(), 2);
+  EXPECT_EQ(two.missing_ranks, (std::vector<frontier::RankRange>{{1, 2}}));
+  EXPECT_EQ(two.missing_rank_count, 2);
+}
+
+TEST(Kineto, timestamps_durations_and_names_are_checked_per_event) {
+  expect_import_error({kData + "hostile/kineto_big_ts.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": ts is 1e+308 us, beyond 2^53 us");
+  expect_import_error({kData + "hostile/kineto_huge_dur.json"}, "traceEvents[1] ('## forward ##'), ph \"X\": ends at ts + dur");
+  expect_import_error({kData + "hostile/kineto_negative_dur.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": dur is -5, expected microseconds >= 0");
+  expect_import_error({kData + "hostile/kineto_string_ts.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": ts is a string, expected a number");
+  expect_import_error({kData + "hostile/kineto_number_overflow.json"}, "number overflow parsing '1e309'");
+  auto one = [](const std::string& events) {
+    return R"({"distributedInfo":{"rank":0,"world_size":1},"traceEvents":[)" + events + "]}";
+  };
+  auto expect_buffer_error = [&](const std::string& events, const std::string& fragment) {
+    const std::string text = one(events);
+    try {
+      formats::import_kineto_buffers({{"t.json", text}});
+      ADD_FAILURE() << "no error for " << events;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_buffer_error(R"({"ph":"X","ts":1,"dur":2})", "traceEvents[0], ph \"X\", has no name");
+  expect_buffer_error(R"({"ph":"X","name":"a","dur":2})", "traceEvents[0] ('a'), ph \"X\", has no ts");
+  expect_buffer_error(R"({"ph":"X","name":"a","ts":1})", "has no dur");
+  expect_buffer_error(R"({"ph":"B","name":"a","ts":5,"pid":1,"tid":1},{"ph":"E","ts":4,"pid":1,"tid":1})",
+                      "traceEvents[1], ph \"E\": ends at ts 4 before its B event ('a') begins");
+  expect_buffer_error(R"({"ph":"X","name":"ProfilerStep#1","ts":0,"dur":5},{"ph":"X","name":"ProfilerStep#1","ts":6,"dur":5})",
+                      "ProfilerStep#1 appears twice");
+  // B/E pairs whose E omits the name (as Chrome's format allows) time a span.
+  const auto imp = formats::import_kineto_buffers(
+      {{"t.json", one(R"({"ph":"B","name":"ProfilerStep#1","ts":0,"pid":1,"tid":1},)"
+                      R"({"ph":"X","name":"autograd::engine::evaluate_function: X","ts":2,"dur":3,"pid":1,"tid":2},)"
+                      R"({"ph":"E","ts":10,"pid":1,"tid":1})")}});
+  EXPECT_DOUBLE_EQ(imp.window.matrix.wall(0, 0), 10e-6);
+}
+
+TEST(Kineto, gzip_must_be_whole) {
+  const auto ok = formats::import_kineto({kData + "kineto/rank0.json.gz"});
+  const auto plain = formats::import_kineto({kData + "kineto/rank0.json"});
+  EXPECT_TRUE(ok.window.matrix.data().isApprox(plain.window.matrix.data(), 0.0));
+  expect_import_error({kData + "hostile/kineto_gzip_no_trailer.json.gz"}, "corrupt gzip data (the stream ends early");
+  expect_import_error({kData + "hostile/kineto_gzip_truncated.json.gz"}, "corrupt gzip data");
+  std::ifstream in(kData + "kineto/rank0.json.gz", std::ios::binary);
+  std::string gz((std::istreambuf_iterator<char>(in)), {});
+  // Two members read as their concatenation (as gzip and zcat do); junk after a member does not.
+  const auto two = formats::import_kineto({kData + "kineto/rank1_two_members.json.gz"});
+  const auto whole = formats::import_kineto({kData + "kineto/rank1.json"});
+  EXPECT_TRUE(two.window.matrix.data().isApprox(whole.window.matrix.data(), 0.0));
+  std::string bad_crc = gz;
+  bad_crc[bad_crc.size() - 6] ^= 0x55;  // inside the CRC-32
+  try {
+    formats::import_kineto_buffers({{"t.json.gz", bad_crc}});
+    ADD_FAILURE() << "a wrong CRC passed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt gzip data (incorrect data check)"), std::string::npos) << e.what();
+  }
+  try {
+    formats::import_kineto_buffers({{"t.json.gz", gz + "junk"}});
+    ADD_FAILURE() << "junk after the stream passed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 bytes after the end of the gzip stream"), std::string::npos) << e.what();
+  }
+}
