@@ -107,7 +107,7 @@ std::string StrictJsonParser::path() const {
       p += "[" + std::to_string(f.index) + "]";
     } else {
       if (!p.empty()) p += ".";
-      p += quoted_key(f.key);
+      p += quoted_key(f.key ? *f.key : std::string());
     }
   }
   return p;
@@ -153,8 +153,11 @@ bool StrictJsonParser::number_unsigned(json::number_unsigned_t v) {
 }
 bool StrictJsonParser::number_float(json::number_float_t v, const std::string& literal) {
   // An integer-valued literal rounds to an integral double (or one past 2^64): only those can be
-  // exact integers, so the decimal text is read only for them.
-  if (v == std::floor(v) && std::fabs(v) <= 1.9e19) {
+  // exact integers, so the decimal text is read only for them. (The cast is exact below 2^63,
+  // and every double from 2^63 up is integral; cheaper than floor, which is a libm call.)
+  const double mag = std::fabs(v);
+  const bool integral = mag < 0x1p63 ? static_cast<double>(static_cast<std::int64_t>(v)) == v : mag <= 1.9e19;
+  if (integral) {
     if (auto i = exact_integer(literal)) {
       put(std::move(*i));
       completed();
@@ -191,23 +194,23 @@ bool StrictJsonParser::start_object(std::size_t) {
   f.value = placed;
   f.array = false;
   f.index = 0;
-  f.key.clear();
+  f.key = nullptr;
   return true;
 }
 
 bool StrictJsonParser::key(std::string& k) {
   Frame& f = frames_[depth_ - 1];
-  auto& obj = f.value->get_ref<json::object_t&>();
-  if (obj.find(k) != obj.end()) {
+  const auto [it, fresh] = f.value->get_ref<json::object_t&>().try_emplace(std::move(k));
+  if (!fresh) {
     --depth_;  // the path of the object, not of the key inside it
     problem_.kind = JsonProblem::duplicate_key;
     problem_.path = path();
-    problem_.key = k;
+    problem_.key = it->first;
     ++depth_;
     return false;
   }
-  f.key = k;
-  slot_ = &obj[k];
+  f.key = &it->first;  // a map node's key stays where it is
+  slot_ = &it->second;
   return true;
 }
 
@@ -225,7 +228,7 @@ bool StrictJsonParser::start_array(std::size_t) {
   f.value = placed;
   f.array = true;
   f.index = 0;
-  f.key.clear();
+  f.key = nullptr;
   return true;
 }
 

@@ -39,8 +39,8 @@ struct JsonProblem {
 ///    is rounded on the way; any other float stays a float;
 ///  - a key twice in one object, a number past the double range and a negative number that
 ///    underflows to zero (none of the formats has a negative non-integer field) are problems.
-/// Reuse one parser for many lines: its bookkeeping keeps its capacity. A key twice is found by
-/// looking it up in the object being built (O(log n) per key, so a line of many keys stays fast).
+/// Reuse one parser for many lines: its bookkeeping keeps its capacity. A key twice is found
+/// when inserting it into the object being built (one lookup, as the DOM parser makes).
 class StrictJsonParser {
 public:
   /// Returns false and fills problem() when text is not accepted.
@@ -68,7 +68,7 @@ private:
     json* value = nullptr;
     bool array = false;
     std::size_t index = 0;          // array: elements completed
-    std::string key;                // object: the key whose value is being read (for paths)
+    const std::string* key = nullptr;  // object: the key whose value is being read (in the object)
   };
   bool put(json&& v);
   void completed();
