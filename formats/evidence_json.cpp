@@ -165,7 +165,7 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
     } else if (key == "forward_group") {
       name(c.forward_group);
     } else {
-      throw FormatError(file, 0, "unknown config key \"" + key + "\"; expected one of the keys in docs/labeler.md");
+      throw FormatError(file, 0, "unknown config key " + detail::quoted_key(key) + "; expected one of the keys in docs/labeler.md");
     }
   }
 }

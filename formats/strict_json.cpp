@@ -62,7 +62,8 @@ std::optional<json> exact_integer(std::string_view s) {
   return json(v == kMinMagnitude ? INT64_MIN : -static_cast<std::int64_t>(v));
 }
 
-/// A key as it may appear in a one-line message: printable ASCII kept, other bytes as '?', cut.
+}  // namespace
+
 std::string quoted_key(std::string_view k) {
   std::string out = "\"";
   for (std::size_t i = 0; i < k.size() && i < 40; ++i) {
@@ -72,8 +73,6 @@ std::string quoted_key(std::string_view k) {
   if (k.size() > 40) out += "...";
   return out + "\"";
 }
-
-}  // namespace
 
 std::string JsonProblem::describe() const {
   const std::string where = path.empty() ? "a number" : "field " + path;

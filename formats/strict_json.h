@@ -33,6 +33,10 @@ struct JsonProblem {
   std::string describe() const;
 };
 
+/// A key (or any text from a JSON document) as a message may quote it: in double quotes,
+/// printable ASCII kept, every other byte as '?', at most 40 bytes then "...": one line, always.
+std::string quoted_key(std::string_view k);
+
 /// Parses JSON like nlohmann::json::parse, except that
 ///  - a number written as a float whose decimal value is an exact integer within 64 bits
 ///    (`1.0`, `1e3`, `-0.0`) is stored as that integer, so integer fields accept it and nothing

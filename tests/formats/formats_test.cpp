@@ -346,6 +346,8 @@ TEST(Config, integral_floats_duplicate_keys_and_range_messages) {
   EXPECT_NE(message(R"({"tau_c":1e309})").find("field \"tau_c\" is 1e309, a number out of range"), std::string::npos);
   EXPECT_NE(message(R"({"reference_s":[1e308]})").find("entry 0 is 1e+308, above the largest window time"), std::string::npos);
   EXPECT_NE(message(R"({"reference_s":[1,-2]})").find("entry 1 is -2, expected seconds >= 0"), std::string::npos);
+  // An unknown key is quoted printably: a JSON "\n" in it once split the message (fuzz finding).
+  EXPECT_NE(message(R"({"\n_bsdline":1})").find(R"(unknown config key "?_bsdline")"), std::string::npos);
   // A caller's own JSON (not parsed by parse_config_text) holding an integral float.
   frontier::LabelConfig d;
   formats::apply_config_json(nlohmann::json::parse(R"({"max_missing_ranks":7.0})"), d, "c.json");
