@@ -99,8 +99,14 @@ bool StrictJsonParser::parse(std::string_view text, json& out) {
 }
 
 std::string StrictJsonParser::path() const {
+  // Deep nesting keeps the message short: the first 4 and the last 4 steps of the path.
   std::string p;
   for (std::size_t i = 0; i < depth_; ++i) {
+    if (depth_ > 8 && i == 4) {
+      p += "...";
+      i = depth_ - 5;
+      continue;
+    }
     const Frame& f = frames_[i];
     if (f.array) {
       p += "[" + std::to_string(f.index) + "]";

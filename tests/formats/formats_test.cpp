@@ -319,6 +319,9 @@ TEST(Jsonl, duplicate_keys_numbers_out_of_range_and_negative_underflow_name_the_
   expect_error(h + R"({"step":0,"rank":0,"d":[1,1e309]})", 2, "field \"d\"[1] is 1e309, a number out of range");
   expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"side":{"sync_wait":[null,1e999]}})", 2, "field \"side\".\"sync_wait\"[1] is 1e999");
   expect_error(h + R"({"step":0,"rank":0,"d":[1,-1e-400]})", 2, "field \"d\"[1] is -1e-400, a negative number");
+  // A number deep inside an unknown field: the path keeps its ends.
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"x":[[[[[[[[[[[[7,1e999]]]]]]]]]]]]})", 2,
+               "field \"x\"[0][0][0]...[0][0][0][1] is 1e999");
   // -0 is zero, and a positive underflow reads as 0.
   const auto w = parse(h + R"({"step":0,"rank":0,"d":[-0.0,1e-400]})" + "\n");
   EXPECT_EQ(w[0].matrix.d(0, 0, 0), 0.0);
