@@ -3,6 +3,7 @@
 #include "sf_build_info.h"
 
 #include <cstdlib>
+#include <limits>
 
 namespace sf::cli {
 
@@ -37,6 +38,21 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
       ->delimiter(',')->group(g);
   sub->add_option("--wait-model", o.wait_model, "stage groups whose sync-wait model the caller asserts (W_s = 1)")
       ->delimiter(',')->group(g);
+}
+
+void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
+  const std::string g = "Input limits (checked before allocating; raise for bigger inputs)";
+  sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
+      ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(g);
+  if (stages)
+    sub->add_option("--max-stages", l.max_stages, "most explicit stages in a header")
+        ->default_val(l.max_stages)->check(CLI::Range(1, 1 << 20))->group(g);
+  sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")
+      ->default_val(l.max_world_size)->check(CLI::Range(1, formats::kWorldSizeCeiling))->group(g);
+  sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (score: before --window splits it)")
+      ->default_val(l.max_window_steps)->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<int>::max()}))->group(g);
+  sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window")
+      ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(g);
 }
 
 void add_step_options(CLI::App* sub, StepOptions& o, bool model) {

@@ -36,6 +36,10 @@ void add_label_options(CLI::App* sub, LabelOptions& o);
 /// Defaults → config file → flags. Throws formats::FormatError on a bad config file.
 frontier::LabelConfig make_label_config(const LabelOptions& o);
 
+/// The input limits (docs/formats.md, "Limits") as --max-* options in their own group;
+/// `stages`: also --max-stages (score; an import has a fixed stage list).
+void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages = true);
+
 /// --detect and its knobs (docs/detect.md); shared by score, sim and run.
 struct DetectOptions {
   bool on = false;

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <sstream>
 
 namespace sf::cli {
@@ -12,15 +13,21 @@ struct ImportOptions {
   std::vector<std::string> traces;
   std::string out;
   int world_size = 0;
+  formats::ReadLimits limits;
   bool quiet = false;
 };
 
 int run_import_kineto(const ImportOptions& o) {
   formats::KinetoImport imp;
   try {
-    imp = formats::import_kineto(o.traces, {o.world_size});
+    imp = formats::import_kineto(o.traces, {o.world_size, o.limits});
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed import kineto: %s\n", e.what());
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    // Only where the user raised a limit past what this machine holds (docs/formats.md, "Limits").
+    std::fprintf(stderr, "sf-testbed import kineto: out of memory reading the traces; expected input within this "
+                 "machine's memory (lower the --max-* limits)\n");
     return kExitBadInput;
   }
   std::ostringstream jsonl;
@@ -52,8 +59,9 @@ int run_import_kineto(const ImportOptions& o) {
   }
   std::printf("# wrote %s: world size %d, steps %lld..%lld, %zu trace(s)", o.out.c_str(), m.world_size(),
               static_cast<long long>(m.first_step()), static_cast<long long>(m.first_step() + (m.steps() - 1)), imp.traces.size());
-  if (!imp.missing_ranks.empty())
-    std::printf("; %zu rank(s) without a trace are missing ranks (telemetry_limited)", imp.missing_ranks.size());
+  if (imp.missing_rank_count > 0)
+    std::printf("; %lld rank(s) without a trace are missing ranks (telemetry_limited)",
+                static_cast<long long>(imp.missing_rank_count));
   std::printf("\n# score it: sf-testbed score %s\n", o.out.c_str());
   return 0;
 }
@@ -69,6 +77,8 @@ void setup_import(CLI::App& app) {
                   "the job's world size where traces carry no distributedInfo (PyTorch 1.13 CPU traces)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_flag("--quiet", o->quiet, "print nothing on success");
+  // The limits score applies (docs/formats.md, "Limits"), so what import writes, score reads.
+  add_limit_options(sub, o->limits, false);
   sub->callback([o] {
     if (const int rc = run_import_kineto(*o)) exit_with(rc);
   });

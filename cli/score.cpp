@@ -121,18 +121,7 @@ void setup_score(CLI::App& app) {
   sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(CLI::PositiveNumber);
   sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(CLI::PositiveNumber);
   // Limits on what one read may hold (docs/formats.md, "Limits"): raise them for bigger inputs.
-  const std::string lim = "Input limits (checked before allocating; raise for bigger inputs)";
-  auto& l = o->limits;
-  sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
-      ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(lim);
-  sub->add_option("--max-stages", l.max_stages, "most explicit stages in a header")
-      ->default_val(l.max_stages)->check(CLI::Range(1, 1 << 20))->group(lim);
-  sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")
-      ->default_val(l.max_world_size)->check(CLI::Range(1, formats::kWorldSizeCeiling))->group(lim);
-  sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (before --window splits it)")
-      ->default_val(l.max_window_steps)->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<int>::max()}))->group(lim);
-  sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window")
-      ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(lim);
+  add_limit_options(sub, o->limits);
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
   add_trace_options(sub, o->trace);

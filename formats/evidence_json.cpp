@@ -1,6 +1,9 @@
 #include "sf/formats/formats.h"
 
+#include "strict_json.h"
+
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -85,11 +88,26 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
     auto share = [&](double& dst) { num(dst, 0.0, 1.0); };
     auto seconds = [&](double& dst) { num(dst, 0.0, frontier::kMaxWindowSeconds); };
     auto integer = [&](int& dst) {
+      constexpr int kMax = std::numeric_limits<int>::max();
+      auto out_of_range = [&] {
+        return FormatError(file, 0, "config \"" + key + "\" is " + v.dump() + ", expected an integer in [0, " +
+                                        std::to_string(kMax) + "]");
+      };
+      if (v.is_number_float()) {
+        // A value written as a float (1e3, 5.0) is that integer when it is one exactly and in range.
+        // (parse_config_text already stores exact integer literals as integers; this is for a
+        // caller's own JSON.)
+        const double x = v.get<double>();
+        if (x != std::floor(x))
+          throw FormatError(file, 0, "config \"" + key + "\" is " + v.dump() + ", not a whole number; expected an integer");
+        if (!(x >= 0 && x <= kMax)) throw out_of_range();
+        dst = static_cast<int>(x);
+        return;
+      }
       if (!v.is_number_integer()) throw FormatError(file, 0, "config \"" + key + "\" must be an integer");
-      if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<int>::max())
-                                 : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > std::numeric_limits<int>::max()))
-        throw FormatError(file, 0, "config \"" + key + "\" is " + v.dump() + ", expected an integer in [0, " +
-                                       std::to_string(std::numeric_limits<int>::max()) + "]");
+      if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(kMax)
+                                 : (v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > kMax))
+        throw out_of_range();
       dst = static_cast<int>(v.get<std::int64_t>());
     };
     auto name = [&](std::string& dst) {
@@ -123,8 +141,12 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
       if (!v.is_array()) throw FormatError(file, 0, "config \"reference_s\" must be an array of seconds per stage group");
       std::vector<double> ref;
       for (const auto& x : v) {
-        if (!x.is_number() || !(x.get<double>() >= 0 && x.get<double>() <= frontier::kMaxWindowSeconds))
-          throw FormatError(file, 0, "config \"reference_s\" entries must be numbers of seconds >= 0");
+        const std::string entry = "config \"reference_s\" entry " + std::to_string(ref.size());
+        if (!x.is_number()) throw FormatError(file, 0, entry + " is " + x.dump() + ", expected a number of seconds");
+        if (x.get<double>() < 0) throw FormatError(file, 0, entry + " is " + x.dump() + ", expected seconds >= 0");
+        if (x.get<double>() > frontier::kMaxWindowSeconds)
+          throw FormatError(file, 0, entry + " is " + x.dump() + ", above the largest window time; expected seconds <= " +
+                                         json(frontier::kMaxWindowSeconds).dump());
         ref.push_back(x.get<double>() + 0.0);
       }
       c.reference_s = std::move(ref);
@@ -143,7 +165,7 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
     } else if (key == "forward_group") {
       name(c.forward_group);
     } else {
-      throw FormatError(file, 0, "unknown config key \"" + key + "\"; expected one of the keys in docs/labeler.md");
+      throw FormatError(file, 0, "unknown config key " + detail::quoted_key(key) + "; expected one of the keys in docs/labeler.md");
     }
   }
 }
@@ -153,13 +175,12 @@ LabelConfig parse_config_text(std::string_view text, const std::string& name, La
     throw FormatError(name, 0, "config is " + std::to_string(text.size()) + " bytes; expected a JSON object of gates (at most " +
                                    std::to_string(kMaxConfigBytes) + " bytes)");
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw FormatError(name, 0, "not valid JSON at byte " + std::to_string(e.byte) + "; expected a JSON object of gates");
-  } catch (const json::exception&) {
-    // out_of_range.406: a number past the double range (1e309).
-    throw FormatError(name, 0, "a number is out of range; expected a JSON object of gates with finite numbers");
+  if (detail::StrictJsonParser parser; !parser.parse(text, j)) {
+    const auto& p = parser.problem();
+    if (p.kind == detail::JsonProblem::syntax)
+      throw FormatError(name, 0, "not valid JSON at byte " + std::to_string(p.byte) + "; expected a JSON object of gates");
+    // 1e309 (past the double range), -1e-400 (a negative below any gate's range), a key twice.
+    throw FormatError(name, 0, p.describe() + "; expected a JSON object of gates, each key once, with finite numbers >= 0");
   }
   apply_config_json(j, base, name);
   return base;

@@ -118,6 +118,10 @@ std::string evidence_table(const frontier::Evidence& e, const std::string& title
 /// distributedInfo (PyTorch 1.13's CPU profiler) and is checked against it where they do.
 struct KinetoOptions {
   int world_size = 0;
+  /// As for score (docs/formats.md, "Limits"): max_file_bytes bounds each trace file and its
+  /// decompressed text; max_world_size, max_window_steps and max_values bound the window, checked
+  /// before it is allocated. max_stages does not apply (the import has five stages).
+  ReadLimits limits;
 };
 
 /// What the importer read from one trace file, for the user to check against the trace.
@@ -139,12 +143,23 @@ struct KinetoTrace {
 struct KinetoImport {
   Window window;             ///< default five stages, R = world size, steps = ProfilerStep ids
   std::vector<KinetoTrace> traces;
-  std::vector<int> missing_ranks;  ///< ranks of the job without a trace
+  std::vector<frontier::RankRange> missing_ranks;  ///< ranks of the job without a trace, ascending ranges
+  std::int64_t missing_rank_count = 0;
 };
 
 /// Reduces PyTorch-profiler (Kineto) Chrome traces, one per rank (.json or .json.gz), to one
-/// stage-matrix window. Throws FormatError naming the file and what is missing or wrong
-/// (no ProfilerStep#N, no backward events, no rank or world size, duplicate ranks, …).
+/// stage-matrix window (sparse when some ranks have no trace). Throws FormatError naming the file
+/// and what is missing or wrong (no ProfilerStep#N, no backward events, no rank or world size,
+/// duplicate ranks, bad timestamps, corrupt gzip, input beyond opt.limits, …).
 KinetoImport import_kineto(const std::vector<std::string>& files, const KinetoOptions& opt = {});
+
+/// One trace already in memory: its bytes (JSON, or gzip'd JSON) and the name that messages and
+/// the rank-from-file-name rule use.
+struct KinetoBuffer {
+  std::string name;
+  std::string_view bytes;
+};
+/// import_kineto over traces in memory (the fuzz harness; callers that hold the bytes).
+KinetoImport import_kineto_buffers(const std::vector<KinetoBuffer>& traces, const KinetoOptions& opt = {});
 
 }  // namespace sf::formats

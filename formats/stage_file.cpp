@@ -1,5 +1,8 @@
 #include "sf/formats/formats.h"
 
+#include "step_span.h"
+#include "strict_json.h"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -23,6 +26,8 @@ namespace sf::formats {
 using nlohmann::json;
 using frontier::StageMatrix;
 using frontier::StageSchema;
+using detail::span_of;
+using detail::span_text;
 
 FormatError::FormatError(const std::string& file, std::int64_t line, const std::string& message)
     : std::runtime_error(line > 0 ? file + ":" + std::to_string(line) + ": " + message : file + ": " + message),
@@ -41,6 +46,8 @@ std::optional<MatrixFormat> format_from_path(std::string_view path) {
 namespace {
 
 constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
+/// A window without records, in either format (named at its header line).
+constexpr const char* kNoRecords = "no records after the header; expected one record per (step, rank)";
 
 /// One parsed (step, rank) record waiting for its window to close.
 struct Pending {
@@ -98,13 +105,8 @@ std::string type_name(const json& v) {
   return "something else";
 }
 
-/// Steps from first to last inclusive, in unsigned arithmetic (last − first may not fit an int64).
-std::uint64_t span_of(std::int64_t first, std::int64_t last) {
-  return static_cast<std::uint64_t>(last) - static_cast<std::uint64_t>(first) + 1;
-}
-
-std::string too_many_steps(std::uint64_t steps, const ReadLimits& lim) {
-  return "window spans " + std::to_string(steps) + " steps, above the limit of " + std::to_string(lim.max_window_steps) +
+std::string too_many_steps(const std::string& steps, const ReadLimits& lim) {
+  return "window spans " + steps + " steps, above the limit of " + std::to_string(lim.max_window_steps) +
          " steps per window; expected fewer steps (raise the limit with --max-window-steps)";
 }
 
@@ -127,7 +129,7 @@ void note_step(PendingWindow& pw, std::int64_t step, const std::string& file, st
   if (!pw.span_first && span_of(lo, hi) > static_cast<std::uint64_t>(lim.max_window_steps))
     throw FormatError(file, line,
                       "step " + std::to_string(step) + " widens the window to steps " + std::to_string(lo) + ".." +
-                          std::to_string(hi) + ": " + too_many_steps(span_of(lo, hi), lim));
+                          std::to_string(hi) + ": " + too_many_steps(span_text(lo, hi), lim));
   pw.min_step = lo;
   pw.max_step = hi;
 }
@@ -150,7 +152,7 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     throw FormatError(file, pw.header_line, std::string("bad header: ") + e.what());
   }
   // The window's span: declared (checked against the limits and INT64_MAX at the header), else
-  // the records' own min..max. `total` steps, possibly 0 (a declared empty window).
+  // the records' own min..max: `total` steps.
   std::int64_t first = 0;
   std::uint64_t total = 0;
   if (pw.span_first) {
@@ -165,8 +167,11 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     first = pw.min_step;
     total = span_of(pw.min_step, pw.max_step);
   }
+  if (total == 0)  // a header alone, or one declaring a window of 0 steps: nothing to score
+    throw FormatError(file, pw.header_line, kNoRecords);
   if (total > static_cast<std::uint64_t>(lim.max_window_steps))
-    throw FormatError(file, pw.header_line, too_many_steps(total, lim));
+    throw FormatError(file, pw.header_line,
+                      too_many_steps(pw.span_first ? std::to_string(total) : span_text(first, pw.max_step), lim));
   // Rank layout: the ranks that have records. When some of the world's ranks have none, the
   // matrix is sparse (one column per rank with records): memory follows the records present, and
   // the absent ranks are reported as missing ranges. A declared window without records keeps one
@@ -271,10 +276,21 @@ std::int64_t get_int(const json& obj, const char* key, const std::string& file, 
     if (required) throw FormatError(file, line, std::string("missing field \"") + key + "\"; expected an integer");
     return fallback;
   }
-  if (!it->is_number_integer())
-    throw FormatError(file, line, std::string("field \"") + key + "\" is " + type_name(*it) + ", expected an integer");
-  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kInt64Max))
-    throw FormatError(file, line, std::string("field \"") + key + "\" is " + it->dump() + ", expected an integer within 64 bits");
+  const std::string field = std::string("field \"") + key + "\" is ";
+  auto out_of_range = [&] {
+    return FormatError(file, line,
+                       field + it->dump() + ", outside the 64-bit integer range; expected an integer from " +
+                           std::to_string(std::numeric_limits<std::int64_t>::min()) + " to " + std::to_string(kInt64Max));
+  };
+  if (it->is_number_float()) {
+    // The strict reader stores every float literal that is an exact 64-bit integer (1.0, 1e3) as
+    // an integer: a float left here has a fraction or lies past 64 bits.
+    const double x = it->get<double>();
+    if (x == std::floor(x) && std::fabs(x) >= 0x1p63) throw out_of_range();
+    throw FormatError(file, line, field + it->dump() + ", not a whole number; expected an integer");
+  }
+  if (!it->is_number_integer()) throw FormatError(file, line, field + type_name(*it) + ", expected an integer");
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(kInt64Max)) throw out_of_range();
   return it->get<std::int64_t>();
 }
 
@@ -342,7 +358,7 @@ void parse_header(const json& h, const std::string& file, std::int64_t line, Pen
     if (n < 0) throw FormatError(file, line, "header window steps is " + std::to_string(n) + ", expected >= 0");
     if (n > lim.max_window_steps)
       throw FormatError(file, line, "header window declares " + std::to_string(n) + " steps: " +
-                                        too_many_steps(static_cast<std::uint64_t>(n), lim));
+                                        too_many_steps(std::to_string(n), lim));
     if (n > 0 && first > kInt64Max - (n - 1))
       throw FormatError(file, line,
                         "header window of " + std::to_string(n) + " steps from step " + std::to_string(first) +
@@ -445,6 +461,7 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
   std::int64_t line_no = 0;
   std::size_t pos = 0;
   bool any = false;
+  detail::StrictJsonParser parser;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -455,14 +472,20 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     any = true;
     json obj;
-    try {
-      obj = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw FormatError(file, line_no,
-                        "not valid JSON at column " + std::to_string(e.byte) +
-                            " (truncated or corrupt line?); expected one JSON object per line");
-    } catch (const json::exception&) {
-      throw FormatError(file, line_no, "a number is out of range; expected finite numbers of seconds");
+    if (!parser.parse(line, obj)) {
+      const auto& p = parser.problem();
+      switch (p.kind) {
+        case detail::JsonProblem::number_range:
+          throw FormatError(file, line_no, p.describe() + "; expected a finite number (seconds, or an integer step or rank)");
+        case detail::JsonProblem::negative_underflow:
+          throw FormatError(file, line_no, p.describe() + "; expected a number of seconds >= 0");
+        case detail::JsonProblem::duplicate_key:
+          throw FormatError(file, line_no, p.describe() + "; expected each key once per object");
+        default:
+          throw FormatError(file, line_no,
+                            "not valid JSON at column " + std::to_string(p.byte) +
+                                " (truncated or corrupt line?); expected one JSON object per line");
+      }
     }
     if (!obj.is_object()) throw FormatError(file, line_no, "line is " + type_name(obj) + ", expected a JSON object");
     if (obj.contains("schema")) {
@@ -589,8 +612,19 @@ bool parse_int_field(std::string_view f, std::int64_t& v) {
   return r.ec == std::errc() && r.ptr == f.data() + f.size() && !f.empty();
 }
 
-/// A duration field in seconds: finite, >= 0, optional '+', decimal comma when allowed. An
-/// underflow reads as 0 (as in the JSON reader); an overflow is an error.
+/// True when a number's mantissa (before any exponent) has a digit other than 0: "-1e-400" is a
+/// negative number even though no double holds it, "-0.0" is zero.
+bool nonzero_mantissa(std::string_view f) {
+  for (const char c : f) {
+    if (c == 'e' || c == 'E') break;
+    if (c >= '1' && c <= '9') return true;
+  }
+  return false;
+}
+
+/// A duration field in seconds: finite, >= 0, optional '+', decimal comma when allowed. A
+/// positive underflow reads as 0 (as in the JSON reader); an overflow and a negative number,
+/// even one too small for a double (-1e-400), are errors; -0 reads as 0.
 bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
   f = trim(f);
   if (f.size() > 1 && f[0] == '+' && f[1] != '-' && f[1] != '+') f.remove_prefix(1);
@@ -607,21 +641,40 @@ bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
   if (r.ec == std::errc::result_out_of_range) {
     // Tell an underflow (a mantissa with a large negative exponent) from an overflow.
     const auto e = f.find_first_of("eE");
-    if (e == std::string_view::npos || e + 1 >= f.size() || f[e + 1] != '-') return false;
+    if (e == std::string_view::npos || e + 1 >= f.size() || f[e + 1] != '-' || f.front() == '-') return false;
     v = 0;
   } else if (r.ec != std::errc()) {
     return false;
   }
-  if (!std::isfinite(v) || v < 0) return false;
+  if (!std::isfinite(v) || v < 0 || (v == 0 && f.front() == '-' && nonzero_mantissa(f))) return false;
   v += 0.0;  // -0 → +0
   return true;
 }
 
+/// How a header's columns map onto a window: the value columns (after step and rank, in file
+/// order) are the stages with the wall column, when there is one, anywhere among them; an
+/// unnamed last column (a separator ending every line, as some spreadsheet exports write) is
+/// not a value column and stays empty.
+struct CsvLayout {
+  std::size_t values = 0;              ///< value columns: stages and wall
+  std::optional<std::size_t> wall_at;  ///< the wall's index among the value columns
+  bool trailing_empty = false;         ///< an unnamed last column follows the value columns
+
+  /// Moves the wall value to the end, the stages keeping their order: vals[0..k) stages, vals[k] wall.
+  void order(std::span<double> vals) const {
+    if (wall_at && *wall_at + 1 < values)
+      std::rotate(vals.begin() + static_cast<std::ptrdiff_t>(*wall_at), vals.begin() + static_cast<std::ptrdiff_t>(*wall_at) + 1,
+                  vals.begin() + static_cast<std::ptrdiff_t>(values));
+  }
+};
+
 /// Parses a data line of the plain form "step,rank,x,...,x" (no blanks, quotes or signs, ','
-/// separated) into step, rank and vals. Returns false for any other line, valid or not: the
-/// caller then takes the general path, which accepts every form and words the error. Accepts
-/// only lines the general path accepts, with the same values.
-bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
+/// separated, then one more ',' when trailing_sep) into step, rank and vals, in file order.
+/// Returns false for any other line, valid or not: the caller then takes the general path, which
+/// accepts every form and words the error. Accepts only lines the general path accepts, with the
+/// same values.
+bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
+                     bool trailing_sep = false) {
   const char* p = line.data();
   const char* const e = p + line.size();
   auto r = std::from_chars(p, e, step);
@@ -634,13 +687,15 @@ bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& ra
     double v = 0;
     const auto rv = std::from_chars(p, e, v);
     if (rv.ec != std::errc() || rv.ptr == p || !std::isfinite(v) || v < 0) return false;
+    if (v == 0 && *p == '-' && nonzero_mantissa(std::string_view(p, static_cast<std::size_t>(rv.ptr - p)))) return false;
     vals[col] = v + 0.0;
     const char* end = rv.ptr;
     if (col + 1 < vals.size()) {
       if (end == e || *end != ',') return false;
       p = end + 1;
-    } else if (end != e && !(end + 1 == e && *end == '\r')) {
-      return false;
+    } else {
+      if (trailing_sep && (end == e || *end++ != ',')) return false;
+      if (end != e && !(end + 1 == e && *end == '\r')) return false;
     }
   }
   return true;
@@ -654,11 +709,12 @@ bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& ra
 /// nullopt for any other input, valid or not; the caller then takes the general path, which
 /// also words every error.
 std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const std::vector<std::string>& stages,
-                                                    bool has_wall, std::size_t ncol, std::int64_t header_line,
+                                                    const CsvLayout& lay, std::size_t ncol, std::int64_t header_line,
                                                     const ReadOptions& opt) {
   if (opt.window_steps > 0) return std::nullopt;
   const auto& lim = opt.limits;
-  std::vector<double> vals(ncol - 2);
+  const bool has_wall = lay.wall_at.has_value();
+  std::vector<double> vals(lay.values);
   std::string_view first_line, last_line;
   for (std::size_t pos = 0; pos < body.size() && first_line.empty();) {
     const std::size_t end = std::min(body.find('\n', pos), body.size());
@@ -672,8 +728,8 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
     end = nl == std::string_view::npos ? 0 : nl;
   }
   std::int64_t first = 0, last = 0, rank = 0, step = 0;
-  if (first_line.empty() || !parse_plain_row(first_line, first, rank, vals)) return std::nullopt;
-  if (!parse_plain_row(last_line, last, rank, vals)) return std::nullopt;
+  if (first_line.empty() || !parse_plain_row(first_line, first, rank, vals, lay.trailing_empty)) return std::nullopt;
+  if (!parse_plain_row(last_line, last, rank, vals, lay.trailing_empty)) return std::nullopt;
   const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   if (opt.world_size <= 0 && rank >= world_max) return std::nullopt;
   const int world = opt.world_size > 0 ? opt.world_size : static_cast<int>(rank) + 1;
@@ -697,8 +753,9 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
       const std::string_view line = body.substr(pos, end - pos);
       pos = end + 1;
       if (trim(line).empty()) continue;
-      if (!parse_plain_row(line, step, rank, vals)) return std::nullopt;
+      if (!parse_plain_row(line, step, rank, vals, lay.trailing_empty)) return std::nullopt;
       if (step < first || step > last || rank >= world) return std::nullopt;
+      lay.order(vals);
       const int t = static_cast<int>(step - first);  // 0 <= step - first < total <= INT_MAX
       const int r = static_cast<int>(rank);
       if (w.matrix.present(t, r)) return std::nullopt;  // duplicate: the general path words it
@@ -723,10 +780,24 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   std::string_view line;
   if (!lines.next(line)) throw FormatError(file, 0, "empty file; expected a header step,rank,<stages...>[,wall]");
   if (line.find('\0') != std::string_view::npos) throw FormatError(file, lines.line_no(), "binary data; expected a CSV header");
+  // Excel's separator hint: a first line "sep=;" names the separator of the lines after it.
+  char hint = 0;
+  if (std::string_view h = line; h.size() >= 5 && iequals(h.substr(0, 4), "sep=")) {
+    hint = h[4];
+    if (hint != ',' && hint != ';' && hint != '\t' && hint != '|')
+      throw FormatError(file, lines.line_no(),
+                        "separator line '" + printable(line) + "' names '" + printable(h.substr(4, 1)) +
+                            "'; expected sep=, sep=; sep=| or sep= and a tab");
+    if (!trim(h.substr(5)).empty())
+      throw FormatError(file, lines.line_no(), "separator line '" + printable(line) + "' has more after the separator; expected sep=X alone");
+    if (!lines.next(line)) throw FormatError(file, lines.line_no(), "a separator line and no header; expected a header step,rank,<stages...>[,wall]");
+  }
   auto bad_header = [&] {
-    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]");
+    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]" +
+                                                  (hint ? std::string(" separated by the sep= line's '") + (hint == '\t' ? "\\t" : std::string(1, hint)) + "'" : ""));
   };
-  // The separator is the character after the first field, "step" (quoted or not).
+  // The separator is the character after the first field, "step" (quoted or not), and the one
+  // a sep= line named.
   char sep = ',';
   {
     std::string_view h = trim(line);
@@ -739,7 +810,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
       h.remove_prefix(1);
     }
     while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-    if (h.empty() || (h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
+    if (h.empty() || (hint ? h.front() != hint : h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
     sep = h.front();
   }
   std::vector<CsvField> fields;
@@ -747,24 +818,40 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   std::vector<std::string> cols;
   for (const auto& f : fields) cols.push_back(unquote(f));
   if (cols.size() < 3 || !iequals(cols[0], "step") || !iequals(cols[1], "rank")) throw bad_header();
-  const bool has_wall = iequals(cols.back(), "wall");
-  const std::vector<std::string> stages(cols.begin() + 2, cols.end() - (has_wall ? 1 : 0));
-  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column");
+  const std::size_t ncol = cols.size();  // fields per line, an unnamed trailing one included
+  CsvLayout lay;
+  lay.trailing_empty = cols.size() > 3 && trim(cols.back()).empty();
+  if (lay.trailing_empty) cols.pop_back();
+  lay.values = cols.size() - 2;
+  std::vector<std::string> stages;
+  for (std::size_t c = 2; c < cols.size(); ++c) {
+    if (!iequals(cols[c], "wall")) {
+      stages.push_back(cols[c]);
+      continue;
+    }
+    if (lay.wall_at)
+      throw FormatError(file, lines.line_no(),
+                        "columns " + std::to_string(*lay.wall_at + 3) + " and " + std::to_string(c + 1) +
+                            " are both named wall; expected at most one wall column");
+    lay.wall_at = c - 2;
+  }
+  const bool has_wall = lay.wall_at.has_value();
+  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column; expected step,rank,<stage...>[,wall]");
   if (stages.size() > static_cast<std::size_t>(lim.max_stages))
     throw FormatError(file, lines.line_no(),
                       "header names " + std::to_string(stages.size()) + " stages, above the limit of " +
                           std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
-  for (std::size_t c = 0; c < stages.size(); ++c) {
-    if (stages[c].empty())
-      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 3) + " has no name; expected a stage name");
-    if (!frontier::printable_utf8(stages[c]))
+  for (std::size_t c = 2; c < cols.size(); ++c) {
+    if (cols[c].empty())
+      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 1) + " has no name; expected a stage name");
+    if (!frontier::printable_utf8(cols[c]))
       throw FormatError(file, lines.line_no(),
-                        "column " + std::to_string(c + 3) + " name '" + printable(stages[c]) +
+                        "column " + std::to_string(c + 1) + " name '" + printable(cols[c]) +
                             "' is not printable UTF-8; expected a UTF-8 stage name without control characters");
   }
-  const std::size_t k = stages.size(), ncol = cols.size();
+  const std::size_t k = stages.size();
   if (sep == ',')
-    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, has_wall, ncol,
+    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, lay, ncol,
                                        lines.line_no(), opt))
       return std::move(*direct);
 
@@ -779,7 +866,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   for (std::size_t q = lines.pos(); (q = text.find('\n', q)) != std::string_view::npos; ++q) ++n_lines;
   pw.records.reserve(n_lines);
   pw.values.reserve(n_lines * k);
-  std::vector<double> vals(ncol - 2);
+  std::vector<double> vals(lay.values);
   std::int64_t step = 0, rank = 0;
   // General path: every accepted form, and every error message.
   auto parse_row = [&] {
@@ -789,9 +876,14 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     if (empty_row) return false;
     if (fields.size() != ncol) {
       throw FormatError(file, lines.line_no(),
-                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header)");
+                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header" +
+                            (lay.trailing_empty ? ", whose separator at the end every line repeats)" : ")"));
     }
-    for (std::size_t col = 0; col < ncol; ++col) {
+    if (lay.trailing_empty && !trim(fields.back().text).empty())
+      throw FormatError(file, lines.line_no(),
+                        "column " + std::to_string(ncol) + " is '" + printable(fields.back().text) +
+                            "' but has no name in the header; expected it empty (a separator ending the line)");
+    for (std::size_t col = 0; col < 2 + lay.values; ++col) {
       const std::string_view f = fields[col].text;
       bool ok;
       if (col == 0) {
@@ -822,9 +914,10 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     return true;
   };
   while (lines.next(line)) {
-    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals) && rank < world_max &&
+    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals, lay.trailing_empty) && rank < world_max &&
                        !(opt.world_size > 0 && rank >= opt.world_size);
     if (!plain && !parse_row()) continue;
+    lay.order(vals);
     Pending rec{};
     rec.line = lines.line_no();
     rec.step = step;
@@ -838,7 +931,7 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
     pw.records.push_back(rec);
   }
   pw.world = opt.world_size > 0 ? opt.world_size : max_rank + 1;
-  if (pw.world < 1) throw FormatError(file, lines.line_no(), "no records after the header");
+  if (pw.world < 1) throw FormatError(file, pw.header_line, kNoRecords);
   std::vector<Window> out;
   emit_windows(pw, file, opt, out);
   return out;

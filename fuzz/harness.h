@@ -47,17 +47,10 @@ inline formats::ReadLimits fuzz_limits() {
   return l;
 }
 
-/// What `sf-testbed score` does with a file: read, then score, print and serialise every window.
-/// Bad input must come back as FormatError (reader) or std::invalid_argument (engine), each one
-/// line; anything else escapes and is a finding.
-inline void score_text(std::string_view text, formats::MatrixFormat format) {
-  std::vector<formats::Window> windows;
-  try {
-    windows = formats::parse_stage_text(text, "fuzz", format, {std::nullopt, 0, 0, 1, fuzz_limits()});
-  } catch (const formats::FormatError& e) {
-    require_one_line(e.what());
-    return;
-  }
+/// What `sf-testbed score` does after reading: score, print and serialise every window, and
+/// read back what --dump would write. Bad input must come back as std::invalid_argument (engine),
+/// one line; anything else escapes and is a finding.
+inline void score_windows(const std::vector<formats::Window>& windows) {
   for (const auto& w : windows) {
     frontier::Evidence e;
     try {
@@ -80,6 +73,19 @@ inline void score_text(std::string_view text, formats::MatrixFormat format) {
       std::abort();
     }
   }
+}
+
+/// What `sf-testbed score` does with a file: read, then score_windows. Bad input must come back
+/// as FormatError (reader), one line.
+inline void score_text(std::string_view text, formats::MatrixFormat format) {
+  std::vector<formats::Window> windows;
+  try {
+    windows = formats::parse_stage_text(text, "fuzz", format, {std::nullopt, 0, 0, 1, fuzz_limits()});
+  } catch (const formats::FormatError& e) {
+    require_one_line(e.what());
+    return;
+  }
+  score_windows(windows);
 }
 
 }  // namespace sf::fuzz

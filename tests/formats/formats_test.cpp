@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 using namespace sf;
@@ -260,4 +262,281 @@ TEST(Files, atomic_write_replaces_content) {
   std::string s((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(s, "second");
   EXPECT_THROW(formats::write_file_atomic("/nonexistent-dir/x.json", "x"), std::runtime_error);
+}
+
+// ---- audit of issue 12 (fix12): wraps, accepted forms, messages ----------------------------
+
+// INT64_MIN..INT64_MAX is 2^64 steps: the span used to wrap to 0, pass the limit and index out
+// of bounds. It is refused, in either format, at the record that widens the window.
+TEST(StepSpan, int64_min_to_max_is_refused_not_wrapped) {
+  const std::string jsonl = R"({"schema":"sf.stages/1","stages":["a"],"world_size":1})"
+                            "\n"
+                            R"({"step":-9223372036854775808,"rank":0,"d":[1]})"
+                            "\n"
+                            R"({"step":9223372036854775807,"rank":0,"d":[1]})"
+                            "\n";
+  expect_error(jsonl, 3, "window spans 18446744073709551616 steps");
+  expect_error("step,rank,a\n-9223372036854775808,0,1\n9223372036854775807,0,1\n", 3,
+               "window spans 18446744073709551616 steps", MatrixFormat::csv);
+  // Reversed order and the last possible span within the limit still read.
+  expect_error("step,rank,a\n9223372036854775807,0,1\n-9223372036854775808,0,1\n", 3, "--max-window-steps", MatrixFormat::csv);
+  const auto w = parse("step,rank,a\n9223372036854775806,0,1\n9223372036854775807,0,2\n", MatrixFormat::csv);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_EQ(w[0].matrix.first_step(), 9223372036854775806);
+}
+
+// Integer fields written as floats: accepted when the number as written is an exact integer.
+TEST(Jsonl, integral_floats_are_integers_and_fractions_are_not) {
+  const auto w = parse(R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":2.0,"window":{"first_step":1e0,"steps":2.0}})"
+                       "\n"
+                       R"({"step":1.0,"rank":0.0,"d":[1,2]})"
+                       "\n"
+                       R"({"step":2,"rank":1e0,"d":[1,2]})"
+                       "\n");
+  EXPECT_EQ(w[0].matrix.first_step(), 1);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_TRUE(w[0].matrix.present(0, 0));
+  EXPECT_TRUE(w[0].matrix.present(1, 1));
+  const std::string h = kHeader + "\n";
+  // 2^53 + 1 is exact as an integer literal with a fraction of zeros: no rounding to 2^53.
+  const auto big = parse(h + R"({"step":9007199254740993.000,"rank":0,"d":[1,2]})" + "\n");
+  EXPECT_EQ(big[0].matrix.first_step(), 9007199254740993);
+  expect_error(h + R"({"step":0.5,"rank":0,"d":[1,2]})", 2, "not a whole number; expected an integer");
+  expect_error(h + R"({"step":1.0000000000000000001,"rank":0,"d":[1,2]})", 2, "not a whole number");
+  expect_error(h + R"({"step":1,"rank":0.5,"d":[1,2]})", 2, "field \"rank\" is 0.5");
+  // Past 64 bits: out of range, not "a number".
+  expect_error(h + R"({"step":-9223372036854775809,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+  expect_error(h + R"({"step":1e19,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+  expect_error(h + R"({"step":9223372036854775808,"rank":0,"d":[1,2]})", 2, "outside the 64-bit integer range");
+}
+
+TEST(Jsonl, duplicate_keys_numbers_out_of_range_and_negative_underflow_name_the_field) {
+  const std::string h = kHeader + "\n";
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"step":1})", 2, "key \"step\" appears twice");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"side":{"fwd_event":"missing","fwd_event":"ready"}})", 2,
+               "key \"fwd_event\" appears twice in the object \"side\"");
+  expect_error(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"world_size":2})", 1, "key \"world_size\" appears twice");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,1e309]})", 2, "field \"d\"[1] is 1e309, a number out of range");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"side":{"sync_wait":[null,1e999]}})", 2, "field \"side\".\"sync_wait\"[1] is 1e999");
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,-1e-400]})", 2, "field \"d\"[1] is -1e-400, a negative number");
+  // A number deep inside an unknown field: the path keeps its ends.
+  expect_error(h + R"({"step":0,"rank":0,"d":[1,2],"x":[[[[[[[[[[[[7,1e999]]]]]]]]]]]]})", 2,
+               "field \"x\"[0][0][0]...[0][0][0][1] is 1e999");
+  // -0 is zero, and a positive underflow reads as 0.
+  const auto w = parse(h + R"({"step":0,"rank":0,"d":[-0.0,1e-400]})" + "\n");
+  EXPECT_EQ(w[0].matrix.d(0, 0, 0), 0.0);
+  EXPECT_FALSE(std::signbit(w[0].matrix.d(0, 0, 0)));
+  EXPECT_EQ(w[0].matrix.d(0, 0, 1), 0.0);
+}
+
+TEST(Config, integral_floats_duplicate_keys_and_range_messages) {
+  const auto c = formats::parse_config_text(R"({"max_missing_ranks":1e3,"min_event_samples":2.0})", "c.json");
+  EXPECT_EQ(c.max_missing_ranks, 1000);
+  EXPECT_EQ(c.min_event_samples, 2);
+  auto message = [](const std::string& text) {
+    try {
+      formats::parse_config_text(text, "c.json");
+    } catch (const FormatError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no error for " << text;
+    return std::string();
+  };
+  EXPECT_NE(message(R"({"max_missing_ranks":1.5})").find("not a whole number"), std::string::npos);
+  EXPECT_NE(message(R"({"max_missing_ranks":3e9})").find("expected an integer in [0, 2147483647]"), std::string::npos);
+  EXPECT_NE(message(R"({"tau_c":0.5,"tau_c":0.9})").find("key \"tau_c\" appears twice"), std::string::npos);
+  EXPECT_NE(message(R"({"tau_c":1e309})").find("field \"tau_c\" is 1e309, a number out of range"), std::string::npos);
+  EXPECT_NE(message(R"({"reference_s":[1e308]})").find("entry 0 is 1e+308, above the largest window time"), std::string::npos);
+  EXPECT_NE(message(R"({"reference_s":[1,-2]})").find("entry 1 is -2, expected seconds >= 0"), std::string::npos);
+  // An unknown key is quoted printably: a JSON "\n" in it once split the message (fuzz finding).
+  EXPECT_NE(message(R"({"\n_bsdline":1})").find(R"(unknown config key "?_bsdline")"), std::string::npos);
+  // A caller's own JSON (not parsed by parse_config_text) holding an integral float.
+  frontier::LabelConfig d;
+  formats::apply_config_json(nlohmann::json::parse(R"({"max_missing_ranks":7.0})"), d, "c.json");
+  EXPECT_EQ(d.max_missing_ranks, 7);
+}
+
+// A header alone is no window, in either format (it printed "steps 0..-1").
+TEST(EmptyWindow, header_only_is_no_records_in_jsonl_and_csv) {
+  expect_error(kHeader + "\n", 1, "no records after the header; expected one record per (step, rank)");
+  expect_error(kHeader + "\n" + kHeader + "\n" + R"({"step":0,"rank":0,"d":[1,2]})", 1, "no records after the header");
+  expect_error(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"window":{"first_step":5,"steps":0}})", 1,
+               "no records after the header");
+  expect_error("step,rank,a,b\n", 1, "no records after the header; expected one record per (step, rank)", MatrixFormat::csv);
+  // A declared window of steps without records is still a window (every record missing).
+  const auto w = parse(R"({"schema":"sf.stages/1","stages":["a"],"world_size":1,"window":{"first_step":5,"steps":2}})");
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+}
+
+TEST(Csv, negative_numbers_are_rejected_even_when_they_underflow) {
+  expect_error("step,rank,a\n0,0,-1e-400\n", 2, "column 'a' is '-1e-400', expected a finite number of seconds >= 0",
+               MatrixFormat::csv);
+  expect_error("step;rank;a\n0;0;-1,5e-400\n", 2, "column 'a' is '-1,5e-400'", MatrixFormat::csv);
+  const auto w = parse("step,rank,a,b\n0,0,-0.0,1e-400\n", MatrixFormat::csv);
+  EXPECT_EQ(w[0].matrix.d(0, 0, 0), 0.0);
+  EXPECT_FALSE(std::signbit(w[0].matrix.d(0, 0, 0)));
+  EXPECT_EQ(w[0].matrix.d(0, 0, 1), 0.0);
+}
+
+// Spreadsheet forms: a separator ending every line, Excel's sep= line, wall in any column.
+TEST(Csv, trailing_separator_sep_line_and_wall_anywhere_read_as_the_plain_form) {
+  const std::string plain = "step,rank,a,b,wall\n0,0,1,2,3.5\n0,1,2,1,3.25\n1,0,1.5,2,3.75\n";
+  const auto ref = parse(plain, MatrixFormat::csv);
+  auto same = [&](const std::string& text) {
+    const auto w = parse(text, MatrixFormat::csv);
+    ASSERT_EQ(w.size(), 1u) << text;
+    EXPECT_EQ(w[0].matrix.schema(), ref[0].matrix.schema()) << text;
+    EXPECT_TRUE(w[0].matrix.data().isApprox(ref[0].matrix.data(), 0.0)) << text;
+    for (int t = 0; t < 2; ++t)
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(w[0].matrix.present(t, r), ref[0].matrix.present(t, r)) << text;
+        if (ref[0].matrix.present(t, r)) {
+          EXPECT_EQ(w[0].matrix.wall(t, r), ref[0].matrix.wall(t, r)) << text;
+        }
+      }
+  };
+  same("step,rank,a,b,wall,\n0,0,1,2,3.5,\n0,1,2,1,3.25,\n1,0,1.5,2,3.75,\n");          // fast path
+  same("step,rank,a,b,wall,\r\n0,0,1,2,3.5,\r\n0,1,2,1,3.25 ,\r\n1,0,1.5,2,3.75,\r\n");  // general path
+  same("step;rank;a;b;wall;\n0;0;1;2;3,5;\n0;1;2;1;3,25;\n1;0;1,5;2;3,75;\n");
+  same("sep=;\nstep;rank;a;b;wall\n0;0;1;2;3,5\n0;1;2;1;3,25\n1;0;1,5;2;3,75\n");
+  same("\xEF\xBB\xBFsep=|\r\nstep|rank|a|b|wall\r\n0|0|1|2|3.5\r\n0|1|2|1|3.25\r\n1|0|1.5|2|3.75\r\n");
+  same("sep=,\nstep,rank,a,b,wall\n0,0,1,2,3.5\n0,1,2,1,3.25\n1,0,1.5,2,3.75\n");
+  same("step,rank,wall,a,b\n0,0,3.5,1,2\n0,1,3.25,2,1\n1,0,3.75,1.5,2\n");  // wall first (fast path)
+  same("step,rank,a,WALL,b,\n0,0,1,3.5,2,\n0,1,2,3.25,1,\n1,0,1.5,3.75,2,\n");
+  same("step,rank,a,Wall,b\n 0,0,1,3.5,2\n0,1,2,3.25,1\n1,0,1.5,3.75,2\n");
+  // What stays an error, with its line.
+  expect_error("step,rank,a,b,\n0,0,1,2,3\n", 2, "column 5 is '3' but has no name in the header", MatrixFormat::csv);
+  expect_error("step,rank,a,b,\n0,0,1,2\n", 2, "4 columns, expected 5", MatrixFormat::csv);
+  expect_error("step,rank,wall,a,Wall\n0,0,1,2,3\n", 1, "columns 3 and 5 are both named wall", MatrixFormat::csv);
+  expect_error("step,rank,wall\n0,0,1\n", 1, "header names no stage column", MatrixFormat::csv);
+  expect_error("sep=;\nstep,rank,a\n0,0,1\n", 2, "separated by the sep= line's ';'", MatrixFormat::csv);
+  expect_error("sep=x\nstep,rank,a\n0,0,1\n", 1, "expected sep=, sep=; sep=| or sep= and a tab", MatrixFormat::csv);
+  expect_error("sep=;\n", 1, "a separator line and no header", MatrixFormat::csv);
+  expect_error("sep=;\nstep;rank;a\n\n", 2, "no records after the header", MatrixFormat::csv);
+}
+
+// ---- import kineto: integers, limits, timestamps, gzip (fix12) ------------------------------
+
+namespace {
+
+const std::string kData = std::string(SF_SOURCE_DIR) + "/tests/data/";
+
+/// Expects import_kineto(files, opt) to fail with one line naming `file` and holding `fragment`.
+void expect_import_error(const std::vector<std::string>& files, const std::string& fragment, formats::KinetoOptions opt = {}) {
+  try {
+    formats::import_kineto(files, opt);
+    ADD_FAILURE() << "no error for " << files.front();
+  } catch (const FormatError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fragment), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+  }
+}
+
+}  // namespace
+
+TEST(Kineto, out_of_range_integers_are_refused_never_narrowed) {
+  expect_import_error({kData + "hostile/kineto_rank_wrap.json"}, "rank 4294967296 outside world size 2 (rank from distributedInfo.rank");
+  expect_import_error({kData + "hostile/kineto_rank_float.json"}, "distributedInfo.rank is 1e+300, expected an integer rank");
+  expect_import_error({kData + "hostile/kineto_world_huge.json"}, "distributedInfo.world_size is 2147483647, expected an integer 1..16777216");
+  expect_import_error({kData + "hostile/kineto_step_int64.json"}, "outside the 64-bit integer range");
+  // ProfilerStep#INT64_MIN beside ProfilerStep#INT64_MAX: 2^64 steps, refused at the limit.
+  expect_import_error({kData + "hostile/kineto_steps_min_r0.json", kData + "hostile/kineto_steps_max_r1.json"},
+                      "a window of 18446744073709551616 steps, above the limit of 1000000");
+  // An integral float is that integer.
+  const auto imp = formats::import_kineto({kData + "hostile/kineto_rank_integral_float.json"});
+  EXPECT_EQ(imp.traces[0].rank, 1);
+}
+
+TEST(Kineto, limits_are_those_of_score_and_memory_follows_the_traces) {
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "above the limit of 65536 ranks; expected a smaller world (raise the limit with --max-world-size)");
+  expect_import_error({kData + "hostile/kineto_far_steps.json"}, "a window of 2000000001 steps, above the limit of 1000000 steps per window");
+  formats::KinetoOptions opt;
+  opt.limits.max_world_size = formats::kWorldSizeCeiling;
+  const auto imp = formats::import_kineto({kData + "hostile/kineto_world_2pow24.json"}, opt);
+  const auto& m = imp.window.matrix;
+  EXPECT_EQ(m.world_size(), formats::kWorldSizeCeiling);
+  EXPECT_EQ(m.ranks(), 1);  // sparse: one column, not 2^24
+  EXPECT_EQ(m.steps(), 2);
+  EXPECT_EQ(imp.missing_rank_count, formats::kWorldSizeCeiling - 1);
+  EXPECT_EQ(imp.missing_ranks, (std::vector<frontier::RankRange>{{1, formats::kWorldSizeCeiling - 1}}));
+  opt.limits.max_values = 5;  // 2 steps x 1 rank x 6 stages = 12 values
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "above the limit of 5 values", opt);
+  opt.limits.max_file_bytes = 100;
+  expect_import_error({kData + "hostile/kineto_world_2pow24.json"}, "bytes, above the limit of 100 bytes", opt);
+  opt = {};
+  opt.world_size = 70000;
+  expect_import_error({kData + "bad/kineto_rank3_old_form.json"}, "--world-size 70000 is above the limit of 65536 ranks", opt);
+  // Two traces of a world of 4: dense, ranks 1 and 2 missing as one range.
+  const std::string r0 = R"({"distributedInfo":{"rank":0,"world_size":4},"traceEvents":[)"
+                         R"({"ph":"X","name":"ProfilerStep#5","pid":1,"tid":1,"ts":0,"dur":10},)"
+                         R"({"ph":"X","name":"autograd::engine::evaluate_function: X","pid":1,"tid":2,"ts":2,"dur":3}]})";
+  std::string r3 = r0;
+  r3.replace(r3.find("\"rank\":0"), 8, "\"rank\":3");
+  const auto two = formats::import_kineto_buffers({{"a.json", r0}, {"b.json", r3}});
+  EXPECT_EQ(two.window.matrix.ranks(), 2);
+  EXPECT_EQ(two.missing_ranks, (std::vector<frontier::RankRange>{{1, 2}}));
+  EXPECT_EQ(two.missing_rank_count, 2);
+}
+
+TEST(Kineto, timestamps_durations_and_names_are_checked_per_event) {
+  expect_import_error({kData + "hostile/kineto_big_ts.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": ts is 1e+308 us, beyond 2^53 us");
+  expect_import_error({kData + "hostile/kineto_huge_dur.json"}, "traceEvents[1] ('## forward ##'), ph \"X\": ends at ts + dur");
+  expect_import_error({kData + "hostile/kineto_negative_dur.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": dur is -5, expected microseconds >= 0");
+  expect_import_error({kData + "hostile/kineto_string_ts.json"}, "traceEvents[0] ('ProfilerStep#1'), ph \"X\": ts is a string, expected a number");
+  expect_import_error({kData + "hostile/kineto_number_overflow.json"}, "number overflow parsing '1e309'");
+  auto one = [](const std::string& events) {
+    return R"({"distributedInfo":{"rank":0,"world_size":1},"traceEvents":[)" + events + "]}";
+  };
+  auto expect_buffer_error = [&](const std::string& events, const std::string& fragment) {
+    const std::string text = one(events);
+    try {
+      formats::import_kineto_buffers({{"t.json", text}});
+      ADD_FAILURE() << "no error for " << events;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_buffer_error(R"({"ph":"X","ts":1,"dur":2})", "traceEvents[0], ph \"X\", has no name");
+  expect_buffer_error(R"({"ph":"X","name":"a","dur":2})", "traceEvents[0] ('a'), ph \"X\", has no ts");
+  expect_buffer_error(R"({"ph":"X","name":"a","ts":1})", "has no dur");
+  expect_buffer_error(R"({"ph":"B","name":"a","ts":5,"pid":1,"tid":1},{"ph":"E","ts":4,"pid":1,"tid":1})",
+                      "traceEvents[1], ph \"E\": ends at ts 4 before its B event ('a') begins");
+  expect_buffer_error(R"({"ph":"X","name":"ProfilerStep#1","ts":0,"dur":5},{"ph":"X","name":"ProfilerStep#1","ts":6,"dur":5})",
+                      "ProfilerStep#1 appears twice");
+  // B/E pairs whose E omits the name (as Chrome's format allows) time a span.
+  const auto imp = formats::import_kineto_buffers(
+      {{"t.json", one(R"({"ph":"B","name":"ProfilerStep#1","ts":0,"pid":1,"tid":1},)"
+                      R"({"ph":"X","name":"autograd::engine::evaluate_function: X","ts":2,"dur":3,"pid":1,"tid":2},)"
+                      R"({"ph":"E","ts":10,"pid":1,"tid":1})")}});
+  EXPECT_DOUBLE_EQ(imp.window.matrix.wall(0, 0), 10e-6);
+}
+
+TEST(Kineto, gzip_must_be_whole) {
+  const auto ok = formats::import_kineto({kData + "kineto/rank0.json.gz"});
+  const auto plain = formats::import_kineto({kData + "kineto/rank0.json"});
+  EXPECT_TRUE(ok.window.matrix.data().isApprox(plain.window.matrix.data(), 0.0));
+  expect_import_error({kData + "hostile/kineto_gzip_no_trailer.json.gz"}, "corrupt gzip data (the stream ends early");
+  expect_import_error({kData + "hostile/kineto_gzip_truncated.json.gz"}, "corrupt gzip data");
+  std::ifstream in(kData + "kineto/rank0.json.gz", std::ios::binary);
+  std::string gz((std::istreambuf_iterator<char>(in)), {});
+  // Two members read as their concatenation (as gzip and zcat do); junk after a member does not.
+  const auto two = formats::import_kineto({kData + "kineto/rank1_two_members.json.gz"});
+  const auto whole = formats::import_kineto({kData + "kineto/rank1.json"});
+  EXPECT_TRUE(two.window.matrix.data().isApprox(whole.window.matrix.data(), 0.0));
+  std::string bad_crc = gz;
+  bad_crc[bad_crc.size() - 6] ^= 0x55;  // inside the CRC-32
+  try {
+    formats::import_kineto_buffers({{"t.json.gz", bad_crc}});
+    ADD_FAILURE() << "a wrong CRC passed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("corrupt gzip data (incorrect data check)"), std::string::npos) << e.what();
+  }
+  try {
+    formats::import_kineto_buffers({{"t.json.gz", gz + "junk"}});
+    ADD_FAILURE() << "junk after the stream passed";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("4 bytes after the end of the gzip stream"), std::string::npos) << e.what();
+  }
 }
