@@ -65,7 +65,9 @@ TEST(Labels, generator_covers_both_sides_of_every_trigger) {
     const auto name = sf::frontier::to_string(static_cast<Label>(l));
     if (static_cast<Label>(l) == Label::gradient_accumulation_ambiguous) continue;  // its own generator
     EXPECT_GT(fired[l], 0) << name << " never fires on the generated cases";
-    if (static_cast<Label>(l) != Label::frontier_accounting) EXPECT_GT(silent[l], 0) << name << " always fires";
+    if (static_cast<Label>(l) != Label::frontier_accounting) {
+      EXPECT_GT(silent[l], 0) << name << " always fires";
+    }
   }
 }
 
