@@ -26,7 +26,7 @@ struct ModelStepper::State {
     double begin, bwd_start, own_done, callbacks_s, optim_s, cb_start;
   };
   std::vector<Carry> carry;
-  std::vector<double> launch;  // B × R: when each rank's bucket collective can start
+  std::vector<double> launch;  // R × B: when each rank's bucket collective can start
   // This step's walls and side evidence (the durations go straight into the matrix's row).
   std::vector<double> wall, fwd_event, wait_bwd, wait_cb;
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
@@ -143,7 +143,10 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       } else {
         for (int j = 0; j < len; ++j) launched[j] = std::max(dev[j], launched[j]);
       }
-      std::copy_n(launched, len, st.launch.data() + i * static_cast<std::size_t>(R) + r0);
+      // Rank-major (a rank's buckets side by side, for pass 2's one stream); the block's
+      // stores stay within a few KiB.
+      double* l = st.launch.data() + static_cast<std::size_t>(r0) * B + i;
+      for (int j = 0; j < len; ++j) l[static_cast<std::size_t>(j) * B] = launched[j];
       st.all_in[i] = std::max(st.all_in[i], Eigen::Map<const Eigen::ArrayXd>(launched, len).maxCoeff());
       for (int j = 0; j < len; ++j) hb[j] += bwd_host[j] * frac;
     }
@@ -173,7 +176,7 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       // Time inside collectives: the union of [entry, completion] over the rank's buckets.
       double inside = 0, lo = -1, hi = -1;
       for (std::size_t i = 0; i < B; ++i) {
-        const double a = st.launch[i * static_cast<std::size_t>(R) + r], e = st.bucket_end[i];
+        const double a = st.launch[static_cast<std::size_t>(r) * B + i], e = st.bucket_end[i];
         if (a > hi) {
           inside += hi - lo;
           lo = a;
