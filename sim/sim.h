@@ -170,7 +170,7 @@ struct Variation {
 std::string validate(const Variation& v);
 /// The rank's persistent cost factor (1 without heterogeneity).
 double rank_factor(const Variation& v, std::uint64_t seed, int rank);
-/// Levels of the jitter's normal: 2^16 equiprobable midpoint quantiles (|z| ≤ 4.4).
+/// Levels of the jitter's normal: 2^16 equiprobable midpoint quantiles (|z| ≤ 4.33).
 inline constexpr std::size_t kJitterLevels = std::size_t{1} << 16;
 /// Φ⁻¹((i + ½) / kJitterLevels) for every level i, ascending (computed once).
 const std::vector<double>& normal_quantiles();
@@ -179,7 +179,7 @@ const std::vector<double>& normal_quantiles();
 /// z is the standard normal quantised to kJitterLevels equiprobable levels (16 hashed bits per
 /// cost pick the level): one hash per four costs and no transcendental call per draw, which is
 /// what lets `sim` model 10^6 ranks; the quantisation (relative steps ≈ 1e-6 near the median at
-/// σ = 0.03, tails cut at 4.4 σ) is far below anything the model resolves.
+/// σ = 0.03, tails cut at 4.33 σ) is far below anything the model resolves.
 StageCosts draw_costs(const StageCosts& base, const Variation& v, std::uint64_t seed, int rank, std::int64_t step);
 
 /// draw_costs for many ranks: the rank factors and exp(σ · z) of every level computed once.

@@ -51,6 +51,67 @@ TEST(StepShape, cost_draws_are_replicates_a_seed_controls) {
   EXPECT_NEAR(std::sqrt(ss / static_cast<double>(logs.size())), 0.1, 0.005);
 }
 
+// The jitter's normal is quantised to 2^16 equiprobable levels: the table must be the standard
+// normal's midpoint quantiles (symmetric, ascending, unit variance to the quantisation), the
+// sampler must draw exactly what draw_costs draws, and the eight costs of a rank-step must be
+// independent draws (their logs uncorrelated, each with the configured sigma).
+TEST(StepShape, jitter_levels_are_normal_quantiles_and_the_sampler_draws_what_draw_costs_draws) {
+  const auto& z = sim::normal_quantiles();
+  ASSERT_EQ(z.size(), sim::kJitterLevels);
+  double ss = 0;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    if (i > 0) ASSERT_LT(z[i - 1], z[i]) << i;
+    ASSERT_NEAR(z[i], -z[z.size() - 1 - i], 1e-12) << i;  // symmetric
+    ss += z[i] * z[i];
+  }
+  EXPECT_NEAR(z[z.size() / 2], 0.0, 1e-4);
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(z.size())), 1.0, 1e-3);
+  EXPECT_NEAR(z.back(), 4.325, 0.002);  // Φ⁻¹(1 − 2^-17)
+  EXPECT_NEAR(z[static_cast<std::size_t>(0.8413447 * static_cast<double>(z.size()))], 1.0, 1e-3);  // Φ(1)
+
+  const sim::StageCosts base;
+  for (const sim::Variation v : {sim::Variation{0.2, sim::Heterogeneity::lognormal, 0.3},
+                                 sim::Variation{0.0, sim::Heterogeneity::two_tier, 0.5}, sim::Variation{}}) {
+    const sim::CostSampler sampler(base, v, 11, 64);
+    for (int r = 0; r < 64; ++r)
+      for (std::int64_t t : {0, 1, 77, 100000}) {
+        const auto a = sampler.draw(r, t), b = sim::draw_costs(base, v, 11, r, t);
+        ASSERT_EQ(a.data_ms, b.data_ms);
+        ASSERT_EQ(a.loader_ms, b.loader_ms);
+        ASSERT_EQ(a.fwd_host_ms, b.fwd_host_ms);
+        ASSERT_EQ(a.fwd_device_ms, b.fwd_device_ms);
+        ASSERT_EQ(a.bwd_host_ms, b.bwd_host_ms);
+        ASSERT_EQ(a.bwd_device_ms, b.bwd_device_ms);
+        ASSERT_EQ(a.callbacks_ms, b.callbacks_ms);
+        ASSERT_EQ(a.optim_ms, b.optim_ms);
+      }
+  }
+  // Costs of one rank-step drawn independently: pairwise correlation of their logs near 0.
+  const sim::Variation v{0.1, sim::Heterogeneity::none, 0};
+  const int n = 20000;
+  std::vector<double> x(n), y(n);
+  for (int t = 0; t < n; ++t) {
+    const auto c = sim::draw_costs(base, v, 5, 2, t);
+    x[t] = std::log(c.fwd_host_ms / base.fwd_host_ms);
+    y[t] = std::log(c.bwd_host_ms / base.bwd_host_ms);  // slot 4: the second hashed word
+  }
+  double sx = 0, sy = 0, sxy = 0, sxx = 0, syy = 0;
+  for (int t = 0; t < n; ++t) {
+    sx += x[t];
+    sy += y[t];
+  }
+  sx /= n;
+  sy /= n;
+  for (int t = 0; t < n; ++t) {
+    sxy += (x[t] - sx) * (y[t] - sy);
+    sxx += (x[t] - sx) * (x[t] - sx);
+    syy += (y[t] - sy) * (y[t] - sy);
+  }
+  EXPECT_LT(std::abs(sxy / std::sqrt(sxx * syy)), 0.03);
+  EXPECT_NEAR(std::sqrt(sxx / n), 0.1, 0.003);
+  EXPECT_NEAR(std::sqrt(syy / n), 0.1, 0.003);
+}
+
 TEST(StepShape, two_tier_heterogeneity_slows_about_half_the_ranks) {
   const sim::Variation v{0, sim::Heterogeneity::two_tier, 0.5};
   int slow = 0;
