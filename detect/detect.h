@@ -36,6 +36,9 @@ struct DetectConfig {
   double min_rel_change = 0.10;
   /// Post-change observations needed before a candidate is verified.
   int min_after = 3;
+  /// Changes kept (the last ones; older ones are counted in changes_total()): memory stays
+  /// bounded however often a run flaps.
+  int max_changes_kept = 256;
   /// Outlier robustness: an observation whose Student-t z-score under the MAP run exceeds
   /// outlier_z (and that differs from the MAP run's mean by more than min_rel_change) is held
   /// back; up to max_outlier_run consecutive ones are dropped as isolated outliers when a
@@ -43,16 +46,20 @@ struct DetectConfig {
   double outlier_z = 6.0;
   int max_outlier_run = 2;
   /// Contaminated likelihood: each observation is, with probability `contamination`, an outlier
-  /// drawn from a flat density over [0, contamination_span · |x_0|] instead of the run's Student-t.
+  /// drawn from a proper density (flat over [0, contamination_span · L] with half the mass, a 1/x²
+  /// tail beyond; L the reference level) instead of the run's Student-t.
   /// Every run length pays the same capped price for a spike, so load spikes (even periodic ones)
   /// cannot make an old, spike-widened regime explain a level shift better than a new run; and
-  /// a run's statistics take each observation with its posterior inlier weight. 0 turns it off
-  /// (plain Adams & MacKay).
+  /// a run's statistics take each observation with its posterior inlier weight (a new run's first
+  /// observation: weight 1). 0 turns it off (plain Adams & MacKay).
   double contamination = 0.05;
   double contamination_span = 10.0;
-  /// Normal-Gamma prior, anchored at the first observation x_0: mean x_0, κ0, α0, and
-  /// β0 = α0 · (prior_rel_sd · |x_0|)² (a prior standard deviation relative to the level).
-  double kappa0 = 1.0;
+  /// Normal-Gamma prior of a new run: mean L, κ0, α0, and β0 = α0 · s0² with
+  /// s0 = max(prior_rel_sd · |L|, the robust spread of the level window, 1 µs).
+  /// The prior's reference level L is the median of the last level_window values fed
+  /// (re-anchored every step), not the first value: a slow warm-up step does not set the scale.
+  int level_window = 16;
+  double kappa0 = 0.01;
   double alpha0 = 1.0;
   double prior_rel_sd = 0.05;
   /// Periodicity (FALCON's ACF rule): the first lag k in [2, max_period] with ACF_k >= acf_min
@@ -68,10 +75,11 @@ std::string validate(const DetectConfig& c);
 struct ChangePoint {
   std::int64_t step = 0;        ///< first step of the new regime
   std::int64_t detected_at = 0; ///< step whose observation confirmed it
-  double mean_before = 0, mean_after = 0;  ///< m_l, m_r at confirmation (seconds)
-  double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r)
+  double mean_before = 0, mean_after = 0;      ///< segment means before and after c at confirmation (seconds)
+  double median_before = 0, median_after = 0;  ///< segment medians m_l, m_r: what the verification compares
+  double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r), on the medians
   double short_run_mass = 0;    ///< P(r_t <= short_run) at confirmation
-  int direction() const { return mean_after > mean_before ? +1 : -1; }  ///< +1 slower, −1 recovery
+  int direction() const { return median_after > median_before ? +1 : -1; }  ///< +1 slower, −1 recovery
 };
 
 /// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
@@ -86,7 +94,10 @@ public:
   std::optional<ChangePoint> observe(std::int64_t step, double x);
 
   const DetectConfig& config() const { return cfg_; }
-  const std::vector<ChangePoint>& changes() const { return changes_; }
+  /// The kept changes (at most max_changes_kept, the most recent), oldest first.
+  std::vector<ChangePoint> changes() const;
+  /// Changes confirmed since the start, kept or not.
+  std::int64_t changes_total() const { return changes_total_; }
   std::int64_t observed() const { return observed_; }
   std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
   std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
@@ -101,11 +112,16 @@ private:
   struct Stats { double mu, kappa, alpha, beta; };
   void feed(std::int64_t step, double x);
   std::optional<ChangePoint> decide(std::int64_t step);
+  std::optional<ChangePoint> reversion(std::int64_t step);
+  std::optional<ChangePoint> verify(std::int64_t c, std::int64_t step, double mass, int min_left);
   Stats prior() const;
+  void update_level();
 
   DetectConfig cfg_;
   bool started_ = false;
-  double x0_ = 0;
+  double level_ = 0;                  ///< reference level: median of the last level_window values fed
+  double spread_ = 0;                 ///< their robust standard deviation (1.4826 · MAD)
+  std::vector<double> level_buf_;     ///< work buffer for the median
   std::int64_t last_step_ = 0;
   std::int64_t observed_ = 0, outliers_dropped_ = 0, rejected_ = 0;
   std::vector<double> post_;          ///< P(r_t = r | x_{1:t}), r = 0..size-1
@@ -115,7 +131,10 @@ private:
   std::vector<double> inlier_;        ///< per-step inlier weight per run length (contamination)
   std::deque<std::pair<std::int64_t, double>> history_;   ///< last max_run_length fed values
   std::vector<std::pair<std::int64_t, double>> pending_;  ///< held-back outliers
-  std::vector<ChangePoint> changes_;
+  std::deque<ChangePoint> changes_;   ///< the last max_changes_kept
+  static constexpr std::size_t kChangeFields = 8;  ///< values per kept change (state_size)
+  std::int64_t changes_total_ = 0;
+  std::vector<double> left_, right_;  ///< verification work buffers
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
 };
