@@ -11,54 +11,106 @@ namespace sf::detect {
 // ---- periodicity --------------------------------------------------------------------------------
 
 double acf(const std::vector<double>& x, int lag) {
+  // NaN entries are steps not observed: they count in no sum (and keep every lag a lag in steps).
   const std::size_t n = x.size();
   if (lag < 0 || static_cast<std::size_t>(lag) >= n) return 0;
   double mu = 0;
-  for (double v : x) mu += v;
-  mu /= static_cast<double>(n);
+  std::size_t m = 0;
+  for (double v : x)
+    if (!std::isnan(v)) mu += v, ++m;
+  if (m == 0) return 0;
+  mu /= static_cast<double>(m);
   double den = 0, num = 0;
-  for (double v : x) den += (v - mu) * (v - mu);
-  for (std::size_t t = 0; t + static_cast<std::size_t>(lag) < n; ++t) num += (x[t] - mu) * (x[t + lag] - mu);
+  for (double v : x)
+    if (!std::isnan(v)) den += (v - mu) * (v - mu);
+  for (std::size_t t = 0; t + static_cast<std::size_t>(lag) < n; ++t)
+    if (!std::isnan(x[t]) && !std::isnan(x[t + lag])) num += (x[t] - mu) * (x[t + lag] - mu);
   return den > 0 ? num / den : 0;
 }
 
-Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, const std::vector<std::int64_t>& change_steps,
-                        const DetectConfig& cfg) {
+namespace {
+
+double median_of(std::vector<double>& v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+}  // namespace
+
+Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg) {
   Periodicity out;
   const int n = static_cast<int>(x.size());
-  // Residuals: each value minus the mean of its segment, so a level shift is not a "period".
-  std::vector<double> res(x.size());
-  std::vector<std::int64_t> cuts;
-  for (auto c : change_steps)
-    if (c > first_step && c < first_step + n) cuts.push_back(c - first_step);
-  std::sort(cuts.begin(), cuts.end());
-  cuts.push_back(n);
-  std::int64_t lo = 0;
-  for (auto hi : cuts) {
-    if (hi <= lo) continue;
-    double mu = 0;
-    for (auto t = lo; t < hi; ++t) mu += x[t];
-    mu /= static_cast<double>(hi - lo);
-    for (auto t = lo; t < hi; ++t) res[t] = x[t] - mu;
-    lo = hi;
+  if (n == 0) return out;
+  // Residuals from a running median (half-width median_halfwidth): a level held longer than the
+  // half-width, detected or not, is followed by a centred median and leaves no step in the
+  // residuals, while spikes and bursts that fill less than half of any window stay. (Removing
+  // segment means between kept change points let an undetected small shift pass for a period of
+  // 2-4 steps.)
+  const int h = cfg.median_halfwidth;
+  std::vector<double> res(x.size(), NAN), buf;
+  for (int t = 0; t < n; ++t) {
+    if (std::isnan(x[t])) continue;
+    buf.clear();
+    for (int u = std::max(0, t - h); u <= std::min(n - 1, t + h); ++u)
+      if (!std::isnan(x[u])) buf.push_back(x[u]);
+    res[t] = x[t] - median_of(buf);
   }
+  // A spike stands above the robust spread of the residuals (1.4826 · MAD, the noise).
+  buf.clear();
+  for (double r : res)
+    if (!std::isnan(r)) buf.push_back(std::abs(r));
+  const double sigma = 1.4826 * median_of(buf);
+  const double thr = std::max(cfg.spike_z * sigma, 1e-9);
+  auto spike = [&](int t) { return t >= 0 && t < n && !std::isnan(res[t]) && res[t] > thr; };
+
   const int kmax = std::min(cfg.max_period, n / 3);
-  std::vector<double> a(static_cast<std::size_t>(kmax) + 2, 0.0);
+  std::vector<double> a(static_cast<std::size_t>(std::max(kmax, 1)) + 2, 0.0);
   for (int k = 1; k <= kmax + 1 && k < n; ++k) a[k] = acf(res, k);
   for (int k = 2; k <= kmax; ++k) {
-    if (a[k] >= cfg.acf_min && a[k] >= a[k - 1] && a[k] >= a[k + 1]) {
-      out.period = k;
-      out.acf = a[k];
-      // Phase: the residue class mod k with the largest mean residual (where the spikes sit).
-      std::vector<double> fold(static_cast<std::size_t>(k), 0.0);
-      std::vector<int> cnt(static_cast<std::size_t>(k), 0);
-      for (int t = 0; t < n; ++t) fold[t % k] += res[t], ++cnt[t % k];
-      int best = 0;
-      for (int c = 1; c < k; ++c)
-        if (fold[c] / cnt[c] > fold[best] / cnt[best]) best = c;
-      out.phase = first_step + best;
-      return out;
+    if (!(a[k] >= cfg.acf_min && a[k] >= a[k - 1] && a[k] >= a[k + 1])) continue;
+    // FALCON's lag, then what a person means by "periodic": the residue class mod k with the
+    // largest mean residual holds spikes over the baseline, at least min_repeats of them, at half
+    // or more of its steps from the first spike to the last.
+    std::vector<double> fold(static_cast<std::size_t>(k), 0.0);
+    std::vector<int> cnt(static_cast<std::size_t>(k), 0);
+    for (int t = 0; t < n; ++t)
+      if (!std::isnan(res[t])) fold[t % k] += res[t], ++cnt[t % k];
+    int best = -1;
+    for (int c = 0; c < k; ++c)
+      if (cnt[c] > 0 && (best < 0 || fold[c] / cnt[c] > fold[best] / cnt[best])) best = c;
+    if (best < 0) continue;
+    // A spike of the period is a burst shorter than the period: baseline between two of them.
+    auto burst_of = [&](int t, int& lo, int& hi) {
+      lo = hi = t;
+      while (spike(lo - 1) && t - (lo - 1) < k) --lo;
+      while (spike(hi + 1) && hi + 1 - lo < k) ++hi;
+      return hi - lo + 1 < k && !spike(lo - 1) && !spike(hi + 1);
+    };
+    int first = -1, last = -1, spikes = 0, lo = 0, hi = 0;
+    for (int t = best; t < n; t += k)
+      if (spike(t) && burst_of(t, lo, hi)) {
+        if (first < 0) first = t;
+        last = t;
+        ++spikes;
+      }
+    int positions = 0;
+    for (int t = first; first >= 0 && t <= last; t += k) positions += std::isnan(res[t]) ? 0 : 1;
+    if (spikes < cfg.min_repeats || 2 * spikes < positions) continue;
+    out.period = k;
+    out.acf = a[k];
+    out.repeats = spikes;
+    // Each spike of the class with the consecutive spikes around it is one burst; the phase is
+    // the first step of the first burst (not the first step of the residue class).
+    std::vector<double> lengths;
+    for (int t = first; t <= last; t += k) {
+      if (!spike(t) || !burst_of(t, lo, hi)) continue;
+      if (out.phase < 0) out.phase = first_step + lo;
+      lengths.push_back(hi - lo + 1);
+      for (int u = lo; u <= hi; ++u) out.spike_steps.push_back(first_step + u);
     }
+    out.burst = static_cast<int>(median_of(lengths));
+    return out;
   }
   return out;
 }

@@ -30,6 +30,9 @@ std::string validate(const DetectConfig& c) {
   if (!finite_pos(c.contamination_span)) return "detect contamination_span must be > 0";
   if (c.max_period < 2) return "detect max_period must be >= 2";
   if (!(c.acf_min > 0 && c.acf_min <= 1)) return "detect acf_min must be in (0, 1]";
+  if (!(c.spike_z > 0) || !std::isfinite(c.spike_z)) return "detect spike_z must be finite and > 0";
+  if (c.min_repeats < 2) return "detect min_repeats must be >= 2";
+  if (c.median_halfwidth < 1) return "detect median_halfwidth must be >= 1";
   return "";
 }
 

@@ -63,9 +63,15 @@ struct DetectConfig {
   double alpha0 = 1.0;
   double prior_rel_sd = 0.05;
   /// Periodicity (FALCON's ACF rule): the first lag k in [2, max_period] with ACF_k >= acf_min
-  /// on the series with its segment means removed; needs at least 3 periods of data.
+  /// on the series less its running median, needing at least 3 periods of data, and spikes of the
+  /// period: residuals over spike_z robust standard deviations, at least min_repeats of them.
   int max_period = 64;
   double acf_min = 0.5;
+  double spike_z = 3.0;
+  int min_repeats = 4;
+  /// Half-width of the running median removed before the ACF: levels held longer than this are
+  /// no period; bursts up to this long are seen as bursts.
+  int median_halfwidth = 16;
 };
 
 /// Returns "" or one line naming the first bad field (what and what was expected).
@@ -147,16 +153,23 @@ std::vector<ChangePoint> detect_series(const std::vector<double>& x, std::int64_
 struct Periodicity {
   int period = 0;        ///< 0: none found
   double acf = 0;        ///< ACF at that lag
-  std::int64_t phase = -1;  ///< first step of the residue class mod period with the largest mean (the spikes)
+  std::int64_t phase = -1;  ///< first step of the first spike (burst) of the period
+  int repeats = 0;       ///< spikes (bursts) of the period found
+  int burst = 0;         ///< median length of a burst in steps (1: single-step spikes)
+  std::vector<std::int64_t> spike_steps;  ///< every step of every burst, ascending
 };
 
-/// FALCON's ACF rule on x after removing the mean of each segment between change points
-/// (`change_steps`, as steps of x with x[0] at first_step): the first lag k in [2, max_period]
-/// with ACF_k >= acf_min that is a local peak, with at least three periods of data.
-Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step,
-                        const std::vector<std::int64_t>& change_steps, const DetectConfig& cfg = {});
+/// FALCON's ACF rule on x, one value per step from first_step (NaN: a step not observed, so a lag
+/// is always a lag in steps), after removing a running median of half-width median_halfwidth (a
+/// level shift, detected or not, is no period): the first lag k in [2, max_period] with
+/// ACF_k >= acf_min that is a local peak, with at least three periods of data, whose residue
+/// class of largest mean holds at least min_repeats spikes (bursts shorter than k of residuals
+/// over spike_z robust standard deviations), at half or more of its steps between the first spike
+/// and the last.
+Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg = {});
 
-/// ACF_k = Σ_{t<L−k} (x_t − μ)(x_{t+k} − μ) / Σ_t (x_t − μ)² (FALCON eq., biased form).
+/// ACF_k = Σ_{t<L−k} (x_t − μ)(x_{t+k} − μ) / Σ_t (x_t − μ)² (FALCON eq., biased form); NaN
+/// entries (steps not observed) take part in no sum.
 double acf(const std::vector<double>& x, int lag);
 
 // ---- diagnosis at a change ----------------------------------------------------------------------

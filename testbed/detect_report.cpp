@@ -71,12 +71,14 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
                            const detect::Detector* online) {
   DetectReport rep;
   const auto acc = frontier::account(m, label.account);
-  std::vector<double> f;
+  // F[t,S] per step from the matrix's first step, NaN where no rank was present: the periodicity
+  // search and everything placed by step read one indexing.
+  std::vector<double> f(static_cast<std::size_t>(acc.steps), NAN);
   std::int64_t first_scored = -1;
   for (int t = 0; t < acc.steps; ++t)
     if (acc.scored[t]) {
       if (first_scored < 0) first_scored = m.step_id(t);
-      f.push_back(acc.exposed(t));
+      f[t] = acc.exposed(t);
     }
   detect::Detector local(dc);
   if (!online)
@@ -193,13 +195,13 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
     rep.json["series"] = {{"first_step", m.first_step()}, {"exposed_step_s", std::move(xs)}, {"truncated", acc.steps > n}};
   }
 
-  std::vector<std::int64_t> cut_steps;
-  for (const auto& c : rep.changes) cut_steps.push_back(c.step);
-  const auto per = detect::periodicity(f, first_scored, cut_steps, dc);
-  rep.json["periodicity"] = {{"period", per.period}, {"acf", per.acf}, {"phase_step", per.phase}};
+  const auto per = detect::periodicity(f, m.first_step(), dc);
+  rep.json["periodicity"] = {{"period", per.period}, {"acf", per.acf}, {"phase_step", per.phase},
+                             {"repeats", per.repeats}, {"burst_steps", per.burst}};
   if (per.period > 0) {
-    std::snprintf(line, sizeof line, "# periodic: every %d steps from step %lld (ACF %.2f)\n", per.period,
-                  static_cast<long long>(per.phase), per.acf);
+    std::snprintf(line, sizeof line, "# periodic: every %d steps from step %lld, %d %s (ACF %.2f)\n", per.period,
+                  static_cast<long long>(per.phase), per.repeats,
+                  per.burst > 1 ? ("bursts of " + std::to_string(per.burst) + " steps").c_str() : "spikes", per.acf);
     rep.text += line;
   }
 

@@ -158,12 +158,71 @@ TEST(Detect, periodic_spikes_are_periodic_not_a_storm) {
   for (int t = 13; t < 200; t += 5) x[t] += 0.15;
   const auto cps = detect_series(x, 0);
   EXPECT_TRUE(cps.empty());
-  const auto p = sf::detect::periodicity(x, 0, {});
+  const auto p = sf::detect::periodicity(x, 0);
   EXPECT_EQ(p.period, 5);
-  EXPECT_EQ(p.phase, 3);  // 13 mod 5
-  // A level shift alone is no period once the segment means are removed.
+  EXPECT_EQ(p.phase, 13);  // the first spike, not the first step of its residue class
+  EXPECT_EQ(p.burst, 1);
+  // A level shift alone is no period.
   const auto y = series(200, {{0, 0.2}, {100, 0.3}}, 0.02, 4);
-  EXPECT_EQ(sf::detect::periodicity(y, 0, {100}).period, 0);
+  EXPECT_EQ(sf::detect::periodicity(y, 0).period, 0);
+}
+
+// Issue 14, class 1: only segments between kept change points had their mean removed, so a
+// level shift too small to be reported left a step in the series that passed for a period of
+// 2-4 steps (8 of 8 seeds of a 20 ms A/B/A in sim). No seed may find a period in a level shift,
+// an A/B/A or a drift, detected or not; true periodic spikes still are found.
+TEST(DetectPeriod, a_level_shift_detected_or_not_is_no_period) {
+  int periods = 0;
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    for (double shift : {0.05, 0.1, 0.3, 2.0}) {
+      const auto up = series(200, {{0, 0.2}, {100, 0.2 * (1 + shift)}}, 0.02, seed);
+      const auto aba = series(200, {{0, 0.2}, {60, 0.2 * (1 + shift)}, {140, 0.2}}, 0.02, seed);
+      const auto short_b = series(200, {{0, 0.2}, {100, 0.2 * (1 + shift)}, {160, 0.2}}, 0.02, seed);
+      for (const auto* x : {&up, &aba, &short_b}) {
+        const auto p = sf::detect::periodicity(*x, 0);
+        periods += p.period > 0;
+        if (p.period > 0) ADD_FAILURE() << "seed " << seed << " shift " << shift << ": period " << p.period;
+      }
+    }
+    std::vector<double> drift = series(200, {{0, 0.2}}, 0.02, seed);
+    for (int t = 0; t < 200; ++t) drift[t] *= 1 + 0.5 * t / 200.0;
+    periods += sf::detect::periodicity(drift, 0).period > 0;
+  }
+  EXPECT_EQ(periods, 0);
+}
+
+TEST(DetectPeriod, periodic_spikes_and_bursts_found_from_the_first_spike) {
+  for (int every : {5, 7, 11}) {
+    auto x = series(200, {{0, 0.07}}, 0.03, static_cast<std::uint64_t>(every));
+    for (int t = 20; t < 150; t += every) x[t] += 0.03;  // the fault from step 20 to 149
+    const auto p = sf::detect::periodicity(x, 100);
+    EXPECT_EQ(p.period, every);
+    EXPECT_EQ(p.phase, 120) << every;  // "from step 120", not the residue class's first step
+    EXPECT_GE(p.repeats, 130 / every - 1);
+  }
+  auto b = series(300, {{0, 0.2}}, 0.02, 3);
+  for (int t = 10; t < 300; t += 20)
+    for (int k = 0; k < 5; ++k) b[t + k] = 0.6;
+  const auto p = sf::detect::periodicity(b, 0);
+  EXPECT_EQ(p.period, 20);
+  EXPECT_EQ(p.burst, 5);
+  EXPECT_EQ(p.phase, 10);
+  EXPECT_EQ(p.spike_steps.size(), 75u);
+  // Fewer than min_repeats spikes are no period.
+  auto few = series(60, {{0, 0.2}}, 0.02, 3);
+  for (int t = 40; t < 60; t += 7) few[t] += 0.2;
+  EXPECT_EQ(sf::detect::periodicity(few, 0).period, 0);
+}
+
+// Issue 14, class 13: a step not observed is a NaN in place, so lags and the phase stay in steps
+// (the report used to drop unscored steps and then place things by step offset).
+TEST(DetectPeriod, steps_not_observed_keep_lags_in_steps) {
+  auto x = series(200, {{0, 0.2}}, 0.02, 8);
+  for (int t = 32; t < 200; t += 6) x[t] += 0.1;
+  for (int t : {3, 4, 5, 10, 11}) x[t] = NAN;
+  const auto p = sf::detect::periodicity(x, 0);
+  EXPECT_EQ(p.period, 6);
+  EXPECT_EQ(p.phase, 32);
 }
 
 /// A/B/A runs shaped like mpi.detect_aba on a loaded machine: 58 steps at 0.06 s with relative
