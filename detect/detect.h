@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -207,19 +208,20 @@ struct RankLead {
 struct WindowLead {
   std::int64_t first_step = 0, last_step = -1;
   int advanced_steps = 0;            ///< steps where the group advanced
-  std::vector<RankLead> ranks;       ///< ranks with a lead, largest credit first
+  std::vector<RankLead> ranks;       ///< ranks with a lead, largest credit first (the top kept_ranks)
   int culprit = -1;                  ///< the rank with >= culprit_credit of the advance, or −1
 };
 
 struct CulpritStability {
-  int group = -1;                    ///< the followed group (dominant_group())
+  int group = -1;                    ///< the followed group
   std::string group_name;
   std::vector<RankLead> overall;     ///< over the run, largest credit first
-  std::vector<WindowLead> windows;
+  std::vector<WindowLead> windows;   ///< the last max_windows_kept windows, oldest first
+  int windows_total = 0;             ///< windows over the run (kept or not)
   int culprit = -1;                  ///< the rank that is culprit in most windows, or −1
   int windows_led = 0;               ///< windows where `culprit` is the window's culprit
   int episodes = 0;                  ///< maximal runs of consecutive windows it leads
-  double persistence = 0;            ///< windows_led / windows
+  double persistence = 0;            ///< windows_led / windows_total
   double step_fraction_in_led = 0;   ///< steps it leads / steps the group advanced, in those windows
   bool ongoing = false;              ///< its last episode reaches the last window
   Stability stability = Stability::none;
@@ -231,12 +233,44 @@ struct StabilityConfig {
   double culprit_credit = 0.5;       ///< a window's culprit holds at least this share of the advance
   double min_margin = 0.05;          ///< ... with a median lead over the runner-up >= this fraction of F[t,S]
   double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
+  int kept_ranks = 4;                ///< ranks listed per window (largest credit first)
+  int max_windows_kept = 2048;       ///< per-window records kept (the last ones); the classification counts all
 };
 
-/// The group whose culprits are followed: the group in which a single rank, as the unique leader
-/// of the group's advance, is credited with the most exposed time over the matrix (−1: none).
-/// A chronic or periodic straggler dominates it; healthy jitter spreads credit over all ranks.
+/// The group whose culprits are followed when nothing better is known: the group in which a
+/// single rank, as the unique leader of the group's advance, is credited with the most exposed
+/// time over the matrix (−1: none). A chronic straggler dominates it; healthy jitter spreads
+/// credit over all ranks.
 int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc);
+
+/// Culprit stability of every group at once, fed window by window and step by step in bounded
+/// memory: per group and rank the run's totals, per (group, rank) that was ever a window's culprit
+/// its episodes so far, and the last max_windows_kept window records. result(g) classifies group g.
+class StabilityTracker {
+public:
+  StabilityTracker(const frontier::StageSchema& schema, StabilityConfig cfg = {});
+  ~StabilityTracker();
+  StabilityTracker(StabilityTracker&&) noexcept;
+  StabilityTracker& operator=(StabilityTracker&&) noexcept;
+  /// Opens a window at step `first_step` (closing the open one, if any).
+  void begin_window(std::int64_t first_step);
+  /// Tallies step t of m (acc = account(m)); needs an open window.
+  void add_step(const frontier::StageMatrix& m, const frontier::Accounting& acc, int t);
+  /// Closes the open window (its last step: the last step added); a no-op when none is open.
+  void end_window();
+  bool window_open() const;
+  /// The group with the largest credit to a single rank over the run (dominant_group's rule).
+  int dominant_group() const;
+  /// Classification of group g over the windows closed so far.
+  CulpritStability result(int group) const;
+  /// Values held: the kept window records, the per-rank run totals and culprit records (bounded by
+  /// max_windows_kept and the number of ranks, not by the length of the run).
+  std::size_t state_size() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 /// Culprit stability of `group` over the matrix. With window_bounds (first steps of windows,
 /// ascending) the windows are those; else fixed windows of cfg.window_steps.

@@ -451,3 +451,31 @@ TEST(DetectStability, chronic_one_off_intermittent_none) {
   const auto healthy = classify([](int) { return false; });
   EXPECT_EQ(healthy.stability, Stability::none) << healthy.evidence;
 }
+
+// Issue 14, class 5: culprit stability is tallied window by window in bounded memory; the last
+// max_windows_kept window records are kept, the classification counts every window.
+TEST(DetectStability, tracker_keeps_the_last_windows_and_counts_them_all) {
+  const auto m = matrix(120, [](int t) { return t >= 30 && t < 70; });
+  const auto acc = sf::frontier::account(m);
+  sf::detect::StabilityConfig all, few;
+  all.window_steps = few.window_steps = 4;
+  few.max_windows_kept = 5;
+  const auto a = sf::detect::culprit_stability(m, acc, 0, all);
+  const auto b = sf::detect::culprit_stability(m, acc, 0, few);
+  EXPECT_EQ(a.windows.size(), 30u);
+  EXPECT_EQ(b.windows.size(), 5u);
+  EXPECT_EQ(b.windows_total, 30);
+  EXPECT_EQ(b.windows.back().last_step, 119);
+  EXPECT_EQ(a.stability, b.stability);
+  EXPECT_EQ(a.culprit, b.culprit);
+  EXPECT_EQ(a.windows_led, b.windows_led);
+  EXPECT_EQ(a.evidence, b.evidence);
+  EXPECT_EQ(b.stability, sf::detect::Stability::one_off) << b.evidence;
+  // Each window lists its top ranks (at most kept_ranks), the culprit first.
+  for (const auto& w : a.windows) {
+    EXPECT_LE(w.ranks.size(), 4u);
+    if (w.culprit >= 0) {
+      EXPECT_EQ(w.ranks.front().rank, w.culprit);
+    }
+  }
+}
