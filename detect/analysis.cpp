@@ -206,11 +206,23 @@ int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& a
   return best;
 }
 
+namespace {
+
+template <typename Tally>
+const std::vector<std::pair<double, double>>& it_margins(const Tally& win, int rank) {
+  static const std::vector<std::pair<double, double>> none;
+  const auto it = win.margin.find(rank);
+  return it == win.margin.end() ? none : it->second;
+}
+
+}  // namespace
+
 struct StabilityTracker::State {
   /// A rank's lead in one window or over the run.
   struct Tally {
     std::map<int, RankLead> ranks;
-    std::map<int, std::vector<double>> margin;  ///< per rank: gap / F[t,S] at the steps it led (windows only)
+    /// per rank: (gap / F[t,S], advance credited) at the steps it led (windows only)
+    std::map<int, std::vector<std::pair<double, double>>> margin;
     int advanced = 0;
     double advance = 0;
     void finish(std::vector<RankLead>& out, std::size_t keep) const {
@@ -229,7 +241,8 @@ struct StabilityTracker::State {
   };
   /// A rank that was a window's culprit in some group: its episodes so far.
   struct Culprit {
-    int windows_led = 0, episodes = 0, steps_led = 0, advanced = 0;
+    int windows_led = 0, episodes = 0, advanced = 0;
+    int steps_led = 0;  ///< steps it led by a clear margin (>= min_margin of F[t,S]) in the windows it led
     std::int64_t ep_first = -1, ep_last = -1;
     int last_window = -2;  ///< index of the last window it led
   };
@@ -307,7 +320,7 @@ void StabilityTracker::add_step(const frontier::StageMatrix& m, const frontier::
         ++l.steps_led;
         l.credit_s += a;
       }
-      st.win[g].margin[leader].push_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0);
+      st.win[g].margin[leader].emplace_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0, a);
     } else if (leader == frontier::Accounting::kTie) {
       const auto ties = acc.tie_ranks(t, top);
       for (int c : ties)
@@ -336,13 +349,23 @@ void StabilityTracker::end_window() {
     win.finish(all, std::numeric_limits<std::size_t>::max());
     int culprit = -1;
     if (!all.empty() && all.front().credit_fraction >= st.cfg.culprit_credit) {
-      // ... and by a clear margin: at the steps it led, its median lead over the runner-up is at
-      // least min_margin of the step's exposed time (chance leadership among healthy ranks is not).
+      // ... and by a clear margin: at the steps it led, weighted by the advance credited there, its
+      // median lead over the runner-up is at least min_margin of the step's exposed time (chance
+      // leadership among healthy ranks is not). Weighted: a periodic culprit's credit comes from
+      // its spikes, where it leads by far, not from the quiet steps it happens to lead by a hair.
       const auto it = win.margin.find(all.front().rank);
       if (it != win.margin.end() && !it->second.empty()) {
         auto margins = it->second;
-        std::nth_element(margins.begin(), margins.begin() + static_cast<std::ptrdiff_t>(margins.size() / 2), margins.end());
-        if (margins[margins.size() / 2] >= st.cfg.min_margin) culprit = all.front().rank;
+        std::sort(margins.begin(), margins.end());
+        double total = 0, run = 0;
+        for (const auto& [m, w] : margins) total += w;
+        double median = margins.back().first;
+        for (const auto& [m, w] : margins)
+          if ((run += w) >= total / 2) {
+            median = m;
+            break;
+          }
+        if (median >= st.cfg.min_margin) culprit = all.front().rank;
       }
     }
     kept.culprit[g] = culprit;
@@ -356,7 +379,10 @@ void StabilityTracker::end_window() {
       c.ep_last = st.last;
       c.last_window = index;
       c.advanced += win.advanced;
-      c.steps_led += all.front().steps_led;
+      // Steps it leads by a clear margin: a periodic culprit also leads quiet steps by a hair,
+      // which makes it neither chronic nor a culprit there.
+      for (const auto& [m, w] : it_margins(win, culprit))
+        if (m >= st.cfg.min_margin) ++c.steps_led;
     }
     for (std::size_t i = 0; i < all.size() && i < K; ++i) {
       kept.leads[g * K + i] = {all[i].rank, all[i].steps_led, static_cast<float>(all[i].step_fraction),
@@ -374,7 +400,7 @@ std::size_t StabilityTracker::state_size() const {
   for (const auto& w : st.windows) n += 2 + w.culprit.size() + w.advanced.size() + w.nleads.size() + 4 * w.leads.size();
   for (std::size_t g = 0; g < st.run.size(); ++g) {
     n += 5 * (st.run[g].ranks.size() + st.win[g].ranks.size()) + 7 * st.culprits[g].size();
-    for (const auto& [r, v] : st.win[g].margin) n += v.size();
+    for (const auto& [r, v] : st.win[g].margin) n += 2 * v.size();
   }
   return n;
 }
@@ -439,7 +465,7 @@ CulpritStability StabilityTracker::result(int group) const {
   else if (out.ongoing) out.stability = Stability::chronic;
   else out.stability = Stability::one_off;
   std::snprintf(buf, sizeof buf,
-                "rank %d leads %s in %d of %d windows, %d episode%s (last: steps %lld-%lld, %s), leading %.0f%% of the "
+                "rank %d leads %s in %d of %d windows, %d episode%s (last: steps %lld-%lld, %s), clearly leading %.0f%% of the "
                 "group's advancing steps in those windows",
                 out.culprit, out.group_name.c_str(), out.windows_led, out.windows_total, out.episodes,
                 out.episodes == 1 ? "" : "s", static_cast<long long>(best->ep_first), static_cast<long long>(best->ep_last),

@@ -222,7 +222,7 @@ struct CulpritStability {
   int windows_led = 0;               ///< windows where `culprit` is the window's culprit
   int episodes = 0;                  ///< maximal runs of consecutive windows it leads
   double persistence = 0;            ///< windows_led / windows_total
-  double step_fraction_in_led = 0;   ///< steps it leads / steps the group advanced, in those windows
+  double step_fraction_in_led = 0;   ///< steps it leads by a clear margin / steps the group advanced, in those windows
   bool ongoing = false;              ///< its last episode reaches the last window
   Stability stability = Stability::none;
   std::string evidence;              ///< one line: the numbers behind the classification
@@ -232,7 +232,7 @@ struct StabilityConfig {
   int window_steps = 20;             ///< steps per window (matrices with recorder windows: use theirs)
   double culprit_credit = 0.5;       ///< a window's culprit holds at least this share of the advance
   double min_margin = 0.05;          ///< ... with a median lead over the runner-up >= this fraction of F[t,S]
-  double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
+  double steady_step_fraction = 0.5; ///< at or above (steps led by a clear margin): it leads (nearly) every step → not periodic
   int kept_ranks = 4;                ///< ranks listed per window (largest credit first)
   int max_windows_kept = 2048;       ///< per-window records kept (the last ones); the classification counts all
 };

@@ -99,6 +99,7 @@ struct ReportInput {
   std::vector<double> f;               ///< F[t,S] per step (NaN: not scored), the last kSeriesSteps
   std::vector<double> advance;         ///< per step of f, per group (step-major): a[t,g]
   std::int64_t steps_seen = 0;
+  std::int64_t first_seen = 0;         ///< first step fed (the series may start later)
   const detect::StabilityTracker* tracker = nullptr;
   std::string stability_stage;
   const inject::FaultPlan* plan = nullptr;

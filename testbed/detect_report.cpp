@@ -139,7 +139,7 @@ DetectReport build_report(const ReportInput& in) {
   rep.changes = d.changes();
   const std::int64_t first = in.series_first, last = in.series_first + static_cast<std::int64_t>(in.f.size()) - 1;
   // Transitions are judged over every step seen, not only the series kept.
-  const std::int64_t seen_first = last - (in.steps_seen - 1);
+  const std::int64_t seen_first = in.first_seen;
   const auto transitions = truth_transitions(in.plan, seen_first, last);
   std::vector<bool> found(transitions.size(), false);
   const std::string truth_stage = in.plan && in.plan->scenario ? in.plan->scenario->stage : "";

@@ -45,7 +45,7 @@ struct Watch::State {
   // step from series_first, the last kSeriesSteps steps.
   std::deque<double> series, series_adv;
   std::int64_t series_first = 0;
-  std::int64_t steps_seen = 0;
+  std::int64_t steps_seen = 0, first_seen = 0;
   double T = 0;  ///< Σ F[u,S] over the steps seen (the trace's time axis)
   std::optional<detect::StabilityTracker> stability;
   std::int64_t next_window = 0;
@@ -75,6 +75,7 @@ struct Watch::State {
     stability.emplace(schema, sc);
     next_window = m.first_step();
     segment_first = m.first_step();
+    first_seen = m.first_step();
     if (opt.online) {
       const auto& dc = opt.detect ? *opt.detect : detect::DetectConfig{};
       // A change is placed at most short_run observations before the one that confirms it, which
@@ -263,6 +264,7 @@ DetectReport Watch::report(const frontier::StageMatrix* whole) {
   in.f.assign(st.series.begin(), st.series.end());
   in.advance.assign(st.series_adv.begin(), st.series_adv.end());
   in.steps_seen = st.steps_seen;
+  in.first_seen = st.first_seen;
   detect::StabilityTracker empty(st.init ? st.schema : frontier::StageSchema::default_schema());
   in.tracker = st.stability ? &*st.stability : &empty;
   in.stability_stage = st.opt.stability_stage;
