@@ -141,14 +141,16 @@ struct Watch::State {
     if (opt.online) {
       detail::Diagnosis d;
       d.change = c;
-      // The segment before: everything since the previous change (its pending steps first).
+      // The segment before: everything since the previous change (its pending steps first). With
+      // no streaming evidence (rank_median), the steps still held before the change.
+      if (!segment)
+        if (auto e = pending_evidence(std::max(segment_first, c.step - lag), c.step - 1)) d.before = detail::side_of(*e);
       while (!pending.empty() && pending.front().m->step_id(pending.front().t) < c.step) {
         if (pending.front().scored) --pending_scored;
         fold(pending.front());
         pending.pop_front();
       }
       if (segment && segment->steps_seen() > 0) d.before = detail::side_of(segment->finish());
-      else if (auto e = pending_evidence(std::max(segment_first, c.step - lag), c.step - 1)) d.before = detail::side_of(*e);
       if (!diagnoses.empty() && diagnoses.back().change.step == segment_first) diagnoses.back().after = d.before;
       // The segment after: from the change to the latest step (it grows until the next change).
       if (!pending.empty()) {

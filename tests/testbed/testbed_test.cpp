@@ -156,6 +156,20 @@ TEST(Watch, online_diagnosis_opens_at_the_change_and_matches_the_whole_matrix) {
       for (const auto& [g, v] : x[side]["shares"].items()) EXPECT_NEAR(v.get<double>(), y[side]["shares"][g].get<double>(), 1e-9) << g;
     }
   }
+  // rank_median has no streaming evidence: the diagnosis still opens at the change (from the
+  // steps held), and the report reads the whole matrix the caller keeps for it.
+  auto o = watch_options(true);
+  o.label.gain_baseline = frontier::GainBaseline::rank_median;
+  testbed::Watch rm(o);
+  std::vector<testbed::ConfirmedChange> rm_seen;
+  for (int i = 0; i < 12; ++i) {
+    auto part = std::make_shared<const frontier::StageMatrix>(detect::slice(*whole, i * 10, i * 10 + 9));
+    for (auto& c : rm.observe(part)) rm_seen.push_back(c);
+  }
+  ASSERT_EQ(rm_seen.size(), 2u);
+  EXPECT_TRUE(rm_seen[0].json.contains("before"));
+  EXPECT_EQ(rm_seen[0].json["moved_stage"], "data.next_wait");
+  EXPECT_EQ(rm.report(whole.get()).changes.size(), 2u);
 }
 
 // Issue 14, class 6: culprit stability followed the group with the most credit to one rank
