@@ -2,8 +2,14 @@
 
 #include "sf_build_info.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
+
+#include <unistd.h>
 
 namespace sf::cli {
 
@@ -92,31 +98,98 @@ void add_step_options(CLI::App* sub, StepOptions& o, bool model) {
   }
 }
 
+namespace {
+
+std::string fmt_num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+}  // namespace
+
+CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open) {
+  const std::string range = std::string(lo_open ? "(" : "[") + fmt_num(lo) + ", " + fmt_num(hi) + (hi_open ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        const char* b = in.c_str();
+        char* e = nullptr;
+        errno = 0;
+        const double v = std::strtod(b, &e);
+        if (in.empty() || e == b || *e != '\0' || errno == ERANGE || !std::isfinite(v))
+          return "'" + in + "' is not a number; expected a number in " + range;
+        if ((lo_open ? v <= lo : v < lo) || (hi_open ? v >= hi : v > hi)) return in + " is not in " + range;
+        return "";
+      },
+      "NUMBER in " + range);
+}
+
+CLI::Validator whole_in(long long lo, long long hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        const char* b = in.c_str();
+        char* e = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(b, &e, 10);
+        if (in.empty() || e == b || *e != '\0' || errno == ERANGE)
+          return "'" + in + "' is not a whole number; expected a whole number in " + range;
+        if (v < lo || v > hi) return in + " is not in " + range;
+        return "";
+      },
+      "INT in " + range);
+}
+
+CLI::Validator not_empty(const std::string& what) {
+  return CLI::Validator(
+      [=](std::string& in) -> std::string { return in.empty() ? "an empty name; expected " + what : ""; }, "NONEMPTY");
+}
+
+std::string writable_file_error(const std::string& option, const std::string& path) {
+  // Create (and remove) a file beside it: the directory exists and can be written to.
+  const std::string probe = path + ".probe." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (!f) {
+    const std::string why = std::strerror(errno);
+    return option + " " + path + ": cannot create a file there (" + why + "); expected a path in a writable directory";
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
+  return "";
+}
+
 void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window) {
   const std::string g = "Watching over time (docs/detect.md)";
   sub->add_flag("--detect", o.on, "change points of the exposed step time (BOCPD + FALCON verification), periodicity, culprit stability")
       ->group(g);
   sub->add_option("--detect-hazard", o.cfg.hazard, "BOCPD constant hazard (1/expected run length)")
-      ->check(CLI::Range(1e-9, 0.5))->group(g);
+      ->check(number_in(0, 0.5, true, false))->group(g);
   sub->add_option("--detect-threshold", o.cfg.threshold, "posterior mass of short run lengths that makes a candidate")
-      ->check(CLI::Range(0.01, 0.999999))->group(g);
+      ->check(number_in(0, 1, true, true))->group(g);
   sub->add_option("--detect-min-gap", o.cfg.min_gap, "FALCON verification: steps after the previous change")
-      ->check(CLI::Range(3, 1000000))->group(g);
-  sub->add_option("--detect-min-change", o.cfg.min_rel_change, "FALCON verification: relative mean change")
-      ->check(CLI::Range(0.0, 0.99))->group(g);
+      ->check(whole_in(3, 1000000))->group(g);
+  sub->add_option("--detect-min-change", o.cfg.min_rel_change, "FALCON verification: relative change of the medians")
+      ->check(number_in(0, 1, false, true))->group(g);
   sub->add_option("--detect-max-run", o.cfg.max_run_length, "run lengths kept (memory, work per step)")
-      ->check(CLI::Range(16, 100000))->group(g);
+      ->check(whole_in(16, 100000))->group(g);
   if (stability_window)
     sub->add_option("--stability-window", o.stability_window, "steps per culprit-stability window")
-        ->check(CLI::Range(2, 10000000))->group(g);
+        ->check(whole_in(2, 10000000))->group(g);
+  sub->add_option("--stability-stage", o.stability_stage,
+                  "the stage group culprit stability follows (default: the stage of the periodic spikes, else the one that "
+                  "moved at the largest slowdown, else the one with the most credit to one rank)")
+      ->check(not_empty("a stage group name"))->group(g);
 }
 
 void add_trace_options(CLI::App* sub, TraceCliOptions& o) {
   const std::string g = "Watching over time (docs/detect.md)";
-  sub->add_option("--trace", o.file, "write a Chrome trace-event JSON timeline (Perfetto, chrome://tracing)")->group(g);
-  sub->add_option("--trace-steps", o.max_steps, "steps in the trace (the first N)")->check(CLI::Range(1, 1000000))->group(g);
-  sub->add_option("--trace-ranks", o.max_ranks, "ranks in the trace (0..N-1 plus the injected targets)")
-      ->check(CLI::Range(1, 100000))->group(g);
+  sub->add_option("--trace", o.file, "write a Chrome trace-event JSON timeline (Perfetto, chrome://tracing)")
+      ->check(not_empty("a file to write the trace to"))->group(g);
+  sub->add_option("--trace-steps", o.max_steps,
+                  "steps in the trace: up to half around change points and truth transitions, the rest the last steps")
+      ->check(whole_in(1, 1000000))->group(g);
+  sub->add_option("--trace-ranks", o.max_ranks, "ranks in the trace (0..N-1 plus the injected targets, and up to N leaders)")
+      ->check(whole_in(1, 100000))->group(g);
 }
 
 frontier::LabelConfig make_label_config(const LabelOptions& o) {

@@ -45,6 +45,7 @@ struct DetectOptions {
   bool on = false;
   detect::DetectConfig cfg;
   int stability_window = 20;
+  std::string stability_stage;
 };
 void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window = true);
 /// --trace FILE, --trace-steps, --trace-ranks (Chrome trace-event JSON; docs/detect.md).
@@ -53,6 +54,23 @@ struct TraceCliOptions {
   int max_steps = 500, max_ranks = 64;
 };
 void add_trace_options(CLI::App* sub, TraceCliOptions& o);
+
+/// A number in a range whose ends are open or closed, said as such: "'abc' is not a number;
+/// expected a number in (0, 0.5]" or "0 is not in (0, 0.5]".
+CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open);
+/// A whole number in [lo, hi], with the same kind of message.
+CLI::Validator whole_in(long long lo, long long hi);
+/// Rejects an empty string ("an empty name; expected WHAT").
+CLI::Validator not_empty(const std::string& what);
+/// "" when a file can be created at `path` (probed, then removed), else one line naming the option.
+std::string writable_file_error(const std::string& option, const std::string& path);
+/// One line when the fault window is empty (offset <= onset), else "".
+inline std::string fault_window_error(std::int64_t onset, std::int64_t offset) {
+  if (offset <= onset)
+    return "--offset " + std::to_string(offset) + " is not after --onset " + std::to_string(onset) +
+           "; expected onset < offset (the fault is on from onset up to, not including, offset)";
+  return "";
+}
 
 /// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
 template <typename T>

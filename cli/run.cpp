@@ -48,6 +48,7 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     }
     cfg.detect = o.detect.cfg;
     cfg.stability_window = o.detect.stability_window;
+    cfg.stability_stage = o.detect.stability_stage;
   }
   cfg.trace = {o.trace.file, o.trace.max_steps, o.trace.max_ranks};
   cfg.live = cfg.live || cfg.live_redraw;
@@ -55,14 +56,24 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
     return kExitBadInput;
   }
+  // Every file the run will write is checked before MPI starts: a bad path is one line and exit 2
+  // now, not an abort after the last step.
   if (!cfg.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cfg.out_dir, ec);
-    if (ec) {
-      if (is_first_process()) std::fprintf(stderr, "sf-testbed run: --out %s: %s\n", cfg.out_dir.c_str(), ec.message().c_str());
+    std::string err = ec ? "--out " + cfg.out_dir + ": " + ec.message() + "; expected a directory that can be created"
+                         : writable_file_error("--out", cfg.out_dir + "/run.json");
+    if (!err.empty()) {
+      if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
       return kExitBadInput;
     }
   }
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", cfg.trace.file}, {"--dump", cfg.dump}})
+    if (!path.empty())
+      if (const auto err = writable_file_error(opt, path); !err.empty()) {
+        if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
+        return kExitBadInput;
+      }
 
   return testbed::run(cfg);
 }
@@ -77,7 +88,8 @@ void setup_run(CLI::App& app) {
   sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber);
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000));
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
-  sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps; 10 with --live)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
   const std::map<std::string, testbed::CommKind> comms{{"mpi", testbed::CommKind::mpi}, {"nccl", testbed::CommKind::nccl}};
   sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));
@@ -94,7 +106,8 @@ void setup_run(CLI::App& app) {
   sub->add_option("--dump", cfg.dump, "write the gathered stage matrix (sf.stages/1 JSONL, one header per window)");
   sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
-  sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window: redrawn on a terminal, plain appended lines otherwise");
+  sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window (every 10 steps unless --window): redrawn on "
+                "a terminal, plain appended lines otherwise");
   sub->add_flag("--live-redraw", cfg.live_redraw, "--live, redrawn in place even under mpirun (which gives ranks a pseudo-terminal, "
                 "so rank 0 cannot tell whether you are watching)");
   sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")

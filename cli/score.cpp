@@ -28,6 +28,12 @@ struct ScoreOptions {
 int run_score(const ScoreOptions& o) {
   frontier::LabelConfig cfg;
   std::vector<formats::Window> windows;
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out}})
+    if (!path.empty())
+      if (const auto err = writable_file_error(opt, path); !err.empty()) {
+        std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
+        return kExitBadInput;
+      }
   try {
     cfg = make_label_config(o.label);
     if (const auto err = detect::validate(o.detect.cfg); !err.empty()) throw formats::FormatError(o.file, 0, err);
@@ -66,26 +72,28 @@ int run_score(const ScoreOptions& o) {
   if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {
     // Offline: the file's windows are consecutive pieces of one run; the detector watches them
     // all, the stability windows are the file's windows (or --stability-window steps for one).
-    std::vector<formats::Window> parts = windows;
     try {
-      const auto all = testbed::concat_windows(parts);
-      std::vector<std::int64_t> bounds;
-      if (windows.size() > 1)
-        for (const auto& w : windows) bounds.push_back(w.matrix.first_step());
-      std::vector<detect::ChangePoint> changes;
+      const auto all = testbed::concat_windows(windows);
+      testbed::WatchOptions wo;
+      wo.label = cfg;
+      if (o.detect.on) wo.detect = o.detect.cfg;
+      if (!o.trace.file.empty()) wo.trace = testbed::TraceOptions{o.trace.file, o.trace.max_steps, o.trace.max_ranks};
+      wo.stability_window = o.detect.stability_window;
+      wo.stability_per_window = windows.size() > 1;
+      wo.stability_stage = o.detect.stability_stage;
+      testbed::Watch watch(std::move(wo));
+      for (const auto& w : windows)
+        watch.observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
       if (o.detect.on) {
-        const auto dr = testbed::detect_report(all.matrix, cfg, o.detect.cfg, nullptr, bounds, o.detect.stability_window);
+        const auto dr = watch.report(&all.matrix);
         nlohmann::ordered_json j;
         j["schema"] = "sf.detect/1";
         j["file"] = o.file;
         for (const auto& [k, v] : dr.json.items()) j[k] = v;
         packets += j.dump() + "\n";
         tables += "#\n" + dr.text;
-        changes = dr.changes;
       }
-      if (!o.trace.file.empty())
-        formats::write_file_atomic(o.trace.file, testbed::chrome_trace(all, cfg, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
-                                                                       changes, nullptr).dump() + "\n");
+      if (!o.trace.file.empty()) formats::write_file_atomic(o.trace.file, watch.trace(&all.matrix, windows.front().ranks).dump() + "\n");
     } catch (const std::invalid_argument& err) {
       std::fprintf(stderr, "sf-testbed score: %s: --detect: %s\n", o.file.c_str(), err.what());
       return kExitBadInput;

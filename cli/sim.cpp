@@ -48,6 +48,24 @@ int run_sim(SimOptions& o) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
     return kExitBadInput;
   }
+  if (const auto err = fault_window_error(cfg.onset, cfg.offset); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+    return kExitBadInput;
+  }
+  if (const auto schema = sim::ModelStepper::schema();
+      !o.detect.stability_stage.empty() && !schema.group_index(o.detect.stability_stage)) {
+    std::string names;
+    for (const auto& g : schema.groups()) names += (names.empty() ? "" : ", ") + g;
+    std::fprintf(stderr, "sf-testbed sim: --stability-stage %s: not a stage group of the model; expected one of %s\n",
+                 o.detect.stability_stage.c_str(), names.c_str());
+    return kExitBadInput;
+  }
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump}})
+    if (!path.empty())
+      if (const auto err = writable_file_error(opt, path); !err.empty()) {
+        std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+        return kExitBadInput;
+      }
   const auto plan = sim::model_plan(cfg);
   // Streamed step by step unless the answer needs the whole matrix (a dump of it, or the
   // per-rank window-median gain baseline).
@@ -81,17 +99,28 @@ int run_sim(SimOptions& o) {
   const bool need_matrix = !o.dump.empty() || o.detect.on || !o.trace.file.empty();
   const formats::Window w = need_matrix ? sim::model_window(cfg, plan) : formats::Window{};
   std::optional<testbed::DetectReport> dr;
-  if (o.detect.on) dr = testbed::detect_report(w.matrix, label, o.detect.cfg, &plan, {}, o.detect.stability_window);
+  std::optional<testbed::Watch> watch;
+  if (o.detect.on || !o.trace.file.empty()) {
+    testbed::WatchOptions wo;
+    wo.label = label;
+    if (o.detect.on) wo.detect = o.detect.cfg;
+    if (!o.trace.file.empty()) wo.trace = testbed::TraceOptions{o.trace.file, o.trace.max_steps, o.trace.max_ranks};
+    wo.stability_window = o.detect.stability_window;
+    wo.stability_stage = o.detect.stability_stage;
+    wo.plan = &plan;
+    watch.emplace(std::move(wo));
+    // The window lives until the end of this function: the watch may hold it without a copy.
+    watch->observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
+    if (o.detect.on) dr = watch->report(&w.matrix);
+  }
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
   }
   if (!o.trace.file.empty()) {
-    const auto tr = testbed::chrome_trace(w, label, {o.trace.file, o.trace.max_steps, o.trace.max_ranks},
-                                          dr ? dr->changes : std::vector<detect::ChangePoint>{}, &plan);
     try {
-      formats::write_file_atomic(o.trace.file, tr.dump() + "\n");
+      formats::write_file_atomic(o.trace.file, watch->trace(&w.matrix, w.ranks).dump() + "\n");
     } catch (const std::exception& err) {
       std::fprintf(stderr, "sf-testbed sim: --trace %s\n", err.what());
       return kExitBadInput;

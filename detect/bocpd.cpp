@@ -19,6 +19,8 @@ std::string validate(const DetectConfig& c) {
   if (c.min_gap < 1) return "detect min_gap must be >= 1 step";
   if (!(c.min_rel_change >= 0 && c.min_rel_change < 1)) return "detect min_rel_change must be in [0, 1)";
   if (c.min_after < 1) return "detect min_after must be >= 1";
+  if (c.max_changes_kept < 1) return "detect max_changes_kept must be >= 1";
+  if (c.level_window < 1) return "detect level_window must be >= 1";
   if (!finite_pos(c.outlier_z)) return "detect outlier_z must be > 0";
   if (c.max_outlier_run < 0 || c.max_outlier_run >= c.min_gap)
     return "detect max_outlier_run must be in [0, min_gap)";
@@ -28,6 +30,9 @@ std::string validate(const DetectConfig& c) {
   if (!finite_pos(c.contamination_span)) return "detect contamination_span must be > 0";
   if (c.max_period < 2) return "detect max_period must be >= 2";
   if (!(c.acf_min > 0 && c.acf_min <= 1)) return "detect acf_min must be in (0, 1]";
+  if (!(c.spike_z > 0) || !std::isfinite(c.spike_z)) return "detect spike_z must be finite and > 0";
+  if (c.min_repeats < 2) return "detect min_repeats must be >= 2";
+  if (c.median_halfwidth < 1) return "detect median_halfwidth must be >= 1";
   return "";
 }
 
@@ -41,13 +46,35 @@ Detector::Detector(DetectConfig cfg) : cfg_(cfg) {
 }
 
 Detector::Stats Detector::prior() const {
-  // Unit-free: the prior's spread is relative to the level of the first observation, with an
-  // absolute floor (1 µs) for an all-zero series.
-  const double sd = std::max(cfg_.prior_rel_sd * std::abs(x0_), 1e-6);
-  return {x0_, cfg_.kappa0, cfg_.alpha0, cfg_.alpha0 * sd * sd};
+  // Unit-free: the prior's mean and spread follow the reference level (the median of the last
+  // few values fed) and their robust spread, with an absolute floor (1 µs) for an all-zero
+  // series. Anchoring them on the first value alone let a slow warm-up step set the scale of
+  // every later regime.
+  const double sd = std::max({cfg_.prior_rel_sd * std::abs(level_), spread_, 1e-6});
+  return {level_, cfg_.kappa0, cfg_.alpha0, cfg_.alpha0 * sd * sd};
+}
+
+void Detector::update_level() {
+  const std::size_t k = std::min(history_.size(), static_cast<std::size_t>(cfg_.level_window));
+  level_buf_.clear();
+  for (std::size_t i = history_.size() - k; i < history_.size(); ++i) level_buf_.push_back(history_[i].second);
+  auto mid = level_buf_.begin() + static_cast<std::ptrdiff_t>(k / 2);
+  std::nth_element(level_buf_.begin(), mid, level_buf_.end());
+  level_ = *mid;
+  // 1.4826 · MAD: the normal-consistent robust standard deviation of those values.
+  for (double& v : level_buf_) v = std::abs(v - level_);
+  std::nth_element(level_buf_.begin(), mid, level_buf_.end());
+  spread_ = k >= 4 ? 1.4826 * *mid : 0.0;
 }
 
 namespace {
+
+double median(std::vector<double>& v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
 
 struct Predictive {
   double mu, scale, nu;
@@ -66,8 +93,11 @@ int Detector::map_run_length() const {
 
 std::size_t Detector::state_size() const {
   return post_.size() + 4 * stats_.size() + 2 * history_.size() + 2 * pending_.size() + scratch_.size() +
-         inlier_.size() + lconst_.size();
+         inlier_.size() + lconst_.size() + level_buf_.size() + left_.size() + right_.size() +
+         kChangeFields * changes_.size();
 }
+
+std::vector<ChangePoint> Detector::changes() const { return {changes_.begin(), changes_.end()}; }
 
 void Detector::feed(std::int64_t step, double x) {
   const double h = cfg_.hazard;
@@ -78,7 +108,12 @@ void Detector::feed(std::int64_t step, double x) {
   // with it, α grows by the inlier weights and the constant is computed.
   const double eps = cfg_.contamination;
   const double log_in = std::log1p(-eps);
-  const double log_out = eps > 0 ? std::log(eps) - std::log(cfg_.contamination_span * std::max(std::abs(x0_), 1e-6)) : 0.0;
+  // The outlier density: flat over [0, span·L] and a 1/x² tail beyond it (half the mass each), a
+  // proper density at every x: a flat density applied beyond its range made a value far above it
+  // as likely an outlier as one inside, so a very large sustained shift was never learned.
+  const double span = cfg_.contamination_span * std::max(std::abs(level_), 1e-6);
+  const double log_out =
+      eps > 0 ? std::log(eps) - std::log(2 * span) - (x > span ? 2 * std::log(x / span) : 0.0) : 0.0;
   scratch_.resize(n);
   inlier_.assign(n, 1.0);
   double mx = -INFINITY;
@@ -94,7 +129,9 @@ void Detector::feed(std::int64_t step, double x) {
       // log((1 − ε) t(x) + ε u(x)) and the posterior weight of "x is an inlier of run r".
       const double a = log_in + lt, b = log_out, m = std::max(a, b);
       scratch_[r] = m + std::log(std::exp(a - m) + std::exp(b - m));
-      inlier_[r] = std::exp(a - scratch_[r]);
+      // A regime that has seen nothing cannot call its first value an outlier: that value is
+      // where it begins (else a new run far from the prior's mean never learns its level).
+      inlier_[r] = r == 0 ? 1.0 : std::exp(a - scratch_[r]);
     } else {
       scratch_[r] = lt;
     }
@@ -121,7 +158,6 @@ void Detector::feed(std::int64_t step, double x) {
                      s.beta + s.kappa * w * (x - s.mu) * (x - s.mu) / (2 * (s.kappa + w))};
   }
   post_[0] = cp;
-  stats_[0] = prior();
   double total = 0;
   for (double v : post_) total += v;
   if (!(total > 0) || !std::isfinite(total)) {
@@ -134,6 +170,8 @@ void Detector::feed(std::int64_t step, double x) {
   for (double& v : post_) v /= total;
   history_.emplace_back(step, x);
   while (history_.size() > static_cast<std::size_t>(cfg_.max_run_length)) history_.pop_front();
+  update_level();
+  stats_[0] = prior();
 }
 
 std::optional<ChangePoint> Detector::decide(std::int64_t step) {
@@ -146,30 +184,75 @@ std::optional<ChangePoint> Detector::decide(std::int64_t step) {
   }
   if (mass < cfg_.threshold || best < 1 || static_cast<std::size_t>(best) >= history_.size()) {
     open_candidate_ = -1;
-    return std::nullopt;
+    return reversion(step);
   }
   const std::int64_t c = history_[history_.size() - static_cast<std::size_t>(best)].first;
   if (c <= segment_start_) return std::nullopt;  // the regime already reported (or the start)
+  return verify(c, step, mass, cfg_.min_after);
+}
+
+std::optional<ChangePoint> Detector::reversion(std::int64_t step) {
+  // The values went back to the level before the last change and the posterior no longer holds
+  // a regime that began in the stretch in between: that stretch was a burst (the old run explains
+  // it as outliers, or a run begun after it took over). That is the last change's recovery,
+  // placed after the last value on the changed side of the midpoint between the two levels.
+  if (changes_.empty() || changes_.back().step != segment_start_) return std::nullopt;
+  const ChangePoint& prev = changes_.back();
+  const double mid = 0.5 * (prev.median_before + prev.median_after);
+  std::int64_t c = -1, after = -1;
+  std::size_t in_segment = 0, from_c = 0;
+  for (auto it = history_.rbegin(); it != history_.rend() && it->first >= segment_start_; ++it) {
+    ++in_segment;
+    if (c < 0 && (prev.direction() > 0 ? it->second > mid : it->second < mid)) {
+      c = after;
+      from_c = in_segment - 1;
+    }
+    after = it->first;
+  }
+  if (c < 0) return std::nullopt;  // the latest value is still on the changed side, or none is
+  // Runs of length r in (from_c, in_segment] began inside the burst.
+  double in_burst = 0;
+  for (std::size_t r = from_c + 1; r <= in_segment && r < post_.size(); ++r) in_burst += post_[r];
+  if (in_burst > 1 - cfg_.threshold) return std::nullopt;
+  return verify(c, step, 1 - in_burst, 1);
+}
+
+std::optional<ChangePoint> Detector::verify(std::int64_t c, std::int64_t step, double mass, int min_left) {
   double sum_l = 0, sum_r = 0;
-  int n_l = 0, n_r = 0;
+  left_.clear();
+  right_.clear();
   for (const auto& [s, v] : history_) {
     if (s < segment_start_) continue;
-    if (s < c) sum_l += v, ++n_l;
-    else sum_r += v, ++n_r;
+    if (s < c) sum_l += v, left_.push_back(v);
+    else sum_r += v, right_.push_back(v);
   }
-  if (n_l < cfg_.min_after || n_r < cfg_.min_after) return std::nullopt;
+  const int n_l = static_cast<int>(left_.size()), n_r = static_cast<int>(right_.size());
+  if (n_l < min_left || n_r < cfg_.min_after) return std::nullopt;
   const bool new_candidate = c != open_candidate_;
   open_candidate_ = c;
-  const double ml = sum_l / n_l, mr = sum_r / n_r;
+  // FALCON's rule on the segments' medians, not their means: one slow warm-up step or an
+  // isolated spike inside a short segment moves a mean by more than 10 % but not a median.
+  const double ml = median(left_), mr = median(right_);
   const double denom = std::max(ml, mr);
   const double rel = denom > 0 ? std::abs(ml - mr) / denom : 0.0;
-  const bool gap_ok = changes_.empty() || c - changes_.back().step >= cfg_.min_gap;
+  bool gap_ok = changes_.empty() || c - changes_.back().step >= cfg_.min_gap;
+  if (!gap_ok) {
+    // A return to the level before the previous change is that change's recovery (a burst that
+    // ended), reported however close: the gap rule keeps one change from being reported twice,
+    // it must not leave a burst standing as a lasting "slower" regime.
+    const auto& prev = changes_.back();
+    const int dir = mr > ml ? +1 : -1;
+    const double back = std::abs(mr - prev.median_before) / std::max({mr, prev.median_before, 1e-12});
+    gap_ok = dir == -prev.direction() && back <= cfg_.min_rel_change;
+  }
   if (!gap_ok || rel <= cfg_.min_rel_change) {
     if (new_candidate) ++rejected_;
     return std::nullopt;
   }
-  ChangePoint cpnt{c, step, ml, mr, rel, mass};
+  ChangePoint cpnt{c, step, sum_l / n_l, sum_r / n_r, ml, mr, rel, mass};
   changes_.push_back(cpnt);
+  ++changes_total_;
+  while (static_cast<int>(changes_.size()) > cfg_.max_changes_kept) changes_.pop_front();
   segment_start_ = c;
   open_candidate_ = -1;
   return cpnt;
@@ -186,7 +269,7 @@ std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
   ++observed_;
   if (!started_) {
     started_ = true;
-    x0_ = x;
+    level_ = x;
     segment_start_ = step;
     post_ = {1.0};
     stats_ = {prior()};

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,9 @@ struct DetectConfig {
   double min_rel_change = 0.10;
   /// Post-change observations needed before a candidate is verified.
   int min_after = 3;
+  /// Changes kept (the last ones; older ones are counted in changes_total()): memory stays
+  /// bounded however often a run flaps.
+  int max_changes_kept = 256;
   /// Outlier robustness: an observation whose Student-t z-score under the MAP run exceeds
   /// outlier_z (and that differs from the MAP run's mean by more than min_rel_change) is held
   /// back; up to max_outlier_run consecutive ones are dropped as isolated outliers when a
@@ -43,22 +47,32 @@ struct DetectConfig {
   double outlier_z = 6.0;
   int max_outlier_run = 2;
   /// Contaminated likelihood: each observation is, with probability `contamination`, an outlier
-  /// drawn from a flat density over [0, contamination_span · |x_0|] instead of the run's Student-t.
+  /// drawn from a proper density (flat over [0, contamination_span · L] with half the mass, a 1/x²
+  /// tail beyond; L the reference level) instead of the run's Student-t.
   /// Every run length pays the same capped price for a spike, so load spikes (even periodic ones)
   /// cannot make an old, spike-widened regime explain a level shift better than a new run; and
-  /// a run's statistics take each observation with its posterior inlier weight. 0 turns it off
-  /// (plain Adams & MacKay).
+  /// a run's statistics take each observation with its posterior inlier weight (a new run's first
+  /// observation: weight 1). 0 turns it off (plain Adams & MacKay).
   double contamination = 0.05;
   double contamination_span = 10.0;
-  /// Normal-Gamma prior, anchored at the first observation x_0: mean x_0, κ0, α0, and
-  /// β0 = α0 · (prior_rel_sd · |x_0|)² (a prior standard deviation relative to the level).
-  double kappa0 = 1.0;
+  /// Normal-Gamma prior of a new run: mean L, κ0, α0, and β0 = α0 · s0² with
+  /// s0 = max(prior_rel_sd · |L|, the robust spread of the level window, 1 µs).
+  /// The prior's reference level L is the median of the last level_window values fed
+  /// (re-anchored every step), not the first value: a slow warm-up step does not set the scale.
+  int level_window = 16;
+  double kappa0 = 0.01;
   double alpha0 = 1.0;
   double prior_rel_sd = 0.05;
   /// Periodicity (FALCON's ACF rule): the first lag k in [2, max_period] with ACF_k >= acf_min
-  /// on the series with its segment means removed; needs at least 3 periods of data.
+  /// on the series less its running median, needing at least 3 periods of data, and spikes of the
+  /// period: residuals over spike_z robust standard deviations, at least min_repeats of them.
   int max_period = 64;
   double acf_min = 0.5;
+  double spike_z = 3.0;
+  int min_repeats = 4;
+  /// Half-width of the running median removed before the ACF: levels held longer than this are
+  /// no period; bursts up to this long are seen as bursts.
+  int median_halfwidth = 16;
 };
 
 /// Returns "" or one line naming the first bad field (what and what was expected).
@@ -68,10 +82,11 @@ std::string validate(const DetectConfig& c);
 struct ChangePoint {
   std::int64_t step = 0;        ///< first step of the new regime
   std::int64_t detected_at = 0; ///< step whose observation confirmed it
-  double mean_before = 0, mean_after = 0;  ///< m_l, m_r at confirmation (seconds)
-  double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r)
+  double mean_before = 0, mean_after = 0;      ///< segment means before and after c at confirmation (seconds)
+  double median_before = 0, median_after = 0;  ///< segment medians m_l, m_r: what the verification compares
+  double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r), on the medians
   double short_run_mass = 0;    ///< P(r_t <= short_run) at confirmation
-  int direction() const { return mean_after > mean_before ? +1 : -1; }  ///< +1 slower, −1 recovery
+  int direction() const { return median_after > median_before ? +1 : -1; }  ///< +1 slower, −1 recovery
 };
 
 /// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
@@ -86,7 +101,10 @@ public:
   std::optional<ChangePoint> observe(std::int64_t step, double x);
 
   const DetectConfig& config() const { return cfg_; }
-  const std::vector<ChangePoint>& changes() const { return changes_; }
+  /// The kept changes (at most max_changes_kept, the most recent), oldest first.
+  std::vector<ChangePoint> changes() const;
+  /// Changes confirmed since the start, kept or not.
+  std::int64_t changes_total() const { return changes_total_; }
   std::int64_t observed() const { return observed_; }
   std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
   std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
@@ -101,11 +119,16 @@ private:
   struct Stats { double mu, kappa, alpha, beta; };
   void feed(std::int64_t step, double x);
   std::optional<ChangePoint> decide(std::int64_t step);
+  std::optional<ChangePoint> reversion(std::int64_t step);
+  std::optional<ChangePoint> verify(std::int64_t c, std::int64_t step, double mass, int min_left);
   Stats prior() const;
+  void update_level();
 
   DetectConfig cfg_;
   bool started_ = false;
-  double x0_ = 0;
+  double level_ = 0;                  ///< reference level: median of the last level_window values fed
+  double spread_ = 0;                 ///< their robust standard deviation (1.4826 · MAD)
+  std::vector<double> level_buf_;     ///< work buffer for the median
   std::int64_t last_step_ = 0;
   std::int64_t observed_ = 0, outliers_dropped_ = 0, rejected_ = 0;
   std::vector<double> post_;          ///< P(r_t = r | x_{1:t}), r = 0..size-1
@@ -115,7 +138,10 @@ private:
   std::vector<double> inlier_;        ///< per-step inlier weight per run length (contamination)
   std::deque<std::pair<std::int64_t, double>> history_;   ///< last max_run_length fed values
   std::vector<std::pair<std::int64_t, double>> pending_;  ///< held-back outliers
-  std::vector<ChangePoint> changes_;
+  std::deque<ChangePoint> changes_;   ///< the last max_changes_kept
+  static constexpr std::size_t kChangeFields = 8;  ///< values per kept change (state_size)
+  std::int64_t changes_total_ = 0;
+  std::vector<double> left_, right_;  ///< verification work buffers
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
 };
@@ -128,16 +154,23 @@ std::vector<ChangePoint> detect_series(const std::vector<double>& x, std::int64_
 struct Periodicity {
   int period = 0;        ///< 0: none found
   double acf = 0;        ///< ACF at that lag
-  std::int64_t phase = -1;  ///< first step of the residue class mod period with the largest mean (the spikes)
+  std::int64_t phase = -1;  ///< first step of the first spike (burst) of the period
+  int repeats = 0;       ///< spikes (bursts) of the period found
+  int burst = 0;         ///< median length of a burst in steps (1: single-step spikes)
+  std::vector<std::int64_t> spike_steps;  ///< every step of every burst, ascending
 };
 
-/// FALCON's ACF rule on x after removing the mean of each segment between change points
-/// (`change_steps`, as steps of x with x[0] at first_step): the first lag k in [2, max_period]
-/// with ACF_k >= acf_min that is a local peak, with at least three periods of data.
-Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step,
-                        const std::vector<std::int64_t>& change_steps, const DetectConfig& cfg = {});
+/// FALCON's ACF rule on x, one value per step from first_step (NaN: a step not observed, so a lag
+/// is always a lag in steps), after removing a running median of half-width median_halfwidth (a
+/// level shift, detected or not, is no period): the first lag k in [2, max_period] with
+/// ACF_k >= acf_min that is a local peak, with at least three periods of data, whose residue
+/// class of largest mean holds at least min_repeats spikes (bursts shorter than k of residuals
+/// over spike_z robust standard deviations), at half or more of its steps between the first spike
+/// and the last.
+Periodicity periodicity(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg = {});
 
-/// ACF_k = Σ_{t<L−k} (x_t − μ)(x_{t+k} − μ) / Σ_t (x_t − μ)² (FALCON eq., biased form).
+/// ACF_k = Σ_{t<L−k} (x_t − μ)(x_{t+k} − μ) / Σ_t (x_t − μ)² (FALCON eq., biased form); NaN
+/// entries (steps not observed) take part in no sum.
 double acf(const std::vector<double>& x, int lag);
 
 // ---- diagnosis at a change ----------------------------------------------------------------------
@@ -175,20 +208,21 @@ struct RankLead {
 struct WindowLead {
   std::int64_t first_step = 0, last_step = -1;
   int advanced_steps = 0;            ///< steps where the group advanced
-  std::vector<RankLead> ranks;       ///< ranks with a lead, largest credit first
+  std::vector<RankLead> ranks;       ///< ranks with a lead, largest credit first (the top kept_ranks)
   int culprit = -1;                  ///< the rank with >= culprit_credit of the advance, or −1
 };
 
 struct CulpritStability {
-  int group = -1;                    ///< the followed group (dominant_group())
+  int group = -1;                    ///< the followed group
   std::string group_name;
   std::vector<RankLead> overall;     ///< over the run, largest credit first
-  std::vector<WindowLead> windows;
+  std::vector<WindowLead> windows;   ///< the last max_windows_kept windows, oldest first
+  int windows_total = 0;             ///< windows over the run (kept or not)
   int culprit = -1;                  ///< the rank that is culprit in most windows, or −1
   int windows_led = 0;               ///< windows where `culprit` is the window's culprit
   int episodes = 0;                  ///< maximal runs of consecutive windows it leads
-  double persistence = 0;            ///< windows_led / windows
-  double step_fraction_in_led = 0;   ///< steps it leads / steps the group advanced, in those windows
+  double persistence = 0;            ///< windows_led / windows_total
+  double step_fraction_in_led = 0;   ///< steps it leads by a clear margin / steps the group advanced, in those windows
   bool ongoing = false;              ///< its last episode reaches the last window
   Stability stability = Stability::none;
   std::string evidence;              ///< one line: the numbers behind the classification
@@ -198,13 +232,45 @@ struct StabilityConfig {
   int window_steps = 20;             ///< steps per window (matrices with recorder windows: use theirs)
   double culprit_credit = 0.5;       ///< a window's culprit holds at least this share of the advance
   double min_margin = 0.05;          ///< ... with a median lead over the runner-up >= this fraction of F[t,S]
-  double steady_step_fraction = 0.5; ///< at or above: it leads (nearly) every step → not periodic
+  double steady_step_fraction = 0.5; ///< at or above (steps led by a clear margin): it leads (nearly) every step → not periodic
+  int kept_ranks = 4;                ///< ranks listed per window (largest credit first)
+  int max_windows_kept = 2048;       ///< per-window records kept (the last ones); the classification counts all
 };
 
-/// The group whose culprits are followed: the group in which a single rank, as the unique leader
-/// of the group's advance, is credited with the most exposed time over the matrix (−1: none).
-/// A chronic or periodic straggler dominates it; healthy jitter spreads credit over all ranks.
+/// The group whose culprits are followed when nothing better is known: the group in which a
+/// single rank, as the unique leader of the group's advance, is credited with the most exposed
+/// time over the matrix (−1: none). A chronic straggler dominates it; healthy jitter spreads
+/// credit over all ranks.
 int dominant_group(const frontier::StageMatrix& m, const frontier::Accounting& acc);
+
+/// Culprit stability of every group at once, fed window by window and step by step in bounded
+/// memory: per group and rank the run's totals, per (group, rank) that was ever a window's culprit
+/// its episodes so far, and the last max_windows_kept window records. result(g) classifies group g.
+class StabilityTracker {
+public:
+  StabilityTracker(const frontier::StageSchema& schema, StabilityConfig cfg = {});
+  ~StabilityTracker();
+  StabilityTracker(StabilityTracker&&) noexcept;
+  StabilityTracker& operator=(StabilityTracker&&) noexcept;
+  /// Opens a window at step `first_step` (closing the open one, if any).
+  void begin_window(std::int64_t first_step);
+  /// Tallies step t of m (acc = account(m)); needs an open window.
+  void add_step(const frontier::StageMatrix& m, const frontier::Accounting& acc, int t);
+  /// Closes the open window (its last step: the last step added); a no-op when none is open.
+  void end_window();
+  bool window_open() const;
+  /// The group with the largest credit to a single rank over the run (dominant_group's rule).
+  int dominant_group() const;
+  /// Classification of group g over the windows closed so far.
+  CulpritStability result(int group) const;
+  /// Values held: the kept window records, the per-rank run totals and culprit records (bounded by
+  /// max_windows_kept and the number of ranks, not by the length of the run).
+  std::size_t state_size() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 /// Culprit stability of `group` over the matrix. With window_bounds (first steps of windows,
 /// ascending) the windows are those; else fixed windows of cfg.window_steps.

@@ -17,7 +17,9 @@ std::string validate(const RunConfig& cfg) {
   if (cfg.steps < 1) return "--steps must be >= 1";
   if (cfg.warmup < 0) return "--warmup must be >= 0";
   if (cfg.window < 0) return "--window must be >= 0";
-  if (cfg.onset < 0 || cfg.offset <= cfg.onset) return "--onset/--offset: need 0 <= onset < offset";
+  if (cfg.onset < 0 || cfg.offset <= cfg.onset)
+    return "--offset " + std::to_string(cfg.offset) + " is not after --onset " + std::to_string(cfg.onset) +
+           "; expected 0 <= onset < offset (the fault is on from onset up to, not including, offset)";
   if (cfg.every < 1) return "--every must be >= 1";
   if (cfg.event_q < 0 || cfg.event_q > 1) return "--event-q must be in [0, 1]";
   if (cfg.workload.accumulation < 1 || cfg.workload.accumulation > 64) return "--accumulation must be in [1, 64]";
@@ -33,6 +35,14 @@ std::string validate(const RunConfig& cfg) {
   if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (cfg.detect && !cfg.stability_stage.empty()) {
+    const frontier::StageSchema schema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation);
+    if (!schema.group_index(cfg.stability_stage)) {
+      std::string names;
+      for (const auto& g : schema.groups()) names += (names.empty() ? "" : ", ") + g;
+      return "--stability-stage " + cfg.stability_stage + ": not a stage group of this run; expected one of " + names;
+    }
+  }
   if (const auto v = sim::validate(cfg.workload.layout); !v.empty()) return v;
   if (const auto v = sim::validate(cfg.workload.variation); !v.empty()) return v;
   return "";

@@ -46,12 +46,16 @@ public:
   double scoring_s() const;
   /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted"}.
   nlohmann::ordered_json rss_json() const;
-  /// True when rank 0 keeps whole windows: the rank_median baseline, --detect's report or --trace.
+  /// True when rank 0 keeps whole windows: the rank_median baseline only (--detect and --trace
+  /// keep bounded state in a Watch).
   bool keeps_windows() const;
   /// The kept windows (keeps_windows()), in order.
   const std::vector<formats::Window>& kept() const;
-  /// Called with each window and its evidence as it is scored (--detect, --live), at the safe point.
-  using Observer = std::function<void(const formats::Window&, const frontier::Evidence&, int)>;
+  /// Called with each window and its evidence as it is scored (--detect, --trace, --live), at the
+  /// safe point; returns the changes confirmed in it, which go into the evidence packets (window_*.json)
+  /// of the windows holding their steps.
+  using Observer = std::function<std::vector<ConfirmedChange>(const std::shared_ptr<const formats::Window>&,
+                                                              const frontier::Evidence&, int)>;
   void on_window(Observer f);
 
 private:
@@ -67,9 +71,66 @@ std::int64_t resident_kb();
 std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
                                                            inject::TelemetryFault fault, double late_s);
 
-/// Feeds the exposed step time F[t,S] of each scored step of one gathered window to the detector
-/// (rank 0, at the safe point; never on the hot path).
-void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const frontier::AccountOptions& opt);
+/// Copies step t of m (records, walls, side evidence) into row 0 of `one` (a one-step matrix of
+/// the same layout), after one.reset(step id).
+void copy_step(const frontier::StageMatrix& m, int t, frontier::StageMatrix& one);
+
+/// The diagnosis window on one side of a change, as the report needs it (not the whole Evidence).
+struct Side {
+  bool has = false;
+  std::int64_t first = 0, last = -1;
+  std::vector<double> shares;          ///< per group
+  int suspect_group = -1, suspect_rank = -1;
+  std::string basis = "none";
+};
+Side side_of(const frontier::Evidence& e);
+struct Diagnosis {
+  detect::ChangePoint change;
+  Side before, after;
+  int moved_group() const;             ///< largest share gain (a recovery: loss), −1 when none
+};
+/// What the --detect report is made of (the Watch's state at the end).
+struct ReportInput {
+  const detect::Detector* detector = nullptr;
+  detect::DetectConfig dc;
+  std::vector<std::string> groups;
+  std::vector<Diagnosis> diagnoses;    ///< one per kept change with a diagnosis
+  std::int64_t series_first = 0;       ///< step of f[0]
+  std::vector<double> f;               ///< F[t,S] per step (NaN: not scored), the last kSeriesSteps
+  std::vector<double> advance;         ///< per step of f, per group (step-major): a[t,g]
+  std::int64_t steps_seen = 0;
+  std::int64_t first_seen = 0;         ///< first step fed (the series may start later)
+  const detect::StabilityTracker* tracker = nullptr;
+  std::string stability_stage;
+  const inject::FaultPlan* plan = nullptr;
+};
+/// The report's JSON and table lines. Throws std::invalid_argument for an unknown stability stage.
+DetectReport build_report(const ReportInput& in);
+/// One change as change_points[] lists it (truth matching aside), and its table line.
+nlohmann::ordered_json change_json(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups);
+std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups);
+
+/// The trace's steps in bounded memory (docs/detect.md, "Timelines"): per step the frontier's
+/// advances and leaders and the shown ranks' durations (the first max_ranks, the injected
+/// targets, and up to max_ranks leaders at the steps they lead); kept: max_steps/2 around change
+/// points and truth transitions, the rest the last steps.
+class TraceRecorder {
+public:
+  TraceRecorder(const TraceOptions& opt, const inject::FaultPlan* plan);
+  ~TraceRecorder();
+  /// Step t of m (acc = account(m)) starting at T seconds on the frontier's time axis.
+  void add_step(const frontier::StageMatrix& m, const frontier::Accounting& acc, int t, double T,
+                const std::vector<formats::RankInfo>& ranks);
+  /// Keep the steps around step c (a change point): marked ahead, or at most a few dozen steps back.
+  void mark(std::int64_t c);
+  nlohmann::ordered_json finish(const std::vector<detect::ChangePoint>& changes) const;
+  /// Values held (the kept steps, the event windows, the start times of marked steps).
+  std::size_t state_size() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 /// What rank 0 knows at a safe point for the --live view.
 struct LiveState {
@@ -79,6 +140,7 @@ struct LiveState {
   double elapsed_s = 0;               ///< since the first measured step
   bool detecting = false;
   std::vector<detect::ChangePoint> changes;
+  std::string last_change;            ///< the diagnosis line of the last change confirmed, or ""
 };
 /// The live view for one window: a redraw (ANSI home + clear) on a terminal, else one line.
 std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty);

@@ -1,10 +1,12 @@
-// --detect: change points of F[t,S], the diagnosis window at each change with its verdict against
-// the injected truth, periodicity and culprit stability, as JSON and table lines (docs/detect.md).
+// --detect's report: change points of F[t,S], the diagnosis window at each with its verdict
+// against the injected truth, periodicity and culprit stability, as JSON and table lines
+// (docs/detect.md). The state it is made from is the Watch's (watch.cpp).
 #include "detail.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 
 namespace sf::testbed {
 
@@ -32,9 +34,9 @@ std::vector<Transition> truth_transitions(const inject::FaultPlan* plan, std::in
   return out;
 }
 
-ordered_json shares_json(const frontier::Evidence& e) {
+ordered_json shares_json(const std::vector<double>& shares, const std::vector<std::string>& groups) {
   ordered_json j = ordered_json::object();
-  for (std::size_t g = 0; g < e.shares.size(); ++g) j[e.group_name(static_cast<int>(g))] = e.shares[g];
+  for (std::size_t g = 0; g < shares.size() && g < groups.size(); ++g) j[groups[g]] = shares[g];
   return j;
 }
 
@@ -44,17 +46,11 @@ std::string pct(double v) {
   return b;
 }
 
-}  // namespace
-
-namespace detail {
-
-void observe_window(detect::Detector& d, const frontier::StageMatrix& m, const frontier::AccountOptions& opt) {
-  const auto acc = frontier::account(m, opt);
-  for (int t = 0; t < acc.steps; ++t)
-    if (acc.scored[t]) d.observe(m.step_id(t), acc.exposed(t));
+ordered_json lead_json(const detect::RankLead& l) {
+  return {{"rank", l.rank}, {"steps_led", l.steps_led}, {"step_fraction", l.step_fraction}, {"credit_fraction", l.credit_fraction}};
 }
 
-}  // namespace detail
+}  // namespace
 
 formats::Window concat_windows(const std::vector<formats::Window>& windows) {
   for (const auto& w : windows) {
@@ -66,83 +62,111 @@ formats::Window concat_windows(const std::vector<formats::Window>& windows) {
   return detail::concat(windows);
 }
 
-DetectReport detect_report(const frontier::StageMatrix& m, const frontier::LabelConfig& label, const detect::DetectConfig& dc,
-                           const inject::FaultPlan* plan, const std::vector<std::int64_t>& window_bounds, int stability_window,
-                           const detect::Detector* online) {
-  DetectReport rep;
-  const auto acc = frontier::account(m, label.account);
-  std::vector<double> f;
-  std::int64_t first_scored = -1;
-  for (int t = 0; t < acc.steps; ++t)
-    if (acc.scored[t]) {
-      if (first_scored < 0) first_scored = m.step_id(t);
-      f.push_back(acc.exposed(t));
-    }
-  detect::Detector local(dc);
-  if (!online)
-    for (int t = 0; t < acc.steps; ++t)
-      if (acc.scored[t]) local.observe(m.step_id(t), acc.exposed(t));
-  const detect::Detector& d = online ? *online : local;
-  rep.changes = d.changes();
+namespace detail {
 
-  const std::int64_t first = m.first_step(), last = m.first_step() + (m.steps() - 1);
-  const auto transitions = truth_transitions(plan, first, last);
+Side side_of(const frontier::Evidence& e) {
+  Side s;
+  s.has = true;
+  s.first = e.first_step;
+  s.last = e.last_step;
+  s.shares = e.shares;
+  s.suspect_group = e.suspect.group;
+  s.suspect_rank = e.suspect.rank;
+  s.basis = e.suspect.basis;
+  return s;
+}
+
+int Diagnosis::moved_group() const {
+  if (!before.has || !after.has) return -1;
+  int best_g = -1;
+  double best = 0;
+  for (std::size_t g = 0; g < after.shares.size() && g < before.shares.size(); ++g) {
+    const double d = after.shares[g] - before.shares[g];
+    const double moved = change.direction() > 0 ? d : -d;
+    if (moved > best) best = moved, best_g = static_cast<int>(g);
+  }
+  return best_g;
+}
+
+ordered_json change_json(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups) {
+  ordered_json j;
+  j["step"] = c.step;
+  j["detected_at"] = c.detected_at;
+  j["direction"] = c.direction() > 0 ? "slower" : "faster";
+  j["mean_before_s"] = c.mean_before;
+  j["mean_after_s"] = c.mean_after;
+  j["median_before_s"] = c.median_before;
+  j["median_after_s"] = c.median_after;
+  j["rel_change"] = c.rel_change;
+  j["short_run_mass"] = c.short_run_mass;
+  if (!d || !d->before.has || !d->after.has) return j;
+  j["before"] = {{"first_step", d->before.first}, {"last_step", d->before.last}, {"shares", shares_json(d->before.shares, groups)}};
+  j["after"] = {{"first_step", d->after.first}, {"last_step", d->after.last}, {"shares", shares_json(d->after.shares, groups)}};
+  if (const int g = d->moved_group(); g >= 0) {
+    j["moved_stage"] = groups[g];
+    j["moved_share_before"] = d->before.shares[g];
+    j["moved_share_after"] = d->after.shares[g];
+  }
+  // The suspect of the slower side: after a change, the after-window; after a recovery, before.
+  const Side& slow = c.direction() > 0 ? d->after : d->before;
+  j["suspect"] = {{"stage", slow.suspect_group >= 0 ? groups[slow.suspect_group] : std::string()},
+                  {"rank", slow.suspect_rank},
+                  {"basis", slow.basis}};
+  return j;
+}
+
+std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups) {
+  char line[512];
+  std::snprintf(line, sizeof line, "%s at step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)",
+                c.direction() > 0 ? "change" : "recovery", static_cast<long long>(c.step),
+                static_cast<long long>(c.detected_at), c.median_before, c.median_after,
+                (c.median_after - c.median_before) / std::max(c.median_before, 1e-12) * 100);
+  std::string text = line;
+  if (!d || !d->before.has || !d->after.has) return text;
+  if (const int g = d->moved_group(); g >= 0)
+    text += "; " + groups[g] + " " + pct(d->before.shares[g]) + " -> " + pct(d->after.shares[g]);
+  const Side& slow = c.direction() > 0 ? d->after : d->before;
+  text += "; suspect " + (slow.suspect_group >= 0 ? groups[slow.suspect_group] : std::string("-")) +
+          (slow.suspect_rank >= 0 ? " rank " + std::to_string(slow.suspect_rank) : std::string());
+  return text;
+}
+
+DetectReport build_report(const ReportInput& in) {
+  DetectReport rep;
+  const auto& d = *in.detector;
+  const auto& dc = in.dc;
+  const auto& groups = in.groups;
+  rep.changes = d.changes();
+  const std::int64_t first = in.series_first, last = in.series_first + static_cast<std::int64_t>(in.f.size()) - 1;
+  // Transitions are judged over every step seen, not only the series kept.
+  const std::int64_t seen_first = in.first_seen;
+  const auto transitions = truth_transitions(in.plan, seen_first, last);
   std::vector<bool> found(transitions.size(), false);
-  const auto diags = detect::diagnose(m, rep.changes, label);
-  const std::string truth_stage = plan && plan->scenario ? plan->scenario->stage : "";
+  const std::string truth_stage = in.plan && in.plan->scenario ? in.plan->scenario->stage : "";
 
   char line[640];
   std::snprintf(line, sizeof line,
-                "# change points (BOCPD on F[t,S]: short-run mass >= %.2f within %d steps; FALCON verification: gap >= %d "
-                "steps, mean change > %s): %zu\n",
-                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(), rep.changes.size());
+                "# change points (BOCPD on F[t,S]: short-run mass >= %.2f within %d steps; FALCON verification on "
+                "medians: gap >= %d steps, change > %s): %lld\n",
+                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(),
+                static_cast<long long>(d.changes_total()));
   rep.text += line;
-  std::snprintf(line, sizeof line, "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected\n",
+  std::snprintf(line, sizeof line, "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected%s\n",
                 static_cast<long long>(d.observed()), static_cast<long long>(d.outliers_dropped()),
-                static_cast<long long>(d.candidates_rejected()));
+                static_cast<long long>(d.candidates_rejected()),
+                d.changes_total() > static_cast<std::int64_t>(rep.changes.size())
+                    ? ("; the last " + std::to_string(rep.changes.size()) + " changes kept").c_str()
+                    : "");
   rep.text += line;
 
   auto& cps = rep.json["change_points"] = ordered_json::array();
   int false_alarms = 0;
   for (const auto& c : rep.changes) {
-    ordered_json j;
-    j["step"] = c.step;
-    j["detected_at"] = c.detected_at;
-    j["direction"] = c.direction() > 0 ? "slower" : "faster";
-    j["mean_before_s"] = c.mean_before;
-    j["mean_after_s"] = c.mean_after;
-    j["rel_change"] = c.rel_change;
-    j["short_run_mass"] = c.short_run_mass;
-    std::snprintf(line, sizeof line, "#   %s at step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)",
-                  c.direction() > 0 ? "change" : "recovery", static_cast<long long>(c.step),
-                  static_cast<long long>(c.detected_at), c.mean_before, c.mean_after,
-                  (c.mean_after - c.mean_before) / std::max(c.mean_before, 1e-12) * 100);
-    std::string text = line;
-    const auto it = std::find_if(diags.begin(), diags.end(), [&](const auto& x) { return x.change.step == c.step; });
-    std::string moved, suspect_stage;
-    int suspect_rank = -1;
-    if (it != diags.end()) {
-      const auto& dg = *it;
-      j["before"] = {{"first_step", dg.before_first}, {"last_step", dg.before_last}, {"shares", shares_json(dg.before)}};
-      j["after"] = {{"first_step", dg.after_first}, {"last_step", dg.after_last}, {"shares", shares_json(dg.after)}};
-      if (dg.moved_group >= 0) {
-        moved = dg.after.group_name(dg.moved_group);
-        j["moved_stage"] = moved;
-        j["moved_share_before"] = dg.before.shares[dg.moved_group];
-        j["moved_share_after"] = dg.after.shares[dg.moved_group];
-        text += "; " + moved + " " + pct(dg.before.shares[dg.moved_group]) + " -> " + pct(dg.after.shares[dg.moved_group]);
-      }
-      // The suspect of the slower side: after a change, the after-window; after a recovery, before.
-      const auto& slow = c.direction() > 0 ? dg.after : dg.before;
-      if (slow.suspect.group >= 0) {
-        suspect_stage = slow.group_name(slow.suspect.group);
-        suspect_rank = slow.suspect.rank;
-      }
-      j["suspect"] = {{"stage", suspect_stage}, {"rank", suspect_rank}, {"basis", slow.suspect.basis}};
-      text += "; suspect " + (suspect_stage.empty() ? std::string("-") : suspect_stage) +
-              (suspect_rank >= 0 ? " rank " + std::to_string(suspect_rank) : std::string());
-    }
-    if (plan) {
+    const auto it = std::find_if(in.diagnoses.begin(), in.diagnoses.end(), [&](const auto& x) { return x.change.step == c.step; });
+    const Diagnosis* dg = it != in.diagnoses.end() ? &*it : nullptr;
+    ordered_json j = change_json(c, dg, groups);
+    std::string text = "#   " + change_line(c, dg, groups);
+    if (in.plan) {
       int match = -1;
       for (std::size_t i = 0; i < transitions.size(); ++i)
         if (!found[i] && transitions[i].direction == c.direction() && std::llabs(transitions[i].step - c.step) <= kMatchSteps) {
@@ -153,8 +177,11 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
       if (match >= 0) {
         found[match] = true;
         const auto& tr = transitions[match];
+        const std::string moved = j.value("moved_stage", std::string());
+        const std::string suspect_stage = j.contains("suspect") ? j["suspect"]["stage"].get<std::string>() : "";
+        const int suspect_rank = j.contains("suspect") ? j["suspect"]["rank"].get<int>() : -1;
         const bool stage_hit = !truth_stage.empty() && (moved == truth_stage || suspect_stage == truth_stage);
-        const bool rank_hit = std::find(plan->ranks.begin(), plan->ranks.end(), suspect_rank) != plan->ranks.end();
+        const bool rank_hit = std::find(in.plan->ranks.begin(), in.plan->ranks.end(), suspect_rank) != in.plan->ranks.end();
         t = {{"matched", true}, {"transition", tr.direction > 0 ? "onset" : "offset"}, {"transition_step", tr.step},
              {"steps_to_detect", c.detected_at - tr.step}, {"stage_hit", stage_hit}, {"rank_hit", rank_hit}};
         std::snprintf(line, sizeof line, "; truth: %s at %lld found %lld step(s) later, stage %s, rank %s",
@@ -173,37 +200,39 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
   }
 
   rep.json["detector"] = {{"series", "exposed_step_s"},
-                          {"first_step", first_scored},
+                          {"first_step", seen_first},
                           {"observed_steps", d.observed()},
                           {"outliers_dropped", d.outliers_dropped()},
                           {"candidates_rejected", d.candidates_rejected()},
+                          {"changes_total", d.changes_total()},
+                          {"changes_dropped", d.changes_total() - static_cast<std::int64_t>(rep.changes.size())},
                           {"hazard", dc.hazard},
                           {"max_run_length", dc.max_run_length},
                           {"short_run", dc.short_run},
                           {"threshold", dc.threshold},
                           {"min_gap", dc.min_gap},
-                          {"min_rel_change", dc.min_rel_change}};
-  // The series the detector watched, for plots beside the change points: F[t,S] per step from the
-  // matrix's first step (null where no rank was present), at most kSeriesSteps steps.
+                          {"min_rel_change", dc.min_rel_change},
+                          {"max_changes_kept", dc.max_changes_kept}};
+  // The series the detector watched, for plots beside the change points: F[t,S] per step (null
+  // where no rank was present), the last Watch::kSeriesSteps steps.
   {
-    constexpr int kSeriesSteps = 20000;
-    const int n = std::min(acc.steps, kSeriesSteps);
     ordered_json xs = ordered_json::array();
-    for (int t = 0; t < n; ++t) xs.push_back(acc.scored[t] ? ordered_json(acc.exposed(t)) : ordered_json(nullptr));
-    rep.json["series"] = {{"first_step", m.first_step()}, {"exposed_step_s", std::move(xs)}, {"truncated", acc.steps > n}};
+    for (double v : in.f) xs.push_back(std::isnan(v) ? ordered_json(nullptr) : ordered_json(v));
+    rep.json["series"] = {{"first_step", first}, {"exposed_step_s", std::move(xs)},
+                          {"truncated", in.steps_seen > static_cast<std::int64_t>(in.f.size())}};
   }
 
-  std::vector<std::int64_t> cut_steps;
-  for (const auto& c : rep.changes) cut_steps.push_back(c.step);
-  const auto per = detect::periodicity(f, first_scored, cut_steps, dc);
-  rep.json["periodicity"] = {{"period", per.period}, {"acf", per.acf}, {"phase_step", per.phase}};
+  const auto per = detect::periodicity(in.f, first, dc);
+  rep.json["periodicity"] = {{"period", per.period}, {"acf", per.acf}, {"phase_step", per.phase},
+                             {"repeats", per.repeats}, {"burst_steps", per.burst}};
   if (per.period > 0) {
-    std::snprintf(line, sizeof line, "# periodic: every %d steps from step %lld (ACF %.2f)\n", per.period,
-                  static_cast<long long>(per.phase), per.acf);
+    std::snprintf(line, sizeof line, "# periodic: every %d steps from step %lld, %d %s (ACF %.2f)\n", per.period,
+                  static_cast<long long>(per.phase), per.repeats,
+                  per.burst > 1 ? ("bursts of " + std::to_string(per.burst) + " steps").c_str() : "spikes", per.acf);
     rep.text += line;
   }
 
-  if (plan) {
+  if (in.plan) {
     ordered_json tr = ordered_json::array();
     int detected = 0;
     for (std::size_t i = 0; i < transitions.size(); ++i) {
@@ -213,27 +242,76 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
     }
     ordered_json td = {{"transitions", tr}, {"detected", detected}, {"missed", static_cast<int>(transitions.size()) - detected},
                        {"false_alarms", false_alarms}};
-    if (plan->every > 1 && plan->scenario && plan->scenario->site != inject::Site::none) {
-      td["expected_period"] = plan->every;
-      td["period_hit"] = per.period == plan->every;
+    if (in.plan->every > 1 && in.plan->scenario && in.plan->scenario->site != inject::Site::none) {
+      td["expected_period"] = in.plan->every;
+      td["period_hit"] = per.period == in.plan->every;
     }
     rep.json["truth_detection"] = td;
     std::snprintf(line, sizeof line, "# detection vs truth: %d of %zu transition(s) found, %d false alarm(s)%s\n", detected,
                   transitions.size(), false_alarms,
-                  plan->every > 1 ? (per.period == plan->every ? ", period found" : ", period missed") : "");
+                  in.plan->every > 1 ? (per.period == in.plan->every ? ", period found" : ", period missed") : "");
     rep.text += line;
   }
 
-  // Culprit stability of the group that costs time beyond its baseline (docs/detect.md).
-  const int group = detect::dominant_group(m, acc);
-  detect::StabilityConfig sc;
-  sc.window_steps = stability_window;
-  const auto st = detect::culprit_stability(m, acc, group, sc, window_bounds);
+  // Culprit stability follows the stage that moved (docs/detect.md): the one named, else the
+  // stage of the periodic spikes, else the stage that moved at the largest slowdown, else the
+  // group with the most credit to one rank.
+  const auto G = static_cast<int>(groups.size());
+  int group = -1;
+  std::string basis;
+  if (!in.stability_stage.empty()) {
+    const auto it = std::find(groups.begin(), groups.end(), in.stability_stage);
+    if (it == groups.end()) {
+      std::string names;
+      for (const auto& g : groups) names += (names.empty() ? "" : ", ") + g;
+      throw std::invalid_argument("--stability-stage " + in.stability_stage + ": not a stage group here; expected one of " + names);
+    }
+    group = static_cast<int>(it - groups.begin());
+    basis = "--stability-stage";
+  }
+  if (group < 0 && per.period > 0 && G > 0) {
+    // The group whose advance rises most at the spikes over its advance at the other steps.
+    std::vector<double> at(static_cast<std::size_t>(G), 0.0), off(static_cast<std::size_t>(G), 0.0);
+    int n_at = 0, n_off = 0;
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < in.f.size(); ++i) {
+      if (std::isnan(in.f[i])) continue;
+      const std::int64_t step = first + static_cast<std::int64_t>(i);
+      while (k < per.spike_steps.size() && per.spike_steps[k] < step) ++k;
+      const bool spike = k < per.spike_steps.size() && per.spike_steps[k] == step;
+      auto& acc = spike ? at : off;
+      (spike ? n_at : n_off) += 1;
+      for (int g = 0; g < G; ++g) acc[g] += in.advance[i * static_cast<std::size_t>(G) + static_cast<std::size_t>(g)];
+    }
+    double best = 0;
+    for (int g = 0; g < G && n_at > 0; ++g) {
+      const double rise = at[g] / n_at - (n_off ? off[g] / n_off : 0.0);
+      if (rise > best) best = rise, group = g;
+    }
+    if (group >= 0) basis = "the stage of the periodic spikes";
+  }
+  if (group < 0) {
+    const Diagnosis* big = nullptr;
+    for (const auto& dg : in.diagnoses)
+      if (dg.change.direction() > 0 && dg.moved_group() >= 0 &&
+          (!big || dg.change.median_after - dg.change.median_before > big->change.median_after - big->change.median_before))
+        big = &dg;
+    if (big) {
+      group = big->moved_group();
+      basis = "the stage that moved at the change at step " + std::to_string(big->change.step);
+    }
+  }
+  if (group < 0) {
+    group = in.tracker->dominant_group();
+    basis = "the group with the most credit to one rank";
+  }
+  const auto st = in.tracker->result(group);
   ordered_json sj;
   sj["stage"] = st.group_name;
+  sj["stage_basis"] = basis;
   sj["class"] = detect::to_string(st.stability);
   sj["culprit"] = st.culprit;
-  sj["windows"] = st.windows.size();
+  sj["windows"] = st.windows_total;
   sj["windows_led"] = st.windows_led;
   sj["persistence"] = st.persistence;
   sj["episodes"] = st.episodes;
@@ -241,24 +319,22 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
   sj["step_fraction_in_led_windows"] = st.step_fraction_in_led;
   sj["evidence"] = st.evidence;
   auto& rl = sj["ranks"] = ordered_json::array();
-  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) {
-    const auto& l = st.overall[i];
-    rl.push_back({{"rank", l.rank}, {"steps_led", l.steps_led}, {"step_fraction", l.step_fraction},
-                  {"credit_fraction", l.credit_fraction}});
-  }
+  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) rl.push_back(lead_json(st.overall[i]));
+  sj["per_window_kept"] = st.windows.size();
   auto& wl = sj["per_window"] = ordered_json::array();
   std::string leaders;
   for (const auto& w : st.windows) {
-    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit}};
-    if (!w.ranks.empty())
-      x["top"] = {{"rank", w.ranks.front().rank}, {"step_fraction", w.ranks.front().step_fraction},
-                  {"credit_fraction", w.ranks.front().credit_fraction}};
+    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit},
+                      {"advanced_steps", w.advanced_steps}};
+    if (!w.ranks.empty()) x["top"] = lead_json(w.ranks.front());
+    auto& rs = x["ranks"] = ordered_json::array();
+    for (const auto& l : w.ranks) rs.push_back(lead_json(l));
     wl.push_back(std::move(x));
     leaders += (leaders.empty() ? "" : " ") + (w.culprit >= 0 ? std::to_string(w.culprit) : std::string("."));
   }
   rep.json["culprit_stability"] = std::move(sj);
-  std::snprintf(line, sizeof line, "# culprit stability (%s, %zu windows): %s: %s\n", st.group_name.c_str(), st.windows.size(),
-                std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());
+  std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n", st.group_name.c_str(),
+                st.windows_total, basis.c_str(), std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());
   rep.text += line;
   if (!st.overall.empty()) {
     std::string top;
@@ -269,8 +345,12 @@ DetectReport detect_report(const frontier::StageMatrix& m, const frontier::Label
     }
     rep.text += "#   leaders over the run:" + top + "\n";
   }
-  rep.text += "#   window culprits: " + leaders + "\n";
+  rep.text += "#   window culprits" +
+              (st.windows_total > static_cast<int>(st.windows.size()) ? " (the last " + std::to_string(st.windows.size()) + ")"
+                                                                       : std::string()) +
+              ": " + leaders + "\n";
   return rep;
 }
 
+}  // namespace detail
 }  // namespace sf::testbed

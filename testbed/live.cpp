@@ -1,5 +1,6 @@
 // run --live: rank 0's compact view at each gathered window (the recorder's safe point): step
-// rate, progress with ETA, the window's top stages with shares, suspect, change points so far.
+// rate, progress with ETA, the window's top stages with shares, suspect, change points so far and
+// the diagnosis of the last one, opened when it was confirmed.
 // Redrawn in place on a terminal; plain appended lines otherwise.
 #include "detail.h"
 
@@ -48,6 +49,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
   out += "top      " + top + "\n";
   out += "suspect  " + suspect + "\n";
   out += "changes  " + cps + "\n";
+  if (!s.last_change.empty()) out += "last     " + s.last_change + "\n";
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -24,6 +25,9 @@ std::int64_t resident_kb() {
   return n == 2 ? resident * (::sysconf(_SC_PAGESIZE) / 1024) : 0;
 }
 
+/// Steps back from a window's last step whose packets are kept for change points confirmed late.
+constexpr std::int64_t kRecentPacketSteps = 64;
+
 struct Rank0Windows::Impl {
   Rank0Windows::Observer observer;
   const RunConfig& cfg;
@@ -35,6 +39,14 @@ struct Rank0Windows::Impl {
   // streamed files
   std::ofstream summaries, dump;
   std::string dump_tmp;
+  // The packets of the last windows (JSON, path), so that a change confirmed a window or two after
+  // the step it is placed at still goes into the packet that covers that step.
+  struct Recent {
+    std::int64_t first, last;
+    std::string path;
+    ordered_json packet;
+  };
+  std::deque<Recent> recent;
   // run level
   std::optional<frontier::StreamingAccumulator> acc;
   std::vector<formats::Window> kept;  // rank_median only
@@ -82,28 +94,13 @@ struct Rank0Windows::Impl {
       acc.emplace(m.schema(), m.ranks(), cfg.label);
       one.emplace(m.schema(), m.ranks(), m.first_step(), 1);
     }
-    if (one->roles().empty() && !m.roles().empty()) one->set_roles(m.roles());  // reset() keeps them
-    const int k = m.schema().explicit_count();
-    std::vector<double> d(k);
     for (int t = 0; t < m.steps(); ++t) {
       if (m.step_id(t) <= last_step) continue;  // never happens with consecutive windows
-      one->reset(m.step_id(t));
+      copy_step(m, t, *one);
       double mx = 0;
-      for (int r = 0; r < m.ranks(); ++r) {
-        if (!m.present(t, r)) continue;
-        for (int s = 0; s < k; ++s) d[s] = m.d(t, r, s);
-        if (m.schema().has_residual()) {
-          one->set_record(0, r, d, m.wall(t, r));
-          mx = std::max(mx, m.wall(t, r));
-        } else {
-          one->set_record(0, r, d, std::nullopt);
-        }
-        if (m.fwd_event_state(t, r) != frontier::EventState::unsampled)
-          one->set_fwd_event(0, r, m.fwd_event_state(t, r), m.fwd_event_s(t, r));
-        if (m.has_sync_wait())
-          for (int s = 0; s < k; ++s)
-            if (const double v = m.sync_wait(t, r, s); !std::isnan(v)) one->set_sync_wait(0, r, s, v);
-      }
+      if (m.schema().has_residual())
+        for (int r = 0; r < m.ranks(); ++r)
+          if (m.present(t, r)) mx = std::max(mx, m.wall(t, r));
       acc->add_step(*one);
       wall_sum += mx;
       last_step = m.step_id(t);
@@ -150,23 +147,43 @@ Rank0Windows::~Rank0Windows() {
 }
 
 bool Rank0Windows::keeps_windows() const {
-  const auto& cfg = impl_->cfg;
-  // rank_median needs whole windows; --detect's before/after report and --trace need the run's
-  // matrix. Without them rank 0 keeps bounded aggregates only.
-  return cfg.label.gain_baseline == frontier::GainBaseline::rank_median || cfg.detect.has_value() || !cfg.trace.file.empty();
+  // rank_median needs whole windows. Without it rank 0 keeps bounded aggregates only (--detect
+  // and --trace keep bounded state of their own, testbed::Watch).
+  return impl_->cfg.label.gain_baseline == frontier::GainBaseline::rank_median;
 }
 
 void Rank0Windows::on_window(Observer f) { impl_->observer = std::move(f); }
 
 const std::vector<formats::Window>& Rank0Windows::kept() const { return impl_->kept; }
 
-void Rank0Windows::add(formats::Window&& w, int index) {
+void Rank0Windows::add(formats::Window&& win, int index) {
   auto& im = *impl_;
   const std::int64_t t0 = inject::monotonic_ns();
   const auto& cfg = im.cfg;
+  const auto wp = std::make_shared<const formats::Window>(std::move(win));
+  const auto& w = *wp;
   const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
-  if (im.observer) im.observer(w, e, index);
-  const auto pj = formats::evidence_to_json(e, w.ranks);
+  std::vector<ConfirmedChange> changes;
+  if (im.observer) changes = im.observer(wp, e, index);
+  auto pj = formats::evidence_to_json(e, w.ranks);
+  const std::int64_t first = w.matrix.first_step(), last = w.matrix.first_step() + (w.matrix.steps() - 1);
+  // Change points go into the packet of the window that holds their step: this one, or one of
+  // the last few (rewritten).
+  for (const auto& c : changes) {
+    if (c.change.step >= first && c.change.step <= last) {
+      pj["change_points"].push_back(c.json);
+      continue;
+    }
+    for (auto& r : im.recent)
+      if (c.change.step >= r.first && c.change.step <= r.last) {
+        r.packet["change_points"].push_back(c.json);
+        try {
+          formats::write_file_atomic(r.path, r.packet.dump() + "\n");
+        } catch (const std::exception& ex) {
+          im.fail(ex.what());
+        }
+      }
+  }
   const std::string packet = pj.dump();
   if (im.count == 0) {
     im.first_packet = packet.size();
@@ -190,13 +207,18 @@ void Rank0Windows::add(formats::Window&& w, int index) {
                                   {"median_step_s", pj["median_step_s"]},
                                   {"gather_ok", pj["telemetry"]["gather_ok"]}};
     im.write(im.summaries, summary.dump() + "\n", cfg.out_dir + "/windows.jsonl");
+    if (im.observer) {
+      // A change is confirmed at most a few dozen steps after its step (docs/detect.md).
+      im.recent.push_back({first, last, cfg.out_dir + name, std::move(pj)});
+      while (!im.recent.empty() && im.recent.front().last < last - kRecentPacketSteps) im.recent.pop_front();
+    }
   }
   if (im.dump.is_open()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
     im.write(im.dump, out.str(), cfg.dump);
   }
-  if (keeps_windows()) im.kept.push_back(std::move(w));
+  if (keeps_windows()) im.kept.push_back(w);
   else im.accumulate(w);
   im.scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
   im.sample_rss(index);

@@ -23,6 +23,9 @@ using nlohmann::ordered_json;
 
 namespace {
 
+/// Steps per recorder window for --live when --window is not given.
+constexpr int kLiveWindow = 10;
+
 ordered_json costs_json(const sim::StageCosts& c) {
   return {{"data", c.data_ms},         {"loader", c.loader_ms},         {"fwd_host", c.fwd_host_ms},
           {"fwd_device", c.fwd_device_ms}, {"bwd_host", c.bwd_host_ms}, {"bwd_device", c.bwd_device_ms},
@@ -147,7 +150,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     ref_rec.finish();
   }
 
-  const int window = cfg.window > 0 ? cfg.window : cfg.steps;
+  // --live without --window: a window of kLiveWindow steps, so the view is redrawn while the run
+  // goes (one window over the whole run would draw it once, at the end).
+  const int window = cfg.window > 0 ? cfg.window : cfg.live ? std::min(cfg.steps, kLiveWindow) : cfg.steps;
   auto rc = detail::recorder_config(run_cfg, cfg.warmup, window);
   if (cfg.telemetry_fault == inject::TelemetryFault::schema_mismatch && rank == cfg.telemetry_fault_rank)
     rc.stages.push_back("extra.unexpected_stage");  // this rank's schema no longer matches
@@ -161,23 +166,44 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   // --trace or the rank_median baseline need the run's windows.
   std::optional<detail::Rank0Windows> windows;
   if (rank == 0) windows.emplace(cfg, (cfg.steps + window - 1) / window);
-  std::optional<detect::Detector> detector;  // --detect: online on rank 0, window by window
+  // --detect, --trace: rank 0 watches the windows as they are gathered, at the safe point, in
+  // bounded memory (testbed::Watch); a change confirmed there opens its diagnosis window at once.
+  std::optional<Watch> watch;
   std::int64_t t_live = inject::monotonic_ns();  // --live: reset at the first measured step
   // Open MPI hands every rank a pseudo-terminal whether or not mpiexec writes to one, so under a
   // launcher rank 0 cannot tell: it redraws only when asked (--live-redraw), else appends lines.
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
   const bool live_tty = cfg.live && rank == 0 && (cfg.live_redraw || (!launched && isatty(fileno(stdout))));
-  if (cfg.detect && rank == 0) detector.emplace(*cfg.detect);
-  if (rank == 0 && (detector || cfg.live))
-    windows->on_window([&](const formats::Window& w, const frontier::Evidence& e, int index) {
-      if (detector) detail::observe_window(*detector, w.matrix, cfg.label.account);
-      if (cfg.live) {
-        detail::LiveState ls{cfg.scenario, size, index + 1, w.matrix.first_step() + w.matrix.steps() - cfg.warmup, cfg.steps,
-                             static_cast<double>(inject::monotonic_ns() - t_live) * 1e-9, detector.has_value(),
-                             detector ? detector->changes() : std::vector<detect::ChangePoint>{}};
-        std::fputs(detail::live_view(ls, e, live_tty).c_str(), stdout);
-        std::fflush(stdout);
+  if (rank == 0 && (cfg.detect || !cfg.trace.file.empty())) {
+    WatchOptions wo;
+    wo.label = cfg.label;
+    wo.detect = cfg.detect;
+    if (!cfg.trace.file.empty()) wo.trace = cfg.trace;
+    wo.stability_window = cfg.stability_window;
+    wo.stability_per_window = window < cfg.steps;  // the recorder windows, when there are several
+    wo.stability_stage = cfg.stability_stage;
+    wo.plan = &plan;
+    wo.online = true;
+    watch.emplace(std::move(wo));
+  }
+  std::string last_change;
+  if (rank == 0 && (watch || cfg.live))
+    windows->on_window([&](const std::shared_ptr<const formats::Window>& w, const frontier::Evidence& e, int index) {
+      std::vector<ConfirmedChange> changes;
+      if (watch) changes = watch->observe(std::shared_ptr<const frontier::StageMatrix>(w, &w->matrix), w->ranks);
+      for (const auto& c : changes) {
+        last_change = c.line;
+        // The diagnosis window opened at this safe point: one line now (the live view shows it too).
+        if (cfg.live ? !live_tty : !cfg.quiet) std::printf("%s%s\n", cfg.live ? "live: " : "# ", c.line.c_str());
       }
+      if (cfg.live) {
+        detail::LiveState ls{cfg.scenario, size, index + 1, w->matrix.first_step() + w->matrix.steps() - cfg.warmup, cfg.steps,
+                             static_cast<double>(inject::monotonic_ns() - t_live) * 1e-9, cfg.detect.has_value(),
+                             watch ? watch->changes() : std::vector<detect::ChangePoint>{}, last_change};
+        std::fputs(detail::live_view(ls, e, live_tty).c_str(), stdout);
+      }
+      std::fflush(stdout);
+      return changes;
     });
   auto sink = [&](formats::Window&& w, int index) { windows->add(std::move(w), index); };
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);
@@ -291,6 +317,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                 b.device->name().c_str(), std::string(recorder_mode_name(cfg.recorder)).c_str(),
                 cfg.recorder == RecorderMode::event ? (" (q " + std::to_string(cfg.event_q).substr(0, 4) + ")").c_str() : "");
   table += line;
+  if (cfg.live && cfg.window == 0 && window < cfg.steps)
+    table += "# --live without --window: recorder windows of " + std::to_string(window) +
+             " steps, so the live view is redrawn as the run goes\n";
   std::snprintf(line, sizeof line, "# step: profile %s  sync %s  %zu bucket(s), %.2f MiB of gradients  jitter %.3g  heterogeneity %s%s\n",
                 cfg.workload.profile.c_str(), std::string(sim::to_string(cfg.workload.sync_mode)).c_str(), buckets.size(),
                 run_cfg.workload.layout.grad_mib, cfg.workload.variation.jitter_sigma,
@@ -339,19 +368,14 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;
     table += vr.verdict_text;
-    std::vector<detect::ChangePoint> changes;
-    const formats::Window all = (detector || !cfg.trace.file.empty()) ? detail::concat(windows->kept()) : formats::Window{};
-    if (detector) {
-      std::vector<std::int64_t> bounds;
-      if (windows->kept().size() > 1)
-        for (const auto& w : windows->kept()) bounds.push_back(w.matrix.first_step());
-      const auto dr = detect_report(all.matrix, cfg.label, *cfg.detect, &plan, bounds, cfg.stability_window, &*detector);
+    if (watch && cfg.detect) {
+      // The diagnosis reads the segments kept as the run went; with rank_median the whole run
+      // is in memory anyway (kept windows) and is read instead.
+      const formats::Window all = windows->keeps_windows() ? detail::concat(windows->kept()) : formats::Window{};
+      const auto dr = watch->report(windows->keeps_windows() ? &all.matrix : nullptr);
       table += "#\n" + dr.text;
       for (const auto& [k, v] : dr.json.items()) result[k] = v;
-      changes = dr.changes;
     }
-    if (!cfg.trace.file.empty())
-      formats::write_file_atomic(cfg.trace.file, chrome_trace(all, cfg.label, cfg.trace, changes, &plan).dump() + "\n");
     bool claim_pass = vr.claim_pass;
     result["verdict"] = vr.json;
     if (scenario->site == inject::Site::link) {
@@ -380,22 +404,40 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     result["measured"]["makespan_vs_wall_rel"] = gap;
     result["measured"]["median_step_s"] = e.median_step_s;
     if (windows->keeps_windows())
-      table += "# note: rank_median, --detect or --trace need whole windows: rank 0 kept every window in memory\n";
+      table += "# note: rank_median needs whole windows: rank 0 kept every window in memory\n";
     result["telemetry"] = {{"payload_bytes_per_rank_window", recorder::payload_bytes(rc, window)},
                            {"packet_bytes", windows->first_packet_bytes()},
                            {"dropped_records", dropped_sum},
                            {"late_contributions_discarded", transport->late_discarded()},
                            {"rank0_recorder_safe_point_cpu_s", rec.safe_point_cpu_s()},
                            {"rank0_scoring_s", windows->scoring_s()},
-                           {"rank0_rss", windows->rss_json()}};
+                           {"rank0_rss", windows->rss_json()},
+                           {"rank0_windows_kept", windows->kept().size()},
+                           {"rank0_watch_state_values", watch ? watch->state_size() : 0}};
   }
   if (const auto werr = windows->finish(); !werr.empty()) {
     std::fprintf(stderr, "sf-testbed run: %s\n", werr.c_str());
     exit_code = 2;
   }
-  // Per-window summaries were streamed to windows.jsonl; run.json lists them too.
+  // Per-window summaries were streamed to windows.jsonl; run.json lists them too. run.json is
+  // written before the trace, so a trace that cannot be written loses nothing else.
   if (windows->count() > 0 && !cfg.out_dir.empty()) result["windows"] = windows->summaries();
-  if (!cfg.out_dir.empty()) formats::write_file_atomic(cfg.out_dir + "/run.json", result.dump(2) + "\n");
+  if (!cfg.out_dir.empty()) {
+    try {
+      formats::write_file_atomic(cfg.out_dir + "/run.json", result.dump(2) + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sf-testbed run: --out %s\n", e.what());
+      exit_code = 2;
+    }
+  }
+  if (watch && !cfg.trace.file.empty()) {
+    try {
+      formats::write_file_atomic(cfg.trace.file, watch->trace().dump() + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sf-testbed run: --trace %s\n", e.what());
+      exit_code = 2;
+    }
+  }
   if (!cfg.quiet) std::fputs(table.c_str(), stdout);
   std::fflush(stdout);
   return exit_code;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,8 +35,8 @@ std::string_view recorder_mode_name(RecorderMode m);
 /// --trace: Chrome trace-event JSON of a window (docs/detect.md, "Timelines").
 struct TraceOptions {
   std::string file;        ///< empty: no trace
-  int max_steps = 500;     ///< --trace-steps: the first N steps of the window
-  int max_ranks = 64;      ///< --trace-ranks: ranks 0..N-1, plus the injected targets
+  int max_steps = 500;     ///< --trace-steps: steps kept (around each change and truth transition, then the last)
+  int max_ranks = 64;      ///< --trace-ranks: ranks 0..N-1, plus the injected targets and up to N leaders
 };
 struct RunConfig {
   std::string scenario = "data_tail";
@@ -79,6 +80,7 @@ struct RunConfig {
   frontier::LabelConfig label;
   std::optional<detect::DetectConfig> detect;  ///< --detect: change points on rank 0 at the safe point
   int stability_window = 20;               ///< culprit-stability window when the run has one recorder window
+  std::string stability_stage;             ///< --stability-stage: the group culprit stability follows
   bool live = false;                       ///< --live: rank 0 shows a compact view at each window
   bool live_redraw = false;                ///< --live-redraw: redraw in place even under a launcher
   TraceOptions trace;                      ///< --trace FILE (rank 0, after the run)
@@ -213,11 +215,11 @@ ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPla
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);
 
-// ---- watching over time (--detect; docs/detect.md) ----------------------------------------------
+// ---- watching over time (--detect, --trace; docs/detect.md) ------------------------------------
 
 /// Change points of F[t,S] with the diagnosis window at each, periodicity and culprit stability,
-/// as JSON ("change_points", "detector", "periodicity", "culprit_stability", and with a plan
-/// "truth_detection") and as table lines.
+/// as JSON ("change_points", "detector", "series", "periodicity", "culprit_stability", and with a
+/// plan "truth_detection") and as table lines.
 struct DetectReport {
   nlohmann::ordered_json json;
   std::string text;
@@ -227,19 +229,63 @@ struct DetectReport {
 /// std::invalid_argument when schemas or world sizes differ.
 formats::Window concat_windows(const std::vector<formats::Window>& windows);
 
-/// `online`: a detector already fed with F[t,S] of m (run: on rank 0 at the safe point); null:
-/// one is run over m here. `plan`: the injected truth (null for score). `window_bounds`: first
-/// steps of the recorder windows (culprit stability per window); empty: `stability_window` steps.
-DetectReport detect_report(const frontier::StageMatrix& m, const frontier::LabelConfig& label,
-                           const detect::DetectConfig& dc, const inject::FaultPlan* plan,
-                           const std::vector<std::int64_t>& window_bounds = {}, int stability_window = 20,
-                           const detect::Detector* online = nullptr);
+struct WatchOptions {
+  frontier::LabelConfig label;
+  std::optional<detect::DetectConfig> detect;  ///< --detect
+  std::optional<TraceOptions> trace;           ///< --trace (the file is the caller's business)
+  int stability_window = 20;                   ///< steps per culprit-stability window ...
+  bool stability_per_window = false;           ///< ... unless the fed windows are the stability windows
+  std::string stability_stage;                 ///< --stability-stage: the group followed ("": chosen, docs)
+  const inject::FaultPlan* plan = nullptr;     ///< the injected truth (sim, run); null for score
+  /// run: diagnose each change when it is confirmed, keep the evidence of the segments between
+  /// changes as they go by and the trace's steps as they pass (bounded memory, nothing else of a
+  /// window is kept). Otherwise report() and trace() read the whole matrix they are given.
+  bool online = false;
+};
 
-/// One process per shown rank (a "step" lane and one lane per stage, X slices from the recorded
-/// durations), a "frontier" process (advances named by stage and leader, counters for F[t,S]
-/// and stage shares), global instants for change points and the injected truth.
-nlohmann::ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig& label, const TraceOptions& opt,
-                                    const std::vector<detect::ChangePoint>& changes, const inject::FaultPlan* plan);
+/// A change as the watch saw it when it was confirmed: the diagnosis window opened at that
+/// point (before: the segment since the previous change; after: the change to the latest step).
+struct ConfirmedChange {
+  detect::ChangePoint change;
+  std::string line;             ///< one line for a person (no newline)
+  nlohmann::ordered_json json;  ///< as change_points[] has it, with "before"/"after" so far
+};
+
+/// Watching a run over time: fed window by window (run: rank 0 at the safe point; sim and score:
+/// the whole window at once), it runs the change-point detector on F[t,S], keeps the series
+/// (the last kSeriesSteps steps), culprit-stability tallies per window, and in online mode the
+/// segment evidence for the diagnosis and the trace's steps. Its state is bounded whatever the
+/// length of the run (docs/detect.md, "Memory").
+class Watch {
+public:
+  static constexpr int kSeriesSteps = 20000;
+  explicit Watch(WatchOptions o);
+  ~Watch();
+  Watch(Watch&&) noexcept;
+  Watch& operator=(Watch&&) noexcept;
+  /// The next window (its steps follow the previous window's). The watch keeps `m` only while it
+  /// needs its last steps (online). `ranks`: identities for the trace's process names.
+  std::vector<ConfirmedChange> observe(std::shared_ptr<const frontier::StageMatrix> m,
+                                       const std::vector<formats::RankInfo>& ranks = {});
+  /// The changes kept so far (the detector's last max_changes_kept).
+  std::vector<detect::ChangePoint> changes() const;
+  /// --detect's report, once, after the last window. `whole`: the run's whole matrix when the
+  /// caller holds it (sim, score; run with the rank_median baseline): the diagnosis reads it.
+  /// Otherwise (online) the segments kept as the run went. Throws std::invalid_argument with one
+  /// line for an unknown --stability-stage.
+  DetectReport report(const frontier::StageMatrix* whole = nullptr);
+  /// --trace's Chrome trace-event JSON: from `whole` (offline) or the steps kept online. After
+  /// report() when detecting, so the change instants are final.
+  nlohmann::ordered_json trace(const frontier::StageMatrix* whole = nullptr,
+                               const std::vector<formats::RankInfo>& ranks = {}) const;
+  /// Values held: detector, series, stability records, pending steps, diagnoses, the trace's
+  /// steps (bounded by their caps, not by the length of the run; tests).
+  std::size_t state_size() const;
+
+private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 // ---- provenance ---------------------------------------------------------------------------------
 

@@ -1,51 +1,225 @@
-// --trace FILE: a window as Chrome trace-event JSON (Perfetto, chrome://tracing). docs/detect.md
-// ("Timelines") says how ranks are aligned and how the size is bounded.
-#include "sf/testbed/testbed.h"
+// --trace FILE: Chrome trace-event JSON (Perfetto, chrome://tracing) of the steps a TraceRecorder
+// kept. docs/detect.md ("Timelines") says how ranks are aligned, which steps are kept and how the
+// size is bounded.
+#include "detail.h"
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <map>
 #include <set>
 
-namespace sf::testbed {
+namespace sf::testbed::detail {
 
 using nlohmann::ordered_json;
 
 namespace {
 
 constexpr double kUs = 1e6;
+constexpr std::size_t kMaxTimes = 4096;   ///< truth and change steps whose start time is kept
+constexpr std::size_t kMaxRanges = 50;    ///< dropped stretches listed in otherData
 
 }  // namespace
 
-ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig& label, const TraceOptions& opt,
-                          const std::vector<detect::ChangePoint>& changes, const inject::FaultPlan* plan) {
-  const auto& m = w.matrix;
-  const auto& schema = m.schema();
-  const int S = schema.size();
-  const auto acc = frontier::account(m, label.account);
-  const int steps = std::min(acc.steps, std::max(1, opt.max_steps));
+struct TraceRecorder::State {
+  struct RankRec {
+    int rank;
+    bool leader_only;
+    std::vector<double> d;
+  };
+  struct StepRec {
+    std::int64_t step = 0;
+    double T = 0, F = 0;
+    bool scored = false;
+    std::vector<double> f, a;
+    std::vector<int> leader;  ///< per stage: rank id, or Accounting::kTie / kNone
+    std::vector<RankRec> ranks;
+  };
+  TraceOptions opt;
+  const inject::FaultPlan* plan = nullptr;
+  int ctx = 1;
+  std::size_t ring_cap = 0, event_budget = 0;
+  bool init = false;
+  frontier::StageSchema schema;
+  int world = 0, ranks_recorded = 0;
+  std::set<int> fixed;               ///< rank ids shown at every step
+  std::map<int, formats::RankInfo> who;
+  std::deque<StepRec> recent;        ///< the last ring_cap steps
+  std::map<std::int64_t, StepRec> events;  ///< steps kept around change points and truth transitions
+  std::vector<std::pair<std::int64_t, std::int64_t>> windows;  ///< [lo, hi) around each of them
+  std::set<std::int64_t> marks;      ///< change points marked whose step has not passed yet
+  std::map<std::int64_t, double> T_at;  ///< start time of truth steps (the first kMaxTimes)
+  std::map<std::int64_t, double> change_T;  ///< start time of marked steps (the last kMaxTimes)
+  std::int64_t seen = 0, first_seen = 0, last_seen = -1, times_dropped = 0;
 
-  // Ranks shown: the first max_ranks, plus the injected targets and each step's leaders of the
-  // largest advance would be too many; the targets are always kept. `shown` holds matrix columns
-  // (rank ids differ from columns when the matrix is sparse); events name rank ids.
-  std::set<int> shown;
-  for (int c = 0; c < m.ranks() && static_cast<int>(shown.size()) < opt.max_ranks; ++c) shown.insert(c);
-  if (plan)
-    for (int r : plan->ranks)
-      if (const int c = m.column_of(r); c >= 0) shown.insert(c);
+  bool truth_step(std::int64_t step) const {
+    if (!plan || !plan->scenario || plan->scenario->site == inject::Site::none) return false;
+    if (step == plan->offset) return true;
+    if (plan->every > 1) return step >= plan->onset && step < plan->offset && (step - plan->onset) % plan->every == 0;
+    return step == std::max(plan->onset, first_seen);
+  }
+  void add_window(std::int64_t at) {
+    // Windows that ended before the last step seen can take no more steps: drop them.
+    std::erase_if(windows, [&](const auto& w) { return w.second <= last_seen; });
+    windows.emplace_back(at - ctx, at + ctx);
+  }
+  bool in_window(std::int64_t step) const {
+    return std::any_of(windows.begin(), windows.end(), [&](const auto& w) { return step >= w.first && step < w.second; });
+  }
+  void keep_event(const StepRec& r) {
+    if (events.size() < event_budget || events.count(r.step)) events[r.step] = r;
+  }
+  void keep_time(std::int64_t step, double T) {
+    if (T_at.size() < kMaxTimes || T_at.count(step)) T_at[step] = T;
+    else ++times_dropped;
+  }
+  void keep_change_time(std::int64_t step, double T) {
+    change_T[step] = T;
+    while (change_T.size() > kMaxTimes) change_T.erase(change_T.begin());
+  }
+};
 
+TraceRecorder::TraceRecorder(const TraceOptions& opt, const inject::FaultPlan* plan) : s_(std::make_unique<State>()) {
+  auto& st = *s_;
+  st.opt = opt;
+  st.plan = plan;
+  const auto n = static_cast<std::size_t>(std::max(1, opt.max_steps));
+  st.ctx = std::max(1, std::min(16, opt.max_steps / 8));
+  st.ring_cap = std::max<std::size_t>(n, static_cast<std::size_t>(st.ctx) + 64);
+  st.event_budget = n / 2;
+  if (plan && plan->scenario && plan->scenario->site != inject::Site::none) {
+    st.add_window(plan->onset);
+    if (plan->offset != inject::kForever) st.add_window(plan->offset);
+  }
+}
+
+TraceRecorder::~TraceRecorder() = default;
+
+void TraceRecorder::add_step(const frontier::StageMatrix& m, const frontier::Accounting& acc, int t, double T,
+                             const std::vector<formats::RankInfo>& ranks) {
+  auto& st = *s_;
+  const int S = m.schema().size();
+  if (!st.init) {
+    st.init = true;
+    st.schema = m.schema();
+    st.world = m.world_size();
+    st.ranks_recorded = m.ranks();
+    st.first_seen = m.step_id(t);
+    // Ranks shown at every step: the first max_ranks columns and the injected targets. Leaders
+    // outside them are shown at the steps they lead (finish()).
+    for (int c = 0; c < m.ranks() && static_cast<int>(st.fixed.size()) < st.opt.max_ranks; ++c) st.fixed.insert(m.rank_id(c));
+    if (st.plan)
+      for (int r : st.plan->ranks)
+        if (m.column_of(r) >= 0) st.fixed.insert(r);
+  }
+  for (const auto& i : ranks)
+    if (!st.who.count(i.rank) && (st.fixed.count(i.rank) || st.who.size() < 4 * static_cast<std::size_t>(st.opt.max_ranks)))
+      st.who[i.rank] = i;
+  State::StepRec r;
+  r.step = m.step_id(t);
+  r.T = T;
+  r.scored = acc.scored[t] != 0;
+  r.F = r.scored ? acc.exposed(t) : 0.0;
+  if (r.scored) {
+    r.f.resize(static_cast<std::size_t>(S));
+    r.a.resize(static_cast<std::size_t>(S));
+    r.leader.resize(static_cast<std::size_t>(S));
+    auto durations = [&](int c) {
+      std::vector<double> d(static_cast<std::size_t>(S));
+      for (int s = 0; s < S; ++s) d[s] = m.d(t, c, s);
+      return d;
+    };
+    for (int s = 0; s < S; ++s) {
+      r.f[s] = acc.frontier(t, s);
+      r.a[s] = acc.advance(t, s);
+      const int l = acc.leader(t, s);
+      r.leader[s] = l >= 0 ? m.rank_id(l) : l;
+    }
+    for (int rank : st.fixed)
+      if (const int c = m.column_of(rank); c >= 0 && m.present(t, c)) r.ranks.push_back({rank, false, durations(c)});
+    for (int s = 0; s < S; ++s) {
+      const int l = r.leader[s];
+      if (l < 0 || r.a[s] <= 0 || st.fixed.count(l)) continue;
+      if (std::any_of(r.ranks.begin(), r.ranks.end(), [&](const auto& x) { return x.rank == l; })) continue;
+      if (const int c = m.column_of(l); c >= 0 && m.present(t, c)) r.ranks.push_back({l, true, durations(c)});
+    }
+  }
+  ++st.seen;
+  st.last_seen = r.step;
+  if (st.truth_step(r.step)) st.keep_time(r.step, r.T);
+  if (st.marks.erase(r.step)) st.keep_change_time(r.step, r.T);
+  if (st.in_window(r.step)) st.keep_event(r);
+  st.recent.push_back(std::move(r));
+  while (st.recent.size() > st.ring_cap) st.recent.pop_front();
+}
+
+void TraceRecorder::mark(std::int64_t c) {
+  auto& st = *s_;
+  if (st.change_T.count(c) || st.marks.count(c)) return;
+  st.add_window(c);
+  if (c > st.last_seen) st.marks.insert(c);  // its start time is taken when it passes
+  for (const auto& r : st.recent) {
+    if (r.step == c) st.keep_change_time(c, r.T);
+    if (r.step >= c - st.ctx && r.step < c + st.ctx) st.keep_event(r);
+  }
+}
+
+std::size_t TraceRecorder::state_size() const {
+  const auto& st = *s_;
+  auto rec = [](const State::StepRec& r) {
+    std::size_t n = 4 + r.f.size() + r.a.size() + r.leader.size();
+    for (const auto& x : r.ranks) n += 2 + x.d.size();
+    return n;
+  };
+  std::size_t n = 2 * st.windows.size() + st.marks.size() + 2 * (st.T_at.size() + st.change_T.size());
+  for (const auto& r : st.recent) n += rec(r);
+  for (const auto& [step, r] : st.events) n += rec(r);
+  return n;
+}
+
+ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& changes) const {
+  const auto& st = *s_;
   ordered_json ev = ordered_json::array();
-  const int frontier_pid = m.world_size() + 1;  // rank r is pid r + 1; pid 0 is not used
+  ordered_json out;
+  if (!st.init) {
+    out["traceEvents"] = std::move(ev);
+    out["otherData"] = {{"schema", "sf.trace/2"}, {"steps_in_trace", 0}, {"steps_seen", 0}};
+    return out;
+  }
+  const auto& schema = st.schema;
+  const int S = schema.size();
+
+  // The steps kept: those around change points and truth transitions, then the last ones.
+  std::map<std::int64_t, const State::StepRec*> kept;
+  for (const auto& [step, r] : st.events) kept[step] = &r;
+  const auto want = static_cast<std::size_t>(std::max(1, st.opt.max_steps));
+  for (auto it = st.recent.rbegin(); it != st.recent.rend() && kept.size() < want; ++it) kept.emplace(it->step, &*it);
+
+  // Leaders outside the fixed ranks: shown (at the steps they lead) by advance led, at most
+  // max_ranks of them; a slice naming any other leader says it is not in the trace.
+  std::map<int, double> led;
+  for (const auto& [step, r] : kept)
+    for (int s = 0; s < static_cast<int>(r->leader.size()); ++s)
+      if (r->leader[s] >= 0 && !st.fixed.count(r->leader[s])) led[r->leader[s]] += r->a[s];
+  std::vector<std::pair<double, int>> by_lead;
+  for (const auto& [rank, a] : led) by_lead.emplace_back(-a, rank);
+  std::sort(by_lead.begin(), by_lead.end());
+  std::set<int> leaders;
+  for (std::size_t i = 0; i < by_lead.size() && static_cast<int>(i) < st.opt.max_ranks; ++i) leaders.insert(by_lead[i].second);
+  const auto not_shown = static_cast<std::int64_t>(by_lead.size() - leaders.size());
+
+  const int frontier_pid = st.world + 1;  // rank r is pid r + 1; pid 0 is not used
   auto meta = [&](const char* name, int pid, int tid, ordered_json args) {
     ev.push_back({{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
   };
   meta("process_name", frontier_pid, 0, {{"name", "frontier (F[t,s], leaders)"}});
   meta("process_sort_index", frontier_pid, 0, {{"sort_index", -1}});
   for (int s = 0; s < S; ++s) meta("thread_name", frontier_pid, s + 1, {{"name", schema.name(s)}});
-  for (int c : shown) {
-    const int r = m.rank_id(c);
+  auto process = [&](int r, bool leader_only) {
     std::string name = "rank " + std::to_string(r);
-    const auto who = std::find_if(w.ranks.begin(), w.ranks.end(), [r](const formats::RankInfo& i) { return i.rank == r; });
-    if (who != w.ranks.end()) name += " (local " + std::to_string(who->local_rank) + ", " + who->hostname + ")";
+    if (const auto who = st.who.find(r); who != st.who.end())
+      name += " (local " + std::to_string(who->second.local_rank) + ", " + who->second.hostname + ")";
+    if (leader_only) name += " (leader: only the steps it leads)";
     meta("process_name", r + 1, 0, {{"name", name}});
     meta("process_sort_index", r + 1, 0, {{"sort_index", r}});
     meta("thread_name", r + 1, 0, {{"name", "step"}});
@@ -54,88 +228,113 @@ ordered_json chrome_trace(const formats::Window& w, const frontier::LabelConfig&
       meta("thread_name", r + 1, s + 1, {{"name", schema.name(s)}});
       meta("thread_sort_index", r + 1, s + 1, {{"sort_index", s + 1}});
     }
-  }
+  };
+  for (int r : st.fixed) process(r, false);
+  for (int r : leaders) process(r, true);
 
-  // Step t starts at T_t = Σ_{u<t} F[u,S] for every rank: the frontier's time axis (docs).
-  std::vector<double> start(static_cast<std::size_t>(steps) + 1, 0.0);
-  for (int t = 0; t < steps; ++t) start[t + 1] = start[t] + acc.exposed(t);
   auto us = [](double s) { return std::round(s * kUs * 1000) / 1000; };  // µs, ns resolution
-
-  for (int t = 0; t < steps; ++t) {
-    if (!acc.scored[t]) continue;
-    const double t0 = start[t];
-    const std::int64_t step = m.step_id(t);
-    for (int c : shown) {
-      if (!m.present(t, c)) continue;
-      const int r = m.rank_id(c);
+  for (const auto& [step, rp] : kept) {
+    const auto& r = *rp;
+    if (!r.scored) continue;
+    for (const auto& rr : r.ranks) {
+      if (rr.leader_only && !leaders.count(rr.rank)) continue;
       double p = 0;
-      for (int s = 0; s < S; ++s) p += m.d(t, c, s);
-      ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", r + 1}, {"tid", 0}, {"ts", us(t0)},
+      for (double v : rr.d) p += v;
+      ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", 0}, {"ts", us(r.T)},
                     {"dur", us(p)}, {"args", {{"step", step}}}});
       double off = 0;
       for (int s = 0; s < S; ++s) {
-        const double d = m.d(t, c, s);
-        if (d > 0)
-          ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", r + 1}, {"tid", s + 1}, {"ts", us(t0 + off)},
-                        {"dur", us(d)}, {"args", {{"step", step}}}});
-        off += d;
+        if (rr.d[s] > 0)
+          ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", s + 1}, {"ts", us(r.T + off)},
+                        {"dur", us(rr.d[s])}, {"args", {{"step", step}}}});
+        off += rr.d[s];
       }
     }
     double prev = 0;
     for (int s = 0; s < S; ++s) {
-      const double f = acc.frontier(t, s), a = acc.advance(t, s);
+      const double f = r.f[s], a = r.a[s];
       if (a > 0) {
-        const int l = acc.leader(t, s) >= 0 ? m.rank_id(acc.leader(t, s)) : acc.leader(t, s);
-        const std::string who = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
+        const int l = r.leader[s];
+        std::string who = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
+        if (l >= 0 && !st.fixed.count(l) && !leaders.count(l)) who += ", not in trace";
         ev.push_back({{"name", schema.name(s) + " (" + who + ")"}, {"ph", "X"}, {"pid", frontier_pid}, {"tid", s + 1},
-                      {"ts", us(t0 + prev)}, {"dur", us(a)},
+                      {"ts", us(r.T + prev)}, {"dur", us(a)},
                       {"args", {{"step", step}, {"leader", l}, {"advance_ms", a * 1e3}}}});
       }
       prev = f;
     }
-    const double exposed = acc.exposed(t);
-    ev.push_back({{"name", "exposed step (ms)"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(t0)},
-                  {"args", {{"F[t,S]", exposed * 1e3}}}});
+    ev.push_back({{"name", "exposed step (ms)"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(r.T)},
+                  {"args", {{"F[t,S]", r.F * 1e3}}}});
     ordered_json shares = ordered_json::object();
     std::vector<double> g(static_cast<std::size_t>(schema.group_count()), 0.0);
-    for (int s = 0; s < S; ++s) g[schema.group_of(s)] += acc.advance(t, s);
-    for (int k = 0; k < schema.group_count(); ++k) shares[schema.groups()[k]] = exposed > 0 ? g[k] / exposed : 0.0;
-    ev.push_back({{"name", "stage shares"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(t0)}, {"args", shares}});
+    for (int s = 0; s < S; ++s) g[schema.group_of(s)] += r.a[s];
+    for (int k = 0; k < schema.group_count(); ++k) shares[schema.groups()[k]] = r.F > 0 ? g[k] / r.F : 0.0;
+    ev.push_back({{"name", "stage shares"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(r.T)}, {"args", shares}});
   }
 
-  auto instant = [&](std::int64_t step, const std::string& name, ordered_json args) {
-    const std::int64_t t = step - m.first_step();
-    if (t < 0 || t >= steps) return;
-    ev.push_back({{"name", name}, {"ph", "i"}, {"s", "g"}, {"pid", frontier_pid}, {"tid", 0}, {"ts", us(start[t])},
+  // Instants for every change point and truth transition, kept step or not (they are few).
+  auto instant = [&](std::int64_t step, const std::string& name, ordered_json args, const std::map<std::int64_t, double>& at) {
+    const auto it = at.find(step);
+    if (it == at.end()) return;
+    args["step_in_trace"] = kept.count(step) > 0;
+    ev.push_back({{"name", name}, {"ph", "i"}, {"s", "g"}, {"pid", frontier_pid}, {"tid", 0}, {"ts", us(it->second)},
                   {"args", std::move(args)}});
   };
   for (const auto& c : changes)
     instant(c.step, c.direction() > 0 ? "change point (slower)" : "change point (recovery)",
-            {{"step", c.step}, {"detected_at", c.detected_at}, {"rel_change", c.rel_change}});
-  if (plan && plan->scenario && plan->scenario->site != inject::Site::none) {
-    ordered_json args = {{"scenario", plan->scenario->name}, {"stage", plan->scenario->stage}, {"ranks", plan->ranks},
-                         {"delay_ms", plan->delay_ms}, {"every", plan->every}};
-    for (int t = 0; t < steps; ++t) {
-      const std::int64_t step = m.step_id(t);
-      const bool on = step >= plan->onset && step < plan->offset;
-      if (plan->every > 1 ? on && (step - plan->onset) % plan->every == 0 : step == std::max(plan->onset, m.first_step()))
-        instant(step, "truth: fault injected", args);
-      if (step == plan->offset) instant(step, "truth: fault ends", args);
+            {{"step", c.step}, {"detected_at", c.detected_at}, {"rel_change", c.rel_change}}, st.change_T);
+  if (st.plan && st.plan->scenario && st.plan->scenario->site != inject::Site::none) {
+    const auto& p = *st.plan;
+    const ordered_json args = {{"scenario", p.scenario->name}, {"stage", p.scenario->stage}, {"ranks", p.ranks},
+                               {"delay_ms", p.delay_ms}, {"every", p.every}};
+    for (const auto& [step, T] : st.T_at) {
+      if (!st.truth_step(step)) continue;
+      ordered_json a = args;
+      a["step"] = step;
+      instant(step, step == p.offset ? "truth: fault ends" : "truth: fault injected", std::move(a), st.T_at);
     }
   }
 
-  ordered_json out;
+  // What was dropped, as stretches of steps.
+  ordered_json ranges = ordered_json::array();
+  std::int64_t dropped = 0, more = 0, prev_kept = st.first_seen - 1;
+  auto gap = [&](std::int64_t lo, std::int64_t hi) {
+    if (hi < lo) return;
+    dropped += hi - lo + 1;
+    if (ranges.size() < kMaxRanges) ranges.push_back({lo, hi});
+    else ++more;
+  };
+  for (const auto& [step, r] : kept) {
+    gap(prev_kept + 1, step - 1);
+    prev_kept = step;
+  }
+  gap(prev_kept + 1, st.last_seen);
+  std::vector<int> leader_list(leaders.begin(), leaders.end());
+
   out["traceEvents"] = std::move(ev);
   out["displayTimeUnit"] = "ms";
-  out["otherData"] = {{"schema", "sf.trace/1"},
-                      {"alignment", "every rank starts step t at sum_{u<t} F[u,S] (the frontier's time axis); within a "
-                                    "step, a rank's stages are laid end to end from its own recorded durations"},
-                      {"steps_in_trace", steps},
-                      {"steps_in_window", acc.steps},
-                      {"ranks_in_trace", shown.size()},
-                      {"ranks_in_window", m.world_size()},
-                      {"ranks_recorded", m.ranks()}};
+  out["otherData"] = {{"schema", "sf.trace/2"},
+                      {"alignment", "every rank starts step t at sum_{u<t} F[u,S] over every step seen (the frontier's time "
+                                    "axis; dropped steps leave a gap); within a step, a rank's stages are laid end to end "
+                                    "from its own recorded durations"},
+                      {"selection", "up to " + std::to_string(st.event_budget) + " steps within " + std::to_string(st.ctx) +
+                                        " steps of each change point and truth transition, then the last steps, " +
+                                        std::to_string(want) + " in all (--trace-steps)"},
+                      {"steps_in_trace", kept.size()},
+                      {"steps_seen", st.seen},
+                      {"steps_in_window", st.seen},
+                      {"first_step_seen", st.first_seen},
+                      {"last_step_seen", st.last_seen},
+                      {"steps_dropped", dropped},
+                      {"dropped_ranges", std::move(ranges)},
+                      {"dropped_ranges_not_listed", more},
+                      {"ranks_in_trace", st.fixed.size() + leaders.size()},
+                      {"leader_ranks_added", leader_list},
+                      {"leaders_not_in_trace", not_shown},
+                      {"ranks_in_window", st.world},
+                      {"ranks_recorded", st.ranks_recorded},
+                      {"instant_times_dropped", st.times_dropped}};
   return out;
 }
 
-}  // namespace sf::testbed
+}  // namespace sf::testbed::detail

@@ -71,12 +71,21 @@ TEST(Detect, verification_drops_small_changes_and_close_ones) {
   for (std::size_t t = 0; t < x.size(); ++t) d.observe(static_cast<std::int64_t>(t), x[t]);
   EXPECT_TRUE(d.changes().empty());
   EXPECT_GT(d.candidates_rejected(), 0);
-  // A 4-step burst: the recovery is closer than min_gap = 10 to the onset, so one change only.
+  // A 4-step burst: the recovery is closer than min_gap = 10 to the onset but returns to the level
+  // before it, so it is reported as the burst's recovery (a pair), never as a lasting change.
   const auto y = series(200, {{0, 0.2}, {100, 0.4}, {106, 0.2}}, 0.01, 5);
-  EXPECT_LE(detect_series(y, 0).size(), 1u);
+  const auto pair = detect_series(y, 0);
+  ASSERT_EQ(pair.size(), 2u);
+  EXPECT_EQ(pair[0].direction(), +1);
+  EXPECT_EQ(pair[1].direction(), -1);
   DetectConfig loose;
   loose.min_gap = 3;
   EXPECT_EQ(detect_series(y, 0, loose).size(), 2u);
+  // A second step up 5 steps after the first is closer than min_gap and no return: dropped.
+  const auto z = series(200, {{0, 0.2}, {100, 0.3}, {105, 0.45}}, 0.005, 5);
+  const auto up = detect_series(z, 0);
+  ASSERT_EQ(up.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(up[0].step), 100.0, kPlaceBound);
 }
 
 TEST(Detect, isolated_outliers_are_not_changes) {
@@ -88,17 +97,132 @@ TEST(Detect, isolated_outliers_are_not_changes) {
   EXPECT_EQ(d.outliers_dropped(), 5);
 }
 
+// Issue 14, class 2: a sustained shift of any size is found (30x, 100x, 1000x were missed: the
+// outlier density was flat even above its range, so a new run never learned the new level); a
+// single value 1000x the level is still an isolated outlier.
+TEST(DetectFix, a_sustained_shift_of_any_size_is_found) {
+  for (double ratio : {10.0, 30.0, 100.0, 1000.0, 0.02}) {
+    int found = 0;
+    for (std::uint64_t seed = 0; seed < 50; ++seed) {
+      const auto x = series(200, {{0, 0.2}, {100, 0.2 * ratio}}, 0.02, seed);
+      const auto cps = detect_series(x, 0);
+      found += cps.size() == 1 && std::abs(cps[0].step - 100) <= kPlaceBound && cps[0].detected_at - 100 <= kDetectBound;
+    }
+    EXPECT_EQ(found, 50) << "ratio " << ratio;
+  }
+  auto x = series(200, {{0, 0.2}}, 0.02, 1);
+  x[100] = 200;
+  EXPECT_TRUE(detect_series(x, 0).empty());
+}
+
+// Issue 14, class 3: the prior was anchored on the first value, so a slow warm-up step (>= 5x the
+// steady level) or a zero first step hid a later +75 % shift (0 of 50 found).
+TEST(DetectFix, a_slow_or_zero_first_step_does_not_set_the_scale) {
+  for (double first : {0.0, 0.002, 1.0, 2.0, 20.0}) {
+    int found = 0;
+    for (std::uint64_t seed = 0; seed < 50; ++seed) {
+      auto x = series(200, {{0, 0.2}, {100, 0.35}}, 0.02, seed);
+      x[0] = first;
+      const auto cps = detect_series(x, 0);
+      found += cps.size() == 1 && std::abs(cps[0].step - 100) <= kPlaceBound;
+    }
+    EXPECT_EQ(found, 50) << "first value " << first;
+  }
+}
+
+// Issue 14, class 4: bursts of several steps (longer than the two held-back outliers) every 20
+// steps made a storm of "slower" changes with no recovery. Each burst is now a change and its
+// recovery, in alternation, the recovery within 2 steps of the burst's end.
+TEST(DetectFix, bursts_are_change_and_recovery_pairs_not_a_storm) {
+  for (int len : {3, 5, 8}) {
+    auto x = series(300, {{0, 0.2}}, 0.02, static_cast<std::uint64_t>(len));
+    for (int t = 10; t < 300; t += 20)
+      for (int k = 0; k < len; ++k) x[t + k] = 0.6;
+    const auto cps = detect_series(x, 0);
+    ASSERT_FALSE(cps.empty()) << len;
+    int expect = +1, recoveries = 0;
+    for (const auto& c : cps) {
+      EXPECT_EQ(c.direction(), expect) << "burst length " << len << ", change at " << c.step;
+      if (c.direction() < 0) {
+        ++recoveries;
+        EXPECT_LE(std::abs((c.step - 10) % 20 - len), kPlaceBound) << "recovery at " << c.step;
+      }
+      expect = -expect;
+    }
+    EXPECT_GE(recoveries, 13) << len;
+  }
+}
+
 TEST(Detect, periodic_spikes_are_periodic_not_a_storm) {
   auto x = series(200, {{0, 0.2}}, 0.02, 4);
   for (int t = 13; t < 200; t += 5) x[t] += 0.15;
   const auto cps = detect_series(x, 0);
   EXPECT_TRUE(cps.empty());
-  const auto p = sf::detect::periodicity(x, 0, {});
+  const auto p = sf::detect::periodicity(x, 0);
   EXPECT_EQ(p.period, 5);
-  EXPECT_EQ(p.phase, 3);  // 13 mod 5
-  // A level shift alone is no period once the segment means are removed.
+  EXPECT_EQ(p.phase, 13);  // the first spike, not the first step of its residue class
+  EXPECT_EQ(p.burst, 1);
+  // A level shift alone is no period.
   const auto y = series(200, {{0, 0.2}, {100, 0.3}}, 0.02, 4);
-  EXPECT_EQ(sf::detect::periodicity(y, 0, {100}).period, 0);
+  EXPECT_EQ(sf::detect::periodicity(y, 0).period, 0);
+}
+
+// Issue 14, class 1: only segments between kept change points had their mean removed, so a
+// level shift too small to be reported left a step in the series that passed for a period of
+// 2-4 steps (8 of 8 seeds of a 20 ms A/B/A in sim). No seed may find a period in a level shift,
+// an A/B/A or a drift, detected or not; true periodic spikes still are found.
+TEST(DetectPeriod, a_level_shift_detected_or_not_is_no_period) {
+  int periods = 0;
+  for (std::uint64_t seed = 0; seed < 100; ++seed) {
+    for (double shift : {0.05, 0.1, 0.3, 2.0}) {
+      const auto up = series(200, {{0, 0.2}, {100, 0.2 * (1 + shift)}}, 0.02, seed);
+      const auto aba = series(200, {{0, 0.2}, {60, 0.2 * (1 + shift)}, {140, 0.2}}, 0.02, seed);
+      const auto short_b = series(200, {{0, 0.2}, {100, 0.2 * (1 + shift)}, {160, 0.2}}, 0.02, seed);
+      for (const auto* x : {&up, &aba, &short_b}) {
+        const auto p = sf::detect::periodicity(*x, 0);
+        periods += p.period > 0;
+        if (p.period > 0) ADD_FAILURE() << "seed " << seed << " shift " << shift << ": period " << p.period;
+      }
+    }
+    std::vector<double> drift = series(200, {{0, 0.2}}, 0.02, seed);
+    for (int t = 0; t < 200; ++t) drift[t] *= 1 + 0.5 * t / 200.0;
+    periods += sf::detect::periodicity(drift, 0).period > 0;
+  }
+  EXPECT_EQ(periods, 0);
+}
+
+TEST(DetectPeriod, periodic_spikes_and_bursts_found_from_the_first_spike) {
+  for (int every : {5, 7, 11}) {
+    auto x = series(200, {{0, 0.07}}, 0.03, static_cast<std::uint64_t>(every));
+    for (int t = 20; t < 150; t += every) x[t] += 0.03;  // the fault from step 20 to 149
+    const auto p = sf::detect::periodicity(x, 100);
+    EXPECT_EQ(p.period, every);
+    EXPECT_EQ(p.phase, 120) << every;  // "from step 120", not the residue class's first step
+    EXPECT_GE(p.repeats, 130 / every - 1);
+  }
+  auto b = series(300, {{0, 0.2}}, 0.02, 3);
+  for (int t = 10; t < 300; t += 20)
+    for (int k = 0; k < 5; ++k) b[t + k] = 0.6;
+  const auto p = sf::detect::periodicity(b, 0);
+  EXPECT_EQ(p.period, 20);
+  EXPECT_EQ(p.burst, 5);
+  EXPECT_EQ(p.phase, 10);
+  EXPECT_EQ(p.spike_steps.size(), 75u);
+  // Fewer than min_repeats spikes are no period.
+  auto few = series(60, {{0, 0.2}}, 0.02, 3);
+  for (int t = 40; t < 60; t += 7) few[t] += 0.2;
+  EXPECT_EQ(sf::detect::periodicity(few, 0).period, 0);
+}
+
+// Issue 14, class 13: a step not observed is a NaN in place, so lags and the phase stay in steps
+// (the report used to drop unscored steps and then place things by step offset).
+TEST(DetectPeriod, steps_not_observed_keep_lags_in_steps) {
+  auto x = series(200, {{0, 0.2}}, 0.02, 8);
+  for (int t = 32; t < 200; t += 6) x[t] += 0.1;
+  for (int t : {3, 4, 5, 10, 11}) x[t] = NAN;
+  const auto p = sf::detect::periodicity(x, 0);
+  EXPECT_EQ(p.period, 6);
+  EXPECT_EQ(p.phase, 32);
 }
 
 /// A/B/A runs shaped like mpi.detect_aba on a loaded machine: 58 steps at 0.06 s with relative
@@ -132,9 +256,10 @@ SpikeTally spike_trains(double noise, double spike, int seeds, const DetectConfi
 }
 
 // The table in docs/detect.md ("Robust to spikes"): a train of load spikes must neither hide a 3.5x
-// level shift nor pass for one. Plain BOCPD (contamination 0) misses 42 % of the onsets at 15 %
-// noise with +200 % spikes and raises ~0.3 false alarms per healthy run; the contaminated
-// likelihood must stay under 3 % misses and 0.05 false alarms per run in every row.
+// level shift nor pass for one. Plain BOCPD (contamination 0) misses 6 % of the onsets at 15 %
+// noise with +200 % spikes and raises ~0.08 false alarms per healthy run (42 % and ~0.3 before
+// the issue-14 prior); the contaminated likelihood must stay under 3 % misses and 0.05 false
+// alarms per run in every row.
 TEST(DetectRobust, spike_trains_neither_hide_a_shift_nor_pass_for_one) {
   constexpr int kSeeds = 400;
   DetectConfig plain;
@@ -150,9 +275,10 @@ TEST(DetectRobust, spike_trains_neither_hide_a_shift_nor_pass_for_one) {
     EXPECT_LE(b.missed_onsets + b.missed_offsets, 2 * kSeeds * 3 / 100) << noise << " " << spike;
     EXPECT_LE(b.false_alarms, kSeeds * 5 / 100) << noise << " " << spike;
   }
-  // The failure it fixes is real in the plain model (this guards the test, not the detector).
+  // The failure it fixes is real in the plain model: it breaks the same limits in the worst row
+  // (this guards the test, not the detector).
   const SpikeTally worst = spike_trains(0.15, 2, kSeeds, plain);
-  EXPECT_GT(worst.missed_onsets, kSeeds / 5);
+  EXPECT_GT(worst.missed_onsets + worst.missed_offsets + worst.false_alarms, 2 * kSeeds * 3 / 100 + kSeeds * 5 / 100);
 }
 
 TEST(Detect, bad_input_throws_one_line) {
@@ -167,24 +293,34 @@ TEST(Detect, bad_input_throws_one_line) {
   EXPECT_THROW(Detector{bad}, std::invalid_argument);
 }
 
+/// What Detector::state_size() may hold for a run-length cap and a change cap: posterior, four
+/// statistics, the Student-t constants, work buffers and inlier weights per run length, the
+/// history (2 values per step), the level window, the verification buffers, three held outliers
+/// and the kept changes (ChangePoint's 8 values each).
+std::size_t state_bound(const DetectConfig& c) {
+  const std::size_t cap = static_cast<std::size_t>(c.max_run_length) + 1;
+  return 5 * cap + 4 * cap + 2 * (cap - 1) + cap + static_cast<std::size_t>(c.level_window) +
+         2 * static_cast<std::size_t>(c.max_outlier_run + 1) + 8 * static_cast<std::size_t>(c.max_changes_kept);
+}
+
+// Issue 14, class 5: a run that flaps every 12 steps for 10^6 steps confirms ~83,000 changes; the
+// detector keeps the last max_changes_kept of them, counts the rest, and state_size() counts the
+// kept ones (it did not, and the list grew without limit).
 TEST(Detect, state_stays_bounded_over_a_million_steps) {
   DetectConfig cfg;
   cfg.max_run_length = 64;
   cfg.short_run = 8;
+  cfg.max_changes_kept = 32;
   Detector d(cfg);
-  std::mt19937_64 rng(1);
-  std::normal_distribution<double> z(0, 1);
   std::size_t most = 0;
   for (std::int64_t t = 0; t < 1'000'000; ++t) {
-    const double level = (t / 50'000) % 2 ? 0.3 : 0.2;  // a change every 50k steps
-    d.observe(t, level * (1 + 0.02 * z(rng)));
+    d.observe(t, (t / 12) % 2 ? 0.4 : 0.2);
     most = std::max(most, d.state_size());
   }
-  // post + 4·stats + 2·history + lconst + scratch + inlier weights for 65 run lengths, plus ≤ 3
-  // held outliers.
-  EXPECT_LE(most, static_cast<std::size_t>(65 + 4 * 65 + 2 * 64 + 65 + 65 + 65 + 2 * 3));
-  EXPECT_GE(d.changes().size(), 15u);
-  EXPECT_LE(d.changes().size(), 25u);
+  EXPECT_LE(most, state_bound(cfg));
+  EXPECT_EQ(d.changes().size(), 32u);
+  EXPECT_GE(d.changes_total(), 80'000);
+  EXPECT_GE(d.changes().back().step, 1'000'000 - 3 * 12);  // the most recent are the ones kept
 }
 
 // ---- properties ---------------------------------------------------------------------------------
@@ -246,7 +382,7 @@ RC_GTEST_PROP(DetectProp, state_bounded_by_the_run_length_cap, ()) {
   for (std::size_t t = 0; t < x.size(); ++t) {
     d.observe(static_cast<std::int64_t>(t), x[t]);
     RC_ASSERT(d.run_length_posterior().size() <= cap);
-    RC_ASSERT(d.state_size() <= 10 * cap + 2 * static_cast<std::size_t>(cfg.max_outlier_run + 1));
+    RC_ASSERT(d.state_size() <= state_bound(cfg));
     double sum = 0;
     for (double p : d.run_length_posterior()) sum += p;
     RC_ASSERT(std::abs(sum - 1) < 1e-9);
@@ -315,4 +451,66 @@ TEST(DetectStability, chronic_one_off_intermittent_none) {
   EXPECT_EQ(twice.episodes, 2);
   const auto healthy = classify([](int) { return false; });
   EXPECT_EQ(healthy.stability, Stability::none) << healthy.evidence;
+}
+
+// Issue 14, class 5: culprit stability is tallied window by window in bounded memory; the last
+// max_windows_kept window records are kept, the classification counts every window.
+TEST(DetectStability, tracker_keeps_the_last_windows_and_counts_them_all) {
+  const auto m = matrix(120, [](int t) { return t >= 30 && t < 70; });
+  const auto acc = sf::frontier::account(m);
+  sf::detect::StabilityConfig all, few;
+  all.window_steps = few.window_steps = 4;
+  few.max_windows_kept = 5;
+  const auto a = sf::detect::culprit_stability(m, acc, 0, all);
+  const auto b = sf::detect::culprit_stability(m, acc, 0, few);
+  EXPECT_EQ(a.windows.size(), 30u);
+  EXPECT_EQ(b.windows.size(), 5u);
+  EXPECT_EQ(b.windows_total, 30);
+  EXPECT_EQ(b.windows.back().last_step, 119);
+  EXPECT_EQ(a.stability, b.stability);
+  EXPECT_EQ(a.culprit, b.culprit);
+  EXPECT_EQ(a.windows_led, b.windows_led);
+  EXPECT_EQ(a.evidence, b.evidence);
+  EXPECT_EQ(b.stability, sf::detect::Stability::one_off) << b.evidence;
+  // Each window lists its top ranks (at most kept_ranks), the culprit first.
+  for (const auto& w : a.windows) {
+    EXPECT_LE(w.ranks.size(), 4u);
+    if (w.culprit >= 0) {
+      EXPECT_EQ(w.ranks.front().rank, w.culprit);
+    }
+  }
+}
+
+// A periodic culprit leads its windows' advance by far at its spikes and by a hair at the quiet
+// steps it happens to lead; the margin rule weighs each led step by the advance credited there.
+// (Unweighted, one spike per 10-step window and two or three chance leads made no culprit at all:
+// the quick detect experiment's live --every 5 row said "none".)
+TEST(DetectStability, a_periodic_culprit_is_found_in_short_windows) {
+  const auto m = matrix(120, [](int t) { return t % 10 == 3; });
+  const auto acc = sf::frontier::account(m);
+  sf::detect::StabilityConfig cfg;
+  cfg.window_steps = 10;
+  const auto st = sf::detect::culprit_stability(m, acc, 0, cfg);
+  EXPECT_EQ(st.culprit, 2);
+  EXPECT_EQ(st.windows_led, 12) << st.evidence;
+  EXPECT_EQ(st.stability, sf::detect::Stability::intermittent) << st.evidence;
+  // A rank a hair slower at every quiet step (so it leads them by < 5 %) and spiking every 5 steps
+  // is intermittent, not chronic: only the spikes are clear leads.
+  using sf::frontier::StageMatrix;
+  StageMatrix hair = matrix(120, [](int t) { return t % 5 == 3; });
+  for (int t = 0; t < 120; ++t) {
+    std::vector<double> d;
+    for (int s = 0; s < 5; ++s) d.push_back(hair.d(t, 2, s));
+    d[0] += 0.002;
+    double wall = 0;
+    for (double v : d) wall += v;
+    hair.set_record(t, 2, d, wall + 0.001);
+  }
+  const auto hs = sf::detect::culprit_stability(hair, sf::frontier::account(hair), 0, cfg);
+  EXPECT_EQ(hs.culprit, 2);
+  EXPECT_EQ(hs.stability, sf::detect::Stability::intermittent) << hs.evidence;
+  // Healthy: still no culprit in any window.
+  const auto h = matrix(120, [](int) { return false; });
+  const auto healthy = sf::detect::culprit_stability(h, sf::frontier::account(h), 0, cfg);
+  EXPECT_EQ(healthy.stability, sf::detect::Stability::none) << healthy.evidence;
 }

@@ -1,8 +1,13 @@
 #!/usr/bin/python3
 """Checks a `--trace` file as Perfetto / chrome://tracing read it (Chrome trace-event JSON):
-  check_trace.py TRACE RANKS STEPS [CHANGES]
+  check_trace.py TRACE RANKS STEPS [CHANGES] [--steps-kept S1,S2,...] [--truth N]
 - every event has ph/pid/ts (metadata: name/args); ts >= 0, dur >= 0, all finite;
-- one process_name per rank (named "rank R ...", sort index R) and a "frontier" process;
+- one process_name per shown rank (named "rank R ...", sort index R) and a "frontier" process;
+  leaders outside the shown ranks have processes of their own ("(leader: ...)") with slices at
+  the steps they lead, and every frontier slice that names a leader either has its process or
+  says "not in trace";
+- otherData says what was dropped: steps_seen - steps_in_trace = steps_dropped;
+- the steps listed in --steps-kept are in the trace, and --truth N truth instants are;
 - on every (pid, tid) lane the X slices do not overlap (in ts order);
 - every stage slice of a rank lies inside that rank's step slice of the same step (nesting);
 - the frontier's advance slices of a step are contiguous and end at F[t,S] (the counter);
@@ -12,8 +17,15 @@ import json
 import math
 import sys
 
-path, ranks, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-changes = int(sys.argv[4]) if len(sys.argv) > 4 else None
+args = [a for a in sys.argv[1:]]
+opts = {}
+for flag in ("--steps-kept", "--truth"):
+    if flag in args:
+        i = args.index(flag)
+        opts[flag] = args[i + 1]
+        del args[i:i + 2]
+path, ranks, steps = args[0], int(args[1]), int(args[2])
+changes = int(args[3]) if len(args) > 3 else None
 j = json.load(open(path))
 ev = j["traceEvents"]
 bad = []
@@ -27,10 +39,12 @@ for e in ev:
     for k in ("ts", "dur"):
         if k in e and (not math.isfinite(e[k]) or e[k] < 0):
             bad.append(f"{k} {e[k]} in {e['name']}")
-rank_pids = {p: n for p, n in procs.items() if n.startswith("rank ")}
+all_rank_pids = {p: n for p, n in procs.items() if n.startswith("rank ")}
+rank_pids = {p: n for p, n in all_rank_pids.items() if "(leader" not in n}
+leader_pids = {p: n for p, n in all_rank_pids.items() if "(leader" in n}
 if len(rank_pids) != ranks:
     bad.append(f"{len(rank_pids)} rank processes, expected {ranks}")
-for p, n in rank_pids.items():
+for p, n in all_rank_pids.items():
     if n.split()[1] != str(p - 1):
         bad.append(f"pid {p} named {n!r}")
 fpid = [p for p, n in procs.items() if n.startswith("frontier")]
@@ -61,6 +75,42 @@ for (pid, tid), xs in lanes.items():
         if s is None or e["ts"] < s["ts"] - EPS or e["ts"] + e["dur"] > s["ts"] + s["dur"] + EPS:
             bad.append(f"{e['name']} of step {e['args']['step']} on pid {pid} is not inside its step slice")
             break
+for pid in leader_pids:
+    xs = lanes.get((pid, 0), [])
+    if not 1 <= len(xs) <= steps:
+        bad.append(f"leader pid {pid}: {len(xs)} step slices, expected 1..{steps}")
+    for e in xs:
+        step_slice[(pid, e["args"]["step"])] = e
+for (pid, tid), xs in lanes.items():
+    if pid not in all_rank_pids or tid == 0 or pid in rank_pids:
+        continue
+    for e in xs:
+        s = step_slice.get((pid, e["args"]["step"]))
+        if s is None or e["ts"] < s["ts"] - EPS or e["ts"] + e["dur"] > s["ts"] + s["dur"] + EPS:
+            bad.append(f"{e['name']} of step {e['args']['step']} on leader pid {pid} is not inside its step slice")
+            break
+if fpid:
+    for e in ev:
+        if e["ph"] == "X" and e["pid"] == fpid[0] and e["args"]["leader"] >= 0:
+            shown = (e["args"]["leader"] + 1) in all_rank_pids
+            if not shown and "not in trace" not in e["name"]:
+                bad.append(f"frontier slice {e['name']!r} names a rank with no process")
+                break
+            if shown and "not in trace" in e["name"]:
+                bad.append(f"frontier slice {e['name']!r} says not in trace, but the rank has a process")
+                break
+od = j.get("otherData", {})
+if od.get("steps_seen", 0) - od.get("steps_in_trace", 0) != od.get("steps_dropped", 0):
+    bad.append(f"otherData does not add up: {od.get('steps_seen')} seen, {od.get('steps_in_trace')} kept, {od.get('steps_dropped')} dropped")
+if "--steps-kept" in opts:
+    kept = {e["args"]["step"] for (pid, tid), xs in lanes.items() if pid in rank_pids and tid == 0 for e in xs}
+    for st in opts["--steps-kept"].split(","):
+        if int(st) not in kept:
+            bad.append(f"step {st} is not in the trace")
+if "--truth" in opts:
+    truth = [e for e in ev if e["ph"] == "i" and e["name"].startswith("truth:")]
+    if len(truth) != int(opts["--truth"]):
+        bad.append(f"{len(truth)} truth instants, expected {opts['--truth']}")
 counters = [e for e in ev if e["ph"] == "C" and e["name"] == "exposed step (ms)"]
 if len(counters) != steps:
     bad.append(f"{len(counters)} exposed-step counters, expected {steps}")

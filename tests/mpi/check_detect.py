@@ -3,8 +3,13 @@
 (within 5 steps), each matched to the truth with the target rank named, and culprit stability
 naming the same rank. At most one false alarm is tolerated: on a loaded 2-core machine the first
 steps after warm-up can be a real >10% transient, which FALCON's rule rightly reports.
+Also (issue 14): every change point is in the evidence packet (window_*.json beside run.json) of
+the window that holds its step, with the diagnosis window opened when it was confirmed; and rank 0
+kept no window in memory.
   check_detect.py RUN_JSON"""
+import glob
 import json
+import os
 import sys
 
 j = json.load(open(sys.argv[1]))
@@ -23,6 +28,16 @@ if td["detected"] != 2 or td["false_alarms"] > 1:
 cs = j["culprit_stability"]
 if cs["culprit"] != truth["rank"] or cs["class"] != "one-off":
     bad.append(f"culprit stability {cs['culprit']} {cs['class']}, expected rank {truth['rank']} one-off")
+packets = [json.load(open(p)) for p in glob.glob(os.path.join(os.path.dirname(sys.argv[1]), "window_*.json"))]
+for c in cps:
+    holder = [p for p in packets if p["window"]["first_step"] <= c["step"] <= p["window"]["last_step"]]
+    got = [x for p in holder for x in p.get("change_points", []) if x["step"] == c["step"]]
+    if not got:
+        bad.append(f"change at {c['step']} is in no window packet")
+    elif got[0]["after"]["first_step"] != c["step"] or got[0]["after"]["last_step"] < got[0]["detected_at"]:
+        bad.append(f"change at {c['step']}: the packet's diagnosis window {got[0].get('after')} did not open at the change")
+if j["telemetry"].get("rank0_windows_kept", -1) != 0:
+    bad.append(f"rank 0 kept {j['telemetry'].get('rank0_windows_kept')} windows in memory, expected 0")
 for b in bad:
     print("FAIL:", b)
 print("detect: ok" if not bad else "detect: FAIL")

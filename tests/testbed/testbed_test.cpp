@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+
 namespace sf {
 namespace {
 
@@ -14,7 +19,13 @@ TEST(Validate, rejects_bad_run_options_with_one_line) {
   c = {};
   c.onset = 5;
   c.offset = 5;
-  EXPECT_NE(testbed::validate(c), "");
+  EXPECT_NE(testbed::validate(c).find("--offset 5 is not after --onset 5"), std::string::npos);
+  c = {};
+  c.detect = detect::DetectConfig{};
+  c.stability_stage = "data.next_wait";
+  EXPECT_EQ(testbed::validate(c), "");
+  c.stability_stage = "nope";
+  EXPECT_NE(testbed::validate(c).find("--stability-stage nope"), std::string::npos);
   c = {};
   c.telemetry_fault = inject::TelemetryFault::late;
   c.telemetry_fault_rank = 0;
@@ -48,6 +59,173 @@ TEST(Verdict, names_the_rank_and_checks_the_claim_on_a_model_window) {
   wrong.scenario = inject::find_scenario("optim_host_local");
   const auto bad = testbed::verdict_report(wrong, e, mk.gap);
   EXPECT_FALSE(bad.verdict.frontier.top1);
+}
+
+// ---- watching over time (--detect, --trace) ----------------------------------------------------
+
+/// Four ranks, default schema, steps [first, first + steps): rank 2's data stage is slow by
+/// `delay` at the steps `slow` says; a step with `missing` true has no record at all.
+std::shared_ptr<const frontier::StageMatrix> window(std::int64_t first, int steps, const std::function<bool(std::int64_t)>& slow,
+                                                    double delay = 0.15,
+                                                    const std::function<bool(std::int64_t)>& missing = nullptr) {
+  auto m = std::make_shared<frontier::StageMatrix>(frontier::StageSchema::default_schema(), 4, first, steps);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(first) + 7);
+  std::uniform_real_distribution<double> j(0.98, 1.02);
+  for (int t = 0; t < steps; ++t) {
+    if (missing && missing(first + t)) continue;
+    for (int r = 0; r < 4; ++r) {
+      std::vector<double> d{0.012 * j(rng), 0.036 * j(rng), 0.125 * j(rng), 0.005 * j(rng), 0.010 * j(rng)};
+      if (r == 2 && slow(first + t)) d[0] += delay;
+      double wall = 0;
+      for (double v : d) wall += v;
+      m->set_record(t, r, d, wall + 0.001);
+    }
+  }
+  return m;
+}
+
+testbed::WatchOptions watch_options(bool online) {
+  testbed::WatchOptions o;
+  o.detect = detect::DetectConfig{};
+  o.online = online;
+  return o;
+}
+
+// Issue 14, class 5: with --detect or --trace rank 0 kept every window of the run. The watch keeps
+// no window past the few steps a change may still be placed among, and its state levels off once
+// its caps are reached (series, stability records, changes, the trace's steps) however long the run.
+TEST(Watch, keeps_no_window_and_its_state_levels_off) {
+  auto o = watch_options(true);
+  o.detect->max_changes_kept = 16;
+  o.trace = testbed::TraceOptions{"", 40, 4};
+  o.stability_window = 5;
+  testbed::Watch w(o);
+  std::vector<std::weak_ptr<const frontier::StageMatrix>> fed;
+  std::size_t at_three_quarters = 0;
+  const int windows = 2400, steps = 20;  // 48,000 steps: past the 20,000-step series and 2048 records
+  for (int i = 0; i < windows; ++i) {
+    auto m = window(static_cast<std::int64_t>(i) * steps, steps, [](std::int64_t t) { return (t / 40) % 2 == 1; });
+    fed.push_back(m);
+    w.observe(m);
+    if (i == windows * 3 / 4) at_three_quarters = w.state_size();
+  }
+  int alive = 0;
+  for (const auto& f : fed) alive += !f.expired();
+  EXPECT_LE(alive, 2);  // the windows holding the last ~12 steps
+  EXPECT_LE(w.state_size(), at_three_quarters + at_three_quarters / 50);
+  EXPECT_EQ(w.changes().size(), 16u);
+  const auto rep = w.report();
+  EXPECT_GE(rep.json["detector"]["changes_total"].get<int>(), 1000);
+  EXPECT_EQ(rep.json["culprit_stability"]["per_window"].size(), 2048u);
+  EXPECT_EQ(rep.json["culprit_stability"]["windows"].get<int>(), windows * steps / 5);
+  EXPECT_EQ(rep.json["series"]["exposed_step_s"].size(), static_cast<std::size_t>(testbed::Watch::kSeriesSteps));
+  const auto tr = w.trace();
+  EXPECT_EQ(tr["otherData"]["steps_in_trace"].get<int>(), 40);
+}
+
+// The diagnosis kept online (segments folded into streaming evidence as the run goes) is the one
+// read from the whole matrix, and each change's diagnosis window opens when it is confirmed.
+TEST(Watch, online_diagnosis_opens_at_the_change_and_matches_the_whole_matrix) {
+  auto slow = [](std::int64_t t) { return t >= 40 && t < 80; };
+  const auto whole = window(0, 120, slow);
+  testbed::Watch off(watch_options(false));
+  off.observe(whole);
+  const auto a = off.report(whole.get());
+  testbed::Watch on(watch_options(true));
+  std::vector<testbed::ConfirmedChange> seen;
+  for (int i = 0; i < 12; ++i) {
+    auto part = std::make_shared<const frontier::StageMatrix>(detect::slice(*whole, i * 10, i * 10 + 9));
+    for (auto& c : on.observe(part)) seen.push_back(c);
+  }
+  const auto b = on.report();
+  ASSERT_EQ(a.changes.size(), 2u);
+  ASSERT_EQ(b.changes.size(), 2u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].json["after"]["first_step"], seen[0].change.step);
+  EXPECT_GE(seen[0].json["after"]["last_step"].get<std::int64_t>(), seen[0].change.detected_at);
+  EXPECT_EQ(seen[0].json["moved_stage"], "data.next_wait");
+  EXPECT_EQ(seen[0].json["suspect"]["rank"], 2);
+  EXPECT_NE(seen[0].line.find("suspect data.next_wait rank 2"), std::string::npos) << seen[0].line;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& x = a.json["change_points"][i];
+    const auto& y = b.json["change_points"][i];
+    EXPECT_EQ(x["step"], y["step"]);
+    for (const char* side : {"before", "after"}) {
+      EXPECT_EQ(x[side]["first_step"], y[side]["first_step"]);
+      EXPECT_EQ(x[side]["last_step"], y[side]["last_step"]);
+      for (const auto& [g, v] : x[side]["shares"].items()) EXPECT_NEAR(v.get<double>(), y[side]["shares"][g].get<double>(), 1e-9) << g;
+    }
+  }
+  // rank_median has no streaming evidence: the diagnosis still opens at the change (from the
+  // steps held), and the report reads the whole matrix the caller keeps for it.
+  auto o = watch_options(true);
+  o.label.gain_baseline = frontier::GainBaseline::rank_median;
+  testbed::Watch rm(o);
+  std::vector<testbed::ConfirmedChange> rm_seen;
+  for (int i = 0; i < 12; ++i) {
+    auto part = std::make_shared<const frontier::StageMatrix>(detect::slice(*whole, i * 10, i * 10 + 9));
+    for (auto& c : rm.observe(part)) rm_seen.push_back(c);
+  }
+  ASSERT_EQ(rm_seen.size(), 2u);
+  EXPECT_TRUE(rm_seen[0].json.contains("before"));
+  EXPECT_EQ(rm_seen[0].json["moved_stage"], "data.next_wait");
+  EXPECT_EQ(rm.report(whole.get()).changes.size(), 2u);
+}
+
+// Issue 14, class 6: culprit stability followed the group with the most credit to one rank
+// (model.backward_cpu_wall, healthy jitter) and said "none" while the truth rank held 72 % of
+// data.next_wait's advance at the periodic spikes. It follows the stage of the spikes (or the
+// stage that moved at a change), --stability-stage picks one, and every window lists its top ranks.
+TEST(Watch, culprit_stability_follows_the_stage_that_moved) {
+  sim::ModelConfig mc;
+  mc.scenario = "data_tail";
+  mc.ranks = 64;
+  mc.steps = 200;
+  mc.onset = 20;
+  mc.offset = 150;
+  mc.every = 7;
+  mc.delay_ms = 30;
+  mc.seed = 4;
+  const auto plan = sim::model_plan(mc);
+  const auto w = std::make_shared<formats::Window>(sim::model_window(mc, plan));
+  auto report = [&](const std::string& stage) {
+    auto o = watch_options(false);
+    o.plan = &plan;
+    o.stability_stage = stage;
+    testbed::Watch watch(o);
+    watch.observe(std::shared_ptr<const frontier::StageMatrix>(w, &w->matrix));
+    return watch.report(&w->matrix);
+  };
+  const auto rep = report("");
+  const auto& cs = rep.json["culprit_stability"];
+  EXPECT_EQ(cs["stage"], "data.next_wait") << cs.dump();
+  EXPECT_EQ(cs["culprit"], plan.ranks.front());
+  EXPECT_EQ(cs["class"], "intermittent");
+  EXPECT_EQ(cs["stage_basis"], "the stage of the periodic spikes");
+  ASSERT_FALSE(cs["per_window"].empty());
+  for (const auto& x : cs["per_window"]) {
+    EXPECT_LE(x["ranks"].size(), 4u);
+    if (!x["ranks"].empty()) {
+      EXPECT_EQ(x["ranks"][0], x["top"]);
+    }
+  }
+  const auto forced = report("model.backward_cpu_wall");
+  EXPECT_EQ(forced.json["culprit_stability"]["stage"], "model.backward_cpu_wall");
+  EXPECT_EQ(forced.json["culprit_stability"]["stage_basis"], "--stability-stage");
+  EXPECT_THROW(report("nope"), std::invalid_argument);
+}
+
+// Issue 14, class 13: steps with no record used to be dropped from the series the period search
+// read while everything else was placed by step, so the phase slid by the number of gaps.
+TEST(Watch, steps_without_records_keep_the_phase_in_steps) {
+  const auto m = window(0, 200, [](std::int64_t t) { return t >= 32 && (t - 32) % 6 == 0; }, 0.1,
+                        [](std::int64_t t) { return t == 3 || t == 4 || t == 5 || t == 10; });
+  testbed::Watch w(watch_options(false));
+  w.observe(m);
+  const auto rep = w.report(m.get());
+  EXPECT_EQ(rep.json["periodicity"]["period"], 6);
+  EXPECT_EQ(rep.json["periodicity"]["phase_step"], 32);
+  EXPECT_TRUE(rep.json["series"]["exposed_step_s"][4].is_null());
 }
 
 TEST(Provenance, every_result_file_says_where_when_and_from_what) {
