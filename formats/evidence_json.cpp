@@ -9,6 +9,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sf::formats {
@@ -281,6 +282,19 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
 }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
+  // A path that names something other than a regular file (/dev/null, a FIFO, a terminal) is
+  // written in place: renaming a temporary file onto it would replace the device (as root, it
+  // would replace /dev/null with a regular file).
+  if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw std::runtime_error("cannot write " + path + ": it is a directory");
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
+    const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0;
+    const int err = errno;
+    std::fclose(f);
+    if (!ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
+    return;
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));

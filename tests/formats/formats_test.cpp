@@ -1,6 +1,9 @@
 #include "sf/formats/formats.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <thread>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <fstream>
@@ -262,6 +265,28 @@ TEST(Files, atomic_write_replaces_content) {
   std::string s((std::istreambuf_iterator<char>(in)), {});
   EXPECT_EQ(s, "second");
   EXPECT_THROW(formats::write_file_atomic("/nonexistent-dir/x.json", "x"), std::runtime_error);
+}
+
+// A path naming a device or FIFO is written in place, never replaced by a rename: `--out
+// /dev/null` as root once turned /dev/null into a regular file. A FIFO made for the test stands
+// in for the device (its reader sees the content; the FIFO is still a FIFO afterwards).
+TEST(Files, atomic_write_leaves_a_fifo_a_fifo) {
+  const std::string fifo = ::testing::TempDir() + "sf_atomic_fifo_" + std::to_string(::getpid());
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    got.assign((std::istreambuf_iterator<char>(in)), {});
+  });
+  formats::write_file_atomic(fifo, "through the fifo");
+  reader.join();
+  EXPECT_EQ(got, "through the fifo");
+  struct stat st{};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  std::remove(fifo.c_str());
+  EXPECT_THROW(formats::write_file_atomic(::testing::TempDir(), "x"), std::runtime_error);  // a directory
 }
 
 // ---- audit of issue 12 (fix12): wraps, accepted forms, messages ----------------------------
