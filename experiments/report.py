@@ -793,8 +793,28 @@ def detect_rows(g):
                      "steps to detect onset (median)": f"{x.cp_steps_to_detect_onset.median():.0f}" if "cp_steps_to_detect_onset" in x and x.cp_steps_to_detect_onset.notna().any() else "-",
                      "steps to detect offset (median)": f"{x.cp_steps_to_detect_offset.median():.0f}" if "cp_steps_to_detect_offset" in x and x.cp_steps_to_detect_offset.notna().any() else "-",
                      "false alarms": int(x.cp_false_alarms.sum()),
+                     "false periods": int(pd.to_numeric(x.cp_period, errors="coerce").fillna(0).gt(0).sum()) if "cp_period" in x else 0,
                      "stability": ";".join(sorted(set(x.stability_class.astype(str))))})
     return rows
+
+
+def healthy_rate(rows):
+    """Change points on healthy runs: (alarms, steps, text)."""
+    steps = int(rows.cp_steps_observed.sum())
+    alarms = int(rows.cp_count.sum())
+    return alarms, steps, f"{alarms} change point(s) in {steps} healthy steps = {alarms / max(steps, 1) * 1e4:.1f} false alarms per 10^4 steps"
+
+
+def periodic_text(per):
+    if not len(per):
+        return ""
+    parts = []
+    for r in per.itertuples():
+        period = getattr(r, "cp_period")
+        found = period if period == period and period is not None else "none"
+        parts.append(f"every {int(r.every)}: period {found if found == 'none' else int(found)}, {int(r.cp_count)} change point(s), "
+                     f"stability {r.stability_class}")
+    return (f"period found in {frac(int(per.cp_period_hit.sum()), len(per))} runs (" + "; ".join(parts) + ")")
 
 
 def found_fraction(cell):
@@ -848,25 +868,24 @@ def report_detect(d, df):
     rows = detect_rows(aba)
     text += "### A/B/A on live ranks: detection and time to detect vs delay\n\n" + md_table(pd.DataFrame(rows))
     if len(fa):
-        steps = int(fa.cp_steps_observed.sum())
-        alarms = int(fa.cp_count.sum())
-        text += (f"\n### Healthy live runs\n\n{alarms} change point(s) in {steps} healthy steps = "
-                 f"{alarms / max(steps, 1) * 1e4:.1f} false alarms per 10^4 steps; culprit stability: "
+        text += (f"\n### Healthy live runs\n\n{healthy_rate(fa)[2]}; culprit stability: "
                  f"{';'.join(sorted(set(fa.stability_class)))}.\n")
     if len(per):
-        text += (f"\n### Periodic spikes (--every 5)\n\nperiod found in {frac(int(per.cp_period_hit.sum()), len(per))} runs "
-                 f"(periods {';'.join(str(int(p)) for p in per.cp_period)}), change points {int(per.cp_count.sum())}, "
-                 f"stability {';'.join(sorted(set(per.stability_class)))}.\n")
-    sim_aba = sim[sim.scenario != "none"]
+        text += f"\n### Periodic spikes on live ranks (--every K)\n\n{periodic_text(per)}.\n"
+    sim_every = sim["every"].fillna(1) if "every" in sim else pd.Series(1, index=sim.index)
+    sim_per = sim[sim_every > 1]
+    sim_aba = sim[(sim.scenario != "none") & (sim_every <= 1)]
     sim_fa = sim[sim.scenario == "none"]
     sim_rows = detect_rows(sim_aba)
     if sim_rows:
         text += ("\n### A/B/A on model-driven ranks (`sf-testbed sim --detect`, onset 60, offset 140, 200 steps)\n\n"
                  + md_table(pd.DataFrame(sim_rows)))
     if len(sim_fa):
-        text += "\nHealthy model-driven runs: " + "; ".join(
-            f"{int(r.ranks)} ranks: {int(r.cp_count)} change point(s) in {int(r.cp_steps_observed)} steps"
-            for r in sim_fa.itertuples()) + ".\n"
+        text += (f"\nHealthy model-driven runs: {healthy_rate(sim_fa)[2]} (" + "; ".join(
+            f"{int(r.ranks)} ranks, seed {int(r.seed)}: {int(r.cp_count)} in {int(r.cp_steps_observed)}"
+            for r in sim_fa.itertuples()) + ").\n")
+    if len(sim_per):
+        text += f"\nPeriodic spikes on model-driven ranks: {periodic_text(sim_per)}.\n"
     text += ("\nA change whose effect on F[t,S] is under FALCON's 10 % verification threshold is not reported, by "
              "design (FALCON's own misses are 'consecutive <10% degradations').\n")
     text += ("\nFALCON (Tables 4-5, BOCD+V): computation fail-slows 100% accuracy, 0% FPR, 0% FNR; communication "
@@ -906,8 +925,11 @@ def report_detect(d, df):
     sfound = int(sim_aba.cp_detected.sum()) if len(sim_aba) else 0
     stotal = int((sim_aba.cp_detected + sim_aba.cp_missed).sum()) if len(sim_aba) else 0
     alarms = (int(aba.cp_false_alarms.sum()) if len(aba) else 0) + (int(fa.cp_count.sum()) if len(fa) else 0)
+    fa_a, fa_steps, _ = healthy_rate(fa) if len(fa) else (0, 0, "")
+    sfa_a, sfa_steps, _ = healthy_rate(sim_fa) if len(sim_fa) else (0, 0, "")
     headline = (f"live: {found}/{total} A/B/A transitions found; sim (to {int(sim.ranks.max()) if len(sim) else 0} ranks): "
-                f"{sfound}/{stotal}; {alarms} false alarms on live runs")
+                f"{sfound}/{stotal}; {alarms} false alarms on live runs; healthy: {fa_a} in {fa_steps} live steps, "
+                f"{sfa_a} in {sfa_steps} model steps")
     return text, headline, "detect.png", "FALCON BOCD+V: 100% (compute) / 99.1% (comm) accuracy, 0% FPR"
 
 
