@@ -72,6 +72,12 @@ frontier::StageSchema ModelStepper::schema() { return frontier::StageSchema(fron
 std::int64_t ModelStepper::next_step() const { return s_->step; }
 
 void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
+  std::vector<double> wall;
+  fill_step(m, row, wall);
+  m.commit_step(row, wall.data());
+}
+
+void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall) {
   using inject::Site;
   auto& st = *s_;
   const auto& cfg = st.cfg;
@@ -211,7 +217,7 @@ void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
       st.wall[r] = st.host[r] - k.begin;
     }
   }
-  m.commit_step(row, st.wall.data());
+  wall.assign(st.wall.begin(), st.wall.end());
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
   const int t = static_cast<int>(step);  // the sampling rule counts steps from 0

@@ -315,6 +315,11 @@ public:
   std::int64_t next_step() const;
   /// Writes step next_step() into row `row` of m (cfg.ranks ranks, schema()) and advances.
   void step_into(frontier::StageMatrix& m, int row);
+  /// The same, but the row is left to commit: its durations and side evidence are written
+  /// (StageMatrix::begin_step), its walls go to `wall`, and m.commit_step(row, wall.data())
+  /// completes it — on another thread, so that the checks and sums of a 10^6-rank row are
+  /// paid beside the model of the next step.
+  void fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall);
 
 private:
   struct State;

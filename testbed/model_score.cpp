@@ -34,6 +34,8 @@ public:
   explicit StepRing(int ranks) {
     for (auto& b : buf_) b = frontier::StageMatrix(sim::ModelStepper::schema(), ranks, 0, 1);
   }
+  /// The walls of buffer t % 2, which the consumer commits (ModelStepper::fill_step).
+  std::vector<double>& wall(std::int64_t t) { return wall_[t % 2]; }
   /// Producer: the buffer for step t once the scorer released it (null when stopped).
   frontier::StageMatrix* acquire_free(std::int64_t t) {
     std::unique_lock lock(m_);
@@ -72,6 +74,7 @@ private:
   std::mutex m_;
   std::condition_variable cv_;
   frontier::StageMatrix buf_[2];
+  std::vector<double> wall_[2];
   bool full_[2] = {false, false};
   bool stop_ = false;
 };
@@ -103,8 +106,8 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
         for (int t = 0; t < cfg.steps; ++t) {
           auto* b = ring.acquire_free(t);
           if (b == nullptr) return;
-          b->renumber(t);  // step_into replaces the whole row
-          stepper.step_into(*b, 0);
+          b->renumber(t);  // fill_step replaces the whole row
+          stepper.fill_step(*b, 0, ring.wall(t));
           ring.publish(t);
         }
       } catch (...) {
@@ -116,6 +119,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
       for (int t = 0; t < cfg.steps; ++t) {
         auto* b = ring.acquire_full(t);
         if (b == nullptr) break;  // the producer failed: rethrown below
+        b->commit_step(0, ring.wall(t).data());  // the row's checks and sums, beside the next model step
         acc.add_step(*b);
         wall_sum += slowest_wall(*b, 0);
         ring.release(t);
