@@ -46,7 +46,7 @@ for R in $RANKS; do
       s0=$(steal_ticks); t0=$(total_ticks)
       /usr/bin/time -v $cmd > "$TMP/out.json" 2> "$TMP/time.txt"
       s1=$(steal_ticks); t1=$(total_ticks)
-      steal=$(echo "scale=4; ($s1 - $s0) / ($t1 - $t0 + 1)" | bc)
+      steal=$(printf "%.4f" "$(echo "scale=4; ($s1 - $s0) / ($t1 - $t0 + 1)" | bc)")
       wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$TMP/time.txt")
       user=$(awk -F': ' '/User time/ {print $2}' "$TMP/time.txt")
       sys=$(awk -F': ' '/System time/ {print $2}' "$TMP/time.txt")
