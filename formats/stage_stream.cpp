@@ -17,8 +17,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cfloat>
+#include <condition_variable>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -498,7 +502,7 @@ void stream_window(FileLines& lines, const std::string& file, const ReadOptions&
   if (opt.window_steps > 0) guess.reset();
   {
     auto src = make_source();
-    pass.run(src, guess ? &*guess : nullptr, seen);
+    pass.run(*src, guess ? &*guess : nullptr, seen);
   }
   const int world = fw.world > 0 ? fw.world : seen.max_rank + 1;
   if (world < 1) throw ReadWhole{"no records"};
@@ -511,46 +515,284 @@ void stream_window(FileLines& lines, const std::string& file, const ReadOptions&
   lines.seek(fw.body_offset, fw.body_line);
   auto src = make_source();
   Seen again;
-  pass.run(src, &layout, again);
+  pass.run(*src, &layout, again);
   if (!again.fed || again.records != seen.records) throw ReadWhole{"the second pass differs"};
   pass.finish(again);
 }
 
 // --- CSV ---
 
-class CsvSource {
+/// A block of whole lines of a CSV body with its plain rows parsed: the work a second core does
+/// ahead of the one that checks and scores (CsvSource). Other lines are left as text for
+/// parse_csv_row, which words their errors with their line numbers.
+struct CsvBlock {
+  std::vector<char> text;
+  std::int64_t lines = 0;  // lines in the block, blank ones too
+  struct Entry {
+    std::int64_t rel_line;  // 1-based within the block
+    std::int64_t step, rank;
+    std::uint32_t begin, len;  // the line in text
+    bool plain;
+  };
+  std::vector<Entry> entries;  // the non-blank lines, in order
+  std::vector<double> vals;    // lay.values per plain entry, in order, wall last (lay.order)
+  bool last = false;           // the body's end
+  std::string failed;          // a read error
+};
+
+/// Cuts the body of a CSV file (from an offset) into blocks of whole lines and parses their
+/// plain rows as parse_csv_row's first branch does.
+class CsvBlockReader {
 public:
-  CsvSource(FileLines& lines, const detail::CsvHeader& h, const std::string& file, const ReadOptions& opt)
-      : lines_(lines), h_(h), file_(file), opt_(opt), vals_(h.lay.values) {}
-  bool next(Rec& rec) {
-    std::string_view line;
-    const std::size_t k = h_.stages.size();
-    const bool has_wall = h_.lay.wall_at.has_value();
-    while (lines_.next(line)) {
-      std::int64_t step = 0, rank = 0;
-      if (!detail::parse_csv_row(line, lines_.line_no(), h_, file_, opt_, fields_, vals_, step, rank)) continue;
-      h_.lay.order(vals_);
-      // The widening check of the whole read, at the same line.
-      detail::note_step(pw_, step, file_, lines_.line_no(), opt_.limits);
-      rec.step = step;
-      rec.rank = static_cast<int>(rank);
-      rec.line = lines_.line_no();
-      for (std::size_t s = 0; s < k; ++s) rec.d[s] = vals_[s];
-      rec.has_wall = has_wall;
-      rec.wall = has_wall ? vals_[k] : 0.0;
-      return true;
+  CsvBlockReader(int fd, std::uint64_t size, std::uint64_t offset, const detail::CsvHeader& h, const ReadOptions& opt)
+      : fd_(fd), size_(size), off_(offset), h_(h), world_max_(std::min(opt.limits.max_world_size, kWorldSizeCeiling)),
+        world_size_(opt.world_size) {}
+
+  /// Cuts the next block into b (its text only: parse() reads its rows); false once the last
+  /// block was cut. Blocks must be cut in order; they may be parsed in any order, at once.
+  bool cut(CsvBlock& b) {
+    if (done_) return false;
+    b.entries.clear();
+    b.vals.clear();
+    b.lines = 0;
+    b.failed.clear();
+    // Bytes up to the last '\n' read make the block (a "\r\n" is never cut); the rest waits.
+    b.text.swap(carry_);
+    carry_.clear();
+    std::size_t cut = std::string::npos;
+    for (;;) {
+      const std::size_t have = b.text.size();
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kBlockBytes, size_ - off_));
+      if (want == 0) break;
+      b.text.resize(have + want);
+      ssize_t n;
+      do n = ::pread(fd_, b.text.data() + have, want, static_cast<off_t>(off_));
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) {
+        b.text.resize(have);
+        if (n < 0) b.failed = "read failed";
+        size_ = off_;  // shorter than it was: the whole read sees what is there now
+        break;
+      }
+      b.text.resize(have + static_cast<std::size_t>(n));
+      off_ += static_cast<std::uint64_t>(n);
+      const void* nl = memrchr(b.text.data() + have, '\n', static_cast<std::size_t>(n));
+      if (nl) {
+        cut = static_cast<std::size_t>(static_cast<const char*>(nl) - b.text.data()) + 1;
+        break;
+      }
     }
-    return false;
+    if (off_ >= size_ || cut == std::string::npos) {
+      b.last = done_ = true;
+    } else {
+      b.last = false;
+      carry_.assign(b.text.begin() + static_cast<std::ptrdiff_t>(cut), b.text.end());
+      b.text.resize(cut);
+    }
+    return true;
+  }
+
+  void parse(CsvBlock& b) const {
+    const std::string_view text(b.text.data(), b.text.size());
+    std::vector<double> vals(h_.lay.values);
+    auto take = [&](std::string_view line) {
+      ++b.lines;
+      if (detail::trim(line).empty()) return;
+      CsvBlock::Entry e{b.lines, 0, 0, static_cast<std::uint32_t>(line.data() - text.data()),
+                        static_cast<std::uint32_t>(line.size()), false};
+      e.plain = h_.sep == ',' && detail::parse_plain_row(line, e.step, e.rank, vals, h_.lay.trailing_empty) &&
+                e.rank < world_max_ && !(world_size_ > 0 && e.rank >= world_size_);
+      if (e.plain) {
+        h_.lay.order(vals);
+        b.vals.insert(b.vals.end(), vals.begin(), vals.end());
+      }
+      b.entries.push_back(e);
+    };
+    if (!std::memchr(text.data(), '\r', text.size())) {
+      for (std::size_t pos = 0; pos < text.size();) {
+        const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);
+        const std::size_t end = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
+        take(text.substr(pos, end - pos));
+        pos = end + 1;
+      }
+    } else {
+      // "\r\n" and lone "\r" line ends: CsvLines' own splitting, its blank lines counted too.
+      detail::CsvLines lines(text, 0);
+      std::string_view line;
+      std::int64_t seen = 0;
+      while (lines.next(line)) {
+        b.lines += lines.line_no() - seen - 1;  // the blank lines it skipped
+        seen = lines.line_no();
+        take(line);
+      }
+      b.lines = lines.line_no();
+    }
   }
 
 private:
-  FileLines& lines_;
+  static constexpr std::size_t kBlockBytes = std::size_t{1} << 19;
+
+  int fd_;
+  std::uint64_t size_, off_;
+  const detail::CsvHeader& h_;
+  int world_max_, world_size_;
+  std::vector<char> carry_;
+  bool done_ = false;
+};
+
+/// The records of a CSV body, in order, from blocks that two worker threads cut and parse
+/// ahead of the thread that checks and scores them (when the machine has two cores; in line
+/// otherwise), a few blocks at most. The records come in file order whichever worker parsed them.
+class CsvSource {
+public:
+  CsvSource(int fd, std::uint64_t size, std::uint64_t offset, std::int64_t line_before, const detail::CsvHeader& h,
+            const std::string& file, const ReadOptions& opt)
+      : reader_(fd, size, offset, h, opt), h_(h), file_(file), opt_(opt), vals_(h.lay.values), base_(line_before) {
+    if (std::thread::hardware_concurrency() >= 2)
+      for (int i = 0; i < 2; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~CsvSource() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  CsvSource(const CsvSource&) = delete;
+  CsvSource& operator=(const CsvSource&) = delete;
+
+  bool next(Rec& rec) {
+    const std::size_t k = h_.stages.size();
+    const bool has_wall = h_.lay.wall_at.has_value();
+    for (;;) {
+      if (!block_ || at_ == block_->entries.size()) {
+        if (block_) {
+          base_ += block_->lines;
+          const bool last = block_->last;
+          release(std::move(block_));
+          if (last) return false;
+        }
+        block_ = acquire();
+        if (!block_->failed.empty()) throw ReadWhole{block_->failed};
+        at_ = 0;
+        val_ = 0;
+        continue;
+      }
+      const CsvBlock::Entry& e = block_->entries[at_++];
+      const std::int64_t line_no = base_ + e.rel_line;
+      std::int64_t step = e.step, rank = e.rank;
+      const double* v;
+      if (e.plain) {
+        v = block_->vals.data() + val_;
+        val_ += h_.lay.values;
+      } else {
+        const std::string_view line(block_->text.data() + e.begin, e.len);
+        if (!detail::parse_csv_row(line, line_no, h_, file_, opt_, fields_, vals_, step, rank)) continue;
+        h_.lay.order(vals_);
+        v = vals_.data();
+      }
+      // The widening check of the whole read, at the same line.
+      detail::note_step(pw_, step, file_, line_no, opt_.limits);
+      rec.step = step;
+      rec.rank = static_cast<int>(rank);
+      rec.line = line_no;
+      std::copy(v, v + k, rec.d.begin());
+      rec.has_wall = has_wall;
+      rec.wall = has_wall ? v[k] : 0.0;
+      return true;
+    }
+  }
+
+private:
+  static constexpr std::size_t kAhead = 4;  // blocks cut and not yet consumed, at most
+
+  /// A block whose cut found nothing more: the body's end.
+  static void mark_end(CsvBlock& b) {
+    b.entries.clear();
+    b.vals.clear();
+    b.lines = 0;
+    b.last = true;
+  }
+  void work() {
+    for (;;) {
+      std::unique_ptr<CsvBlock> b;
+      std::uint64_t seq = 0;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || cut_done_ || cut_seq_ - next_seq_ < kAhead; });
+        if (stop_ || cut_done_) return;
+        if (!free_.empty()) {
+          b = std::move(free_.back());
+          free_.pop_back();
+        }
+        try {
+          if (!b) b = std::make_unique<CsvBlock>();
+          if (!reader_.cut(*b)) mark_end(*b);
+        } catch (const std::exception&) {
+          if (!b) b = std::make_unique<CsvBlock>();  // (nothrow in practice: a few bytes)
+          mark_end(*b);
+          b->failed = "out of memory reading ahead";
+        }
+        cut_done_ = b->last;
+        seq = cut_seq_++;
+      }
+      try {
+        reader_.parse(*b);
+      } catch (const std::exception&) {
+        mark_end(*b);
+        b->failed = "out of memory reading ahead";
+      }
+      {
+        std::lock_guard lock(mu_);
+        ready_[seq] = std::move(b);
+      }
+      cv_.notify_all();
+    }
+  }
+  std::unique_ptr<CsvBlock> acquire() {
+    if (workers_.empty()) {
+      auto b = spare_ ? std::move(spare_) : std::make_unique<CsvBlock>();
+      if (!reader_.cut(*b)) mark_end(*b);
+      else reader_.parse(*b);
+      return b;
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return ready_.count(next_seq_) > 0; });
+    auto it = ready_.find(next_seq_);
+    auto b = std::move(it->second);
+    ready_.erase(it);
+    ++next_seq_;
+    lock.unlock();
+    cv_.notify_all();
+    return b;
+  }
+  void release(std::unique_ptr<CsvBlock> b) {
+    if (workers_.empty()) {
+      spare_ = std::move(b);
+      return;
+    }
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+  CsvBlockReader reader_;
   const detail::CsvHeader& h_;
   const std::string& file_;
   const ReadOptions& opt_;
   std::vector<double> vals_;
   std::vector<detail::CsvField> fields_;
   detail::PendingWindow pw_;  // note_step's span
+  std::int64_t base_;         // the line before the current block
+  std::unique_ptr<CsvBlock> block_, spare_;
+  std::size_t at_ = 0, val_ = 0;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, std::unique_ptr<CsvBlock>> ready_;  // parsed blocks by their cut order
+  std::vector<std::unique_ptr<CsvBlock>> free_;
+  std::uint64_t cut_seq_ = 0, next_seq_ = 0;
+  bool cut_done_ = false, stop_ = false;
 };
 
 /// The rank on the last non-blank line, when it is a plain row: the world write_csv's order gives.
@@ -581,8 +823,9 @@ void stream_csv(int fd, std::uint64_t size, std::uint64_t start, const std::stri
   fw.body_offset = lines.next_offset();
   fw.body_line = lines.line_no();
   const int world = opt.world_size > 0 ? opt.world_size : last_line_rank(fd, size, h) + 1;
-  stream_window(lines, file, opt, sink, fw, guess_layout(world, h.stages.size() + 1),
-                [&] { return CsvSource(lines, h, file, opt); });
+  stream_window(lines, file, opt, sink, fw, guess_layout(world, h.stages.size() + 1), [&] {
+    return std::make_unique<CsvSource>(fd, size, fw.body_offset, fw.body_line, h, file, opt);
+  });
 }
 
 // --- JSON Lines ---
@@ -677,7 +920,7 @@ void stream_jsonl(int fd, std::uint64_t size, std::uint64_t start, const std::st
     fw.body_line = lines.line_no();
     stream_window(lines, file, opt, sink, fw, guess_layout(pw.world, pw.stages.size() + 1), [&] {
       pw.noted = 0;
-      return JsonlSource(lines, parser, pw, file, opt, stop);
+      return std::make_unique<JsonlSource>(lines, parser, pw, file, opt, stop);
     });
   }
 }
