@@ -6,7 +6,10 @@
 #      `sf-testbed score --json` and by experiments/pandas_score.py, alternating;
 #   3. recorder_bench: one recorder boundary vs one bare steady_clock::now() (target <= 1.5x);
 #   4. results/bench/results.{json,md} (+ runs/<date>-<commit>.json) with the machine, commit,
-#      command and date, and where each target stands.
+#      command and date, and where each target stands;
+#   5. bench/stream_bench.py: the streamed score (docs/formats.md, "Streaming"): the 100 MB ratio
+#      against pandas, throughput against `wc -l`, and a 1 GB CSV's peak RSS and wall time
+#      (results/bench/stream.{json,md}).
 #
 #   bash bench/run_bench.sh            # REPS=5 repetitions each; BUILD=build-bench
 #
@@ -45,3 +48,7 @@ echo "run_bench: writing $CSV and comparing with pandas, $REPS runs each"
 
 "$PY" bench/report.py --gbench "$DATA/frontier_bench.json" --csv "$DATA/csv_compare.json" \
   --loadavg-before "$LOAD_BEFORE" --command "REPS=$REPS bash bench/run_bench.sh" --out "$OUT"
+
+echo "run_bench: streamed score (100 MB against pandas, 1 GB peak RSS), $REPS runs each"
+"$PY" bench/stream_bench.py --sf "$BUILD/sf-testbed" --make-csv "$BUILD/bench/sf_make_csv" --data "$DATA" \
+  --reps "$REPS" --out "$OUT" --command "REPS=$REPS bash bench/run_bench.sh" > /dev/null

@@ -15,6 +15,7 @@ struct ScoreOptions {
   std::string file;
   std::optional<formats::MatrixFormat> format;
   bool json = false;
+  bool whole = false;
   std::string out;
   int window = 0;
   int world_size = 0;
@@ -23,6 +24,36 @@ struct ScoreOptions {
   LabelOptions label;
   DetectOptions detect;
   TraceCliOptions trace;
+};
+
+/// One scored window: its evidence, and the rank identity its packet carries.
+struct Scored {
+  frontier::Evidence evidence;
+  std::vector<formats::RankInfo> ranks;
+};
+
+/// Scores a streamed file window by window (frontier::StreamingAccumulator: O(ranks x stages)
+/// plus one scalar per step), giving the evidence evaluate() gives on the whole window.
+class ScoreSink final : public formats::StepSink {
+public:
+  explicit ScoreSink(const frontier::LabelConfig& cfg) : cfg_(cfg) {}
+  void begin_window(const formats::WindowHead& head) override {
+    acc_.emplace(head.layout.schema(), head.layout.world_size(), cfg_, head.layout.rank_ids());
+    telemetry_ = head.telemetry;
+    ranks_ = head.ranks;
+  }
+  void add_step(const frontier::StageMatrix& step) override { acc_->add_step(step); }
+  void end_window() override {
+    scored.push_back({acc_->finish(telemetry_), ranks_});
+    acc_.reset();
+  }
+  std::vector<Scored> scored;
+
+private:
+  const frontier::LabelConfig& cfg_;
+  std::optional<frontier::StreamingAccumulator> acc_;
+  frontier::TelemetryInput telemetry_;
+  std::vector<formats::RankInfo> ranks_;
 };
 
 int run_score(const ScoreOptions& o) {
@@ -34,10 +65,20 @@ int run_score(const ScoreOptions& o) {
         std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
         return kExitBadInput;
       }
+  std::vector<Scored> scored;
+  const formats::ReadOptions read{o.format, o.window, o.world_size, o.accumulation, o.limits};
   try {
     cfg = make_label_config(o.label);
     if (const auto err = detect::validate(o.detect.cfg); !err.empty()) throw formats::FormatError(o.file, 0, err);
-    windows = formats::read_stage_file(o.file, {o.format, o.window, o.world_size, o.accumulation, o.limits});
+    // Streamed unless an option needs the whole window (docs/formats.md, "Streaming"); a file
+    // that cannot be streamed is read whole, and gives the same output.
+    bool streamed = false;
+    if (!o.whole && !o.detect.on && o.trace.file.empty() && cfg.gain_baseline != frontier::GainBaseline::rank_median) {
+      ScoreSink sink(cfg);
+      streamed = formats::stream_stage_file(o.file, read, sink) == formats::StreamStatus::streamed;
+      if (streamed) scored = std::move(sink.scored);
+    }
+    if (!streamed) windows = formats::read_stage_file(o.file, read);
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
     return kExitBadInput;
@@ -47,12 +88,9 @@ int run_score(const ScoreOptions& o) {
                  "memory (lower the --max-* limits)\n", o.file.c_str());
     return kExitBadInput;
   }
-  std::string packets, tables;
-  for (std::size_t i = 0; i < windows.size(); ++i) {
-    const auto& w = windows[i];
-    frontier::Evidence e;
+  for (const auto& w : windows) {
     try {
-      e = frontier::evaluate(w.matrix, cfg, w.telemetry);
+      scored.push_back({frontier::evaluate(w.matrix, cfg, w.telemetry), w.ranks});
     } catch (const std::invalid_argument& err) {
       std::fprintf(stderr, "sf-testbed score: %s:%lld: %s\n", o.file.c_str(), static_cast<long long>(w.header_line),
                    err.what());
@@ -63,11 +101,15 @@ int run_score(const ScoreOptions& o) {
                    static_cast<long long>(w.header_line), w.matrix.steps(), w.matrix.ranks(), w.matrix.stages());
       return kExitBadInput;
     }
-    packets += formats::evidence_to_json(e, w.ranks).dump() + "\n";
+  }
+  std::string packets, tables;
+  for (std::size_t i = 0; i < scored.size(); ++i) {
+    const auto& [e, ranks] = scored[i];
+    packets += formats::evidence_to_json(e, ranks).dump() + "\n";
     tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +
-                                             std::to_string(windows.size()) + ")",
-                                       w.ranks);
-    if (i + 1 < windows.size()) tables += "\n";
+                                             std::to_string(scored.size()) + ")",
+                                       ranks);
+    if (i + 1 < scored.size()) tables += "\n";
   }
   if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {
     // Offline: the file's windows are consecutive pieces of one run; the detector watches them
@@ -124,6 +166,8 @@ void setup_score(CLI::App& app) {
       ->transform(choice(formats));
   sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/2, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
+  sub->add_flag("--whole", o->whole, "read each window whole before scoring it, instead of streaming the file step by step "
+                "(the output is the same; docs/formats.md, \"Streaming\")");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(CLI::PositiveNumber);

@@ -85,6 +85,45 @@ std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& 
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
                                      const ReadOptions& opt = {});
 
+// ---- streaming (docs/formats.md, "Streaming") --------------------------------------------------
+
+/// What a streamed window's consumer knows before its first step: the facts read_stage_file
+/// puts in the Window, and the layout (schema, world size, rank layout, roles) of every step.
+struct WindowHead {
+  frontier::StageMatrix layout;  ///< no steps; StageMatrix::same_layout(layout, id, 1) is a step of it
+  frontier::TelemetryInput telemetry;
+  std::vector<RankInfo> ranks;
+  std::int64_t header_line = 0;
+};
+
+/// Receives the windows of a streamed file, one step at a time.
+class StepSink {
+public:
+  virtual ~StepSink() = default;
+  /// Opens a window. Called again before end_window, it restarts the window (the stream learned
+  /// its rank layout only at its end): forget the steps since the last begin_window.
+  virtual void begin_window(const WindowHead& head) = 0;
+  /// One step of the window (steps() == 1, the head's layout), ids increasing. A step without
+  /// records is a missing step, sent where it bounds the window (its first or last step).
+  virtual void add_step(const frontier::StageMatrix& step) = 0;
+  virtual void end_window() = 0;
+};
+
+enum class StreamStatus {
+  streamed,  ///< every window went to the sink, as read_stage_file would have returned it
+  whole,     ///< not streamed: read the file with read_stage_file, and drop what the sink got
+};
+
+/// Reads a stage-matrix file as read_stage_file(path, opt) does, but hands it to sink step by step
+/// in memory that does not grow with the file (a read buffer, one step, the set of ranks seen).
+/// The windows, steps, values and rank layouts are those read_stage_file returns. Streams when
+/// every window's records come in nondecreasing step order; returns StreamStatus::whole otherwise,
+/// and for any problem that is not one line's error (a duplicate record, a sum past the limits,
+/// a sink that throws, not a regular file, ...), so that read_stage_file words it. Throws
+/// FormatError only for a line's error that read_stage_file reports first, with its message.
+/// why (optional) is set to the reason for StreamStatus::whole.
+StreamStatus stream_stage_file(const std::string& path, const ReadOptions& opt, StepSink& sink, std::string* why = nullptr);
+
 /// Writes one window as JSON Lines: header (with window span, telemetry, identity) then one
 /// record per present (step, rank). Doubles round-trip exactly.
 void write_jsonl(std::ostream& out, const Window& w);

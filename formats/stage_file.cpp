@@ -1,5 +1,6 @@
 #include "sf/formats/formats.h"
 
+#include "stage_text.h"
 #include "step_span.h"
 #include "strict_json.h"
 
@@ -43,45 +44,11 @@ std::optional<MatrixFormat> format_from_path(std::string_view path) {
   return std::nullopt;
 }
 
-namespace {
+namespace detail {
 
-constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
-/// A window without records, in either format (named at its header line).
-constexpr const char* kNoRecords = "no records after the header; expected one record per (step, rank)";
 
-/// One parsed (step, rank) record waiting for its window to close.
-struct Pending {
-  std::int64_t step;
-  std::int64_t line;
-  std::size_t offset;  // into values
-  double wall;
-  double event_s = 0;
-  std::int64_t sync_offset = -1;  // into sync values, explicit-stage count entries (NaN = null)
-  int rank;
-  int column = 0;  // the rank's column in the window's matrix
-  bool has_wall;
-  frontier::EventState event = frontier::EventState::unsampled;
-};
 
-struct PendingWindow {
-  std::vector<std::string> stages;
-  int world = 0;
-  int accumulation = 1;
-  std::vector<std::string> roles;
-  std::optional<std::int64_t> span_first;
-  std::optional<std::int64_t> span_steps;
-  frontier::TelemetryInput telemetry;
-  std::vector<RankInfo> ranks;
-  std::int64_t header_line = 0;
-  std::vector<Pending> records;
-  std::vector<double> values;
-  std::vector<double> sync_values;
-  std::int64_t min_step = 0, max_step = 0;  // over records (valid when records is non-empty)
-};
-
-/// Text quoted in an error message: at most about `max` bytes, cut at a character boundary;
-/// printable UTF-8 stays as it is, anything else shows its bytes as '?'.
-std::string printable(std::string_view s, std::size_t max = 40) {
+std::string printable(std::string_view s, std::size_t max) {
   const bool utf8 = frontier::printable_utf8(s);
   std::size_t n = std::min(max, s.size());
   if (utf8)
@@ -110,7 +77,6 @@ std::string too_many_steps(const std::string& steps, const ReadLimits& lim) {
          " steps per window; expected fewer steps (raise the limit with --max-window-steps)";
 }
 
-/// Steps × ranks × stages of a dense window within lim.max_values (no overflow on the way).
 bool values_fit(std::uint64_t steps, int world, int stages, const ReadLimits& lim) {
   std::uint64_t cells = 0, values = 0;
   return !__builtin_mul_overflow(steps, static_cast<std::uint64_t>(world), &cells) &&
@@ -121,7 +87,7 @@ bool values_fit(std::uint64_t steps, int world, int stages, const ReadLimits& li
 /// Every record's step within the limit of steps a window may span, checked as records arrive:
 /// a runaway step id is named at its own line, before more records are read.
 void note_step(PendingWindow& pw, std::int64_t step, const std::string& file, std::int64_t line, const ReadLimits& lim) {
-  if (pw.records.empty()) {
+  if (pw.noted++ == 0) {
     pw.min_step = pw.max_step = step;
     return;
   }
@@ -449,9 +415,28 @@ void parse_record(const json& o, const std::string& file, std::int64_t line, Pen
   pw.records.push_back(rec);
 }
 
-/// A UTF-8 byte order mark (as Windows tools write one) is not part of the text.
 std::string_view strip_bom(std::string_view text) {
   return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
+}
+
+void parse_json_line(StrictJsonParser& parser, std::string_view line, const std::string& file, std::int64_t line_no,
+                     json& obj) {
+  if (!parser.parse(line, obj)) {
+    const auto& p = parser.problem();
+    switch (p.kind) {
+      case JsonProblem::number_range:
+        throw FormatError(file, line_no, p.describe() + "; expected a finite number (seconds, or an integer step or rank)");
+      case JsonProblem::negative_underflow:
+        throw FormatError(file, line_no, p.describe() + "; expected a number of seconds >= 0");
+      case JsonProblem::duplicate_key:
+        throw FormatError(file, line_no, p.describe() + "; expected each key once per object");
+      default:
+        throw FormatError(file, line_no,
+                          "not valid JSON at column " + std::to_string(p.byte) +
+                              " (truncated or corrupt line?); expected one JSON object per line");
+    }
+  }
+  if (!obj.is_object()) throw FormatError(file, line_no, "line is " + type_name(obj) + ", expected a JSON object");
 }
 
 std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, const ReadOptions& opt) {
@@ -461,7 +446,7 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
   std::int64_t line_no = 0;
   std::size_t pos = 0;
   bool any = false;
-  detail::StrictJsonParser parser;
+  StrictJsonParser parser;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
@@ -472,22 +457,7 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
     any = true;
     json obj;
-    if (!parser.parse(line, obj)) {
-      const auto& p = parser.problem();
-      switch (p.kind) {
-        case detail::JsonProblem::number_range:
-          throw FormatError(file, line_no, p.describe() + "; expected a finite number (seconds, or an integer step or rank)");
-        case detail::JsonProblem::negative_underflow:
-          throw FormatError(file, line_no, p.describe() + "; expected a number of seconds >= 0");
-        case detail::JsonProblem::duplicate_key:
-          throw FormatError(file, line_no, p.describe() + "; expected each key once per object");
-        default:
-          throw FormatError(file, line_no,
-                            "not valid JSON at column " + std::to_string(p.byte) +
-                                " (truncated or corrupt line?); expected one JSON object per line");
-      }
-    }
-    if (!obj.is_object()) throw FormatError(file, line_no, "line is " + type_name(obj) + ", expected a JSON object");
+    parse_json_line(parser, line, file, line_no, obj);
     if (obj.contains("schema")) {
       if (pw) emit_windows(*pw, file, opt, out);
       pw.emplace();
@@ -521,36 +491,8 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-/// Lines ended by "\n", "\r\n" or a lone "\r", numbered from 1; blank lines are skipped.
-class CsvLines {
-public:
-  CsvLines(std::string_view text, std::size_t pos) : text_(text), pos_(pos) {}
-  bool next(std::string_view& line) {
-    while (pos_ < text_.size()) {
-      std::size_t end = pos_;
-      while (end < text_.size() && text_[end] != '\n' && text_[end] != '\r') ++end;
-      line = text_.substr(pos_, end - pos_);
-      pos_ = end < text_.size() && text_[end] == '\r' && end + 1 < text_.size() && text_[end + 1] == '\n' ? end + 2 : end + 1;
-      ++line_no_;
-      if (!trim(line).empty()) return true;
-    }
-    return false;
-  }
-  std::int64_t line_no() const { return line_no_; }
-  std::size_t pos() const { return pos_; }
 
-private:
-  std::string_view text_;
-  std::size_t pos_;
-  std::int64_t line_no_ = 0;
-};
 
-struct CsvField {
-  std::string_view text;  ///< without quotes; unquoted fields also without surrounding blanks
-  bool escaped = false;   ///< holds "" pairs (a quoted field): unquote() before use as a name
-};
-
-/// Splits a line into fields; returns "" or what is wrong with it.
 std::string split_csv(std::string_view line, char sep, std::vector<CsvField>& out) {
   out.clear();
   const std::size_t n = line.size();
@@ -651,55 +593,7 @@ bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
   return true;
 }
 
-/// How a header's columns map onto a window: the value columns (after step and rank, in file
-/// order) are the stages with the wall column, when there is one, anywhere among them; an
-/// unnamed last column (a separator ending every line, as some spreadsheet exports write) is
-/// not a value column and stays empty.
-struct CsvLayout {
-  std::size_t values = 0;              ///< value columns: stages and wall
-  std::optional<std::size_t> wall_at;  ///< the wall's index among the value columns
-  bool trailing_empty = false;         ///< an unnamed last column follows the value columns
 
-  /// Moves the wall value to the end, the stages keeping their order: vals[0..k) stages, vals[k] wall.
-  void order(std::span<double> vals) const {
-    if (wall_at && *wall_at + 1 < values)
-      std::rotate(vals.begin() + static_cast<std::ptrdiff_t>(*wall_at), vals.begin() + static_cast<std::ptrdiff_t>(*wall_at) + 1,
-                  vals.begin() + static_cast<std::ptrdiff_t>(values));
-  }
-};
-
-/// Parses a data line of the plain form "step,rank,x,...,x" (no blanks, quotes or signs, ','
-/// separated, then one more ',' when trailing_sep) into step, rank and vals, in file order.
-/// Returns false for any other line, valid or not: the caller then takes the general path, which
-/// accepts every form and words the error. Accepts only lines the general path accepts, with the
-/// same values.
-bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
-                     bool trailing_sep = false) {
-  const char* p = line.data();
-  const char* const e = p + line.size();
-  auto r = std::from_chars(p, e, step);
-  if (r.ec != std::errc() || r.ptr == p || r.ptr == e || *r.ptr != ',') return false;
-  p = r.ptr + 1;
-  r = std::from_chars(p, e, rank);
-  if (r.ec != std::errc() || r.ptr == p || rank < 0 || r.ptr == e || *r.ptr != ',') return false;
-  p = r.ptr + 1;
-  for (std::size_t col = 0; col < vals.size(); ++col) {
-    double v = 0;
-    const auto rv = std::from_chars(p, e, v);
-    if (rv.ec != std::errc() || rv.ptr == p || !std::isfinite(v) || v < 0) return false;
-    if (v == 0 && *p == '-' && nonzero_mantissa(std::string_view(p, static_cast<std::size_t>(rv.ptr - p)))) return false;
-    vals[col] = v + 0.0;
-    const char* end = rv.ptr;
-    if (col + 1 < vals.size()) {
-      if (end == e || *end != ',') return false;
-      p = end + 1;
-    } else {
-      if (trailing_sep && (end == e || *end++ != ',')) return false;
-      if (end != e && !(end + 1 == e && *end == '\r')) return false;
-    }
-  }
-  return true;
-}
 
 /// The common case, read in one pass straight into the window's matrix: one window, ','
 /// separated, LF or CRLF lines, every data line a plain row, the first line holding the
@@ -768,156 +662,88 @@ std::optional<std::vector<Window>> parse_csv_direct(std::string_view body, const
   return out;
 }
 
+bool parse_csv_row(std::string_view line, std::int64_t line_no, const CsvHeader& h, const std::string& file,
+                   const ReadOptions& opt, std::vector<CsvField>& fields, std::span<double> vals, std::int64_t& step,
+                   std::int64_t& rank) {
+  const int world_max = std::min(opt.limits.max_world_size, kWorldSizeCeiling);
+  if (h.sep == ',' && parse_plain_row(line, step, rank, vals, h.lay.trailing_empty) && rank < world_max &&
+      !(opt.world_size > 0 && rank >= opt.world_size))
+    return true;
+  // General path: every accepted form, and every error message.
+  const auto& cols = h.cols;
+  if (auto why = split_csv(line, h.sep, fields); !why.empty()) throw FormatError(file, line_no, why);
+  bool empty_row = true;  // a spreadsheet's row of empty cells is a blank line
+  for (const auto& f : fields) empty_row = empty_row && trim(f.text).empty();
+  if (empty_row) return false;
+  if (fields.size() != h.ncol) {
+    throw FormatError(file, line_no,
+                      std::to_string(fields.size()) + " columns, expected " + std::to_string(h.ncol) + " (as in the header" +
+                          (h.lay.trailing_empty ? ", whose separator at the end every line repeats)" : ")"));
+  }
+  if (h.lay.trailing_empty && !trim(fields.back().text).empty())
+    throw FormatError(file, line_no,
+                      "column " + std::to_string(h.ncol) + " is '" + printable(fields.back().text) +
+                          "' but has no name in the header; expected it empty (a separator ending the line)");
+  for (std::size_t col = 0; col < 2 + h.lay.values; ++col) {
+    const std::string_view f = fields[col].text;
+    bool ok;
+    if (col == 0) {
+      ok = parse_int_field(f, step);
+      if (!ok)
+        throw FormatError(file, line_no,
+                          "column '" + printable(cols[0]) + "' is '" + printable(f) + "', expected an integer step (64-bit)");
+    } else if (col == 1) {
+      ok = parse_int_field(f, rank) && rank >= 0;
+      if (!ok)
+        throw FormatError(file, line_no,
+                          "column '" + printable(cols[1]) + "' is '" + printable(f) + "', expected a rank 0.." +
+                              std::to_string(world_max - 1));
+      if (opt.world_size > 0 && rank >= opt.world_size)
+        throw FormatError(file, line_no,
+                          "rank " + std::to_string(rank) + " outside world size " + std::to_string(opt.world_size));
+      if (rank >= world_max)
+        throw FormatError(file, line_no,
+                          "rank " + std::to_string(rank) + " is at or above the limit of " + std::to_string(world_max) +
+                              " ranks; expected a smaller world (raise the limit with --max-world-size)");
+    } else {
+      ok = parse_seconds_field(f, h.sep != ',', vals[col - 2]);
+      if (!ok)
+        throw FormatError(file, line_no,
+                          "column '" + printable(cols[col]) + "' is '" + printable(f) + "', expected a finite number of seconds >= 0");
+    }
+  }
+  return true;
+}
+
 std::vector<Window> parse_csv(std::string_view text, const std::string& file, const ReadOptions& opt) {
   const auto& lim = opt.limits;
-  if (opt.world_size > std::min(lim.max_world_size, kWorldSizeCeiling))
-    throw FormatError(file, 0,
-                      "world size " + std::to_string(opt.world_size) + " is above the limit of " +
-                          std::to_string(std::min(lim.max_world_size, kWorldSizeCeiling)) +
-                          " ranks; expected a smaller world (raise the limit with --max-world-size)");
   const std::size_t bom = text.size() - strip_bom(text).size();
   CsvLines lines(text, bom);
-  std::string_view line;
-  if (!lines.next(line)) throw FormatError(file, 0, "empty file; expected a header step,rank,<stages...>[,wall]");
-  if (line.find('\0') != std::string_view::npos) throw FormatError(file, lines.line_no(), "binary data; expected a CSV header");
-  // Excel's separator hint: a first line "sep=;" names the separator of the lines after it.
-  char hint = 0;
-  if (std::string_view h = line; h.size() >= 5 && iequals(h.substr(0, 4), "sep=")) {
-    hint = h[4];
-    if (hint != ',' && hint != ';' && hint != '\t' && hint != '|')
-      throw FormatError(file, lines.line_no(),
-                        "separator line '" + printable(line) + "' names '" + printable(h.substr(4, 1)) +
-                            "'; expected sep=, sep=; sep=| or sep= and a tab");
-    if (!trim(h.substr(5)).empty())
-      throw FormatError(file, lines.line_no(), "separator line '" + printable(line) + "' has more after the separator; expected sep=X alone");
-    if (!lines.next(line)) throw FormatError(file, lines.line_no(), "a separator line and no header; expected a header step,rank,<stages...>[,wall]");
-  }
-  auto bad_header = [&] {
-    return FormatError(file, lines.line_no(), "header is '" + printable(line) + "', expected step,rank,<stage...>[,wall]" +
-                                                  (hint ? std::string(" separated by the sep= line's '") + (hint == '\t' ? "\\t" : std::string(1, hint)) + "'" : ""));
-  };
-  // The separator is the character after the first field, "step" (quoted or not), and the one
-  // a sep= line named.
-  char sep = ',';
-  {
-    std::string_view h = trim(line);
-    const bool quoted = !h.empty() && h.front() == '"';
-    if (quoted) h.remove_prefix(1);
-    if (!iequals(h.substr(0, 4), "step")) throw bad_header();
-    h.remove_prefix(4);
-    if (quoted) {
-      if (h.empty() || h.front() != '"') throw bad_header();
-      h.remove_prefix(1);
-    }
-    while (!h.empty() && h.front() == ' ') h.remove_prefix(1);
-    if (h.empty() || (hint ? h.front() != hint : h.front() != ',' && h.front() != ';' && h.front() != '\t')) throw bad_header();
-    sep = h.front();
-  }
-  std::vector<CsvField> fields;
-  if (auto why = split_csv(line, sep, fields); !why.empty()) throw FormatError(file, lines.line_no(), "header: " + why);
-  std::vector<std::string> cols;
-  for (const auto& f : fields) cols.push_back(unquote(f));
-  if (cols.size() < 3 || !iequals(cols[0], "step") || !iequals(cols[1], "rank")) throw bad_header();
-  const std::size_t ncol = cols.size();  // fields per line, an unnamed trailing one included
-  CsvLayout lay;
-  lay.trailing_empty = cols.size() > 3 && trim(cols.back()).empty();
-  if (lay.trailing_empty) cols.pop_back();
-  lay.values = cols.size() - 2;
-  std::vector<std::string> stages;
-  for (std::size_t c = 2; c < cols.size(); ++c) {
-    if (!iequals(cols[c], "wall")) {
-      stages.push_back(cols[c]);
-      continue;
-    }
-    if (lay.wall_at)
-      throw FormatError(file, lines.line_no(),
-                        "columns " + std::to_string(*lay.wall_at + 3) + " and " + std::to_string(c + 1) +
-                            " are both named wall; expected at most one wall column");
-    lay.wall_at = c - 2;
-  }
-  const bool has_wall = lay.wall_at.has_value();
-  if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column; expected step,rank,<stage...>[,wall]");
-  if (stages.size() > static_cast<std::size_t>(lim.max_stages))
-    throw FormatError(file, lines.line_no(),
-                      "header names " + std::to_string(stages.size()) + " stages, above the limit of " +
-                          std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
-  for (std::size_t c = 2; c < cols.size(); ++c) {
-    if (cols[c].empty())
-      throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 1) + " has no name; expected a stage name");
-    if (!frontier::printable_utf8(cols[c]))
-      throw FormatError(file, lines.line_no(),
-                        "column " + std::to_string(c + 1) + " name '" + printable(cols[c]) +
-                            "' is not printable UTF-8; expected a UTF-8 stage name without control characters");
-  }
-  const std::size_t k = stages.size();
-  if (sep == ',')
-    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), stages, lay, ncol,
+  const CsvHeader h = read_csv_header(lines, file, opt);
+  const std::size_t k = h.stages.size();
+  const bool has_wall = h.lay.wall_at.has_value();
+  if (h.sep == ',')
+    if (auto direct = parse_csv_direct(text.substr(std::min(lines.pos(), text.size())), h.stages, h.lay, h.ncol,
                                        lines.line_no(), opt))
       return std::move(*direct);
 
   PendingWindow pw;
-  pw.stages = stages;
+  pw.stages = h.stages;
   pw.header_line = lines.line_no();
   pw.accumulation = opt.accumulation;
-  const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   int max_rank = -1;
   // One record per remaining line, at most: reserve once instead of growing through copies.
   std::size_t n_lines = 1;
   for (std::size_t q = lines.pos(); (q = text.find('\n', q)) != std::string_view::npos; ++q) ++n_lines;
   pw.records.reserve(n_lines);
   pw.values.reserve(n_lines * k);
-  std::vector<double> vals(lay.values);
+  std::vector<double> vals(h.lay.values);
+  std::vector<CsvField> fields;
   std::int64_t step = 0, rank = 0;
-  // General path: every accepted form, and every error message.
-  auto parse_row = [&] {
-    if (auto why = split_csv(line, sep, fields); !why.empty()) throw FormatError(file, lines.line_no(), why);
-    bool empty_row = true;  // a spreadsheet's row of empty cells is a blank line
-    for (const auto& f : fields) empty_row = empty_row && trim(f.text).empty();
-    if (empty_row) return false;
-    if (fields.size() != ncol) {
-      throw FormatError(file, lines.line_no(),
-                        std::to_string(fields.size()) + " columns, expected " + std::to_string(ncol) + " (as in the header" +
-                            (lay.trailing_empty ? ", whose separator at the end every line repeats)" : ")"));
-    }
-    if (lay.trailing_empty && !trim(fields.back().text).empty())
-      throw FormatError(file, lines.line_no(),
-                        "column " + std::to_string(ncol) + " is '" + printable(fields.back().text) +
-                            "' but has no name in the header; expected it empty (a separator ending the line)");
-    for (std::size_t col = 0; col < 2 + lay.values; ++col) {
-      const std::string_view f = fields[col].text;
-      bool ok;
-      if (col == 0) {
-        ok = parse_int_field(f, step);
-        if (!ok)
-          throw FormatError(file, lines.line_no(),
-                            "column '" + printable(cols[0]) + "' is '" + printable(f) + "', expected an integer step (64-bit)");
-      } else if (col == 1) {
-        ok = parse_int_field(f, rank) && rank >= 0;
-        if (!ok)
-          throw FormatError(file, lines.line_no(),
-                            "column '" + printable(cols[1]) + "' is '" + printable(f) + "', expected a rank 0.." +
-                                std::to_string(world_max - 1));
-        if (opt.world_size > 0 && rank >= opt.world_size)
-          throw FormatError(file, lines.line_no(),
-                            "rank " + std::to_string(rank) + " outside world size " + std::to_string(opt.world_size));
-        if (rank >= world_max)
-          throw FormatError(file, lines.line_no(),
-                            "rank " + std::to_string(rank) + " is at or above the limit of " + std::to_string(world_max) +
-                                " ranks; expected a smaller world (raise the limit with --max-world-size)");
-      } else {
-        ok = parse_seconds_field(f, sep != ',', vals[col - 2]);
-        if (!ok)
-          throw FormatError(file, lines.line_no(),
-                            "column '" + printable(cols[col]) + "' is '" + printable(f) + "', expected a finite number of seconds >= 0");
-      }
-    }
-    return true;
-  };
+  std::string_view line;
   while (lines.next(line)) {
-    const bool plain = sep == ',' && parse_plain_row(line, step, rank, vals, lay.trailing_empty) && rank < world_max &&
-                       !(opt.world_size > 0 && rank >= opt.world_size);
-    if (!plain && !parse_row()) continue;
-    lay.order(vals);
+    if (!parse_csv_row(line, lines.line_no(), h, file, opt, fields, vals, step, rank)) continue;
+    h.lay.order(vals);
     Pending rec{};
     rec.line = lines.line_no();
     rec.step = step;
@@ -971,7 +797,11 @@ private:
   std::size_t size_ = 0;
 };
 
-}  // namespace
+}  // namespace detail
+
+using detail::MappedFile;
+using detail::parse_csv;
+using detail::parse_jsonl;
 
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
                                      const ReadOptions& opt) {

@@ -565,3 +565,150 @@ TEST(Kineto, gzip_must_be_whole) {
     EXPECT_NE(std::string(e.what()).find("4 bytes after the end of the gzip stream"), std::string::npos) << e.what();
   }
 }
+
+// --- streaming (docs/formats.md, "Streaming") ------------------------------------------------------
+
+namespace {
+
+/// Keeps every streamed window as a matrix, rebuilt from its one-step matrices, so a test can
+/// hold it against the window read_stage_file returns.
+class CollectSink final : public formats::StepSink {
+public:
+  struct Got {
+    formats::WindowHead head;
+    std::vector<frontier::StageMatrix> steps;
+  };
+  void begin_window(const formats::WindowHead& head) override { open = Got{head, {}}; }
+  void add_step(const frontier::StageMatrix& step) override { open.steps.push_back(step); }
+  void end_window() override { windows.push_back(std::move(open)); }
+  std::vector<Got> windows;
+  Got open;
+};
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+/// The streamed window holds the whole read's window: layout, span, every cell and side value.
+void expect_same_window(const formats::Window& w, const CollectSink::Got& g) {
+  const auto& m = w.matrix;
+  const auto& l = g.head.layout;
+  EXPECT_EQ(l.schema(), m.schema());
+  EXPECT_EQ(l.world_size(), m.world_size());
+  EXPECT_EQ(l.rank_ids(), m.rank_ids());
+  EXPECT_EQ(l.roles(), m.roles());
+  EXPECT_EQ(g.head.ranks, w.ranks);
+  EXPECT_EQ(g.head.header_line, w.header_line);
+  EXPECT_EQ(g.head.telemetry.gather_ok, w.telemetry.gather_ok);
+  ASSERT_FALSE(g.steps.empty());
+  EXPECT_EQ(g.steps.front().first_step(), m.first_step());
+  EXPECT_EQ(g.steps.back().first_step(), m.first_step() + (m.steps() - 1));
+  for (const auto& one : g.steps) {
+    const int t = static_cast<int>(one.first_step() - m.first_step());
+    ASSERT_TRUE(t >= 0 && t < m.steps());
+    for (int c = 0; c < m.ranks(); ++c) {
+      ASSERT_EQ(one.present(0, c), m.present(t, c)) << "step " << one.first_step() << " column " << c;
+      if (!m.present(t, c)) continue;
+      for (int s = 0; s < m.stages(); ++s) EXPECT_EQ(one.d(0, c, s), m.d(t, c, s));
+      if (m.schema().has_residual()) {
+        EXPECT_EQ(one.wall(0, c), m.wall(t, c));
+      }
+      EXPECT_EQ(one.fwd_event_state(0, c), m.fwd_event_state(t, c));
+      for (int s = 0; s < m.schema().explicit_count(); ++s) {
+        const double a = one.sync_wait(0, c, s), b = m.sync_wait(t, c, s);
+        EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)));
+      }
+    }
+  }
+  // Steps between those sent have no records in the whole read either.
+  std::vector<char> sent(static_cast<std::size_t>(m.steps()), 0);
+  for (const auto& one : g.steps) sent[static_cast<std::size_t>(one.first_step() - m.first_step())] = 1;
+  for (int t = 0; t < m.steps(); ++t)
+    if (!sent[static_cast<std::size_t>(t)]) {
+      EXPECT_EQ(m.step_present_count(t), 0) << "step index " << t;
+    }
+}
+
+void expect_streams_as_read(const std::string& path, formats::ReadOptions opt = {}) {
+  const auto whole = formats::read_stage_file(path, opt);
+  CollectSink sink;
+  std::string why;
+  ASSERT_EQ(formats::stream_stage_file(path, opt, sink, &why), formats::StreamStatus::streamed) << why;
+  ASSERT_EQ(sink.windows.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) expect_same_window(whole[i], sink.windows[i]);
+}
+
+}  // namespace
+
+TEST(Stream, csv_sorted_dense_sparse_gaps_and_split) {
+  // Ranks 0..2, any rank order within a step, a gap at step 7.
+  const std::string dense = "step,rank,a,b,wall\n5,1,1,2,4\n5,0,0.5,0.5,1\n5,2,3,1,4\n6,0,1,1,2\n6,2,1,1,2\n6,1,2,2,5\n"
+                            "8,2,1,1,3\n8,0,1,1,2\n";
+  expect_streams_as_read(write_temp("dense.csv", dense));
+  expect_streams_as_read(write_temp("dense.csv", dense), {std::nullopt, 2, 0, 1, {}});
+  // --world-size larger than the ranks seen: sparse, one column per rank with records.
+  expect_streams_as_read(write_temp("dense.csv", dense), {std::nullopt, 0, 64, 1, {}});
+  // Rank 1 never has a record, and the last line's rank is not the largest: the guess is wrong.
+  const std::string sparse = "step,rank,a\n0,9,1\n0,0,2\n1,0,3\n1,9,0.5\n2,4,1\n";
+  expect_streams_as_read(write_temp("sparse.csv", sparse));
+  // Forms the plain-row path does not take: blanks, quotes, CRLF, a sep= line and decimal commas.
+  expect_streams_as_read(write_temp("forms.csv", "sep=;\r\n\"step\";rank;a;b\r\n0; 0;1,5;2\r\n\r\n0;1;+1;2E0\r\n1;0;.5;5.\r\n"));
+}
+
+TEST(Stream, jsonl_windows_side_evidence_and_declared_spans) {
+  const std::string text =
+      R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":4,"roles":["dp","dp","pp","pp"],"window":{"first_step":0,"steps":6},"telemetry":{"gather_ok":false,"reasons":["late"],"dropped_records":2}})" "\n"
+      R"({"step":1,"rank":2,"d":[1,2],"side":{"fwd_event":"ready","fwd_event_s":0.5,"sync_wait":[0.25,null]}})" "\n"
+      R"({"step":1,"rank":0,"d":[2,1],"side":{"fwd_event":"missing"}})" "\n"
+      R"({"step":3,"rank":1,"d":[0,1]})" "\n"
+      R"({"schema":"sf.stages/1","stages":["x"],"world_size":100000,"ranks":[{"rank":7,"local_rank":1,"node_rank":3,"hostname":"h"}]})" "\n"
+      R"({"step":10,"rank":7,"d":[1],"wall":2})" "\n"
+      R"({"step":10,"rank":99999,"d":[2],"wall":1})" "\n"
+      R"({"schema":"sf.stages/1","stages":["y"],"world_size":3,"window":{"first_step":4,"steps":3}})" "\n";
+  formats::ReadOptions opt;
+  opt.limits.max_world_size = 1 << 20;
+  expect_streams_as_read(write_temp("multi.jsonl", text), opt);
+  opt.window_steps = 4;
+  expect_streams_as_read(write_temp("multi.jsonl", text), opt);
+}
+
+TEST(Stream, steps_out_of_order_fall_back_to_the_whole_read) {
+  const std::string path = write_temp("unsorted.csv", "step,rank,a\n0,0,1\n1,0,2\n0,1,3\n1,1,1\n");
+  CollectSink sink;
+  std::string why;
+  EXPECT_EQ(formats::stream_stage_file(path, {}, sink, &why), formats::StreamStatus::whole);
+  EXPECT_NE(why.find("out of order"), std::string::npos) << why;
+  // The same file read whole is a valid window of 2 steps x 2 ranks.
+  const auto w = formats::read_stage_file(path);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_TRUE(w[0].matrix.step_complete(0) && w[0].matrix.step_complete(1));
+}
+
+TEST(Stream, a_line_error_is_the_whole_reads_message_other_problems_are_left_to_it) {
+  const std::string bad = write_temp("bad.csv", "step,rank,a\n0,0,1\n0,1,x\n");
+  std::string streamed, whole;
+  CollectSink sink;
+  try {
+    formats::stream_stage_file(bad, {}, sink);
+  } catch (const FormatError& e) {
+    streamed = e.what();
+  }
+  try {
+    formats::read_stage_file(bad);
+  } catch (const FormatError& e) {
+    whole = e.what();
+  }
+  EXPECT_FALSE(whole.empty());
+  EXPECT_EQ(streamed, whole);
+  // A duplicate record is the window's error, reported after every line's: left to the whole read.
+  const std::string dup = write_temp("dup.csv", "step,rank,a\n0,0,1\n0,0,2\n1,0,1\n");
+  std::string why;
+  EXPECT_EQ(formats::stream_stage_file(dup, {}, sink, &why), formats::StreamStatus::whole);
+  EXPECT_NE(why.find("duplicate"), std::string::npos) << why;
+  // Not a regular file: the whole read takes it.
+  EXPECT_EQ(formats::stream_stage_file(::testing::TempDir(), {std::optional(MatrixFormat::csv), 0, 0, 1, {}}, sink),
+            formats::StreamStatus::whole);
+}

@@ -1,0 +1,965 @@
+// The streaming reader (docs/formats.md, "Streaming"): a stage-matrix file handed to a StepSink
+// one step at a time, in memory that does not grow with the file. It accepts exactly what
+// read_stage_file accepts, through the same line parsers (stage_text.h), and lays each window out
+// as emit_windows does; whatever it cannot stream so, it hands back (StreamStatus::whole).
+//
+// A window is read in one pass when its rank layout can be guessed before its records (the world
+// a JSONL header declares, or the rank on a CSV file's last line, every rank present: what
+// write_csv and `run --dump` write); the pass checks the guess, and where the records say
+// otherwise (absent ranks, a larger rank) the window's records are read a second time with the
+// layout the first pass found.
+#include "sf/formats/formats.h"
+
+#include "stage_text.h"
+#include "step_span.h"
+#include "strict_json.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sf::formats {
+
+namespace {
+
+using frontier::EventState;
+using frontier::StageMatrix;
+using frontier::StageSchema;
+using nlohmann::json;
+
+/// Bytes read at a time: the read buffer is the reader's largest allocation (a line longer than
+/// it grows it).
+constexpr std::size_t kChunkBytes = std::size_t{1} << 22;
+/// A guessed dense step may hold this many values at most (world × (stages + 3)); a larger world
+/// is read in two passes, so a sparse file's step holds only the ranks with records.
+constexpr std::uint64_t kMaxGuessValues = std::uint64_t{1} << 23;
+/// A window whose recorded step time passes this is left to the whole read: near the
+/// kMaxWindowSeconds limit, summation order decides at which record the reader refuses it.
+constexpr double kSafeWindowSeconds = frontier::kMaxWindowSeconds / 16;
+
+/// The file cannot be streamed as read_stage_file reads it: caught at the top, StreamStatus::whole.
+struct ReadWhole {
+  std::string why;
+};
+
+/// Lines of a file read through a fixed buffer, numbered from 1 as the whole-file readers
+/// number them. CSV: split at "\n", "\r\n" or a lone "\r", blank lines skipped (CsvLines).
+/// JSONL: split at '\n', every line returned as it is.
+class FileLines {
+public:
+  FileLines(int fd, std::uint64_t size, bool csv) : fd_(fd), size_(size), csv_(csv), buf_(kChunkBytes) {}
+
+  /// The next line starts at byte `offset` of the file and is line number line_no + 1.
+  void seek(std::uint64_t offset, std::int64_t line_no) {
+    pos_ = end_ = 0;
+    file_off_ = read_off_ = next_off_ = offset;
+    line_no_ = line_no;
+    eof_ = offset >= size_;
+    cr_ = false;
+  }
+
+  bool next(std::string_view& line) {
+    for (;;) {
+      if (pos_ >= end_ && !fill()) return false;
+      const char* b = buf_.data() + pos_;
+      const char* e = buf_.data() + end_;
+      const char* t = nullptr;  // the line's terminator
+      if (!cr_) {
+        t = static_cast<const char*>(std::memchr(b, '\n', static_cast<std::size_t>(e - b)));
+      } else {
+        for (const char* q = b; q < e; ++q)
+          if (*q == '\n' || *q == '\r') {
+            t = q;
+            break;
+          }
+      }
+      // The line, or the '\n' after its '\r', may go on past the buffer: read more and look again.
+      if ((!t || (*t == '\r' && t + 1 == e)) && fill()) continue;
+      const std::size_t len = static_cast<std::size_t>((t ? t : e) - b);
+      line = std::string_view(b, len);
+      std::size_t used = len + (t ? 1 : 0);
+      if (t && *t == '\r' && t + 1 < e && t[1] == '\n') ++used;
+      line_off_ = file_off_ + pos_;
+      pos_ += used;
+      next_off_ = file_off_ + pos_;
+      ++line_no_;
+      if (!csv_ || !detail::trim(line).empty()) return true;
+    }
+  }
+
+  std::int64_t line_no() const { return line_no_; }
+  /// The first byte of the last line returned, and the byte after its terminator.
+  std::uint64_t line_offset() const { return line_off_; }
+  std::uint64_t next_offset() const { return next_off_; }
+
+private:
+  /// Reads more after [pos_, end_), which moves to the front; false when the file has no more.
+  bool fill() {
+    if (eof_) return false;
+    if (pos_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + pos_, end_ - pos_);
+      file_off_ += pos_;
+      end_ -= pos_;
+      pos_ = 0;
+    }
+    if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf_.size() - end_, size_ - read_off_));
+    ssize_t n;
+    do n = ::pread(fd_, buf_.data() + end_, want, static_cast<off_t>(read_off_));
+    while (n < 0 && errno == EINTR);
+    if (n < 0) throw ReadWhole{"read failed"};
+    if (n == 0) {  // shorter than it was: the whole read sees what is there now
+      eof_ = true;
+      return false;
+    }
+    if (csv_ && !cr_) cr_ = std::memchr(buf_.data() + end_, '\r', static_cast<std::size_t>(n)) != nullptr;
+    end_ += static_cast<std::size_t>(n);
+    read_off_ += static_cast<std::uint64_t>(n);
+    eof_ = read_off_ >= size_;
+    return true;
+  }
+
+  int fd_;
+  std::uint64_t size_;
+  bool csv_;
+  std::vector<char> buf_;
+  std::size_t pos_ = 0, end_ = 0;
+  std::uint64_t file_off_ = 0;  // file offset of buf_[0]
+  std::uint64_t read_off_ = 0;  // next offset to read
+  bool eof_ = false;
+  bool cr_ = false;  // a '\r' was read since the last seek: split the slow way
+  std::int64_t line_no_ = 0;
+  std::uint64_t line_off_ = 0, next_off_ = 0;
+};
+
+/// One record as a source hands it over; d holds the explicit stages, sync (when has_sync)
+/// the sync waits (NaN: null).
+struct Rec {
+  std::int64_t step = 0, line = 0;
+  int rank = 0;
+  bool has_wall = false;
+  double wall = 0;
+  EventState event = EventState::unsampled;
+  double event_s = 0;
+  bool has_sync = false;
+  std::vector<double> d, sync;
+};
+
+/// A file window's header facts (CSV: the header line and the options).
+struct FileWindow {
+  std::vector<std::string> stages;
+  int accumulation = 1;
+  int world = 0;  // 0: CSV without --world-size, max(rank) + 1
+  std::vector<std::string> roles;
+  std::optional<std::int64_t> span_first, span_steps;
+  frontier::TelemetryInput telemetry;
+  std::vector<RankInfo> ranks;
+  std::int64_t header_line = 0;
+  std::uint64_t body_offset = 0;  // where its records start
+  std::int64_t body_line = 0;     // the line before them
+};
+
+/// The rank layout of a window: the world and, when sparse, the ranks with records.
+struct Layout {
+  int world = 0;
+  std::vector<int> ids;  // empty: dense
+  bool operator==(const Layout&) const = default;
+};
+
+/// What one pass over a window's records saw.
+struct Seen {
+  std::int64_t records = 0, min_step = 0, max_step = 0;
+  int max_rank = -1;
+  bool has_wall = false;  // the first record's
+  std::vector<std::uint64_t> rank_bits;
+  bool fed = false;       // every step went to the sink with the pass's layout
+
+  void add_rank(int r) {
+    const auto w = static_cast<std::size_t>(r) >> 6;
+    if (w >= rank_bits.size()) rank_bits.resize(std::max(w + 1, rank_bits.size() * 2), 0);
+    rank_bits[w] |= std::uint64_t{1} << (r & 63);
+    max_rank = std::max(max_rank, r);
+  }
+  /// The layout emit_windows gives these records in a world of `world` ranks.
+  Layout layout(int world) const {
+    Layout out{world, {}};
+    for (std::size_t w = 0; w < rank_bits.size(); ++w)
+      for (std::uint64_t b = rank_bits[w]; b; b &= b - 1) out.ids.push_back(static_cast<int>(w * 64 + __builtin_ctzll(b)));
+    if (out.ids.empty()) out.ids.push_back(0);  // a declared window without records keeps one column
+    if (static_cast<int>(out.ids.size()) >= world) out.ids.clear();
+    return out;
+  }
+};
+
+/// Hands steps to the sink, cut into windows of `chunk` steps from the window's first step (as
+/// emit_windows cuts them), with a step without records where a window's first or last step
+/// has none, so each window spans what the whole read's does.
+class Feeder {
+public:
+  Feeder(StepSink& sink, const WindowHead& head, std::uint64_t chunk) : sink_(sink), head_(head), chunk_(chunk) {}
+
+  void start(std::int64_t first) {
+    first_ = first;
+    open(0);
+  }
+  void step(const StageMatrix& one) {
+    const std::int64_t id = one.first_step();
+    const std::uint64_t c = chunk_ ? offset(id) / chunk_ : 0;
+    while (cur_ < c) {
+      close(chunk_first_ + static_cast<std::int64_t>(chunk_ - 1));
+      open(cur_ + 1);
+    }
+    if (!fed_ && id > chunk_first_) empty(chunk_first_);
+    call([&] { sink_.add_step(one); });
+    fed_ = true;
+    last_fed_ = id;
+  }
+  void finish(std::int64_t last) {
+    const std::uint64_t c = chunk_ ? offset(last) / chunk_ : 0;
+    while (cur_ < c) {
+      close(chunk_first_ + static_cast<std::int64_t>(chunk_ - 1));
+      open(cur_ + 1);
+    }
+    close(last);
+  }
+
+private:
+  std::uint64_t offset(std::int64_t id) const { return static_cast<std::uint64_t>(id) - static_cast<std::uint64_t>(first_); }
+  template <typename F>
+  static void call(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      throw ReadWhole{std::string("the sink refused a step: ") + e.what()};
+    }
+  }
+  void open(std::uint64_t c) {
+    cur_ = c;
+    chunk_first_ = static_cast<std::int64_t>(static_cast<std::uint64_t>(first_) + c * std::max<std::uint64_t>(chunk_, 1));
+    fed_ = false;
+    call([&] { sink_.begin_window(head_); });
+  }
+  void close(std::int64_t last) {
+    if (!fed_) empty(chunk_first_);
+    if (last_fed_ < last) empty(last);
+    call([&] { sink_.end_window(); });
+  }
+  void empty(std::int64_t id) {
+    if (empty_.steps() == 0) empty_ = StageMatrix::same_layout(head_.layout, id, 1);
+    empty_.renumber(id);
+    call([&] { sink_.add_step(empty_); });
+    fed_ = true;
+    last_fed_ = id;
+  }
+
+  StepSink& sink_;
+  const WindowHead& head_;
+  std::uint64_t chunk_;
+  std::int64_t first_ = 0, chunk_first_ = 0, last_fed_ = 0;
+  std::uint64_t cur_ = 0;
+  bool fed_ = false;
+  StageMatrix empty_;
+};
+
+/// One step being gathered: its records by column, then sent as a one-step matrix.
+class StepBuffer {
+public:
+  void layout(const StageMatrix& layout) {
+    one_ = StageMatrix::same_layout(layout, 0, 1);
+    R_ = one_.ranks();
+    k_ = one_.schema().explicit_count();
+    wall_ = one_.schema().has_residual();
+    cols_.assign(static_cast<std::size_t>(R_) * k_, 0.0);
+    walls_.assign(R_, 0.0);
+    present_.assign(R_, 0);
+    event_.assign(R_, EventState::unsampled);
+    event_s_.assign(R_, 0.0);
+    sync_.assign(static_cast<std::size_t>(R_) * k_, 0.0);
+    has_sync_.assign(R_, 0);
+    count_ = 0;
+    side_ = false;
+  }
+  int column_of(int rank) const { return one_.column_of(rank); }
+  /// The rank ids with a record in the open step.
+  void present_ranks(std::vector<int>& out) const {
+    out.clear();
+    for (int c = 0; c < R_; ++c)
+      if (present_[c]) out.push_back(one_.rank_id(c));
+  }
+  /// False when the column already has a record this step (a duplicate).
+  bool put(int c, const Rec& rec) {
+    if (present_[c]) return false;
+    present_[c] = 1;
+    ++count_;
+    for (int s = 0; s < k_; ++s) cols_[static_cast<std::size_t>(s) * R_ + c] = rec.d[s];
+    walls_[c] = rec.wall;
+    event_[c] = rec.event;
+    event_s_[c] = rec.event_s;
+    has_sync_[c] = rec.has_sync;
+    if (rec.has_sync)
+      for (int s = 0; s < k_; ++s) sync_[static_cast<std::size_t>(s) * R_ + c] = rec.sync[s];
+    side_ = side_ || rec.has_sync || rec.event != EventState::unsampled;
+    return true;
+  }
+  /// The step as a one-step matrix with id `step`; the buffer is empty again.
+  const StageMatrix& take(std::int64_t step) {
+    if (count_ == R_ && !side_) {
+      // Every rank present: the row written in place (the values and checks of set_record).
+      one_.renumber(step);
+      const auto out = one_.begin_step(0);
+      for (int s = 0; s < k_; ++s) std::memcpy(out[s], cols_.data() + static_cast<std::size_t>(s) * R_, sizeof(double) * R_);
+      one_.commit_step(0, wall_ ? walls_.data() : nullptr);
+    } else {
+      one_.reset(step);
+      std::vector<double>& d = scratch_;
+      d.resize(k_);
+      for (int c = 0; c < R_; ++c) {
+        if (!present_[c]) continue;
+        for (int s = 0; s < k_; ++s) d[s] = cols_[static_cast<std::size_t>(s) * R_ + c];
+        one_.set_record(0, c, d, wall_ ? std::optional<double>(walls_[c]) : std::nullopt);
+        if (event_[c] != EventState::unsampled) one_.set_fwd_event(0, c, event_[c], event_s_[c]);
+        if (has_sync_[c])
+          for (int s = 0; s < k_; ++s) {
+            const double v = sync_[static_cast<std::size_t>(s) * R_ + c];
+            if (!std::isnan(v)) one_.set_sync_wait(0, c, s, v);
+          }
+      }
+    }
+    std::fill(present_.begin(), present_.end(), std::uint8_t{0});
+    count_ = 0;
+    side_ = false;
+    return one_;
+  }
+
+private:
+  StageMatrix one_;
+  int R_ = 0, k_ = 0;
+  bool wall_ = false;
+  std::vector<double> cols_, walls_, event_s_, sync_, scratch_;
+  std::vector<std::uint8_t> present_, has_sync_;
+  std::vector<EventState> event_;
+  int count_ = 0;
+  bool side_ = false;
+};
+
+/// Reads one file window's records from a source in one pass: checks what emit_windows would
+/// refuse (anything but one line's error: ReadWhole), notes what the layout needs, and when
+/// given a layout sends the steps to the sink.
+class WindowPass {
+public:
+  WindowPass(const std::string& file, const ReadOptions& opt, StepSink& sink, const FileWindow& fw)
+      : file_(file), opt_(opt), sink_(sink), fw_(fw) {}
+
+  /// layout: the steps' rank layout to send them with, or null to only look. seen.fed tells
+  /// whether every step went to the sink so; finish() then closes the window there.
+  template <typename Source>
+  void run(Source& src, const Layout* layout, Seen& seen) {
+    seen = Seen{};
+    feeder_.reset();
+    Rec rec;
+    const std::size_t k = fw_.stages.size();
+    rec.d.resize(k);
+    rec.sync.resize(k);
+    bool feeding = layout != nullptr;
+    bool open = false;
+    std::int64_t cur = 0;
+    double total = 0;
+    std::vector<int> step_ranks;  // the open step's ranks, when not feeding (duplicates)
+    auto close_step = [&] {
+      if (feeding) {
+        const StageMatrix* one = nullptr;
+        try {
+          one = &buf_.take(cur);
+        } catch (const std::invalid_argument& e) {
+          throw ReadWhole{e.what()};
+        }
+        feeder_->step(*one);
+      } else {
+        std::sort(step_ranks.begin(), step_ranks.end());
+        if (std::adjacent_find(step_ranks.begin(), step_ranks.end()) != step_ranks.end())
+          throw ReadWhole{"a duplicate (step, rank) record"};
+        step_ranks.clear();
+      }
+    };
+    while (src.next(rec)) {
+      // What emit_windows and StageMatrix would refuse once the window is read: the whole read
+      // words it (after any line's error, which it meets first).
+      if (seen.records == 0) seen.has_wall = rec.has_wall;
+      else if (rec.has_wall != seen.has_wall) throw ReadWhole{"\"wall\" on some records only"};
+      if (fw_.span_first && (rec.step < *fw_.span_first ||
+                             static_cast<std::uint64_t>(rec.step) - static_cast<std::uint64_t>(*fw_.span_first) >=
+                                 static_cast<std::uint64_t>(*fw_.span_steps)))
+        throw ReadWhole{"a step outside the declared window"};
+      double sum = 0;
+      for (std::size_t s = 0; s < k; ++s) sum += rec.d[s];
+      if (!(sum <= frontier::kMaxWindowSeconds) || (rec.has_wall && !(rec.wall <= frontier::kMaxWindowSeconds)))
+        throw ReadWhole{"a record past the window limit"};
+      total += rec.has_wall ? std::max(sum, rec.wall) : sum;
+      if (!(total <= kSafeWindowSeconds)) throw ReadWhole{"a window near its limit of recorded time"};
+      if (rec.event == EventState::ready && !(rec.event_s <= FLT_MAX)) throw ReadWhole{"a forward event time past FLT_MAX"};
+      if (rec.has_sync)
+        for (std::size_t s = 0; s < k; ++s)
+          if (rec.sync[s] > FLT_MAX) throw ReadWhole{"a sync wait past FLT_MAX"};
+      if (open && rec.step < cur) throw ReadWhole{"steps out of order at line " + std::to_string(rec.line)};
+
+      if (feeding && seen.records == 0) start(*layout, seen.has_wall, fw_.span_first ? *fw_.span_first : rec.step);
+      if (!open || rec.step != cur) {
+        if (open) close_step();
+        open = true;
+        cur = rec.step;
+      }
+      if (feeding) {
+        const int c = buf_.column_of(rec.rank);
+        if (c >= 0) {
+          if (!buf_.put(c, rec)) throw ReadWhole{"a duplicate (step, rank) record"};
+        } else {
+          // The guess was wrong (a rank outside it): only look from here on.
+          feeding = false;
+          buf_.present_ranks(step_ranks);
+        }
+      }
+      if (!feeding) step_ranks.push_back(rec.rank);
+      if (seen.records == 0 || rec.step < seen.min_step) seen.min_step = rec.step;
+      if (seen.records == 0 || rec.step > seen.max_step) seen.max_step = rec.step;
+      ++seen.records;
+      seen.add_rank(rec.rank);
+    }
+    if (open) close_step();
+    // A declared window without records: its steps are all missing.
+    if (layout && seen.records == 0 && fw_.span_first) start(*layout, false, *fw_.span_first);
+    seen.fed = feeding && feeder_.has_value();
+  }
+
+  /// Ends the window the last run() fed (seen.fed).
+  void finish(const Seen& seen) {
+    feeder_->finish(fw_.span_first ? *fw_.span_first + (*fw_.span_steps - 1) : seen.max_step);
+  }
+
+private:
+  void start(const Layout& layout, bool has_wall, std::int64_t first) {
+    try {
+      const StageSchema schema(fw_.stages, has_wall, fw_.accumulation);
+      head_.layout = layout.ids.empty() ? StageMatrix(schema, layout.world, 0, 0)
+                                        : StageMatrix(schema, layout.world, layout.ids, 0, 0);
+      if (!fw_.roles.empty()) head_.layout.set_roles(fw_.roles);
+    } catch (const std::invalid_argument& e) {
+      throw ReadWhole{std::string("bad header: ") + e.what()};
+    }
+    head_.telemetry = fw_.telemetry;
+    head_.ranks = fw_.ranks;
+    head_.header_line = fw_.header_line;
+    buf_.layout(head_.layout);
+    feeder_.emplace(sink_, head_, static_cast<std::uint64_t>(std::max(opt_.window_steps, 0)));
+    feeder_->start(first);
+  }
+
+  const std::string& file_;
+  const ReadOptions& opt_;
+  StepSink& sink_;
+  const FileWindow& fw_;
+  WindowHead head_;
+  StepBuffer buf_;
+  std::optional<Feeder> feeder_;
+};
+
+/// After a pass: what emit_windows would refuse for the window as a whole.
+void check_window(const FileWindow& fw, const Seen& seen, const Layout& layout, const ReadOptions& opt) {
+  std::uint64_t total = 0;
+  if (fw.span_first) total = static_cast<std::uint64_t>(*fw.span_steps);
+  else if (seen.records > 0) total = detail::span_of(seen.min_step, seen.max_step);
+  if (total == 0) throw ReadWhole{"a window without records"};
+  if (total > static_cast<std::uint64_t>(opt.limits.max_window_steps)) throw ReadWhole{"a window past --max-window-steps"};
+  const int columns = layout.ids.empty() ? layout.world : static_cast<int>(layout.ids.size());
+  const int stages = static_cast<int>(fw.stages.size()) + (seen.records > 0 && seen.has_wall ? 1 : 0);
+  if (!detail::values_fit(total, columns, stages, opt.limits)) throw ReadWhole{"a window past --max-values"};
+}
+
+/// The layout to try before the records are read: dense over `world` ranks, unless that step
+/// would be large (a large world is often sparse).
+std::optional<Layout> guess_layout(int world, std::size_t stages) {
+  if (world < 1 || static_cast<std::uint64_t>(world) * (stages + 3) > kMaxGuessValues) return std::nullopt;
+  return Layout{world, {}};
+}
+
+/// Reads one window's records with a pass: once with the guessed layout, again with the one it
+/// found when the guess was wrong. make_source() gives a source over the window's records.
+template <typename MakeSource>
+void stream_window(FileLines& lines, const std::string& file, const ReadOptions& opt, StepSink& sink, const FileWindow& fw,
+                   std::optional<Layout> guess, MakeSource make_source) {
+  WindowPass pass(file, opt, sink, fw);
+  Seen seen;
+  // With --window the sink has finished windows before the guess is known right: look first.
+  if (opt.window_steps > 0) guess.reset();
+  {
+    auto src = make_source();
+    pass.run(*src, guess ? &*guess : nullptr, seen);
+  }
+  const int world = fw.world > 0 ? fw.world : seen.max_rank + 1;
+  if (world < 1) throw ReadWhole{"no records"};
+  const Layout layout = seen.layout(world);
+  check_window(fw, seen, layout, opt);
+  if (seen.fed && guess && *guess == layout) {
+    pass.finish(seen);
+    return;
+  }
+  lines.seek(fw.body_offset, fw.body_line);
+  auto src = make_source();
+  Seen again;
+  pass.run(*src, &layout, again);
+  if (!again.fed || again.records != seen.records) throw ReadWhole{"the second pass differs"};
+  pass.finish(again);
+}
+
+// --- CSV ---
+
+/// A block of whole lines of a CSV body with its plain rows parsed: the work a second core does
+/// ahead of the one that checks and scores (CsvSource). Other lines are left as text for
+/// parse_csv_row, which words their errors with their line numbers.
+struct CsvBlock {
+  std::vector<char> text;
+  std::int64_t lines = 0;  // lines in the block, blank ones too
+  struct Entry {
+    std::int64_t rel_line;  // 1-based within the block
+    std::int64_t step, rank;
+    std::uint32_t begin, len;  // the line in text
+    bool plain;
+  };
+  std::vector<Entry> entries;  // the non-blank lines, in order
+  std::vector<double> vals;    // lay.values per plain entry, in order, wall last (lay.order)
+  bool last = false;           // the body's end
+  std::string failed;          // a read error
+};
+
+/// Cuts the body of a CSV file (from an offset) into blocks of whole lines and parses their
+/// plain rows as parse_csv_row's first branch does.
+class CsvBlockReader {
+public:
+  CsvBlockReader(int fd, std::uint64_t size, std::uint64_t offset, const detail::CsvHeader& h, const ReadOptions& opt)
+      : fd_(fd), size_(size), off_(offset), h_(h), world_max_(std::min(opt.limits.max_world_size, kWorldSizeCeiling)),
+        world_size_(opt.world_size) {}
+
+  /// Cuts the next block into b (its text only: parse() reads its rows); false once the last
+  /// block was cut. Blocks must be cut in order; they may be parsed in any order, at once.
+  bool cut(CsvBlock& b) {
+    if (done_) return false;
+    b.entries.clear();
+    b.vals.clear();
+    b.lines = 0;
+    b.failed.clear();
+    // Bytes up to the last '\n' read make the block (a "\r\n" is never cut); the rest waits.
+    b.text.swap(carry_);
+    carry_.clear();
+    std::size_t cut = std::string::npos;
+    for (;;) {
+      const std::size_t have = b.text.size();
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(kBlockBytes, size_ - off_));
+      if (want == 0) break;
+      b.text.resize(have + want);
+      ssize_t n;
+      do n = ::pread(fd_, b.text.data() + have, want, static_cast<off_t>(off_));
+      while (n < 0 && errno == EINTR);
+      if (n <= 0) {
+        b.text.resize(have);
+        if (n < 0) b.failed = "read failed";
+        size_ = off_;  // shorter than it was: the whole read sees what is there now
+        break;
+      }
+      b.text.resize(have + static_cast<std::size_t>(n));
+      off_ += static_cast<std::uint64_t>(n);
+      const void* nl = memrchr(b.text.data() + have, '\n', static_cast<std::size_t>(n));
+      if (nl) {
+        cut = static_cast<std::size_t>(static_cast<const char*>(nl) - b.text.data()) + 1;
+        break;
+      }
+    }
+    if (off_ >= size_ || cut == std::string::npos) {
+      b.last = done_ = true;
+    } else {
+      b.last = false;
+      carry_.assign(b.text.begin() + static_cast<std::ptrdiff_t>(cut), b.text.end());
+      b.text.resize(cut);
+    }
+    return true;
+  }
+
+  void parse(CsvBlock& b) const {
+    const std::string_view text(b.text.data(), b.text.size());
+    std::vector<double> vals(h_.lay.values);
+    auto take = [&](std::string_view line) {
+      ++b.lines;
+      if (detail::trim(line).empty()) return;
+      CsvBlock::Entry e{b.lines, 0, 0, static_cast<std::uint32_t>(line.data() - text.data()),
+                        static_cast<std::uint32_t>(line.size()), false};
+      e.plain = h_.sep == ',' && detail::parse_plain_row(line, e.step, e.rank, vals, h_.lay.trailing_empty) &&
+                e.rank < world_max_ && !(world_size_ > 0 && e.rank >= world_size_);
+      if (e.plain) {
+        h_.lay.order(vals);
+        b.vals.insert(b.vals.end(), vals.begin(), vals.end());
+      }
+      b.entries.push_back(e);
+    };
+    if (!std::memchr(text.data(), '\r', text.size())) {
+      for (std::size_t pos = 0; pos < text.size();) {
+        const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);
+        const std::size_t end = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
+        take(text.substr(pos, end - pos));
+        pos = end + 1;
+      }
+    } else {
+      // "\r\n" and lone "\r" line ends: CsvLines' own splitting, its blank lines counted too.
+      detail::CsvLines lines(text, 0);
+      std::string_view line;
+      std::int64_t seen = 0;
+      while (lines.next(line)) {
+        b.lines += lines.line_no() - seen - 1;  // the blank lines it skipped
+        seen = lines.line_no();
+        take(line);
+      }
+      b.lines = lines.line_no();
+    }
+  }
+
+private:
+  static constexpr std::size_t kBlockBytes = std::size_t{1} << 19;
+
+  int fd_;
+  std::uint64_t size_, off_;
+  const detail::CsvHeader& h_;
+  int world_max_, world_size_;
+  std::vector<char> carry_;
+  bool done_ = false;
+};
+
+/// The records of a CSV body, in order, from blocks that two worker threads cut and parse
+/// ahead of the thread that checks and scores them (when the machine has two cores; in line
+/// otherwise), a few blocks at most. The records come in file order whichever worker parsed them.
+class CsvSource {
+public:
+  CsvSource(int fd, std::uint64_t size, std::uint64_t offset, std::int64_t line_before, const detail::CsvHeader& h,
+            const std::string& file, const ReadOptions& opt)
+      : reader_(fd, size, offset, h, opt), h_(h), file_(file), opt_(opt), vals_(h.lay.values), base_(line_before) {
+    if (std::thread::hardware_concurrency() >= 2)
+      for (int i = 0; i < 2; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~CsvSource() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  CsvSource(const CsvSource&) = delete;
+  CsvSource& operator=(const CsvSource&) = delete;
+
+  bool next(Rec& rec) {
+    const std::size_t k = h_.stages.size();
+    const bool has_wall = h_.lay.wall_at.has_value();
+    for (;;) {
+      if (!block_ || at_ == block_->entries.size()) {
+        if (block_) {
+          base_ += block_->lines;
+          const bool last = block_->last;
+          release(std::move(block_));
+          if (last) return false;
+        }
+        block_ = acquire();
+        if (!block_->failed.empty()) throw ReadWhole{block_->failed};
+        at_ = 0;
+        val_ = 0;
+        continue;
+      }
+      const CsvBlock::Entry& e = block_->entries[at_++];
+      const std::int64_t line_no = base_ + e.rel_line;
+      std::int64_t step = e.step, rank = e.rank;
+      const double* v;
+      if (e.plain) {
+        v = block_->vals.data() + val_;
+        val_ += h_.lay.values;
+      } else {
+        const std::string_view line(block_->text.data() + e.begin, e.len);
+        if (!detail::parse_csv_row(line, line_no, h_, file_, opt_, fields_, vals_, step, rank)) continue;
+        h_.lay.order(vals_);
+        v = vals_.data();
+      }
+      // The widening check of the whole read, at the same line.
+      detail::note_step(pw_, step, file_, line_no, opt_.limits);
+      rec.step = step;
+      rec.rank = static_cast<int>(rank);
+      rec.line = line_no;
+      std::copy(v, v + k, rec.d.begin());
+      rec.has_wall = has_wall;
+      rec.wall = has_wall ? v[k] : 0.0;
+      return true;
+    }
+  }
+
+private:
+  static constexpr std::size_t kAhead = 4;  // blocks cut and not yet consumed, at most
+
+  /// A block whose cut found nothing more: the body's end.
+  static void mark_end(CsvBlock& b) {
+    b.entries.clear();
+    b.vals.clear();
+    b.lines = 0;
+    b.last = true;
+  }
+  void work() {
+    for (;;) {
+      std::unique_ptr<CsvBlock> b;
+      std::uint64_t seq = 0;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || cut_done_ || cut_seq_ - next_seq_ < kAhead; });
+        if (stop_ || cut_done_) return;
+        if (!free_.empty()) {
+          b = std::move(free_.back());
+          free_.pop_back();
+        }
+        try {
+          if (!b) b = std::make_unique<CsvBlock>();
+          if (!reader_.cut(*b)) mark_end(*b);
+        } catch (const std::exception&) {
+          if (!b) b = std::make_unique<CsvBlock>();  // (nothrow in practice: a few bytes)
+          mark_end(*b);
+          b->failed = "out of memory reading ahead";
+        }
+        cut_done_ = b->last;
+        seq = cut_seq_++;
+      }
+      try {
+        reader_.parse(*b);
+      } catch (const std::exception&) {
+        mark_end(*b);
+        b->failed = "out of memory reading ahead";
+      }
+      {
+        std::lock_guard lock(mu_);
+        ready_[seq] = std::move(b);
+      }
+      cv_.notify_all();
+    }
+  }
+  std::unique_ptr<CsvBlock> acquire() {
+    if (workers_.empty()) {
+      auto b = spare_ ? std::move(spare_) : std::make_unique<CsvBlock>();
+      if (!reader_.cut(*b)) mark_end(*b);
+      else reader_.parse(*b);
+      return b;
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return ready_.count(next_seq_) > 0; });
+    auto it = ready_.find(next_seq_);
+    auto b = std::move(it->second);
+    ready_.erase(it);
+    ++next_seq_;
+    lock.unlock();
+    cv_.notify_all();
+    return b;
+  }
+  void release(std::unique_ptr<CsvBlock> b) {
+    if (workers_.empty()) {
+      spare_ = std::move(b);
+      return;
+    }
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+  CsvBlockReader reader_;
+  const detail::CsvHeader& h_;
+  const std::string& file_;
+  const ReadOptions& opt_;
+  std::vector<double> vals_;
+  std::vector<detail::CsvField> fields_;
+  detail::PendingWindow pw_;  // note_step's span
+  std::int64_t base_;         // the line before the current block
+  std::unique_ptr<CsvBlock> block_, spare_;
+  std::size_t at_ = 0, val_ = 0;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::uint64_t, std::unique_ptr<CsvBlock>> ready_;  // parsed blocks by their cut order
+  std::vector<std::unique_ptr<CsvBlock>> free_;
+  std::uint64_t cut_seq_ = 0, next_seq_ = 0;
+  bool cut_done_ = false, stop_ = false;
+};
+
+/// The rank on the last non-blank line, when it is a plain row: the world write_csv's order gives.
+int last_line_rank(int fd, std::uint64_t size, const detail::CsvHeader& h) {
+  const std::uint64_t n = std::min<std::uint64_t>(size, 1 << 16);
+  std::string tail(n, '\0');
+  if (::pread(fd, tail.data(), n, static_cast<off_t>(size - n)) != static_cast<ssize_t>(n)) return -1;
+  std::string_view t(tail);
+  while (!t.empty() && (detail::blank(t.back()) || t.back() == '\n' || t.back() == '\r')) t.remove_suffix(1);
+  const std::size_t nl = t.find_last_of("\r\n");
+  if (nl == std::string_view::npos) return -1;
+  std::vector<double> vals(h.lay.values);
+  std::int64_t step = 0, rank = 0;
+  if (!detail::parse_plain_row(t.substr(nl + 1), step, rank, vals, h.lay.trailing_empty)) return -1;
+  return rank < kWorldSizeCeiling ? static_cast<int>(rank) : -1;
+}
+
+void stream_csv(int fd, std::uint64_t size, std::uint64_t start, const std::string& file, const ReadOptions& opt,
+                StepSink& sink) {
+  FileLines lines(fd, size, true);
+  lines.seek(start, 0);
+  const detail::CsvHeader h = detail::read_csv_header(lines, file, opt);
+  FileWindow fw;
+  fw.stages = h.stages;
+  fw.accumulation = opt.accumulation;
+  fw.world = opt.world_size;
+  fw.header_line = h.line;
+  fw.body_offset = lines.next_offset();
+  fw.body_line = lines.line_no();
+  const int world = opt.world_size > 0 ? opt.world_size : last_line_rank(fd, size, h) + 1;
+  stream_window(lines, file, opt, sink, fw, guess_layout(world, h.stages.size() + 1), [&] {
+    return std::make_unique<CsvSource>(fd, size, fw.body_offset, fw.body_line, h, file, opt);
+  });
+}
+
+// --- JSON Lines ---
+
+/// The records of one window, up to the next header line (kept for the caller) or the end.
+class JsonlSource {
+public:
+  /// The line and object of the header that ends the window (line 0: the file's end).
+  struct Stop {
+    std::int64_t line = 0;
+    json header;
+  };
+  JsonlSource(FileLines& lines, detail::StrictJsonParser& parser, detail::PendingWindow& pw, const std::string& file,
+              const ReadOptions& opt, Stop& stop)
+      : lines_(lines), parser_(parser), pw_(pw), file_(file), opt_(opt), stop_(stop) {}
+
+  bool next(Rec& rec) {
+    std::string_view line;
+    while (lines_.next(line)) {
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      detail::parse_json_line(parser_, line, file_, lines_.line_no(), obj_);
+      if (obj_.contains("schema")) {
+        stop_.line = lines_.line_no();
+        stop_.header = std::move(obj_);
+        return false;
+      }
+      pw_.records.clear();
+      pw_.values.clear();
+      pw_.sync_values.clear();
+      detail::parse_record(obj_, file_, lines_.line_no(), pw_, opt_.limits);
+      const auto& p = pw_.records.back();
+      rec.step = p.step;
+      rec.line = p.line;
+      rec.rank = p.rank;
+      std::copy(pw_.values.begin(), pw_.values.end(), rec.d.begin());
+      rec.has_wall = p.has_wall;
+      rec.wall = p.has_wall ? p.wall : 0.0;
+      rec.event = p.event;
+      rec.event_s = p.event_s;
+      rec.has_sync = p.sync_offset >= 0;
+      if (rec.has_sync) std::copy(pw_.sync_values.begin(), pw_.sync_values.end(), rec.sync.begin());
+      return true;
+    }
+    stop_.line = 0;
+    return false;
+  }
+
+private:
+  FileLines& lines_;
+  detail::StrictJsonParser& parser_;
+  detail::PendingWindow& pw_;
+  const std::string& file_;
+  const ReadOptions& opt_;
+  Stop& stop_;
+  json obj_;
+};
+
+void stream_jsonl(int fd, std::uint64_t size, std::uint64_t start, const std::string& file, const ReadOptions& opt,
+                  StepSink& sink) {
+  FileLines lines(fd, size, false);
+  lines.seek(start, 0);
+  detail::StrictJsonParser parser;
+  JsonlSource::Stop stop;
+  // Up to the first header: a record before it is that line's error.
+  std::string_view line;
+  while (stop.line == 0 && lines.next(line)) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+    detail::parse_json_line(parser, line, file, lines.line_no(), stop.header);
+    if (!stop.header.contains("schema"))
+      throw FormatError(file, lines.line_no(),
+                        "record before any header; expected a first line {\"schema\":\"sf.stages/1\",\"stages\":[...],\"world_size\":R}");
+    stop.line = lines.line_no();
+  }
+  if (stop.line == 0) throw ReadWhole{"an empty file"};
+  while (stop.line > 0) {
+    detail::PendingWindow pw;
+    pw.header_line = stop.line;
+    detail::parse_header(stop.header, file, stop.line, pw, opt.limits);
+    FileWindow fw;
+    fw.stages = pw.stages;
+    fw.accumulation = pw.accumulation;
+    fw.world = pw.world;
+    fw.roles = pw.roles;
+    fw.span_first = pw.span_first;
+    fw.span_steps = pw.span_steps;
+    fw.telemetry = pw.telemetry;
+    fw.ranks = pw.ranks;
+    fw.header_line = stop.line;
+    fw.body_offset = lines.next_offset();
+    fw.body_line = lines.line_no();
+    stream_window(lines, file, opt, sink, fw, guess_layout(pw.world, pw.stages.size() + 1), [&] {
+      pw.noted = 0;
+      return std::make_unique<JsonlSource>(lines, parser, pw, file, opt, stop);
+    });
+  }
+}
+
+}  // namespace
+
+StreamStatus stream_stage_file(const std::string& path, const ReadOptions& opt, StepSink& sink, std::string* why) {
+  auto whole = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return StreamStatus::whole;
+  };
+  const auto format = opt.format ? opt.format : format_from_path(path);
+  if (!format) return whole("unknown file extension");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return whole("cannot open the file");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return whole("not a regular file");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size == 0 || size > static_cast<std::uint64_t>(std::max<std::int64_t>(opt.limits.max_file_bytes, 0)))
+    return whole("empty, or above --max-file-size");
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  // A UTF-8 byte order mark is not part of the text (either format).
+  char bom[3] = {};
+  const std::uint64_t start = ::pread(fd, bom, 3, 0) == 3 && std::memcmp(bom, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+  try {
+    if (*format == MatrixFormat::csv) stream_csv(fd, size, start, path, opt, sink);
+    else stream_jsonl(fd, size, start, path, opt, sink);
+  } catch (const ReadWhole& w) {
+    return whole(w.why);
+  } catch (const FormatError&) {
+    throw;
+  } catch (const std::exception& e) {
+    return whole(e.what());
+  }
+  return StreamStatus::streamed;
+}
+
+}  // namespace sf::formats
