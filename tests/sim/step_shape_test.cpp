@@ -60,7 +60,9 @@ TEST(StepShape, jitter_levels_are_normal_quantiles_and_the_sampler_draws_what_dr
   ASSERT_EQ(z.size(), sim::kJitterLevels);
   double ss = 0;
   for (std::size_t i = 0; i < z.size(); ++i) {
-    if (i > 0) ASSERT_LT(z[i - 1], z[i]) << i;
+    if (i > 0) {
+      ASSERT_LT(z[i - 1], z[i]) << i;
+    }
     ASSERT_NEAR(z[i], -z[z.size() - 1 - i], 1e-12) << i;  // symmetric
     ss += z[i] * z[i];
   }
