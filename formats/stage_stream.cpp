@@ -608,6 +608,7 @@ public:
       }
       b.entries.push_back(e);
     };
+    if (text.empty()) return;  // (memchr may not be given the null pointer of an empty block)
     if (!std::memchr(text.data(), '\r', text.size())) {
       for (std::size_t pos = 0; pos < text.size();) {
         const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);

@@ -37,7 +37,8 @@ if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
     echo "test: clang ASan+UBSan build without MPI (build-sanitize/): unit, property (200 cases), golden tests, no-MPI checks"
     cmake --preset sanitize >/dev/null
     cmake --build --preset sanitize -j"$(nproc)" --target formats_test frontier_test median_test properties_test \
-          fixtures_test inject_test sf-testbed fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay
+          fixtures_test inject_test sf-testbed fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay \
+          fuzz_kineto_replay
     # Property cases: 200 (the preset's SF_PROPERTY_CASES). Not here: the install test, the public traces of ../shared (128-rank imports, minutes under ASan), 1024-rank
     # sim goldens, and tests of targets not built (NOT_BUILT); MPI tests do not exist without MPI.
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -47,11 +48,13 @@ if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
     ASAN_OPTIONS=detect_leaks=1 bash tests/nompi/check.sh build-sanitize/sf-testbed examples
   }
   tsan_job() {
-    echo "test: clang TSan build (build-tsan/): recorder and host-stream tests"
+    echo "test: clang TSan build (build-tsan/): recorder, host-stream, streamed model and streamed CSV reader tests"
     cmake --preset tsan >/dev/null
-    cmake --build --preset tsan -j"$(nproc)" --target recorder_test sim_test
+    cmake --build --preset tsan -j"$(nproc)" --target recorder_test sim_test model_score_test formats_test
     RC_PARAMS="max_success=200" TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/recorder_test
     TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/sim_test
+    TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/model_score_test
+    TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/formats_test --gtest_filter='Stream.*'
   }
   job asan_job
   job tsan_job
