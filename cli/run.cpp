@@ -90,6 +90,10 @@ void setup_run(CLI::App& app) {
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps; 10 with --live)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--exact-median-steps", cfg.exact_median_steps,
+                  "run-level median step time and forward-event medians exact up to this many steps, then from "
+                  "log2 bins within 0.034 % (bounded memory on long runs; 0: exact, memory grows 8 bytes a step)")
+      ->check(whole_in(0, 1000000000000LL));
   sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
   const std::map<std::string, testbed::CommKind> comms{{"mpi", testbed::CommKind::mpi}, {"nccl", testbed::CommKind::nccl}};
   sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));

@@ -215,6 +215,7 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   j["per_stage_max_s"] = e.per_stage_max_s;
   j["per_stage_avg_s"] = e.per_stage_avg_s;
   j["median_step_s"] = e.median_step_s;
+  if (!e.medians_exact) j["medians_exact"] = false;  // binned past RunConfig::exact_median_steps
   j["advances_s"] = per_group(e, e.advances_s);
   j["shares"] = e.shares_valid ? per_group(e, e.shares) : ordered_json(nullptr);
   j["static_gain"] = per_group(e, e.static_gain);

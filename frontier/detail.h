@@ -5,6 +5,8 @@
 
 #include "sf/frontier/frontier.h"
 
+#include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -39,6 +41,35 @@ enum class SelectPath { fastest, portable };
 bool vector_select_available();
 /// Median of x (non-empty), x left unchanged: the same value median_inplace gives.
 double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path = SelectPath::fastest);
+
+/// The median of a stream of finite values >= 0, in memory that does not grow with the count:
+/// exact (median_inplace over every value) while it holds at most exact_cap values (0: no cap,
+/// always exact), then read from a histogram of log2 bins 1/1024 wide (a bin's value is its
+/// geometric midpoint, within 0.034 % of every value in it; 0 has a bin of its own). The bins in
+/// use grow with log(max/min) of the values, not with their count: an always-on run caps its
+/// run-level medians this way (StreamingAccumulator::bound_medians), a window never does.
+class MedianKeeper {
+public:
+  explicit MedianKeeper(std::size_t exact_cap = 0) : cap_(exact_cap) {}
+  void add(double v);
+  std::size_t count() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  /// True while every value is kept (the median is then median_inplace's to the bit).
+  bool exact() const { return !binned_; }
+  /// The median (0 when empty); even counts average the two middle values, as median_inplace.
+  double median() const;
+  /// Bins in use (0 while exact).
+  std::size_t bins() const { return bins_.size() + (zeros_ > 0 ? 1 : 0); }
+
+private:
+  double kth(std::size_t k) const;  // binned: the k-th smallest value's bin midpoint
+  std::size_t cap_;
+  std::size_t n_ = 0;
+  bool binned_ = false;
+  std::vector<double> values_;
+  std::map<std::int32_t, std::int64_t> bins_;  // log2 bin index -> count (values > 0)
+  std::int64_t zeros_ = 0;
+};
 
 /// One step's durations for its present ranks only, as columns of n values (n × S,
 /// column-major): the matrix's own storage when every rank is present, a compacted copy
@@ -133,6 +164,9 @@ public:
                            const Eigen::MatrixXd* rank_median);
   /// Top group by advance (the s1 whose counterfactual the ambiguity set needs), −1 if none.
   int top_group() const;
+  /// Caps the values kept for the step-time and forward-event medians (MedianKeeper); before
+  /// the first step only.
+  void bound_medians(std::size_t exact_cap);
   /// The window's statistics (no labels, reasons, ambiguity set or suspects: label() adds them).
   WindowSummary finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const;
 
@@ -145,7 +179,7 @@ private:
   int S_, G_;
   int steps_ = 0;
   double denom_ = 0;
-  std::vector<double> exposed_;         // F[t,S] per scored step (median step time)
+  MedianKeeper exposed_;                // F[t,S] per scored step (median step time)
   std::vector<double> adv_;             // per group
   std::vector<double> gain_num_;        // per group
   BaselineAccumulator base_;
@@ -158,7 +192,7 @@ private:
   std::vector<int> sync_n_;                              // G × R
   std::vector<double> cpu_fwd_sum_;                      // R
   std::vector<int> cpu_fwd_n_;                           // R
-  std::vector<std::vector<double>> event_samples_;       // R
+  std::vector<MedianKeeper> event_samples_;             // R
   int ev_sampled_ = 0, ev_ready_ = 0, ev_missing_ = 0;
   std::vector<std::uint8_t> rank_missing_;
   std::int64_t missing_records_ = 0;

@@ -195,6 +195,11 @@ StreamingAccumulator& StreamingAccumulator::operator=(StreamingAccumulator&&) no
 
 int StreamingAccumulator::steps_seen() const { return state_->seen; }
 
+void StreamingAccumulator::bound_medians(std::size_t exact_cap) {
+  if (state_->seen > 0) throw std::invalid_argument("bound_medians before the first step only");
+  state_->stats.bound_medians(exact_cap);
+}
+
 void StreamingAccumulator::add_step(const StageMatrix& one) {
   auto& st = *state_;
   if (one.steps() != 1) throw std::invalid_argument("add_step expects a one-step matrix");

@@ -399,6 +399,9 @@ struct Evidence {
   double per_stage_max_s = 0;
   double per_stage_avg_s = 0;
   double median_step_s = 0;   ///< median_t F[t,S]
+  /// False when a run-level accumulator capped its medians (StreamingAccumulator::bound_medians)
+  /// and the step-time or forward-event medians came from its log2 bins (within 0.034 %).
+  bool medians_exact = true;
   bool shares_valid = true;   ///< false below the denominator floor (raw advances only)
   std::vector<double> advances_s;   ///< per group
   std::vector<double> shares;       ///< per group
@@ -494,6 +497,11 @@ public:
   void add_step(const StageMatrix& one_step);
   Evidence finish(const TelemetryInput& tel = {}) const;
   int steps_seen() const;
+  /// Bounded memory for a run of any length: past exact_cap steps (or forward-event samples of
+  /// one rank) the medians come from log2 bins 1/1024 wide (within 0.034 %, Evidence::medians_exact
+  /// false) instead of every value. Every other quantity is a running sum and stays exact. Call
+  /// before the first step; 0 (the default) keeps every value.
+  void bound_medians(std::size_t exact_cap);
 
 private:
   struct State;

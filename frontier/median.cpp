@@ -105,6 +105,51 @@ double median_inplace(std::span<double> v) {
   return lo + (hi - lo) / 2;
 }
 
+namespace {
+constexpr double kBinsPerOctave = 1024;
+std::int32_t bin_of(double v) { return static_cast<std::int32_t>(std::floor(std::log2(v) * kBinsPerOctave)); }
+double bin_value(std::int32_t b) { return std::exp2((b + 0.5) / kBinsPerOctave); }
+}  // namespace
+
+void MedianKeeper::add(double v) {
+  ++n_;
+  if (!binned_) {
+    values_.push_back(v);
+    if (cap_ == 0 || values_.size() <= cap_) return;
+    // Past the cap: every kept value moves into its bin and the values are freed.
+    binned_ = true;
+    for (const double x : values_) {
+      if (x > 0) ++bins_[bin_of(x)];
+      else ++zeros_;
+    }
+    std::vector<double>().swap(values_);
+    return;
+  }
+  if (v > 0) ++bins_[bin_of(v)];
+  else ++zeros_;
+}
+
+double MedianKeeper::kth(std::size_t k) const {
+  if (k < static_cast<std::size_t>(zeros_)) return 0.0;
+  std::size_t seen = static_cast<std::size_t>(zeros_);
+  for (const auto& [b, c] : bins_) {
+    seen += static_cast<std::size_t>(c);
+    if (k < seen) return bin_value(b);
+  }
+  return bin_value(bins_.rbegin()->first);
+}
+
+double MedianKeeper::median() const {
+  if (n_ == 0) return 0.0;
+  if (!binned_) {
+    std::vector<double> tmp = values_;
+    return median_inplace(tmp);
+  }
+  if (n_ % 2 == 1) return kth(n_ / 2);
+  const double lo = kth(n_ / 2 - 1), hi = kth(n_ / 2);
+  return lo + (hi - lo) / 2;
+}
+
 #if SF_VECTOR_SELECT
 namespace {
 

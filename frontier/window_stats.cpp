@@ -302,11 +302,17 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   sync_n_.assign(gr, 0);
   cpu_fwd_sum_.assign(world_, 0.0);
   cpu_fwd_n_.assign(world_, 0);
-  event_samples_.assign(world_, {});
+  event_samples_.assign(world_, MedianKeeper());
   rank_missing_.assign(world_, 0);
   cf_adv_.assign(static_cast<std::size_t>(G_) * G_, 0.0);
   cf_denom_.assign(G_, 0.0);
   cf_seen_.assign(G_, 0);
+}
+
+void WindowStats::bound_medians(std::size_t exact_cap) {
+  if (steps_ > 0) throw std::logic_error("bound_medians after the first step");
+  exposed_ = MedianKeeper(exact_cap);
+  event_samples_.assign(world_, MedianKeeper(exact_cap));
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
@@ -316,7 +322,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   ++steps_;
   const double exposed = f.frontier[S_ - 1];
   denom_ += exposed;
-  exposed_.push_back(exposed);
+  exposed_.add(exposed);
   for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
 
   const PresentStep d(m, t);
@@ -533,7 +539,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
         case EventState::ready:
           ++ev_sampled_;
           ++ev_ready_;
-          event_samples_[r].push_back(secs[r]);
+          event_samples_[r].add(secs[r]);
           break;
         case EventState::missing:
           ++ev_sampled_;
@@ -607,10 +613,8 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.per_stage_max_s = base_.per_stage_max_s;
   e.per_stage_avg_s = base_.per_stage_avg_s;
   e.gain_baseline = cfg_.gain_baseline;
-  if (!exposed_.empty()) {
-    std::vector<double> tmp = exposed_;
-    e.median_step_s = median_inplace(tmp);
-  }
+  if (!exposed_.empty()) e.median_step_s = exposed_.median();
+  e.medians_exact = exposed_.exact();
 
   // Shares (eq. 2) with the small-denominator floor, routing set and share order.
   e.shares_valid = steps_ > 0 && denom_ >= cfg_.share_floor_s;
@@ -665,12 +669,12 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   std::vector<double>& rank_medians = side.fwd_event_median_s;
   rank_medians.assign(world_, kNaN);
   side.fwd_event_ready.assign(world_, 0);
-  for (int r = 0; r < world_; ++r) side.fwd_event_ready[r] = static_cast<int>(event_samples_[r].size());
+  for (int r = 0; r < world_; ++r) side.fwd_event_ready[r] = static_cast<int>(event_samples_[r].count());
   std::vector<double> present_medians;
   for (int r = 0; r < world_; ++r) {
     if (event_samples_[r].empty()) continue;
-    std::vector<double> tmp = event_samples_[r];
-    rank_medians[r] = median_inplace(tmp);
+    e.medians_exact = e.medians_exact && event_samples_[r].exact();
+    rank_medians[r] = event_samples_[r].median();
     present_medians.push_back(rank_medians[r]);
     if (e.events.max_rank < 0 || rank_medians[r] > e.events.max_rank_median_s) {
       e.events.max_rank_median_s = rank_medians[r];

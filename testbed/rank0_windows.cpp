@@ -1,6 +1,6 @@
 // Rank 0's windows in bounded memory (issue 16): always-on means weeks, so nothing per window
 // may stay resident. Packets, summaries and dump lines go to disk as they are made; the run-level
-// evidence is accumulated step by step (StreamingAccumulator: O(R·S) plus one scalar per step).
+// evidence is accumulated step by step (StreamingAccumulator: O(R·S); its medians exact up to --exact-median-steps, then binned).
 #include "detail.h"
 
 #include <algorithm>
@@ -92,6 +92,7 @@ struct Rank0Windows::Impl {
     const auto& m = w.matrix;
     if (!acc) {
       acc.emplace(m.schema(), m.ranks(), cfg.label);
+      acc->bound_medians(cfg.exact_median_steps);
       one.emplace(m.schema(), m.ranks(), m.first_step(), 1);
     }
     for (int t = 0; t < m.steps(); ++t) {

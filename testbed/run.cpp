@@ -184,6 +184,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     wo.stability_stage = cfg.stability_stage;
     wo.plan = &plan;
     wo.online = true;
+    wo.exact_median_steps = cfg.exact_median_steps;
     watch.emplace(std::move(wo));
   }
   std::string last_change;
@@ -413,7 +414,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                            {"rank0_scoring_s", windows->scoring_s()},
                            {"rank0_rss", windows->rss_json()},
                            {"rank0_windows_kept", windows->kept().size()},
-                           {"rank0_watch_state_values", watch ? watch->state_size() : 0}};
+                           {"rank0_watch_state_values", watch ? watch->state_size() : 0},
+                           {"rank0_exact_median_steps", cfg.exact_median_steps}};
   }
   if (const auto werr = windows->finish(); !werr.empty()) {
     std::fprintf(stderr, "sf-testbed run: %s\n", werr.c_str());

@@ -48,6 +48,10 @@ struct RunConfig {
   int steps = 60;
   int warmup = 5;
   int window = 0;                          ///< 0 → one window over all measured steps
+  /// Run-level medians (rank 0's whole-run evidence, the watch's segments) are exact up to this
+  /// many steps, then read from log2 bins within 0.034 % so that rank 0's memory stays flat over
+  /// weeks (frontier::StreamingAccumulator::bound_medians); 0 keeps every step's value.
+  std::size_t exact_median_steps = 4096;
   std::uint64_t seed = 1;
   CommKind comm = CommKind::mpi;
   DeviceKind device = DeviceKind::automatic;
@@ -241,6 +245,8 @@ struct WatchOptions {
   /// changes as they go by and the trace's steps as they pass (bounded memory, nothing else of a
   /// window is kept). Otherwise report() and trace() read the whole matrix they are given.
   bool online = false;
+  /// online: the segments' medians past this many steps come from bins (RunConfig::exact_median_steps).
+  std::size_t exact_median_steps = 0;
 };
 
 /// A change as the watch saw it when it was confirmed: the diagnosis window opened at that

@@ -92,6 +92,7 @@ struct Watch::State {
     if (!streaming) return;
     try {
       segment.emplace(m.schema(), m.world_size(), opt.label, m.rank_ids());
+      segment->bound_medians(opt.exact_median_steps);
     } catch (const std::invalid_argument&) {
       streaming = false;  // rank_median: the report reads the whole matrix the caller keeps
     }

@@ -417,6 +417,42 @@ TEST(Streaming, rejects_rank_median_and_mismatched_steps) {
   EXPECT_TRUE(e.has(Label::telemetry_limited));  // rank 1 never reported
 }
 
+TEST(Streaming, bounded_medians_change_only_the_median_and_say_so) {
+  // An always-on run caps its run-level medians (issue 16, item 2): past the cap the median step
+  // time comes from log2 bins (within 0.034 %), every running sum stays exact to the bit.
+  const StageSchema schema({"a", "b", "c"}, false);
+  StreamingAccumulator exact(schema, 4, {}), bounded(schema, 4, {});
+  bounded.bound_medians(100);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int t = 0; t < 3000; ++t) {
+    StageMatrix one(schema, 4, t, 1);
+    for (int r = 0; r < 4; ++r) {
+      std::vector<double> d(3);
+      for (auto& v : d) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v = 0.01 + static_cast<double>(x >> 40) * 1e-9;
+      }
+      one.set_record(0, r, d, std::nullopt);
+    }
+    exact.add_step(one);
+    bounded.add_step(one);
+    if (t == 0) {
+      EXPECT_THROW(bounded.bound_medians(10), std::invalid_argument);
+    }
+  }
+  const Evidence a = exact.finish(), b = bounded.finish();
+  EXPECT_TRUE(a.medians_exact);
+  EXPECT_FALSE(b.medians_exact);
+  EXPECT_NE(a.median_step_s, b.median_step_s);
+  EXPECT_NEAR(b.median_step_s, a.median_step_s, 3.4e-4 * a.median_step_s);
+  EXPECT_EQ(a.exposed_makespan_s, b.exposed_makespan_s);
+  EXPECT_EQ(a.shares, b.shares);
+  EXPECT_EQ(a.static_gain, b.static_gain);
+  EXPECT_EQ(a.lag_mean_s, b.lag_mean_s);
+  EXPECT_EQ(a.routing_set, b.routing_set);
+  EXPECT_EQ(a.labels, b.labels);
+}
+
 // ---- issue 10: the labeler as the paper defines it (each test failed on the labeler before) ----
 
 namespace {

@@ -6,6 +6,8 @@
 #include <rapidcheck/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <iostream>
 
 namespace {
@@ -81,4 +83,73 @@ TEST(Median, median_of_adversarial_long_patterns_on_both_paths) {
       for (auto path : {SelectPath::portable, SelectPath::fastest})
         EXPECT_EQ(sf::frontier::detail::median_of(v, scratch, path), sorted_median(v)) << n;
   }
+}
+
+// MedianKeeper: the run-level medians of an always-on run in bounded memory (issue 16, item 2).
+namespace {
+using sf::frontier::detail::MedianKeeper;
+constexpr double kBinRel = 0.00034;  // half a log2 bin of 1/1024 octave: 2^(0.5/1024) - 1 < 3.4e-4
+}  // namespace
+
+RC_GTEST_PROP(MedianKeeper, is_median_inplace_to_the_bit_up_to_its_cap, ()) {
+  const auto cap = *rc::gen::inRange<std::size_t>(1, 300);
+  const auto n = *rc::gen::inRange<std::size_t>(1, cap + 1);
+  std::vector<double> v = *rc::gen::container<std::vector<double>>(
+      n, rc::gen::map(rc::gen::inRange(0, 100000), [](int x) { return x * 1e-5; }));
+  MedianKeeper k(cap);
+  for (double x : v) k.add(x);
+  RC_ASSERT(k.exact());
+  RC_ASSERT(k.count() == n);
+  RC_ASSERT(k.median() == sorted_median(v));
+}
+
+RC_GTEST_PROP(MedianKeeper, past_its_cap_is_within_half_a_bin_of_the_median, ()) {
+  const auto cap = *rc::gen::inRange<std::size_t>(1, 64);
+  const auto n = *rc::gen::inRange<std::size_t>(cap + 1, 3000);
+  const auto zeros = *rc::gen::inRange<std::size_t>(0, n / 3 + 1);
+  std::vector<double> v = *rc::gen::container<std::vector<double>>(
+      n, rc::gen::map(rc::gen::inRange(1, 1000000), [](int x) { return 0.001 + x * 1e-6; }));
+  for (std::size_t i = 0; i < zeros; ++i) v[i * 3 % n] = 0.0;
+  MedianKeeper k(cap);
+  for (double x : v) k.add(x);
+  RC_ASSERT(!k.exact());
+  RC_ASSERT(k.count() == n);
+  // Each middle value is read back as its bin's midpoint (within kBinRel of it) or exactly 0, so
+  // the median moves by at most kBinRel of the larger middle value.
+  std::sort(v.begin(), v.end());
+  const double want = sorted_median(v);
+  const double scale = v[n / 2];
+  RC_ASSERT(std::abs(k.median() - want) <= kBinRel * scale);
+}
+
+TEST(MedianKeeper, memory_does_not_grow_with_the_count) {
+  // Step times around 200 ms with ±20 % spread: 10^4 and 10^6 values use the same bins, and the
+  // bins are bounded by the spread (log2(1.5) * 1024 = 599), never by the count.
+  MedianKeeper k(4096);
+  std::size_t bins_at_1e4 = 0;
+  std::uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 1000000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;  // xorshift64
+    const double u = static_cast<double>(x >> 11) * 0x1.0p-53;
+    k.add(0.2 * (0.8 + 0.4 * u));
+    if (i + 1 == 10000) bins_at_1e4 = k.bins();
+  }
+  EXPECT_FALSE(k.exact());
+  EXPECT_EQ(k.count(), 1000000u);
+  EXPECT_LE(k.bins(), 600u);
+  EXPECT_EQ(k.bins(), bins_at_1e4);  // every bin of the spread is hit within 10^4 values
+  EXPECT_NEAR(k.median(), 0.2, 0.2 * 0.01);
+}
+
+TEST(MedianKeeper, zero_cap_keeps_every_value_and_empty_is_zero) {
+  MedianKeeper k;
+  EXPECT_EQ(k.median(), 0.0);
+  for (int i = 0; i < 10000; ++i) k.add(i);
+  EXPECT_TRUE(k.exact());
+  EXPECT_EQ(k.median(), 4999.5);
+  MedianKeeper z(2);
+  for (int i = 0; i < 5; ++i) z.add(0.0);
+  z.add(1.0);
+  EXPECT_FALSE(z.exact());
+  EXPECT_EQ(z.median(), 0.0);  // the zero bin is exact
 }
