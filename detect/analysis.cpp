@@ -289,7 +289,7 @@ void StabilityTracker::begin_window(std::int64_t first_step) {
   auto& st = *s_;
   st.open = true;
   st.first = first_step;
-  st.last = first_step - 1;
+  st.last = first_step;  // until a later step is added (first_step - 1 would overflow at INT64_MIN)
   for (auto& w : st.win) w = {};
 }
 
@@ -417,7 +417,14 @@ int StabilityTracker::dominant_group() const {
 CulpritStability StabilityTracker::result(int group) const {
   const auto& st = *s_;
   CulpritStability out;
-  if (group < 0 || group >= static_cast<int>(st.stages.size())) return out;
+  out.windows_total = st.windows_total;
+  if (group < 0 || group >= static_cast<int>(st.stages.size())) {
+    // No group to follow (dominant_group() found no step led by one rank): say so, not nothing.
+    out.stability = Stability::none;
+    out.evidence = "no stage was led by one rank at any step in " + std::to_string(st.windows_total) +
+                   " windows (every advance was a tie, or none was scored)";
+    return out;
+  }
   out.group = group;
   out.group_name = st.schema.groups()[group];
   out.windows_total = st.windows_total;
@@ -465,7 +472,7 @@ CulpritStability StabilityTracker::result(int group) const {
   else if (out.ongoing) out.stability = Stability::chronic;
   else out.stability = Stability::one_off;
   std::snprintf(buf, sizeof buf,
-                "rank %d leads %s in %d of %d windows, %d episode%s (last: steps %lld-%lld, %s), clearly leading %.0f%% of the "
+                "rank %d leads %s in %d of %d windows, %d episode%s (last: steps %lld..%lld, %s), clearly leading %.0f%% of the "
                 "group's advancing steps in those windows",
                 out.culprit, out.group_name.c_str(), out.windows_led, out.windows_total, out.episodes,
                 out.episodes == 1 ? "" : "s", static_cast<long long>(best->ep_first), static_cast<long long>(best->ep_last),

@@ -105,7 +105,7 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
   const double before = present_[idx(t, r)] ? total_s_ - cell_total(t, r) : total_s_;
   if (!(before + cell <= kMaxWindowSeconds))
     throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
-                                std::to_string(first_step_ + steps_ - 1) + " sums to more than " +
+                                std::to_string(first_step_ + (steps_ - 1)) + " sums to more than " +
                                 secs(kMaxWindowSeconds) +
                                 " s of recorded step time at this record; expected a window whose sums stay finite");
 

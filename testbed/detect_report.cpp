@@ -52,13 +52,51 @@ ordered_json lead_json(const detect::RankLead& l) {
 
 }  // namespace
 
-formats::Window concat_windows(const std::vector<formats::Window>& windows) {
-  for (const auto& w : windows) {
-    const auto& a = windows.front().matrix;
+formats::Window concat_windows(const std::vector<formats::Window>& windows, const formats::ReadLimits& limits) {
+  if (windows.empty()) return {};
+  const auto& a = windows.front().matrix;
+  for (const auto& w : windows)
     if (!(w.matrix.schema() == a.schema()) || w.matrix.world_size() != a.world_size())
       throw std::invalid_argument("window at line " + std::to_string(w.header_line) +
                                   " has another schema or world size than the first; expected one run");
+  // The run-level window holds every step from the first window's first to the last one's last,
+  // gaps included: checked against the read limits before it is allocated. Unsigned differences,
+  // so windows at both ends of the 64-bit step range are measured, not wrapped.
+  const auto first = static_cast<std::uint64_t>(a.first_step());
+  std::uint64_t span = 0, ranks = 0;  // span: steps - 1
+  for (const auto& w : windows) {
+    if (w.matrix.first_step() < a.first_step())
+      throw std::invalid_argument("window at line " + std::to_string(w.header_line) + " starts at step " +
+                                  std::to_string(w.matrix.first_step()) + ", before the first window's step " +
+                                  std::to_string(a.first_step()) + "; expected windows in step order");
+    if (w.matrix.steps() > 0)
+      span = std::max(span, static_cast<std::uint64_t>(w.matrix.first_step()) - first +
+                                static_cast<std::uint64_t>(w.matrix.steps() - 1));
   }
+  // Columns of the run-level window: the world when every window is dense, else the rank ids present.
+  bool dense = true;
+  for (const auto& w : windows) dense = dense && !w.matrix.sparse();
+  if (dense) {
+    ranks = static_cast<std::uint64_t>(a.world_size());
+  } else {
+    std::vector<int> ids;
+    for (const auto& w : windows)
+      for (int c = 0; c < w.matrix.ranks(); ++c) ids.push_back(w.matrix.rank_id(c));
+    std::sort(ids.begin(), ids.end());
+    ranks = static_cast<std::uint64_t>(std::unique(ids.begin(), ids.end()) - ids.begin());
+  }
+  const auto lo = a.first_step(), hi = static_cast<std::int64_t>(first + span);
+  const std::string where = "the file's windows, read as one run, span steps " + std::to_string(lo) + ".." +
+                            std::to_string(hi);
+  if (span >= static_cast<std::uint64_t>(limits.max_window_steps))
+    throw std::invalid_argument(where + ", more than the limit of " +
+                                std::to_string(limits.max_window_steps) +
+                                " steps per window; expected windows closer together (raise the limit with --max-window-steps)");
+  const auto values = (static_cast<double>(span) + 1) * static_cast<double>(ranks) * static_cast<double>(a.stages());
+  if (values > static_cast<double>(limits.max_values))
+    throw std::invalid_argument(where + " x " + std::to_string(ranks) + " ranks x " + std::to_string(a.stages()) +
+                                " stages, above the limit of " + std::to_string(limits.max_values) +
+                                " values; expected windows closer together (raise the limit with --max-values)");
   return detail::concat(windows);
 }
 
@@ -137,7 +175,9 @@ DetectReport build_report(const ReportInput& in) {
   const auto& dc = in.dc;
   const auto& groups = in.groups;
   rep.changes = d.changes();
-  const std::int64_t first = in.series_first, last = in.series_first + static_cast<std::int64_t>(in.f.size()) - 1;
+  // An empty series has no last step: first - 1 would overflow at the lowest step id, so last = first.
+  const std::int64_t first = in.series_first,
+                     last = in.series_first + (in.f.empty() ? 0 : static_cast<std::int64_t>(in.f.size()) - 1);
   // Transitions are judged over every step seen, not only the series kept.
   const std::int64_t seen_first = in.first_seen;
   const auto transitions = truth_transitions(in.plan, seen_first, last);
@@ -307,7 +347,7 @@ DetectReport build_report(const ReportInput& in) {
   }
   const auto st = in.tracker->result(group);
   ordered_json sj;
-  sj["stage"] = st.group_name;
+  sj["stage"] = st.group_name.empty() ? ordered_json(nullptr) : ordered_json(st.group_name);
   sj["stage_basis"] = basis;
   sj["class"] = detect::to_string(st.stability);
   sj["culprit"] = st.culprit;
@@ -333,7 +373,8 @@ DetectReport build_report(const ReportInput& in) {
     leaders += (leaders.empty() ? "" : " ") + (w.culprit >= 0 ? std::to_string(w.culprit) : std::string("."));
   }
   rep.json["culprit_stability"] = std::move(sj);
-  std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n", st.group_name.c_str(),
+  std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n",
+                st.group_name.empty() ? "no stage" : st.group_name.c_str(),
                 st.windows_total, basis.c_str(), std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());
   rep.text += line;
   if (!st.overall.empty()) {

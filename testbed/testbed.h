@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -229,9 +230,11 @@ struct DetectReport {
   std::string text;
   std::vector<detect::ChangePoint> changes;
 };
-/// Consecutive windows (same schema and world size) as one window over all their steps; throws
-/// std::invalid_argument when schemas or world sizes differ.
-formats::Window concat_windows(const std::vector<formats::Window>& windows);
+/// Consecutive windows (same schema and world size) as one window over all their steps, gaps
+/// included; throws std::invalid_argument when schemas or world sizes differ, or when that window
+/// would pass `limits` (its span against max_window_steps, steps x ranks x stages against
+/// max_values), before allocating it.
+formats::Window concat_windows(const std::vector<formats::Window>& windows, const formats::ReadLimits& limits = {});
 
 struct WatchOptions {
   frontier::LabelConfig label;
@@ -292,6 +295,36 @@ private:
   struct State;
   std::unique_ptr<State> s_;
 };
+
+// ---- score a file -------------------------------------------------------------------------------
+
+/// Bad input to a library entry point: what() is one line that says what was wrong, where
+/// (file:line, window, option) and what was expected; `sf-testbed` prints it and exits 2.
+class InputError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// `sf-testbed score FILE` as a call (docs/formats.md).
+struct ScoreFileOptions {
+  std::string file;
+  formats::ReadOptions read;                   ///< format, --window, --world-size, --accumulation, limits
+  bool whole = false;                          ///< --whole: read each window whole, never stream
+  frontier::LabelConfig label;
+  std::optional<detect::DetectConfig> detect;  ///< --detect
+  int stability_window = 20;                   ///< --stability-window (one window in the file)
+  std::string stability_stage;                 ///< --stability-stage
+  std::optional<TraceOptions> trace;           ///< --trace (its file is not written here)
+};
+struct ScoredFile {
+  std::string packets;  ///< one sf.evidence/2 line per window, then the sf.detect/1 line (--detect)
+  std::string tables;   ///< the same for a person
+  std::optional<nlohmann::ordered_json> trace;  ///< --trace's Chrome trace-event JSON
+  bool streamed = false;                        ///< read step by step (docs/formats.md, "Streaming")
+};
+/// Reads, scores and (optionally) watches a stage-matrix file. Throws InputError for bad input
+/// (the file, a window's values, the detector's configuration, a run past the limits).
+ScoredFile score_file(const ScoreFileOptions& o);
 
 // ---- provenance ---------------------------------------------------------------------------------
 

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace sf::testbed::detail {
@@ -297,18 +299,21 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
 
   // What was dropped, as stretches of steps.
   ordered_json ranges = ordered_json::array();
-  std::int64_t dropped = 0, more = 0, prev_kept = st.first_seen - 1;
+  // `next` is the first step not yet kept or counted (none once the last 64-bit step id is
+  // kept), so no step arithmetic here leaves the int64 range.
+  std::int64_t dropped = 0, more = 0;
+  std::optional<std::int64_t> next = st.first_seen;
   auto gap = [&](std::int64_t lo, std::int64_t hi) {
     if (hi < lo) return;
-    dropped += hi - lo + 1;
+    dropped += (hi - lo) + 1;
     if (ranges.size() < kMaxRanges) ranges.push_back({lo, hi});
     else ++more;
   };
   for (const auto& [step, r] : kept) {
-    gap(prev_kept + 1, step - 1);
-    prev_kept = step;
+    if (next && step > *next) gap(*next, step - 1);
+    next = step < std::numeric_limits<std::int64_t>::max() ? std::optional<std::int64_t>(step + 1) : std::nullopt;
   }
-  gap(prev_kept + 1, st.last_seen);
+  if (next) gap(*next, st.last_seen);
   std::vector<int> leader_list(leaders.begin(), leaders.end());
 
   out["traceEvents"] = std::move(ev);

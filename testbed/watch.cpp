@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <stdexcept>
 
 namespace sf::testbed {
@@ -213,7 +214,10 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
       }
       if (!st.opt.stability_per_window && step >= st.next_window) {
         st.stability->begin_window(step);
-        st.next_window = step + std::max(1, st.opt.stability_window);
+        // Saturates: a window near the last 64-bit step id has no next one.
+        const std::int64_t n = std::max(1, st.opt.stability_window);
+        st.next_window = step <= std::numeric_limits<std::int64_t>::max() - n ? step + n
+                                                                              : std::numeric_limits<std::int64_t>::max();
       }
       st.stability->add_step(m, acc, t);
     }

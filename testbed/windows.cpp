@@ -11,13 +11,16 @@ formats::Window concat(const std::vector<formats::Window>& windows) {
   formats::Window out;
   if (windows.empty()) return out;
   const auto& first = windows.front().matrix;
-  std::int64_t last = first.first_step() - 1;
-  for (const auto& w : windows) last = std::max(last, w.matrix.first_step() + (w.matrix.steps() - 1));
+  // Steps run from the first window's first to the latest last step; a window of no steps adds
+  // none (and `first_step() - 1` would overflow at the lowest step id).
+  std::int64_t last = first.first_step();
+  for (const auto& w : windows)
+    if (w.matrix.steps() > 0) last = std::max(last, w.matrix.first_step() + (w.matrix.steps() - 1));
   // The rank layout: dense when every window is, else the union of the windows' rank ids.
   const int world = first.world_size();
   bool dense = true;
   for (const auto& w : windows) dense = dense && !w.matrix.sparse();
-  const int steps = static_cast<int>(last - first.first_step() + 1);
+  const int steps = first.steps() > 0 || last > first.first_step() ? static_cast<int>(last - first.first_step() + 1) : 0;
   if (dense) {
     out.matrix = frontier::StageMatrix(first.schema(), world, first.first_step(), steps);
   } else {
