@@ -4,10 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
-#include <limits>
 #include <memory>
-#include <new>
-#include <sstream>
 
 namespace sf::cli {
 
@@ -26,133 +23,40 @@ struct ScoreOptions {
   TraceCliOptions trace;
 };
 
-/// One scored window: its evidence, and the rank identity its packet carries.
-struct Scored {
-  frontier::Evidence evidence;
-  std::vector<formats::RankInfo> ranks;
-};
-
-/// Scores a streamed file window by window (frontier::StreamingAccumulator: O(ranks x stages)
-/// plus one scalar per step), giving the evidence evaluate() gives on the whole window.
-class ScoreSink final : public formats::StepSink {
-public:
-  explicit ScoreSink(const frontier::LabelConfig& cfg) : cfg_(cfg) {}
-  void begin_window(const formats::WindowHead& head) override {
-    acc_.emplace(head.layout.schema(), head.layout.world_size(), cfg_, head.layout.rank_ids());
-    telemetry_ = head.telemetry;
-    ranks_ = head.ranks;
-  }
-  void add_step(const frontier::StageMatrix& step) override { acc_->add_step(step); }
-  void end_window() override {
-    scored.push_back({acc_->finish(telemetry_), ranks_});
-    acc_.reset();
-  }
-  std::vector<Scored> scored;
-
-private:
-  const frontier::LabelConfig& cfg_;
-  std::optional<frontier::StreamingAccumulator> acc_;
-  frontier::TelemetryInput telemetry_;
-  std::vector<formats::RankInfo> ranks_;
-};
-
 int run_score(const ScoreOptions& o) {
-  frontier::LabelConfig cfg;
-  std::vector<formats::Window> windows;
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
         return kExitBadInput;
       }
-  std::vector<Scored> scored;
-  const formats::ReadOptions read{o.format, o.window, o.world_size, o.accumulation, o.limits};
+  testbed::ScoredFile scored;
   try {
-    cfg = make_label_config(o.label);
-    if (const auto err = detect::validate(o.detect.cfg); !err.empty()) throw formats::FormatError(o.file, 0, err);
-    // Streamed unless an option needs the whole window (docs/formats.md, "Streaming"); a file
-    // that cannot be streamed is read whole, and gives the same output.
-    bool streamed = false;
-    if (!o.whole && !o.detect.on && o.trace.file.empty() && cfg.gain_baseline != frontier::GainBaseline::rank_median) {
-      ScoreSink sink(cfg);
-      streamed = formats::stream_stage_file(o.file, read, sink) == formats::StreamStatus::streamed;
-      if (streamed) scored = std::move(sink.scored);
-    }
-    if (!streamed) windows = formats::read_stage_file(o.file, read);
-  } catch (const formats::FormatError& e) {
+    testbed::ScoreFileOptions so;
+    so.file = o.file;
+    so.read = {o.format, o.window, o.world_size, o.accumulation, o.limits};
+    so.whole = o.whole;
+    so.label = make_label_config(o.label);
+    if (o.detect.on) so.detect = o.detect.cfg;
+    so.stability_window = o.detect.stability_window;
+    so.stability_stage = o.detect.stability_stage;
+    if (!o.trace.file.empty()) so.trace = testbed::TraceOptions{o.trace.file, o.trace.max_steps, o.trace.max_ranks};
+    scored = testbed::score_file(so);
+  } catch (const testbed::InputError& e) {
     std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
     return kExitBadInput;
-  } catch (const std::bad_alloc&) {
-    // Only where the user raised a limit past what this machine holds (docs/formats.md, "Limits").
-    std::fprintf(stderr, "sf-testbed score: %s: out of memory reading the file; expected input within this machine's "
-                 "memory (lower the --max-* limits)\n", o.file.c_str());
+  } catch (const formats::FormatError& e) {  // --config
+    std::fprintf(stderr, "sf-testbed score: %s\n", e.what());
     return kExitBadInput;
   }
-  for (const auto& w : windows) {
-    try {
-      scored.push_back({frontier::evaluate(w.matrix, cfg, w.telemetry), w.ranks});
-    } catch (const std::invalid_argument& err) {
-      std::fprintf(stderr, "sf-testbed score: %s:%lld: %s\n", o.file.c_str(), static_cast<long long>(w.header_line),
-                   err.what());
-      return kExitBadInput;
-    } catch (const std::bad_alloc&) {
-      std::fprintf(stderr, "sf-testbed score: %s:%lld: out of memory scoring a window of %d steps x %d ranks x %d stages; "
-                   "expected a window within this machine's memory (lower the --max-* limits)\n", o.file.c_str(),
-                   static_cast<long long>(w.header_line), w.matrix.steps(), w.matrix.ranks(), w.matrix.stages());
-      return kExitBadInput;
-    }
+  try {
+    if (scored.trace) formats::write_file_atomic(o.trace.file, scored.trace->dump() + "\n");
+    if (!o.out.empty()) formats::write_file_atomic(o.out, scored.packets);
+  } catch (const std::exception& err) {
+    std::fprintf(stderr, "sf-testbed score: %s\n", err.what());
+    return kExitBadInput;
   }
-  std::string packets, tables;
-  for (std::size_t i = 0; i < scored.size(); ++i) {
-    const auto& [e, ranks] = scored[i];
-    packets += formats::evidence_to_json(e, ranks).dump() + "\n";
-    tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +
-                                             std::to_string(scored.size()) + ")",
-                                       ranks);
-    if (i + 1 < scored.size()) tables += "\n";
-  }
-  if ((o.detect.on || !o.trace.file.empty()) && !windows.empty()) {
-    // Offline: the file's windows are consecutive pieces of one run; the detector watches them
-    // all, the stability windows are the file's windows (or --stability-window steps for one).
-    try {
-      const auto all = testbed::concat_windows(windows);
-      testbed::WatchOptions wo;
-      wo.label = cfg;
-      if (o.detect.on) wo.detect = o.detect.cfg;
-      if (!o.trace.file.empty()) wo.trace = testbed::TraceOptions{o.trace.file, o.trace.max_steps, o.trace.max_ranks};
-      wo.stability_window = o.detect.stability_window;
-      wo.stability_per_window = windows.size() > 1;
-      wo.stability_stage = o.detect.stability_stage;
-      testbed::Watch watch(std::move(wo));
-      for (const auto& w : windows)
-        watch.observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
-      if (o.detect.on) {
-        const auto dr = watch.report(&all.matrix);
-        nlohmann::ordered_json j;
-        j["schema"] = "sf.detect/1";
-        j["file"] = o.file;
-        for (const auto& [k, v] : dr.json.items()) j[k] = v;
-        packets += j.dump() + "\n";
-        tables += "#\n" + dr.text;
-      }
-      if (!o.trace.file.empty()) formats::write_file_atomic(o.trace.file, watch.trace(&all.matrix, windows.front().ranks).dump() + "\n");
-    } catch (const std::invalid_argument& err) {
-      std::fprintf(stderr, "sf-testbed score: %s: --detect: %s\n", o.file.c_str(), err.what());
-      return kExitBadInput;
-    } catch (const std::runtime_error& err) {
-      std::fprintf(stderr, "sf-testbed score: --trace %s\n", err.what());
-      return kExitBadInput;
-    }
-  }
-  if (!o.out.empty()) {
-    try {
-      formats::write_file_atomic(o.out, packets);
-    } catch (const std::exception& err) {
-      std::fprintf(stderr, "sf-testbed score: %s\n", err.what());
-      return kExitBadInput;
-    }
-  }
-  std::cout << (o.json ? packets : tables);
+  std::cout << (o.json ? scored.packets : scored.tables);
   return 0;
 }
 

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config kineto)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config kineto score)
 [ -d build-sanitize ] || cmake --preset sanitize >/dev/null
 cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 # The harnesses run side by side (each is one process), so the wall time is SECONDS, not

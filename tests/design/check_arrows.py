@@ -24,7 +24,7 @@ ALLOWED = {
     "cli": {"testbed", "experiments", "sim", "recorder", "inject", "formats", "frontier", "verify", "check", "detect"},
     "bench": {"frontier", "formats", "recorder", "verify"},
     "python": {"testbed", "formats", "frontier", "inject"},  # sf_torch._core (pybind11)
-    "fuzz": {"formats", "frontier"},
+    "fuzz": {"formats", "frontier", "testbed", "detect"},
 }
 # Headers a user includes in a hot loop: no MPI, JSON, Eigen or RapidCheck, no other sf header.
 LIGHT = {"recorder/recorder.h": re.compile(r'#include\s*[<"](mpi\.h|nlohmann/|Eigen/|rapidcheck|sf/)')}
