@@ -296,10 +296,7 @@ void parse_header(const json& h, const std::string& file, std::int64_t line, Pen
   const auto st = h.find("stages");
   if (st == h.end() || !st->is_array() || st->empty())
     throw FormatError(file, line, "header \"stages\" must be a non-empty array of stage names");
-  if (st->size() > static_cast<std::size_t>(lim.max_stages))
-    throw FormatError(file, line,
-                      "header names " + std::to_string(st->size()) + " stages, above the limit of " +
-                          std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
+  if (const auto err = stage_count_error(st->size(), lim); !err.empty()) throw FormatError(file, line, err);
   for (const auto& s : *st) pw.stages.push_back(get_text(s, file, line, "header \"stages\" entry"));
   const int world_max = std::min(lim.max_world_size, kWorldSizeCeiling);
   const auto world = get_int(h, "world_size", file, line, true, 0);

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fcntl.h>
@@ -494,6 +495,39 @@ std::optional<Layout> guess_layout(int world, std::size_t stages) {
   return Layout{world, {}};
 }
 
+/// A dense step of this many values (world × (stages + 3)) is allocated on a guess without
+/// looking; a larger one only when the window's first step has every rank (first_step_is_dense).
+constexpr std::uint64_t kUnprobedGuessValues = std::uint64_t{1} << 16;
+
+/// Whether the records of a window's first step name every rank of `world`. Read from a source
+/// of its own, and given up at any error (the pass that follows words it), so a sparse window
+/// in a large world never gets a world-sized step: its memory follows the records present.
+template <typename MakeSource>
+bool first_step_is_dense(int world, std::size_t k, MakeSource& make_source) {
+  try {
+    auto src = make_source();
+    Rec rec;
+    rec.d.resize(k);
+    rec.sync.resize(k);
+    std::vector<std::uint64_t> bits((static_cast<std::size_t>(world) + 63) / 64, 0);
+    int count = 0;
+    std::optional<std::int64_t> first;
+    while (src->next(rec)) {
+      if (first && rec.step != *first) return false;
+      first = rec.step;
+      if (rec.rank < 0 || rec.rank >= world) return false;
+      auto& w = bits[static_cast<std::size_t>(rec.rank) / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (rec.rank % 64);
+      if (!(w & bit)) {
+        w |= bit;
+        if (++count == world) return true;
+      }
+    }
+  } catch (...) {  // NOLINT: any error is the pass's to word
+  }
+  return false;
+}
+
 /// Reads one window's records with a pass: once with the guessed layout, again with the one it
 /// found when the guess was wrong. make_source() gives a source over the window's records.
 template <typename MakeSource>
@@ -503,6 +537,11 @@ void stream_window(FileLines& lines, const std::string& file, const ReadOptions&
   Seen seen;
   // With --window the sink has finished windows before the guess is known right: look first.
   if (opt.window_steps > 0) guess.reset();
+  if (guess && guess->ids.empty() &&
+      static_cast<std::uint64_t>(guess->world) * (fw.stages.size() + 4) > kUnprobedGuessValues) {
+    if (!first_step_is_dense(guess->world, fw.stages.size(), make_source)) guess.reset();
+    lines.seek(fw.body_offset, fw.body_line);
+  }
   {
     auto src = make_source();
     pass.run(*src, guess ? &*guess : nullptr, seen);

@@ -26,6 +26,22 @@ inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max
 /// A window without records, in either format (named at its header line).
 inline constexpr const char* kNoRecords = "no records after the header; expected one record per (step, rank)";
 
+/// "" when a header of n explicit stages fits the limits, else the message: the stage count
+/// (max_stages), and the labeler's stage-by-stage table of (n + 1)^2 values (the residual is a
+/// stage too), which a raised max_stages could otherwise make larger than memory before any
+/// record is read.
+inline std::string stage_count_error(std::size_t n, const ReadLimits& lim) {
+  if (n > static_cast<std::size_t>(lim.max_stages))
+    return "header names " + std::to_string(n) + " stages, above the limit of " + std::to_string(lim.max_stages) +
+           "; expected fewer stages (raise the limit with --max-stages)";
+  const double table = static_cast<double>(n + 1) * static_cast<double>(n + 1);
+  if (table > static_cast<double>(lim.max_values))
+    return "header names " + std::to_string(n) + " stages, whose stage-by-stage table holds " +
+           std::to_string(static_cast<long long>(table)) + " values, above the limit of " + std::to_string(lim.max_values) +
+           "; expected fewer stages (raise the limit with --max-values)";
+  return "";
+}
+
 /// One parsed (step, rank) record waiting for its window to close.
 struct Pending {
   std::int64_t step;
@@ -263,10 +279,7 @@ CsvHeader read_csv_header(Lines& lines, const std::string& file, const ReadOptio
     lay.wall_at = c - 2;
   }
   if (stages.empty()) throw FormatError(file, lines.line_no(), "header names no stage column; expected step,rank,<stage...>[,wall]");
-  if (stages.size() > static_cast<std::size_t>(lim.max_stages))
-    throw FormatError(file, lines.line_no(),
-                      "header names " + std::to_string(stages.size()) + " stages, above the limit of " +
-                          std::to_string(lim.max_stages) + "; expected fewer stages (raise the limit with --max-stages)");
+  if (const auto err = stage_count_error(stages.size(), lim); !err.empty()) throw FormatError(file, lines.line_no(), err);
   for (std::size_t c = 2; c < cols.size(); ++c) {
     if (cols[c].empty())
       throw FormatError(file, lines.line_no(), "column " + std::to_string(c + 1) + " has no name; expected a stage name");

@@ -222,9 +222,12 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
 
   if (diagnose && s1 >= 0 && e.advances_s[s1] > 0) {
     const std::string n1 = schema.groups()[s1];
+    // A note names at most kNamed stages: with thousands of stages in a tie it stays one readable line.
+    constexpr std::size_t kNamed = 8;
     auto names = [&](const std::vector<int>& gs) {
       std::string out;
-      for (int g : gs) out += (out.empty() ? "" : ", ") + schema.groups()[g];
+      for (std::size_t i = 0; i < gs.size() && i < kNamed; ++i) out += (out.empty() ? "" : ", ") + schema.groups()[gs[i]];
+      if (gs.size() > kNamed) out += " and " + std::to_string(gs.size() - kNamed) + " more";
       return out;
     };
     if (!dominant)

@@ -674,6 +674,40 @@ TEST(Stream, jsonl_windows_side_evidence_and_declared_spans) {
   expect_streams_as_read(write_temp("multi.jsonl", text), opt);
 }
 
+// Class 5 of issue 12: memory follows the records present. Two records in a world of 1.5 M
+// ranks once got a dense guessed step of 1.5 M columns (~330 MB) before the pass found it sparse;
+// a large world's first step is now looked at first, and only a dense one gets a dense layout.
+TEST(Stream, a_sparse_window_in_a_large_world_never_gets_a_world_sized_step) {
+  class WidestSink final : public formats::StepSink {
+  public:
+    void begin_window(const formats::WindowHead& head) override { widest = std::max(widest, head.layout.ranks()); }
+    void add_step(const frontier::StageMatrix& step) override { widest = std::max(widest, step.ranks()); }
+    void end_window() override { ++windows; }
+    int widest = 0, windows = 0;
+  };
+  formats::ReadOptions opt;
+  opt.limits.max_world_size = 2000000;
+  for (const auto& [name, text] :
+       {std::pair<std::string, std::string>{"sparse_world.jsonl", "{\"schema\":\"sf.stages/1\",\"stages\":[\"a\"],\"world_size\":1500000}\n"
+                                                                  "{\"step\":0,\"rank\":0,\"d\":[1]}\n{\"step\":0,\"rank\":1499999,\"d\":[1]}\n"
+                                                                  "{\"step\":1,\"rank\":0,\"d\":[2]}\n"},
+        {"sparse_world.csv", "step,rank,a\n0,0,1\n0,1499999,1\n1,0,2\n"}}) {
+    const auto path = write_temp(name, text);
+    WidestSink sink;
+    ASSERT_EQ(formats::stream_stage_file(path, opt, sink), formats::StreamStatus::streamed) << name;
+    EXPECT_EQ(sink.windows, 1) << name;
+    EXPECT_EQ(sink.widest, 2) << name << ": a step or layout wider than the two ranks with records";
+    expect_streams_as_read(path, opt);
+  }
+  // A dense window in a large world still streams in one dense layout.
+  std::string dense = "step,rank,a\n";
+  for (int t = 0; t < 2; ++t)
+    for (int r = 0; r < 20000; ++r) dense += std::to_string(t) + "," + std::to_string(r) + ",1\n";
+  WidestSink sink;
+  ASSERT_EQ(formats::stream_stage_file(write_temp("dense_world.csv", dense), opt, sink), formats::StreamStatus::streamed);
+  EXPECT_EQ(sink.widest, 20000);
+}
+
 TEST(Stream, steps_out_of_order_fall_back_to_the_whole_read) {
   const std::string path = write_temp("unsorted.csv", "step,rank,a\n0,0,1\n1,0,2\n0,1,3\n1,1,1\n");
   CollectSink sink;
