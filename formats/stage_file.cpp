@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -14,10 +15,12 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
 #include <fcntl.h>
+#include <iconv.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -544,11 +547,54 @@ bool iequals(std::string_view a, std::string_view b) {
 }
 
 /// An integer field: optional sign ('+' too), digits, within the int64 range.
-bool parse_int_field(std::string_view f, std::int64_t& v) {
+bool parse_int_field(std::string_view f, std::int64_t& v, bool decimal_comma) {
   f = trim(f);
   if (f.size() > 1 && f[0] == '+' && f[1] != '-' && f[1] != '+') f.remove_prefix(1);
   const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
-  return r.ec == std::errc() && r.ptr == f.data() + f.size() && !f.empty();
+  if (r.ec == std::errc() && r.ptr == f.data() + f.size() && !f.empty()) return true;
+  // An integer written as a number with a fraction or an exponent, as a spreadsheet or a float
+  // column writes it ("12.0", "1.2E+1", "12,0" with decimal commas): its value from the text, exactly
+  // (no double: step ids past 2^53 stay exact), and only when every digit after the point is 0.
+  std::string_view t = f;
+  const bool negative = !t.empty() && t[0] == '-';
+  if (negative) t.remove_prefix(1);
+  std::string digits;  // mantissa digits without the point
+  std::int64_t point = -1;
+  std::size_t i = 0;
+  for (; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c >= '0' && c <= '9') digits += c;
+    else if ((c == '.' || (decimal_comma && c == ',')) && point < 0) point = static_cast<std::int64_t>(digits.size());
+    else break;
+  }
+  if (digits.empty()) return false;
+  if (point < 0) point = static_cast<std::int64_t>(digits.size());
+  if (i < t.size()) {
+    if (t[i] != 'e' && t[i] != 'E') return false;
+    int exp = 0;
+    std::string_view e = t.substr(i + 1);
+    if (!e.empty() && e[0] == '+') e.remove_prefix(1);
+    const auto re = std::from_chars(e.data(), e.data() + e.size(), exp);
+    if (re.ec != std::errc() || re.ptr != e.data() + e.size() || e.empty() || exp < -400 || exp > 400) return false;
+    point += exp;
+  }
+  // digits[0, point) is the integer part (zeros appended past the end); the rest must be zeros.
+  for (std::size_t k = static_cast<std::size_t>(std::max<std::int64_t>(point, 0)); k < digits.size(); ++k)
+    if (digits[k] != '0') return false;
+  std::string whole = negative ? "-" : "";
+  if (point > 0) {
+    const auto n = static_cast<std::size_t>(point);
+    std::string ip = digits.substr(0, std::min(n, digits.size()));
+    if (n > digits.size()) {
+      if (n > 40) return false;  // past any 64-bit integer
+      ip.append(n - digits.size(), '0');
+    }
+    whole += ip;
+  } else {
+    whole += "0";
+  }
+  const auto rw = std::from_chars(whole.data(), whole.data() + whole.size(), v);
+  return rw.ec == std::errc() && rw.ptr == whole.data() + whole.size();
 }
 
 /// True when a number's mantissa (before any exponent) has a digit other than 0: "-1e-400" is a
@@ -685,12 +731,12 @@ bool parse_csv_row(std::string_view line, std::int64_t line_no, const CsvHeader&
     const std::string_view f = fields[col].text;
     bool ok;
     if (col == 0) {
-      ok = parse_int_field(f, step);
+      ok = parse_int_field(f, step, h.sep != ',');
       if (!ok)
         throw FormatError(file, line_no,
                           "column '" + printable(cols[0]) + "' is '" + printable(f) + "', expected an integer step (64-bit)");
     } else if (col == 1) {
-      ok = parse_int_field(f, rank) && rank >= 0;
+      ok = parse_int_field(f, rank, h.sep != ',') && rank >= 0;
       if (!ok)
         throw FormatError(file, line_no,
                           "column '" + printable(cols[1]) + "' is '" + printable(f) + "', expected a rank 0.." +
@@ -800,8 +846,45 @@ using detail::MappedFile;
 using detail::parse_csv;
 using detail::parse_jsonl;
 
+namespace {
+
+/// UTF-16 text with its byte order mark (Excel's "Unicode Text", PowerShell 5's `>`) as UTF-8,
+/// by glibc's iconv; nullopt for text without one. Line numbers are kept (a line is a line in
+/// either encoding). Invalid UTF-16 (a lone surrogate, an odd byte at the end) is one line.
+std::optional<std::string> utf16_as_utf8(std::string_view text, const std::string& name) {
+  if (text.size() < 2) return std::nullopt;
+  const auto b0 = static_cast<unsigned char>(text[0]), b1 = static_cast<unsigned char>(text[1]);
+  const char* from = b0 == 0xFF && b1 == 0xFE ? "UTF-16LE" : b0 == 0xFE && b1 == 0xFF ? "UTF-16BE" : nullptr;
+  if (!from) return std::nullopt;
+  const iconv_t cd = ::iconv_open("UTF-8", from);
+  if (cd == reinterpret_cast<iconv_t>(-1)) throw FormatError(name, 0, std::string("cannot convert ") + from + " text here (iconv)");
+  struct Closer {
+    iconv_t cd;
+    ~Closer() { ::iconv_close(cd); }
+  } closer{cd};
+  text.remove_prefix(2);
+  // Two UTF-16 bytes become at most three UTF-8 bytes; a surrogate pair's four become four.
+  std::string out(text.size() / 2 * 3 + 4, '\0');
+  char* in = const_cast<char*>(text.data());
+  std::size_t in_left = text.size(), out_left = out.size();
+  char* o = out.data();
+  if (::iconv(cd, &in, &in_left, &o, &out_left) == static_cast<std::size_t>(-1)) {
+    const std::size_t done = static_cast<std::size_t>(o - out.data());
+    const auto line = 1 + std::count(out.data(), out.data() + done, '\n');
+    throw FormatError(name, line,
+                      std::string(errno == EINVAL ? "truncated " : "invalid ") + from + " text at byte " +
+                          std::to_string(2 + (text.size() - in_left)) + "; expected " + from +
+                          " throughout (as its byte order mark says), or UTF-8");
+  }
+  out.resize(out.size() - out_left);
+  return out;
+}
+
+}  // namespace
+
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
                                      const ReadOptions& opt) {
+  if (const auto utf8 = utf16_as_utf8(text, name)) return parse_stage_text(*utf8, name, format, opt);
   return format == MatrixFormat::csv ? parse_csv(text, name, opt) : parse_jsonl(text, name, opt);
 }
 

@@ -989,9 +989,13 @@ StreamStatus stream_stage_file(const std::string& path, const ReadOptions& opt, 
   if (size == 0 || size > static_cast<std::uint64_t>(std::max<std::int64_t>(opt.limits.max_file_bytes, 0)))
     return whole("empty, or above --max-file-size");
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  // A UTF-8 byte order mark is not part of the text (either format).
+  // A UTF-8 byte order mark is not part of the text (either format); UTF-16 text is converted by
+  // the whole read.
   char bom[3] = {};
-  const std::uint64_t start = ::pread(fd, bom, 3, 0) == 3 && std::memcmp(bom, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+  const auto got = ::pread(fd, bom, 3, 0);
+  if (got >= 2 && ((bom[0] == '\xFF' && bom[1] == '\xFE') || (bom[0] == '\xFE' && bom[1] == '\xFF')))
+    return whole("UTF-16 text");
+  const std::uint64_t start = got == 3 && std::memcmp(bom, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
   try {
     if (*format == MatrixFormat::csv) stream_csv(fd, size, start, path, opt, sink);
     else stream_jsonl(fd, size, start, path, opt, sink);

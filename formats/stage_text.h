@@ -134,7 +134,9 @@ struct CsvField {
 std::string split_csv(std::string_view line, char sep, std::vector<CsvField>& out);
 std::string unquote(const CsvField& f);
 bool iequals(std::string_view a, std::string_view b);
-bool parse_int_field(std::string_view f, std::int64_t& v);
+/// An integer field: digits, or an integer written with a zero fraction or an exponent
+/// ("12.0", "1.2E+1"; "12,0" with decimal commas), exactly.
+bool parse_int_field(std::string_view f, std::int64_t& v, bool decimal_comma = false);
 /// True when a number's mantissa (before any exponent) has a digit other than 0.
 bool nonzero_mantissa(std::string_view f);
 bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v);

@@ -394,6 +394,26 @@ TEST(EmptyWindow, header_only_is_no_records_in_jsonl_and_csv) {
   EXPECT_EQ(w[0].matrix.steps(), 2);
 }
 
+// A float column writes integers as "12.0" or "1.2E+1": read exactly from the text, so step ids past
+// 2^53 (where a double rounds) keep every digit; a fraction that is not zero is an error.
+TEST(Csv, step_and_rank_written_as_integral_floats_are_read_exactly) {
+  const auto w = formats::parse_stage_text("step,rank,a\n9007199254740993.0,0,1\n9007199254740993,1.0e0,1\n"
+                                           "9.007199254740994E+15,0.00,2\n",
+                                           "f.csv", MatrixFormat::csv);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].matrix.first_step(), 9007199254740993);
+  EXPECT_EQ(w[0].matrix.steps(), 2);
+  EXPECT_EQ(w[0].matrix.world_size(), 2);
+  for (const char* bad : {"1.5", "1e-1", "1.0e", "1..0", "9223372036854775808.0", "1e400", "0x10"}) {
+    try {
+      formats::parse_stage_text("step,rank,a\n" + std::string(bad) + ",0,1\n", "f.csv", MatrixFormat::csv);
+      ADD_FAILURE() << bad << " read as a step";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("expected an integer step"), std::string::npos) << bad << ": " << e.what();
+    }
+  }
+}
+
 TEST(Csv, negative_numbers_are_rejected_even_when_they_underflow) {
   expect_error("step,rank,a\n0,0,-1e-400\n", 2, "column 'a' is '-1e-400', expected a finite number of seconds >= 0",
                MatrixFormat::csv);
