@@ -57,7 +57,7 @@ void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
       ->default_val(l.max_world_size)->check(CLI::Range(1, formats::kWorldSizeCeiling))->group(g);
   sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (score: before --window splits it)")
       ->default_val(l.max_window_steps)->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<int>::max()}))->group(g);
-  sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window")
+  sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window, and (stages + 1)^2 for the labeler's stage table")
       ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(g);
 }
 

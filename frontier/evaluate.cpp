@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -16,8 +17,14 @@ void check_reference(const StageSchema& schema, std::span<const double> referenc
     throw std::invalid_argument("gain baseline 'reference' needs " + std::to_string(schema.size()) +
                                 " values (one per stage) or " + std::to_string(schema.group_count()) +
                                 " (one per stage group), got " + std::to_string(n));
-  for (double x : reference)
-    if (!(x >= 0) || !std::isfinite(x)) throw std::invalid_argument("gain baseline 'reference' values must be finite and >= 0");
+  // The bound of every window time (kMaxWindowSeconds), as a config file's reference_s has it.
+  for (std::size_t i = 0; i < reference.size(); ++i)
+    if (!(reference[i] >= 0 && reference[i] <= kMaxWindowSeconds)) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g", reference[i]);
+      throw std::invalid_argument("gain baseline 'reference' value " + std::to_string(i + 1) + " is " + buf +
+                                  ", expected seconds >= 0 and <= 1e+300");
+    }
 }
 
 void validate(const StageSchema& schema, const LabelConfig& cfg) {

@@ -94,6 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   o.read.format = first != std::string_view::npos && bytes[first] == '{' ? sf::formats::MatrixFormat::jsonl
                                                                           : sf::formats::MatrixFormat::csv;
   o.read.limits = sf::fuzz::fuzz_limits();
+  // A few hundred steps at most: --window 1 over a 4096-step span is 4096 packets, seconds per
+  // input under ASan, and no path that a shorter span does not reach.
+  o.read.limits.max_window_steps = 256;
 
   auto whole = o;
   whole.whole = true;
