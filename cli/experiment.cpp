@@ -22,7 +22,7 @@ void setup_experiment(CLI::App& app) {
   sub->add_option("--set", o->overrides, "override a run option of every row, e.g. --set device=cuda (repeatable)");
   sub->add_option("--tag", o->tag, "write results/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
   sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));
-  sub->callback([o, sub] {
+  sub->callback([o] {
     auto opt = *o;
     std::error_code ec;
     opt.self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -41,7 +41,6 @@ void setup_experiment(CLI::App& app) {
       }
     if (const int rc = experiments::run(opt)) exit_with(rc);
   });
-  (void)sub;
 }
 
 }  // namespace sf::cli

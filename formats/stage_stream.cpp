@@ -361,8 +361,8 @@ private:
 /// given a layout sends the steps to the sink.
 class WindowPass {
 public:
-  WindowPass(const std::string& file, const ReadOptions& opt, StepSink& sink, const FileWindow& fw)
-      : file_(file), opt_(opt), sink_(sink), fw_(fw) {}
+  WindowPass(const ReadOptions& opt, StepSink& sink, const FileWindow& fw)
+      : opt_(opt), sink_(sink), fw_(fw) {}
 
   /// layout: the steps' rank layout to send them with, or null to only look. seen.fed tells
   /// whether every step went to the sink so; finish() then closes the window there.
@@ -467,7 +467,6 @@ private:
     feeder_->start(first);
   }
 
-  const std::string& file_;
   const ReadOptions& opt_;
   StepSink& sink_;
   const FileWindow& fw_;
@@ -531,9 +530,9 @@ bool first_step_is_dense(int world, std::size_t k, MakeSource& make_source) {
 /// Reads one window's records with a pass: once with the guessed layout, again with the one it
 /// found when the guess was wrong. make_source() gives a source over the window's records.
 template <typename MakeSource>
-void stream_window(FileLines& lines, const std::string& file, const ReadOptions& opt, StepSink& sink, const FileWindow& fw,
+void stream_window(FileLines& lines, const ReadOptions& opt, StepSink& sink, const FileWindow& fw,
                    std::optional<Layout> guess, MakeSource make_source) {
-  WindowPass pass(file, opt, sink, fw);
+  WindowPass pass(opt, sink, fw);
   Seen seen;
   // With --window the sink has finished windows before the guess is known right: look first.
   if (opt.window_steps > 0) guess.reset();
@@ -866,7 +865,7 @@ void stream_csv(int fd, std::uint64_t size, std::uint64_t start, const std::stri
   fw.body_offset = lines.next_offset();
   fw.body_line = lines.line_no();
   const int world = opt.world_size > 0 ? opt.world_size : last_line_rank(fd, size, h) + 1;
-  stream_window(lines, file, opt, sink, fw, guess_layout(world, h.stages.size() + 1), [&] {
+  stream_window(lines, opt, sink, fw, guess_layout(world, h.stages.size() + 1), [&] {
     return std::make_unique<CsvSource>(fd, size, fw.body_offset, fw.body_line, h, file, opt);
   });
 }
@@ -961,7 +960,7 @@ void stream_jsonl(int fd, std::uint64_t size, std::uint64_t start, const std::st
     fw.header_line = stop.line;
     fw.body_offset = lines.next_offset();
     fw.body_line = lines.line_no();
-    stream_window(lines, file, opt, sink, fw, guess_layout(pw.world, pw.stages.size() + 1), [&] {
+    stream_window(lines, opt, sink, fw, guess_layout(pw.world, pw.stages.size() + 1), [&] {
       pw.noted = 0;
       return std::make_unique<JsonlSource>(lines, parser, pw, file, opt, stop);
     });
