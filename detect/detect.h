@@ -32,14 +32,19 @@ struct DetectConfig {
   int short_run = 8;
   double threshold = 0.9;          ///< FALCON's 0.9, applied to the short-run mass
   /// FALCON's verification: a kept change is at least min_gap steps after the previous one, and
-  /// |m_l − m_r| / max(m_l, m_r) > min_rel_change (m_l, m_r: means before and after it).
+  /// |m_l − m_r| / max(m_l, m_r) > min_rel_change (m_l, m_r: medians before and after it). The
+  /// same K applies forward: the new level must hold for min_gap steps (both halves of the values
+  /// from the change on are beyond the threshold) before the change is confirmed; a shorter
+  /// excursion is a transient, counted, not a change.
   int min_gap = 10;
   double min_rel_change = 0.10;
-  /// Post-change observations needed before a candidate is verified.
+  /// Post-change observations needed before a candidate is verified (and held, see min_gap).
   int min_after = 3;
   /// Changes kept (the last ones; older ones are counted in changes_total()): memory stays
   /// bounded however often a run flaps.
   int max_changes_kept = 256;
+  /// Transients kept (the last ones; transients_total() counts them all).
+  int max_transients_kept = 64;
   /// Outlier robustness: an observation whose Student-t z-score under the MAP run exceeds
   /// outlier_z (and that differs from the MAP run's mean by more than min_rel_change) is held
   /// back; up to max_outlier_run consecutive ones are dropped as isolated outliers when a
@@ -89,6 +94,18 @@ struct ChangePoint {
   int direction() const { return median_after > median_before ? +1 : -1; }  ///< +1 slower, −1 recovery
 };
 
+/// An excursion that passed the verification's threshold but did not hold for min_gap steps: a
+/// hiccup, not a fail-slow onset (or a recovery).
+struct Transient {
+  std::int64_t step = 0;       ///< first step of the excursion
+  std::int64_t judged_at = 0;  ///< step whose observation showed it did not hold
+  int steps = 0;               ///< consecutive values from `step` on the excursion's side of the midpoint
+  double median_before = 0;    ///< m_l
+  double median_during = 0;    ///< median of the values from `step` when it was a candidate
+  double rel_change = 0;       ///< of those medians
+  int direction() const { return median_during > median_before ? +1 : -1; }
+};
+
 /// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
 /// truncated run lengths, held-back outliers and FALCON's verification. Feed one value per step;
 /// step ids must increase (gaps are allowed: a missing step is simply not observed).
@@ -105,6 +122,9 @@ public:
   std::vector<ChangePoint> changes() const;
   /// Changes confirmed since the start, kept or not.
   std::int64_t changes_total() const { return changes_total_; }
+  /// The kept transients (at most max_transients_kept, the most recent), oldest first.
+  std::vector<Transient> transients() const { return {transients_.begin(), transients_.end()}; }
+  std::int64_t transients_total() const { return transients_total_; }
   std::int64_t observed() const { return observed_; }
   std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
   std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
@@ -121,6 +141,9 @@ private:
   std::optional<ChangePoint> decide(std::int64_t step);
   std::optional<ChangePoint> reversion(std::int64_t step);
   std::optional<ChangePoint> verify(std::int64_t c, std::int64_t step, double mass, int min_left);
+  std::optional<ChangePoint> hold(std::int64_t step);
+  std::optional<ChangePoint> after_feed(std::int64_t step);
+  double rel(double a, double b) const;
   Stats prior() const;
   void update_level();
 
@@ -141,7 +164,11 @@ private:
   std::deque<ChangePoint> changes_;   ///< the last max_changes_kept
   static constexpr std::size_t kChangeFields = 8;  ///< values per kept change (state_size)
   std::int64_t changes_total_ = 0;
-  std::vector<double> left_, right_;  ///< verification work buffers
+  std::optional<ChangePoint> held_;   ///< a verified candidate waiting to hold for min_gap steps
+  std::deque<Transient> transients_;  ///< the last max_transients_kept
+  static constexpr std::size_t kTransientFields = 6;
+  std::int64_t transients_total_ = 0;
+  std::vector<double> left_, right_, half_;  ///< verification work buffers
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
 };

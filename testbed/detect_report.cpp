@@ -147,13 +147,14 @@ DetectReport build_report(const ReportInput& in) {
   char line[640];
   std::snprintf(line, sizeof line,
                 "# change points (BOCPD on F[t,S]: short-run mass >= %.2f within %d steps; FALCON verification on "
-                "medians: gap >= %d steps, change > %s): %lld\n",
-                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(),
+                "medians: gap >= %d steps, change > %s, held for %d steps): %lld\n",
+                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(), dc.min_gap,
                 static_cast<long long>(d.changes_total()));
   rep.text += line;
-  std::snprintf(line, sizeof line, "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected%s\n",
+  std::snprintf(line, sizeof line,
+                "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected, %lld transient(s)%s\n",
                 static_cast<long long>(d.observed()), static_cast<long long>(d.outliers_dropped()),
-                static_cast<long long>(d.candidates_rejected()),
+                static_cast<long long>(d.candidates_rejected()), static_cast<long long>(d.transients_total()),
                 d.changes_total() > static_cast<std::int64_t>(rep.changes.size())
                     ? ("; the last " + std::to_string(rep.changes.size()) + " changes kept").c_str()
                     : "");
@@ -199,6 +200,35 @@ DetectReport build_report(const ReportInput& in) {
     rep.text += text + "\n";
   }
 
+  // Excursions past the threshold that did not hold for min_gap steps: counted and listed (the
+  // last max_transients_kept), not change points.
+  {
+    const auto trs = d.transients();
+    auto& tj = rep.json["transients"] = ordered_json::array();
+    std::string listed;
+    for (std::size_t i = 0; i < trs.size(); ++i) {
+      const auto& t = trs[i];
+      tj.push_back({{"step", t.step},
+                    {"judged_at", t.judged_at},
+                    {"steps", t.steps},
+                    {"direction", t.direction() > 0 ? "slower" : "faster"},
+                    {"median_before_s", t.median_before},
+                    {"median_during_s", t.median_during},
+                    {"rel_change", t.rel_change}});
+      if (i + 5 >= trs.size()) {
+        std::snprintf(line, sizeof line, "%s step %lld (%d step%s, %+.1f%%)", listed.empty() ? "" : ",",
+                      static_cast<long long>(t.step), t.steps, t.steps == 1 ? "" : "s",
+                      (t.median_during - t.median_before) / std::max(t.median_before, 1e-12) * 100);
+        listed += line;
+      }
+    }
+    if (d.transients_total() > 0) {
+      std::snprintf(line, sizeof line, "#   transients (past %s but not held for %d steps; not change points), the last:%s\n",
+                    pct(dc.min_rel_change).c_str(), dc.min_gap, listed.c_str());
+      rep.text += line;
+    }
+  }
+
   rep.json["detector"] = {{"series", "exposed_step_s"},
                           {"first_step", seen_first},
                           {"observed_steps", d.observed()},
@@ -206,6 +236,7 @@ DetectReport build_report(const ReportInput& in) {
                           {"candidates_rejected", d.candidates_rejected()},
                           {"changes_total", d.changes_total()},
                           {"changes_dropped", d.changes_total() - static_cast<std::int64_t>(rep.changes.size())},
+                          {"transients", d.transients_total()},
                           {"hazard", dc.hazard},
                           {"max_run_length", dc.max_run_length},
                           {"short_run", dc.short_run},

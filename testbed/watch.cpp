@@ -78,9 +78,10 @@ struct Watch::State {
     first_seen = m.first_step();
     if (opt.online) {
       const auto& dc = opt.detect ? *opt.detect : detect::DetectConfig{};
-      // A change is placed at most short_run observations before the one that confirms it, which
+      // A change is placed at most short_run observations before the one that makes it a
+      // candidate and confirmed once min_gap values from it are in (the new level held), which
       // may come max_outlier_run held-back observations later.
-      lag = dc.short_run + dc.max_outlier_run + 2;
+      lag = std::max(dc.short_run, dc.min_gap) + dc.max_outlier_run + 2;
       one.emplace(frontier::StageMatrix::same_layout(m, m.first_step(), 1));
       if (opt.detect) new_segment(m);
       if (opt.trace) trace.emplace(*opt.trace, opt.plan);
