@@ -24,6 +24,7 @@ std::string validate(const DetectConfig& c) {
   if (c.min_gap >= c.max_run_length)
     return "detect min_gap (" + std::to_string(c.min_gap) + ") must be below max_run_length (" +
            std::to_string(c.max_run_length) + "): a new level must hold min_gap steps among the values kept";
+  if (!(c.stage_floor >= 0 && c.stage_floor <= 1)) return "detect stage_floor must be in [0, 1]";
   if (c.level_window < 1) return "detect level_window must be >= 1";
   if (!finite_pos(c.outlier_z)) return "detect outlier_z must be > 0";
   if (c.max_outlier_run < 0 || c.max_outlier_run >= c.min_gap)
@@ -102,7 +103,7 @@ std::size_t Detector::state_size() const {
 }
 
 double Detector::rel(double a, double b) const {
-  const double denom = std::max(a, b);
+  const double denom = std::max({a, b, floor_});
   return denom > 0 ? std::abs(a - b) / denom : 0.0;
 }
 
@@ -339,7 +340,7 @@ std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
   if (cfg_.max_outlier_run > 0 && map >= cfg_.min_after) {
     const auto p = predictive(s);
     outlier = std::abs(x - p.mu) > cfg_.outlier_z * p.scale &&
-              std::abs(x - p.mu) > cfg_.min_rel_change * std::abs(p.mu);
+              std::abs(x - p.mu) > cfg_.min_rel_change * std::max(std::abs(p.mu), floor_);
   }
   if (outlier) {
     pending_.emplace_back(step, x);

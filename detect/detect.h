@@ -9,6 +9,7 @@
 
 #include "sf/frontier/frontier.h"
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -78,6 +79,11 @@ struct DetectConfig {
   /// Half-width of the running median removed before the ACF: levels held longer than this are
   /// no period; bursts up to this long are seen as bursts.
   int median_halfwidth = 16;
+  /// Per-stage detection (the Watch; --detect-stages): one more detector per stage group on its
+  /// advance a[t,g], whose relative change is taken against max(m_l, m_r, stage_floor · L_F), L_F
+  /// the reference level of F[t,S]: a stage with a tiny advance does not fire on noise.
+  bool per_stage = false;
+  double stage_floor = 0.25;
 };
 
 /// Returns "" or one line naming the first bad field (what and what was expected).
@@ -125,6 +131,11 @@ public:
   /// The kept transients (at most max_transients_kept, the most recent), oldest first.
   std::vector<Transient> transients() const { return {transients_.begin(), transients_.end()}; }
   std::int64_t transients_total() const { return transients_total_; }
+  /// The reference level L (median of the last level_window values fed; 0 before any).
+  double level() const { return level_; }
+  /// Relative changes are taken against max(m_l, m_r, floor) from now on (per-stage detection:
+  /// a fraction of F's level); 0 (the default) is FALCON's max(m_l, m_r).
+  void set_floor(double floor) { floor_ = std::isfinite(floor) && floor > 0 ? floor : 0.0; }
   std::int64_t observed() const { return observed_; }
   std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
   std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
@@ -168,6 +179,7 @@ private:
   std::deque<Transient> transients_;  ///< the last max_transients_kept
   static constexpr std::size_t kTransientFields = 6;
   std::int64_t transients_total_ = 0;
+  double floor_ = 0;                  ///< relative changes are taken against max(m_l, m_r, floor_)
   std::vector<double> left_, right_, half_;  ///< verification work buffers
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)

@@ -103,6 +103,7 @@ struct ReportInput {
   const detect::StabilityTracker* tracker = nullptr;
   std::string stability_stage;
   const inject::FaultPlan* plan = nullptr;
+  std::vector<const detect::Detector*> stage_detectors;  ///< --detect-stages: one per group (empty: off)
 };
 /// The report's JSON and table lines. Throws std::invalid_argument for an unknown stability stage.
 DetectReport build_report(const ReportInput& in);

@@ -244,6 +244,62 @@ DetectReport build_report(const ReportInput& in) {
                           {"min_gap", dc.min_gap},
                           {"min_rel_change", dc.min_rel_change},
                           {"max_changes_kept", dc.max_changes_kept}};
+  // --detect-stages: one detector per stage group's advance a[t,g]. Time moved from one stage to
+  // another leaves F[t,S] as it was, so F's detector cannot see it; these name the stages.
+  if (!in.stage_detectors.empty()) {
+    struct Item {
+      int group;
+      detect::ChangePoint c;
+    };
+    std::vector<Item> items;
+    std::int64_t total = 0, transients = 0;
+    ordered_json per = ordered_json::array();
+    for (std::size_t g = 0; g < in.stage_detectors.size() && g < groups.size(); ++g) {
+      const auto& sd = *in.stage_detectors[g];
+      for (const auto& c : sd.changes()) items.push_back({static_cast<int>(g), c});
+      total += sd.changes_total();
+      transients += sd.transients_total();
+      per.push_back({{"stage", groups[g]},
+                     {"changes_total", sd.changes_total()},
+                     {"transients", sd.transients_total()},
+                     {"outliers_dropped", sd.outliers_dropped()},
+                     {"candidates_rejected", sd.candidates_rejected()}});
+    }
+    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.c.step < b.c.step; });
+    std::snprintf(line, sizeof line,
+                  "# stage change points (one detector per stage group on its advance a[t,g], same rule; change > %s of "
+                  "max(m_l, m_r, %s of F's level)): %lld\n",
+                  pct(dc.min_rel_change).c_str(), pct(dc.stage_floor).c_str(), static_cast<long long>(total));
+    rep.text += line;
+    auto& scp = rep.json["stage_change_points"] = ordered_json::array();
+    for (const auto& [g, c] : items) {
+      ordered_json j;
+      j["stage"] = groups[g];
+      const ordered_json cj = change_json(c, nullptr, groups);
+      for (const auto& [k, v] : cj.items()) j[k] = v;
+      if (in.plan) {
+        // The injected stage, near an injected transition of the same direction.
+        bool matched = false;
+        for (const auto& tr : transitions)
+          matched = matched || (groups[g] == truth_stage && tr.direction == c.direction() && std::llabs(tr.step - c.step) <= kMatchSteps);
+        j["truth"] = {{"matched", matched}};
+      }
+      scp.push_back(std::move(j));
+      std::snprintf(line, sizeof line, "#   %s: %s from step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)\n",
+                    groups[g].c_str(), c.direction() > 0 ? "slower" : "faster", static_cast<long long>(c.step),
+                    static_cast<long long>(c.detected_at), c.median_before, c.median_after,
+                    (c.median_after - c.median_before) / std::max(c.median_before, 1e-12) * 100);
+      rep.text += line;
+    }
+    rep.json["stage_detector"] = {{"series", "advance_s per stage group"},
+                                  {"stages", in.stage_detectors.size()},
+                                  {"floor_fraction_of_f", dc.stage_floor},
+                                  {"changes_total", total},
+                                  {"changes_dropped", total - static_cast<std::int64_t>(items.size())},
+                                  {"transients", transients},
+                                  {"per_stage", std::move(per)}};
+  }
+
   // The series the detector watched, for plots beside the change points: F[t,S] per step (null
   // where no rank was present), the last Watch::kSeriesSteps steps.
   {

@@ -37,6 +37,10 @@ void copy_step(const frontier::StageMatrix& m, int t, frontier::StageMatrix& one
 struct Watch::State {
   WatchOptions opt;
   std::optional<detect::Detector> detector;
+  /// --detect-stages: one more detector per stage group, on its advance a[t,g] (same config;
+  /// relative changes against max(m_l, m_r, stage_floor · F's level)).
+  std::vector<detect::Detector> stage_detectors;
+  std::vector<double> step_adv;  ///< a[t,g] of the step being fed (work buffer)
   bool init = false;
   frontier::StageSchema schema;
   std::vector<std::string> groups;
@@ -75,6 +79,7 @@ struct Watch::State {
     stability.emplace(schema, sc);
     next_window = m.first_step();
     segment_first = m.first_step();
+    if (opt.detect && opt.detect->per_stage) stage_detectors.assign(static_cast<std::size_t>(G), detect::Detector(*opt.detect));
     first_seen = m.first_step();
     if (opt.online) {
       const auto& dc = opt.detect ? *opt.detect : detect::DetectConfig{};
@@ -226,6 +231,17 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
     }
     if (st.detector && scored)
       if (const auto c = st.detector->observe(step, acc.exposed(t))) out.push_back(st.confirmed(*c));
+    if (!st.stage_detectors.empty() && scored) {
+      // Each stage group's advance (F[t,S] = Σ_g a[t,g]: time moved from one stage to another
+      // leaves F as it was). The floor follows F's level: a tiny stage cannot fire on its noise.
+      st.step_adv.assign(static_cast<std::size_t>(st.G), 0.0);
+      for (int s = 0; s < st.schema.size(); ++s) st.step_adv[st.schema.group_of(s)] += acc.advance(t, s);
+      const double floor = st.opt.detect->stage_floor * st.detector->level();
+      for (int g = 0; g < st.G; ++g) {
+        st.stage_detectors[g].set_floor(floor);
+        st.stage_detectors[g].observe(step, std::max(0.0, st.step_adv[g]));
+      }
+    }
     while (st.opt.online && st.pending_scored > st.lag) {
       if (st.pending.front().scored) --st.pending_scored;
       st.fold(st.pending.front());
@@ -273,6 +289,7 @@ DetectReport Watch::report(const frontier::StageMatrix* whole) {
   in.tracker = st.stability ? &*st.stability : &empty;
   in.stability_stage = st.opt.stability_stage;
   in.plan = st.opt.plan;
+  for (const auto& d : st.stage_detectors) in.stage_detectors.push_back(&d);
   return detail::build_report(in);
 }
 
@@ -299,6 +316,8 @@ ordered_json Watch::trace(const frontier::StageMatrix* whole, const std::vector<
 std::size_t Watch::state_size() const {
   const auto& st = *s_;
   std::size_t n = st.detector ? st.detector->state_size() : 0;
+  for (const auto& d : st.stage_detectors) n += d.state_size();
+  n += st.step_adv.size();
   n += st.series.size() + st.series_adv.size();
   if (st.stability) n += st.stability->state_size();
   if (st.trace) n += st.trace->state_size();
