@@ -300,8 +300,9 @@ public:
   bool window_open() const;
   /// The group with the largest credit to a single rank over the run (dominant_group's rule).
   int dominant_group() const;
-  /// Classification of group g over the windows closed so far.
-  CulpritStability result(int group) const;
+  /// Classification of group g over the windows closed so far, with the records of the last
+  /// `last_windows` kept windows (a window packet asks for 1).
+  CulpritStability result(int group, std::size_t last_windows = static_cast<std::size_t>(-1)) const;
   /// Values held: the kept window records, the per-rank run totals and culprit records (bounded by
   /// max_windows_kept and the number of ranks, not by the length of the run).
   std::size_t state_size() const;

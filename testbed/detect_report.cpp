@@ -131,6 +131,34 @@ std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const 
   return text;
 }
 
+ordered_json stability_json(const detect::CulpritStability& st, const std::string& basis) {
+  ordered_json sj;
+  sj["stage"] = st.group_name;
+  sj["stage_basis"] = basis;
+  sj["class"] = detect::to_string(st.stability);
+  sj["culprit"] = st.culprit;
+  sj["windows"] = st.windows_total;
+  sj["windows_led"] = st.windows_led;
+  sj["persistence"] = st.persistence;
+  sj["episodes"] = st.episodes;
+  sj["ongoing"] = st.ongoing;
+  sj["step_fraction_in_led_windows"] = st.step_fraction_in_led;
+  sj["evidence"] = st.evidence;
+  auto& rl = sj["ranks"] = ordered_json::array();
+  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) rl.push_back(lead_json(st.overall[i]));
+  sj["per_window_kept"] = st.windows.size();
+  auto& wl = sj["per_window"] = ordered_json::array();
+  for (const auto& w : st.windows) {
+    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit},
+                      {"advanced_steps", w.advanced_steps}};
+    if (!w.ranks.empty()) x["top"] = lead_json(w.ranks.front());
+    auto& rs = x["ranks"] = ordered_json::array();
+    for (const auto& l : w.ranks) rs.push_back(lead_json(l));
+    wl.push_back(std::move(x));
+  }
+  return sj;
+}
+
 DetectReport build_report(const ReportInput& in) {
   DetectReport rep;
   const auto& d = *in.detector;
@@ -378,12 +406,7 @@ DetectReport build_report(const ReportInput& in) {
     if (group >= 0) basis = "the stage of the periodic spikes";
   }
   if (group < 0) {
-    const Diagnosis* big = nullptr;
-    for (const auto& dg : in.diagnoses)
-      if (dg.change.direction() > 0 && dg.moved_group() >= 0 &&
-          (!big || dg.change.median_after - dg.change.median_before > big->change.median_after - big->change.median_before))
-        big = &dg;
-    if (big) {
+    if (const Diagnosis* big = largest_slowdown(in.diagnoses)) {
       group = big->moved_group();
       basis = "the stage that moved at the change at step " + std::to_string(big->change.step);
     }
@@ -393,33 +416,10 @@ DetectReport build_report(const ReportInput& in) {
     basis = "the group with the most credit to one rank";
   }
   const auto st = in.tracker->result(group);
-  ordered_json sj;
-  sj["stage"] = st.group_name;
-  sj["stage_basis"] = basis;
-  sj["class"] = detect::to_string(st.stability);
-  sj["culprit"] = st.culprit;
-  sj["windows"] = st.windows_total;
-  sj["windows_led"] = st.windows_led;
-  sj["persistence"] = st.persistence;
-  sj["episodes"] = st.episodes;
-  sj["ongoing"] = st.ongoing;
-  sj["step_fraction_in_led_windows"] = st.step_fraction_in_led;
-  sj["evidence"] = st.evidence;
-  auto& rl = sj["ranks"] = ordered_json::array();
-  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) rl.push_back(lead_json(st.overall[i]));
-  sj["per_window_kept"] = st.windows.size();
-  auto& wl = sj["per_window"] = ordered_json::array();
   std::string leaders;
-  for (const auto& w : st.windows) {
-    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit},
-                      {"advanced_steps", w.advanced_steps}};
-    if (!w.ranks.empty()) x["top"] = lead_json(w.ranks.front());
-    auto& rs = x["ranks"] = ordered_json::array();
-    for (const auto& l : w.ranks) rs.push_back(lead_json(l));
-    wl.push_back(std::move(x));
+  for (const auto& w : st.windows)
     leaders += (leaders.empty() ? "" : " ") + (w.culprit >= 0 ? std::to_string(w.culprit) : std::string("."));
-  }
-  rep.json["culprit_stability"] = std::move(sj);
+  rep.json["culprit_stability"] = stability_json(st, basis);
   std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n", st.group_name.c_str(),
                 st.windows_total, basis.c_str(), std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());
   rep.text += line;

@@ -256,6 +256,29 @@ std::vector<detect::ChangePoint> Watch::changes() const {
   return s_->detector ? s_->detector->changes() : std::vector<detect::ChangePoint>{};
 }
 
+ordered_json Watch::window_stability() const {
+  const auto& st = *s_;
+  if (!st.detector || !st.stability || !st.opt.stability_per_window || st.stability->window_open()) return nullptr;
+  // The report's rules as far as they are known at this window: --stability-stage, the stage that
+  // moved at the largest slowdown so far, the group with the most credit to one rank so far.
+  int group = -1;
+  std::string basis;
+  if (const auto it = std::find(st.groups.begin(), st.groups.end(), st.opt.stability_stage); it != st.groups.end()) {
+    group = static_cast<int>(it - st.groups.begin());
+    basis = "--stability-stage";
+  } else if (const detail::Diagnosis* big = detail::largest_slowdown(st.diagnoses)) {
+    group = big->moved_group();
+    basis = "the stage that moved at the change at step " + std::to_string(big->change.step);
+  } else {
+    group = st.stability->dominant_group();
+    basis = "the group with the most credit to one rank";
+  }
+  if (group < 0) return nullptr;  // no group has had a unique leader yet
+  auto j = detail::stability_json(st.stability->result(group, 1), basis);
+  j["so_far"] = true;  // the class as of this window; run.json has the final one
+  return j;
+}
+
 DetectReport Watch::report(const frontier::StageMatrix* whole) {
   auto& st = *s_;
   if (!st.detector) throw std::logic_error("Watch::report without --detect");

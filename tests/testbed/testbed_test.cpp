@@ -179,6 +179,53 @@ TEST(Watch, online_diagnosis_opens_at_the_change_and_matches_the_whole_matrix) {
   EXPECT_EQ(rm.report(whole.get()).changes.size(), 2u);
 }
 
+// Issue 14 (audit): run --out's window packets carried change points but no culprit stability.
+// After each recorder window the watch gives that window's record as run.json has it (the class so
+// far); its per-window record is the one the final report lists for the same window and stage.
+TEST(Watch, window_stability_is_the_reports_record_for_that_window) {
+  auto slow = [](std::int64_t t) { return t >= 40 && t < 80; };
+  const auto whole = window(0, 120, slow);
+  auto o = watch_options(true);
+  o.stability_per_window = true;
+  testbed::Watch w(o);
+  std::vector<nlohmann::ordered_json> packets;
+  for (int i = 0; i < 12; ++i) {
+    w.observe(std::make_shared<const frontier::StageMatrix>(detect::slice(*whole, i * 10, i * 10 + 9)));
+    packets.push_back(w.window_stability());
+  }
+  const auto rep = w.report();
+  const auto& final_cs = rep.json["culprit_stability"];
+  ASSERT_EQ(final_cs["stage"], "data.next_wait");
+  int compared = 0;
+  for (int i = 0; i < 12; ++i) {
+    const auto& p = packets[i];
+    ASSERT_FALSE(p.is_null()) << i;
+    ASSERT_EQ(p["per_window"].size(), 1u);
+    const auto& rec = p["per_window"][0];
+    EXPECT_EQ(rec["first_step"], i * 10);
+    EXPECT_EQ(rec["last_step"], i * 10 + 9);
+    EXPECT_EQ(p["windows"], i + 1);
+    EXPECT_TRUE(p["so_far"].get<bool>());
+    for (const char* k : {"stage", "stage_basis", "class", "culprit", "evidence", "ranks"}) EXPECT_TRUE(p.contains(k)) << k;
+    if (i >= 5 && i < 8) {  // slow windows after the change at 40 is confirmed (at 49, K = 10 values)
+      EXPECT_EQ(p["stage"], "data.next_wait") << i;
+      EXPECT_EQ(rec["culprit"], 2) << i;
+      EXPECT_EQ(rec["top"]["rank"], 2) << i;
+    }
+    if (p["stage"] == final_cs["stage"]) {
+      EXPECT_EQ(rec, final_cs["per_window"][i]) << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 8);
+  EXPECT_EQ(packets[7]["class"], "chronic");  // so far: the slow episode is still going at step 79
+  EXPECT_EQ(final_cs["class"], "one-off");
+  // Not a stability window (one window over the run, stability windows of 20 steps): none.
+  testbed::Watch one(watch_options(true));
+  one.observe(whole);
+  EXPECT_TRUE(one.window_stability().is_null());
+}
+
 // Issue 14, class 6: culprit stability followed the group with the most credit to one rank
 // (model.backward_cpu_wall, healthy jitter) and said "none" while the truth rank held 72 % of
 // data.next_wait's advance at the periodic spikes. It follows the stage of the spikes (or the
