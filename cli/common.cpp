@@ -172,6 +172,12 @@ void add_detect_options(CLI::App* sub, DetectOptions& o, bool stability_window) 
       ->check(number_in(0, 1, false, true))->group(g);
   sub->add_option("--detect-max-run", o.cfg.max_run_length, "run lengths kept (memory, work per step)")
       ->check(whole_in(16, 100000))->group(g);
+  sub->add_flag_callback("--detect-stages", [&o] { o.on = o.cfg.per_stage = true; },
+                         "also one detector per stage group's advance a[t,g], naming the stages that moved (implies --detect)")
+      ->group(g);
+  sub->add_option("--detect-stage-floor", o.cfg.stage_floor,
+                  "--detect-stages: a stage's change is relative to max(m_l, m_r, this fraction of F's level)")
+      ->check(number_in(0, 1, false, false))->group(g);
   if (stability_window)
     sub->add_option("--stability-window", o.stability_window, "steps per culprit-stability window")
         ->check(whole_in(2, 10000000))->group(g);

@@ -414,7 +414,7 @@ int StabilityTracker::dominant_group() const {
   return best;
 }
 
-CulpritStability StabilityTracker::result(int group) const {
+CulpritStability StabilityTracker::result(int group, std::size_t last_windows) const {
   const auto& st = *s_;
   CulpritStability out;
   out.windows_total = st.windows_total;
@@ -427,9 +427,9 @@ CulpritStability StabilityTracker::result(int group) const {
   }
   out.group = group;
   out.group_name = st.schema.groups()[group];
-  out.windows_total = st.windows_total;
   const auto K = static_cast<std::size_t>(std::max(0, st.cfg.kept_ranks));
-  for (const auto& w : st.windows) {
+  for (std::size_t i = st.windows.size() - std::min(last_windows, st.windows.size()); i < st.windows.size(); ++i) {
+    const auto& w = st.windows[i];
     WindowLead wl;
     wl.first_step = w.first;
     wl.last_step = w.last;

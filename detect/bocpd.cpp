@@ -20,6 +20,11 @@ std::string validate(const DetectConfig& c) {
   if (!(c.min_rel_change >= 0 && c.min_rel_change < 1)) return "detect min_rel_change must be in [0, 1)";
   if (c.min_after < 1) return "detect min_after must be >= 1";
   if (c.max_changes_kept < 1) return "detect max_changes_kept must be >= 1";
+  if (c.max_transients_kept < 0) return "detect max_transients_kept must be >= 0";
+  if (c.min_gap >= c.max_run_length)
+    return "detect min_gap (" + std::to_string(c.min_gap) + ") must be below max_run_length (" +
+           std::to_string(c.max_run_length) + "): a new level must hold min_gap steps among the values kept";
+  if (!(c.stage_floor >= 0 && c.stage_floor <= 1)) return "detect stage_floor must be in [0, 1]";
   if (c.level_window < 1) return "detect level_window must be >= 1";
   if (!finite_pos(c.outlier_z)) return "detect outlier_z must be > 0";
   if (c.max_outlier_run < 0 || c.max_outlier_run >= c.min_gap)
@@ -93,8 +98,13 @@ int Detector::map_run_length() const {
 
 std::size_t Detector::state_size() const {
   return post_.size() + 4 * stats_.size() + 2 * history_.size() + 2 * pending_.size() + scratch_.size() +
-         inlier_.size() + lconst_.size() + level_buf_.size() + left_.size() + right_.size() +
-         kChangeFields * changes_.size();
+         inlier_.size() + lconst_.size() + level_buf_.size() + left_.size() + right_.size() + half_.size() +
+         kChangeFields * (changes_.size() + (held_ ? 1 : 0)) + kTransientFields * transients_.size();
+}
+
+double Detector::rel(double a, double b) const {
+  const double denom = std::max({a, b, floor_});
+  return denom > 0 ? std::abs(a - b) / denom : 0.0;
 }
 
 std::vector<ChangePoint> Detector::changes() const { return {changes_.begin(), changes_.end()}; }
@@ -233,8 +243,7 @@ std::optional<ChangePoint> Detector::verify(std::int64_t c, std::int64_t step, d
   // FALCON's rule on the segments' medians, not their means: one slow warm-up step or an
   // isolated spike inside a short segment moves a mean by more than 10 % but not a median.
   const double ml = median(left_), mr = median(right_);
-  const double denom = std::max(ml, mr);
-  const double rel = denom > 0 ? std::abs(ml - mr) / denom : 0.0;
+  const double change = rel(ml, mr);
   bool gap_ok = changes_.empty() || c - changes_.back().step >= cfg_.min_gap;
   if (!gap_ok) {
     // A return to the level before the previous change is that change's recovery (a burst that
@@ -242,20 +251,68 @@ std::optional<ChangePoint> Detector::verify(std::int64_t c, std::int64_t step, d
     // it must not leave a burst standing as a lasting "slower" regime.
     const auto& prev = changes_.back();
     const int dir = mr > ml ? +1 : -1;
-    const double back = std::abs(mr - prev.median_before) / std::max({mr, prev.median_before, 1e-12});
-    gap_ok = dir == -prev.direction() && back <= cfg_.min_rel_change;
+    gap_ok = dir == -prev.direction() && rel(mr, prev.median_before) <= cfg_.min_rel_change;
   }
-  if (!gap_ok || rel <= cfg_.min_rel_change) {
+  if (!gap_ok || change <= cfg_.min_rel_change) {
     if (new_candidate) ++rejected_;
     return std::nullopt;
   }
-  ChangePoint cpnt{c, step, sum_l / n_l, sum_r / n_r, ml, mr, rel, mass};
-  changes_.push_back(cpnt);
-  ++changes_total_;
-  while (static_cast<int>(changes_.size()) > cfg_.max_changes_kept) changes_.pop_front();
-  segment_start_ = c;
+  // Verified, but not yet a change: the new level must hold for min_gap steps (hold()).
+  held_ = ChangePoint{c, step, sum_l / n_l, sum_r / n_r, ml, mr, change, mass};
   open_candidate_ = -1;
-  return cpnt;
+  return hold(step);
+}
+
+std::optional<ChangePoint> Detector::hold(std::int64_t step) {
+  // FALCON's gap, applied forward: a regime lasts at least K = min_gap steps. The held candidate
+  // at c is confirmed once K values from c are in, if the medians of all of them and of each half
+  // are beyond the threshold in its direction; else it was a transient (a hiccup of a loaded
+  // machine: 2-3 steps 10-13 % slower were confirmed as onsets, ~22 per 10^4 healthy live steps).
+  const ChangePoint p = *held_;
+  left_.clear();
+  right_.clear();
+  double sum_l = 0, sum_r = 0;
+  for (const auto& [s, v] : history_) {
+    if (s < segment_start_) continue;
+    if (s < p.step) sum_l += v, left_.push_back(v);
+    else sum_r += v, right_.push_back(v);
+  }
+  const std::size_t n = right_.size();
+  if (n < static_cast<std::size_t>(cfg_.min_gap)) return std::nullopt;
+  held_.reset();
+  const double ml = left_.empty() ? p.median_before : median(left_);
+  auto beyond = [&](double m) { return (p.direction() > 0 ? m > ml : m < ml) && rel(ml, m) > cfg_.min_rel_change; };
+  // How long the excursion lasted: consecutive values from c on its side of the midpoint.
+  const double mid = 0.5 * (ml + p.median_after);
+  int steps = 0;
+  while (static_cast<std::size_t>(steps) < n && (p.direction() > 0 ? right_[steps] > mid : right_[steps] < mid)) ++steps;
+  half_.assign(right_.begin(), right_.begin() + static_cast<std::ptrdiff_t>(n / 2));
+  const bool first_half = beyond(median(half_));
+  half_.assign(right_.begin() + static_cast<std::ptrdiff_t>(n / 2), right_.end());
+  const bool second_half = beyond(median(half_));
+  const double mr = median(right_);
+  if (first_half && second_half && beyond(mr)) {
+    const ChangePoint cpnt{p.step, step, left_.empty() ? p.mean_before : sum_l / static_cast<double>(left_.size()),
+                           sum_r / static_cast<double>(n), ml, mr, rel(ml, mr), p.short_run_mass};
+    changes_.push_back(cpnt);
+    ++changes_total_;
+    while (static_cast<int>(changes_.size()) > cfg_.max_changes_kept) changes_.pop_front();
+    segment_start_ = p.step;
+    return cpnt;
+  }
+  // One excursion is one transient, however often its candidate comes back while it lasts.
+  if (transients_.empty() || p.step > transients_.back().judged_at) {
+    ++transients_total_;
+    transients_.push_back({p.step, step, steps, p.median_before, p.median_after, p.rel_change});
+    while (static_cast<int>(transients_.size()) > cfg_.max_transients_kept) transients_.pop_front();
+  } else {
+    transients_.back().judged_at = step;
+  }
+  return std::nullopt;
+}
+
+std::optional<ChangePoint> Detector::after_feed(std::int64_t step) {
+  return held_ ? hold(step) : decide(step);
 }
 
 std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
@@ -282,7 +339,8 @@ std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
   bool outlier = false;
   if (cfg_.max_outlier_run > 0 && map >= cfg_.min_after) {
     const auto p = predictive(s);
-    outlier = std::abs(x - p.mu) > cfg_.outlier_z * p.scale && std::abs(x - p.mu) > cfg_.min_rel_change * std::abs(p.mu);
+    outlier = std::abs(x - p.mu) > cfg_.outlier_z * p.scale &&
+              std::abs(x - p.mu) > cfg_.min_rel_change * std::max(std::abs(p.mu), floor_);
   }
   if (outlier) {
     pending_.emplace_back(step, x);
@@ -290,7 +348,7 @@ std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
     std::optional<ChangePoint> found;
     for (const auto& [ps, pv] : pending_) {
       feed(ps, pv);
-      if (auto c = decide(ps)) found = c;
+      if (auto c = after_feed(ps)) found = c;
     }
     pending_.clear();
     return found;
@@ -298,7 +356,7 @@ std::optional<ChangePoint> Detector::observe(std::int64_t step, double x) {
   outliers_dropped_ += static_cast<std::int64_t>(pending_.size());
   pending_.clear();
   feed(step, x);
-  return decide(step);
+  return after_feed(step);
 }
 
 std::vector<ChangePoint> detect_series(const std::vector<double>& x, std::int64_t first_step, const DetectConfig& cfg) {

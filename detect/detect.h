@@ -9,6 +9,7 @@
 
 #include "sf/frontier/frontier.h"
 
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -32,14 +33,19 @@ struct DetectConfig {
   int short_run = 8;
   double threshold = 0.9;          ///< FALCON's 0.9, applied to the short-run mass
   /// FALCON's verification: a kept change is at least min_gap steps after the previous one, and
-  /// |m_l − m_r| / max(m_l, m_r) > min_rel_change (m_l, m_r: means before and after it).
+  /// |m_l − m_r| / max(m_l, m_r) > min_rel_change (m_l, m_r: medians before and after it). The
+  /// same K applies forward: the new level must hold for min_gap steps (both halves of the values
+  /// from the change on are beyond the threshold) before the change is confirmed; a shorter
+  /// excursion is a transient, counted, not a change.
   int min_gap = 10;
   double min_rel_change = 0.10;
-  /// Post-change observations needed before a candidate is verified.
+  /// Post-change observations needed before a candidate is verified (and held, see min_gap).
   int min_after = 3;
   /// Changes kept (the last ones; older ones are counted in changes_total()): memory stays
   /// bounded however often a run flaps.
   int max_changes_kept = 256;
+  /// Transients kept (the last ones; transients_total() counts them all).
+  int max_transients_kept = 64;
   /// Outlier robustness: an observation whose Student-t z-score under the MAP run exceeds
   /// outlier_z (and that differs from the MAP run's mean by more than min_rel_change) is held
   /// back; up to max_outlier_run consecutive ones are dropped as isolated outliers when a
@@ -73,6 +79,11 @@ struct DetectConfig {
   /// Half-width of the running median removed before the ACF: levels held longer than this are
   /// no period; bursts up to this long are seen as bursts.
   int median_halfwidth = 16;
+  /// Per-stage detection (the Watch; --detect-stages): one more detector per stage group on its
+  /// advance a[t,g], whose relative change is taken against max(m_l, m_r, stage_floor · L_F), L_F
+  /// the reference level of F[t,S]: a stage with a tiny advance does not fire on noise.
+  bool per_stage = false;
+  double stage_floor = 0.25;
 };
 
 /// Returns "" or one line naming the first bad field (what and what was expected).
@@ -87,6 +98,18 @@ struct ChangePoint {
   double rel_change = 0;        ///< |m_l − m_r| / max(m_l, m_r), on the medians
   double short_run_mass = 0;    ///< P(r_t <= short_run) at confirmation
   int direction() const { return median_after > median_before ? +1 : -1; }  ///< +1 slower, −1 recovery
+};
+
+/// An excursion that passed the verification's threshold but did not hold for min_gap steps: a
+/// hiccup, not a fail-slow onset (or a recovery).
+struct Transient {
+  std::int64_t step = 0;       ///< first step of the excursion
+  std::int64_t judged_at = 0;  ///< step whose observation showed it did not hold
+  int steps = 0;               ///< consecutive values from `step` on the excursion's side of the midpoint
+  double median_before = 0;    ///< m_l
+  double median_during = 0;    ///< median of the values from `step` when it was a candidate
+  double rel_change = 0;       ///< of those medians
+  int direction() const { return median_during > median_before ? +1 : -1; }
 };
 
 /// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
@@ -105,6 +128,14 @@ public:
   std::vector<ChangePoint> changes() const;
   /// Changes confirmed since the start, kept or not.
   std::int64_t changes_total() const { return changes_total_; }
+  /// The kept transients (at most max_transients_kept, the most recent), oldest first.
+  std::vector<Transient> transients() const { return {transients_.begin(), transients_.end()}; }
+  std::int64_t transients_total() const { return transients_total_; }
+  /// The reference level L (median of the last level_window values fed; 0 before any).
+  double level() const { return level_; }
+  /// Relative changes are taken against max(m_l, m_r, floor) from now on (per-stage detection:
+  /// a fraction of F's level); 0 (the default) is FALCON's max(m_l, m_r).
+  void set_floor(double floor) { floor_ = std::isfinite(floor) && floor > 0 ? floor : 0.0; }
   std::int64_t observed() const { return observed_; }
   std::int64_t outliers_dropped() const { return outliers_dropped_; }   ///< isolated outliers
   std::int64_t candidates_rejected() const { return rejected_; }       ///< failed verification
@@ -121,6 +152,9 @@ private:
   std::optional<ChangePoint> decide(std::int64_t step);
   std::optional<ChangePoint> reversion(std::int64_t step);
   std::optional<ChangePoint> verify(std::int64_t c, std::int64_t step, double mass, int min_left);
+  std::optional<ChangePoint> hold(std::int64_t step);
+  std::optional<ChangePoint> after_feed(std::int64_t step);
+  double rel(double a, double b) const;
   Stats prior() const;
   void update_level();
 
@@ -141,7 +175,12 @@ private:
   std::deque<ChangePoint> changes_;   ///< the last max_changes_kept
   static constexpr std::size_t kChangeFields = 8;  ///< values per kept change (state_size)
   std::int64_t changes_total_ = 0;
-  std::vector<double> left_, right_;  ///< verification work buffers
+  std::optional<ChangePoint> held_;   ///< a verified candidate waiting to hold for min_gap steps
+  std::deque<Transient> transients_;  ///< the last max_transients_kept
+  static constexpr std::size_t kTransientFields = 6;
+  std::int64_t transients_total_ = 0;
+  double floor_ = 0;                  ///< relative changes are taken against max(m_l, m_r, floor_)
+  std::vector<double> left_, right_, half_;  ///< verification work buffers
   std::int64_t segment_start_ = -1;   ///< first step of the current regime (last change or start)
   std::int64_t open_candidate_ = -1;  ///< step of a candidate under verification (or −1)
 };
@@ -261,8 +300,9 @@ public:
   bool window_open() const;
   /// The group with the largest credit to a single rank over the run (dominant_group's rule).
   int dominant_group() const;
-  /// Classification of group g over the windows closed so far.
-  CulpritStability result(int group) const;
+  /// Classification of group g over the windows closed so far, with the records of the last
+  /// `last_windows` kept windows (a window packet asks for 1).
+  CulpritStability result(int group, std::size_t last_windows = static_cast<std::size_t>(-1)) const;
   /// Values held: the kept window records, the per-rank run totals and culprit records (bounded by
   /// max_windows_kept and the number of ranks, not by the length of the run).
   std::size_t state_size() const;

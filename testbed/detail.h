@@ -51,11 +51,16 @@ public:
   bool keeps_windows() const;
   /// The kept windows (keeps_windows()), in order.
   const std::vector<formats::Window>& kept() const;
+  /// What the watch adds to a window's evidence packet: the changes confirmed in it (they go into
+  /// the packets of the windows holding their steps) and the window's culprit-stability record
+  /// (null: none).
+  struct Notes {
+    std::vector<ConfirmedChange> changes;
+    nlohmann::ordered_json stability;
+  };
   /// Called with each window and its evidence as it is scored (--detect, --trace, --live), at the
-  /// safe point; returns the changes confirmed in it, which go into the evidence packets (window_*.json)
-  /// of the windows holding their steps.
-  using Observer = std::function<std::vector<ConfirmedChange>(const std::shared_ptr<const formats::Window>&,
-                                                              const frontier::Evidence&, int)>;
+  /// safe point.
+  using Observer = std::function<Notes(const std::shared_ptr<const formats::Window>&, const frontier::Evidence&, int)>;
   void on_window(Observer f);
 
 private:
@@ -103,9 +108,23 @@ struct ReportInput {
   const detect::StabilityTracker* tracker = nullptr;
   std::string stability_stage;
   const inject::FaultPlan* plan = nullptr;
+  std::vector<const detect::Detector*> stage_detectors;  ///< --detect-stages: one per group (empty: off)
 };
 /// The report's JSON and table lines. Throws std::invalid_argument for an unknown stability stage.
 DetectReport build_report(const ReportInput& in);
+/// culprit_stability as run.json has it (the window records `st` holds under `per_window`).
+nlohmann::ordered_json stability_json(const detect::CulpritStability& st, const std::string& basis);
+/// Culprit stability's rule 3 (docs/detect.md): the diagnosis of the largest slowdown whose
+/// diagnosis names a moved stage, or null.
+template <typename Diagnoses>
+const Diagnosis* largest_slowdown(const Diagnoses& ds) {
+  const Diagnosis* big = nullptr;
+  for (const auto& dg : ds)
+    if (dg.change.direction() > 0 && dg.moved_group() >= 0 &&
+        (!big || dg.change.median_after - dg.change.median_before > big->change.median_after - big->change.median_before))
+      big = &dg;
+  return big;
+}
 /// One change as change_points[] lists it (truth matching aside), and its table line.
 nlohmann::ordered_json change_json(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups);
 std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups);

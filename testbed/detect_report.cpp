@@ -169,6 +169,34 @@ std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const 
   return text;
 }
 
+ordered_json stability_json(const detect::CulpritStability& st, const std::string& basis) {
+  ordered_json sj;
+  sj["stage"] = st.group_name.empty() ? ordered_json(nullptr) : ordered_json(st.group_name);
+  sj["stage_basis"] = basis;
+  sj["class"] = detect::to_string(st.stability);
+  sj["culprit"] = st.culprit;
+  sj["windows"] = st.windows_total;
+  sj["windows_led"] = st.windows_led;
+  sj["persistence"] = st.persistence;
+  sj["episodes"] = st.episodes;
+  sj["ongoing"] = st.ongoing;
+  sj["step_fraction_in_led_windows"] = st.step_fraction_in_led;
+  sj["evidence"] = st.evidence;
+  auto& rl = sj["ranks"] = ordered_json::array();
+  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) rl.push_back(lead_json(st.overall[i]));
+  sj["per_window_kept"] = st.windows.size();
+  auto& wl = sj["per_window"] = ordered_json::array();
+  for (const auto& w : st.windows) {
+    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit},
+                      {"advanced_steps", w.advanced_steps}};
+    if (!w.ranks.empty()) x["top"] = lead_json(w.ranks.front());
+    auto& rs = x["ranks"] = ordered_json::array();
+    for (const auto& l : w.ranks) rs.push_back(lead_json(l));
+    wl.push_back(std::move(x));
+  }
+  return sj;
+}
+
 DetectReport build_report(const ReportInput& in) {
   DetectReport rep;
   const auto& d = *in.detector;
@@ -187,13 +215,14 @@ DetectReport build_report(const ReportInput& in) {
   char line[640];
   std::snprintf(line, sizeof line,
                 "# change points (BOCPD on F[t,S]: short-run mass >= %.2f within %d steps; FALCON verification on "
-                "medians: gap >= %d steps, change > %s): %lld\n",
-                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(),
+                "medians: gap >= %d steps, change > %s, held for %d steps): %lld\n",
+                dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(), dc.min_gap,
                 static_cast<long long>(d.changes_total()));
   rep.text += line;
-  std::snprintf(line, sizeof line, "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected%s\n",
+  std::snprintf(line, sizeof line,
+                "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected, %lld transient(s)%s\n",
                 static_cast<long long>(d.observed()), static_cast<long long>(d.outliers_dropped()),
-                static_cast<long long>(d.candidates_rejected()),
+                static_cast<long long>(d.candidates_rejected()), static_cast<long long>(d.transients_total()),
                 d.changes_total() > static_cast<std::int64_t>(rep.changes.size())
                     ? ("; the last " + std::to_string(rep.changes.size()) + " changes kept").c_str()
                     : "");
@@ -239,6 +268,35 @@ DetectReport build_report(const ReportInput& in) {
     rep.text += text + "\n";
   }
 
+  // Excursions past the threshold that did not hold for min_gap steps: counted and listed (the
+  // last max_transients_kept), not change points.
+  {
+    const auto trs = d.transients();
+    auto& tj = rep.json["transients"] = ordered_json::array();
+    std::string listed;
+    for (std::size_t i = 0; i < trs.size(); ++i) {
+      const auto& t = trs[i];
+      tj.push_back({{"step", t.step},
+                    {"judged_at", t.judged_at},
+                    {"steps", t.steps},
+                    {"direction", t.direction() > 0 ? "slower" : "faster"},
+                    {"median_before_s", t.median_before},
+                    {"median_during_s", t.median_during},
+                    {"rel_change", t.rel_change}});
+      if (i + 5 >= trs.size()) {
+        std::snprintf(line, sizeof line, "%s step %lld (%d step%s, %+.1f%%)", listed.empty() ? "" : ",",
+                      static_cast<long long>(t.step), t.steps, t.steps == 1 ? "" : "s",
+                      (t.median_during - t.median_before) / std::max(t.median_before, 1e-12) * 100);
+        listed += line;
+      }
+    }
+    if (d.transients_total() > 0) {
+      std::snprintf(line, sizeof line, "#   transients (past %s but not held for %d steps; not change points), the last:%s\n",
+                    pct(dc.min_rel_change).c_str(), dc.min_gap, listed.c_str());
+      rep.text += line;
+    }
+  }
+
   rep.json["detector"] = {{"series", "exposed_step_s"},
                           {"first_step", seen_first},
                           {"observed_steps", d.observed()},
@@ -246,6 +304,7 @@ DetectReport build_report(const ReportInput& in) {
                           {"candidates_rejected", d.candidates_rejected()},
                           {"changes_total", d.changes_total()},
                           {"changes_dropped", d.changes_total() - static_cast<std::int64_t>(rep.changes.size())},
+                          {"transients", d.transients_total()},
                           {"hazard", dc.hazard},
                           {"max_run_length", dc.max_run_length},
                           {"short_run", dc.short_run},
@@ -253,6 +312,62 @@ DetectReport build_report(const ReportInput& in) {
                           {"min_gap", dc.min_gap},
                           {"min_rel_change", dc.min_rel_change},
                           {"max_changes_kept", dc.max_changes_kept}};
+  // --detect-stages: one detector per stage group's advance a[t,g]. Time moved from one stage to
+  // another leaves F[t,S] as it was, so F's detector cannot see it; these name the stages.
+  if (!in.stage_detectors.empty()) {
+    struct Item {
+      int group;
+      detect::ChangePoint c;
+    };
+    std::vector<Item> items;
+    std::int64_t total = 0, transients = 0;
+    ordered_json per = ordered_json::array();
+    for (std::size_t g = 0; g < in.stage_detectors.size() && g < groups.size(); ++g) {
+      const auto& sd = *in.stage_detectors[g];
+      for (const auto& c : sd.changes()) items.push_back({static_cast<int>(g), c});
+      total += sd.changes_total();
+      transients += sd.transients_total();
+      per.push_back({{"stage", groups[g]},
+                     {"changes_total", sd.changes_total()},
+                     {"transients", sd.transients_total()},
+                     {"outliers_dropped", sd.outliers_dropped()},
+                     {"candidates_rejected", sd.candidates_rejected()}});
+    }
+    std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.c.step < b.c.step; });
+    std::snprintf(line, sizeof line,
+                  "# stage change points (one detector per stage group on its advance a[t,g], same rule; change > %s of "
+                  "max(m_l, m_r, %s of F's level)): %lld\n",
+                  pct(dc.min_rel_change).c_str(), pct(dc.stage_floor).c_str(), static_cast<long long>(total));
+    rep.text += line;
+    auto& scp = rep.json["stage_change_points"] = ordered_json::array();
+    for (const auto& [g, c] : items) {
+      ordered_json j;
+      j["stage"] = groups[g];
+      const ordered_json cj = change_json(c, nullptr, groups);
+      for (const auto& [k, v] : cj.items()) j[k] = v;
+      if (in.plan) {
+        // The injected stage, near an injected transition of the same direction.
+        bool matched = false;
+        for (const auto& tr : transitions)
+          matched = matched || (groups[g] == truth_stage && tr.direction == c.direction() && std::llabs(tr.step - c.step) <= kMatchSteps);
+        j["truth"] = {{"matched", matched}};
+      }
+      scp.push_back(std::move(j));
+      std::snprintf(line, sizeof line, "#   %s: %s from step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)\n",
+                    groups[g].c_str(), c.direction() > 0 ? "slower" : "faster", static_cast<long long>(c.step),
+                    static_cast<long long>(c.detected_at), c.median_before, c.median_after,
+                    (c.median_after - c.median_before) / std::max(c.median_before, 1e-12) * 100);
+      rep.text += line;
+    }
+    rep.json["stage_detector"] = {{"series", "advance_s per stage group"},
+                                  {"stages", in.stage_detectors.size()},
+                                  {"floor_fraction_of_f", dc.stage_floor},
+                                  {"changes_total", total},
+                                  {"changes_dropped", total - static_cast<std::int64_t>(items.size())},
+                                  {"transients", transients},
+                                  {"per_stage", std::move(per)}};
+  }
+
   // The series the detector watched, for plots beside the change points: F[t,S] per step (null
   // where no rank was present), the last Watch::kSeriesSteps steps.
   {
@@ -331,12 +446,7 @@ DetectReport build_report(const ReportInput& in) {
     if (group >= 0) basis = "the stage of the periodic spikes";
   }
   if (group < 0) {
-    const Diagnosis* big = nullptr;
-    for (const auto& dg : in.diagnoses)
-      if (dg.change.direction() > 0 && dg.moved_group() >= 0 &&
-          (!big || dg.change.median_after - dg.change.median_before > big->change.median_after - big->change.median_before))
-        big = &dg;
-    if (big) {
+    if (const Diagnosis* big = largest_slowdown(in.diagnoses)) {
       group = big->moved_group();
       basis = "the stage that moved at the change at step " + std::to_string(big->change.step);
     }
@@ -346,33 +456,10 @@ DetectReport build_report(const ReportInput& in) {
     basis = "the group with the most credit to one rank";
   }
   const auto st = in.tracker->result(group);
-  ordered_json sj;
-  sj["stage"] = st.group_name.empty() ? ordered_json(nullptr) : ordered_json(st.group_name);
-  sj["stage_basis"] = basis;
-  sj["class"] = detect::to_string(st.stability);
-  sj["culprit"] = st.culprit;
-  sj["windows"] = st.windows_total;
-  sj["windows_led"] = st.windows_led;
-  sj["persistence"] = st.persistence;
-  sj["episodes"] = st.episodes;
-  sj["ongoing"] = st.ongoing;
-  sj["step_fraction_in_led_windows"] = st.step_fraction_in_led;
-  sj["evidence"] = st.evidence;
-  auto& rl = sj["ranks"] = ordered_json::array();
-  for (std::size_t i = 0; i < st.overall.size() && i < 8; ++i) rl.push_back(lead_json(st.overall[i]));
-  sj["per_window_kept"] = st.windows.size();
-  auto& wl = sj["per_window"] = ordered_json::array();
   std::string leaders;
-  for (const auto& w : st.windows) {
-    ordered_json x = {{"first_step", w.first_step}, {"last_step", w.last_step}, {"culprit", w.culprit},
-                      {"advanced_steps", w.advanced_steps}};
-    if (!w.ranks.empty()) x["top"] = lead_json(w.ranks.front());
-    auto& rs = x["ranks"] = ordered_json::array();
-    for (const auto& l : w.ranks) rs.push_back(lead_json(l));
-    wl.push_back(std::move(x));
+  for (const auto& w : st.windows)
     leaders += (leaders.empty() ? "" : " ") + (w.culprit >= 0 ? std::to_string(w.culprit) : std::string("."));
-  }
-  rep.json["culprit_stability"] = std::move(sj);
+  rep.json["culprit_stability"] = stability_json(st, basis);
   std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n",
                 st.group_name.empty() ? "no stage" : st.group_name.c_str(),
                 st.windows_total, basis.c_str(), std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());

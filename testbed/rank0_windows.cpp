@@ -164,9 +164,12 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   const auto wp = std::make_shared<const formats::Window>(std::move(win));
   const auto& w = *wp;
   const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
-  std::vector<ConfirmedChange> changes;
-  if (im.observer) changes = im.observer(wp, e, index);
+  Notes notes;
+  if (im.observer) notes = im.observer(wp, e, index);
+  const auto& changes = notes.changes;
   auto pj = formats::evidence_to_json(e, w.ranks);
+  // The window's culprit stability, as run.json's per-window record (and the class so far).
+  if (!notes.stability.is_null()) pj["culprit_stability"] = std::move(notes.stability);
   const std::int64_t first = w.matrix.first_step(), last = w.matrix.first_step() + (w.matrix.steps() - 1);
   // Change points go into the packet of the window that holds their step: this one, or one of
   // the last few (rewritten).

@@ -190,8 +190,12 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   std::string last_change;
   if (rank == 0 && (watch || cfg.live))
     windows->on_window([&](const std::shared_ptr<const formats::Window>& w, const frontier::Evidence& e, int index) {
-      std::vector<ConfirmedChange> changes;
-      if (watch) changes = watch->observe(std::shared_ptr<const frontier::StageMatrix>(w, &w->matrix), w->ranks);
+      detail::Rank0Windows::Notes notes;
+      if (watch) {
+        notes.changes = watch->observe(std::shared_ptr<const frontier::StageMatrix>(w, &w->matrix), w->ranks);
+        notes.stability = watch->window_stability();
+      }
+      const auto& changes = notes.changes;
       for (const auto& c : changes) {
         last_change = c.line;
         // The diagnosis window opened at this safe point: one line now (the live view shows it too).
@@ -204,7 +208,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
         std::fputs(detail::live_view(ls, e, live_tty).c_str(), stdout);
       }
       std::fflush(stdout);
-      return changes;
+      return notes;
     });
   auto sink = [&](formats::Window&& w, int index) { windows->add(std::move(w), index); };
   recorder::Recorder rec(rc, *transport, cfg.recorder == RecorderMode::event ? &b.device->events() : nullptr, sink);

@@ -278,6 +278,12 @@ public:
                                        const std::vector<formats::RankInfo>& ranks = {});
   /// The changes kept so far (the detector's last max_changes_kept).
   std::vector<detect::ChangePoint> changes() const;
+  /// After observe() of a window that is a culprit-stability window (--detect, stability_per_window):
+  /// culprit_stability as report() has it, as of that window (the class so far, `per_window` holding
+  /// that window's record), for the window's evidence packet; null otherwise. The stage followed is
+  /// chosen by the report's rules as far as they are known then (not the period rule: it needs the
+  /// whole series).
+  nlohmann::ordered_json window_stability() const;
   /// --detect's report, once, after the last window. `whole`: the run's whole matrix when the
   /// caller holds it (sim, score; run with the rank_median baseline): the diagnosis reads it.
   /// Otherwise (online) the segments kept as the run went. Throws std::invalid_argument with one

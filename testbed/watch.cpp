@@ -38,6 +38,10 @@ void copy_step(const frontier::StageMatrix& m, int t, frontier::StageMatrix& one
 struct Watch::State {
   WatchOptions opt;
   std::optional<detect::Detector> detector;
+  /// --detect-stages: one more detector per stage group, on its advance a[t,g] (same config;
+  /// relative changes against max(m_l, m_r, stage_floor · F's level)).
+  std::vector<detect::Detector> stage_detectors;
+  std::vector<double> step_adv;  ///< a[t,g] of the step being fed (work buffer)
   bool init = false;
   frontier::StageSchema schema;
   std::vector<std::string> groups;
@@ -76,12 +80,14 @@ struct Watch::State {
     stability.emplace(schema, sc);
     next_window = m.first_step();
     segment_first = m.first_step();
+    if (opt.detect && opt.detect->per_stage) stage_detectors.assign(static_cast<std::size_t>(G), detect::Detector(*opt.detect));
     first_seen = m.first_step();
     if (opt.online) {
       const auto& dc = opt.detect ? *opt.detect : detect::DetectConfig{};
-      // A change is placed at most short_run observations before the one that confirms it, which
+      // A change is placed at most short_run observations before the one that makes it a
+      // candidate and confirmed once min_gap values from it are in (the new level held), which
       // may come max_outlier_run held-back observations later.
-      lag = dc.short_run + dc.max_outlier_run + 2;
+      lag = std::max(dc.short_run, dc.min_gap) + dc.max_outlier_run + 2;
       one.emplace(frontier::StageMatrix::same_layout(m, m.first_step(), 1));
       if (opt.detect) new_segment(m);
       if (opt.trace) trace.emplace(*opt.trace, opt.plan);
@@ -229,6 +235,17 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
     }
     if (st.detector && scored)
       if (const auto c = st.detector->observe(step, acc.exposed(t))) out.push_back(st.confirmed(*c));
+    if (!st.stage_detectors.empty() && scored) {
+      // Each stage group's advance (F[t,S] = Σ_g a[t,g]: time moved from one stage to another
+      // leaves F as it was). The floor follows F's level: a tiny stage cannot fire on its noise.
+      st.step_adv.assign(static_cast<std::size_t>(st.G), 0.0);
+      for (int s = 0; s < st.schema.size(); ++s) st.step_adv[st.schema.group_of(s)] += acc.advance(t, s);
+      const double floor = st.opt.detect->stage_floor * st.detector->level();
+      for (int g = 0; g < st.G; ++g) {
+        st.stage_detectors[g].set_floor(floor);
+        st.stage_detectors[g].observe(step, std::max(0.0, st.step_adv[g]));
+      }
+    }
     while (st.opt.online && st.pending_scored > st.lag) {
       if (st.pending.front().scored) --st.pending_scored;
       st.fold(st.pending.front());
@@ -241,6 +258,29 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
 
 std::vector<detect::ChangePoint> Watch::changes() const {
   return s_->detector ? s_->detector->changes() : std::vector<detect::ChangePoint>{};
+}
+
+ordered_json Watch::window_stability() const {
+  const auto& st = *s_;
+  if (!st.detector || !st.stability || !st.opt.stability_per_window || st.stability->window_open()) return nullptr;
+  // The report's rules as far as they are known at this window: --stability-stage, the stage that
+  // moved at the largest slowdown so far, the group with the most credit to one rank so far.
+  int group = -1;
+  std::string basis;
+  if (const auto it = std::find(st.groups.begin(), st.groups.end(), st.opt.stability_stage); it != st.groups.end()) {
+    group = static_cast<int>(it - st.groups.begin());
+    basis = "--stability-stage";
+  } else if (const detail::Diagnosis* big = detail::largest_slowdown(st.diagnoses)) {
+    group = big->moved_group();
+    basis = "the stage that moved at the change at step " + std::to_string(big->change.step);
+  } else {
+    group = st.stability->dominant_group();
+    basis = "the group with the most credit to one rank";
+  }
+  if (group < 0) return nullptr;  // no group has had a unique leader yet
+  auto j = detail::stability_json(st.stability->result(group, 1), basis);
+  j["so_far"] = true;  // the class as of this window; run.json has the final one
+  return j;
 }
 
 DetectReport Watch::report(const frontier::StageMatrix* whole) {
@@ -276,6 +316,7 @@ DetectReport Watch::report(const frontier::StageMatrix* whole) {
   in.tracker = st.stability ? &*st.stability : &empty;
   in.stability_stage = st.opt.stability_stage;
   in.plan = st.opt.plan;
+  for (const auto& d : st.stage_detectors) in.stage_detectors.push_back(&d);
   return detail::build_report(in);
 }
 
@@ -302,6 +343,8 @@ ordered_json Watch::trace(const frontier::StageMatrix* whole, const std::vector<
 std::size_t Watch::state_size() const {
   const auto& st = *s_;
   std::size_t n = st.detector ? st.detector->state_size() : 0;
+  for (const auto& d : st.stage_detectors) n += d.state_size();
+  n += st.step_adv.size();
   n += st.series.size() + st.series_adv.size();
   if (st.stability) n += st.stability->state_size();
   if (st.trace) n += st.trace->state_size();

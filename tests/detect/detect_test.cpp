@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <string>
 
 namespace {
 
@@ -33,9 +35,11 @@ std::vector<double> series(int n, const std::vector<std::pair<int, double>>& lev
 }
 
 // The bound the docs state: with ≤ 2% noise and a ≥ 20% shift, the change is placed within
-// 2 steps of the onset and confirmed at most max_outlier_run + min_after + 2 = 7 steps after it.
+// 2 steps of the onset and confirmed when the new level has held K = min_gap values from it, which
+// held-back outliers may delay: at most kPlaceBound + (min_gap − 1) + max_outlier_run = 13 steps
+// after the onset. (7 before the new level had to hold: a 2-3 step hiccup was confirmed.)
 constexpr int kPlaceBound = 2;
-constexpr int kDetectBound = 7;
+constexpr int kDetectBound = 13;
 
 }  // namespace
 
@@ -71,16 +75,23 @@ TEST(Detect, verification_drops_small_changes_and_close_ones) {
   for (std::size_t t = 0; t < x.size(); ++t) d.observe(static_cast<std::int64_t>(t), x[t]);
   EXPECT_TRUE(d.changes().empty());
   EXPECT_GT(d.candidates_rejected(), 0);
-  // A 4-step burst: the recovery is closer than min_gap = 10 to the onset but returns to the level
-  // before it, so it is reported as the burst's recovery (a pair), never as a lasting change.
+  // A 6-step burst does not hold for min_gap = 10 steps: a transient (counted, with its length),
+  // not a change. With min_gap = 3 it holds long enough: a change and its recovery, the
+  // recovery closer than min_gap to the onset because it returns to the level before it.
   const auto y = series(200, {{0, 0.2}, {100, 0.4}, {106, 0.2}}, 0.01, 5);
-  const auto pair = detect_series(y, 0);
+  Detector dy;
+  for (std::size_t t = 0; t < y.size(); ++t) dy.observe(static_cast<std::int64_t>(t), y[t]);
+  EXPECT_TRUE(dy.changes().empty());
+  ASSERT_EQ(dy.transients_total(), 1);
+  EXPECT_NEAR(static_cast<double>(dy.transients()[0].step), 100.0, kPlaceBound);
+  EXPECT_EQ(dy.transients()[0].steps, 106 - dy.transients()[0].step);
+  EXPECT_EQ(dy.transients()[0].direction(), +1);
+  DetectConfig loose;
+  loose.min_gap = 3;
+  const auto pair = detect_series(y, 0, loose);
   ASSERT_EQ(pair.size(), 2u);
   EXPECT_EQ(pair[0].direction(), +1);
   EXPECT_EQ(pair[1].direction(), -1);
-  DetectConfig loose;
-  loose.min_gap = 3;
-  EXPECT_EQ(detect_series(y, 0, loose).size(), 2u);
   // A second step up 5 steps after the first is closer than min_gap and no return: dropped.
   const auto z = series(200, {{0, 0.2}, {100, 0.3}, {105, 0.45}}, 0.005, 5);
   const auto up = detect_series(z, 0);
@@ -131,13 +142,28 @@ TEST(DetectFix, a_slow_or_zero_first_step_does_not_set_the_scale) {
 }
 
 // Issue 14, class 4: bursts of several steps (longer than the two held-back outliers) every 20
-// steps made a storm of "slower" changes with no recovery. Each burst is now a change and its
-// recovery, in alternation, the recovery within 2 steps of the burst's end.
-TEST(DetectFix, bursts_are_change_and_recovery_pairs_not_a_storm) {
-  for (int len : {3, 5, 8}) {
+// steps made a storm of "slower" changes with no recovery. A burst that holds for K = min_gap
+// steps in the halves rule (8 or more of the first 10 values) is a change and its recovery, in
+// alternation, the recovery within 2 steps of the burst's end; a shorter one is a transient, one
+// per burst (until the live false alarms of issue 14, 3- and 5-step bursts were pairs too).
+TEST(DetectFix, bursts_are_transients_or_change_and_recovery_pairs_not_a_storm) {
+  for (int len : {3, 5, 7}) {
     auto x = series(300, {{0, 0.2}}, 0.02, static_cast<std::uint64_t>(len));
     for (int t = 10; t < 300; t += 20)
       for (int k = 0; k < len; ++k) x[t + k] = 0.6;
+    Detector d;
+    for (std::size_t t = 0; t < x.size(); ++t) d.observe(static_cast<std::int64_t>(t), x[t]);
+    EXPECT_TRUE(d.changes().empty()) << len;
+    EXPECT_EQ(d.transients_total(), 15) << len;
+    for (const auto& tr : d.transients()) {
+      EXPECT_LE(std::abs((tr.step - 10) % 20), kPlaceBound) << "transient at " << tr.step;
+      EXPECT_LE(std::abs(tr.steps - len), kPlaceBound) << "transient at " << tr.step;
+    }
+  }
+  for (int len : {8, 12}) {
+    auto x = series(300, {{0, 0.2}}, 0.02, static_cast<std::uint64_t>(len));
+    for (int t = 10; t < 300; t += 20)
+      for (int k = 0; k < len && t + k < 300; ++k) x[t + k] = 0.6;
     const auto cps = detect_series(x, 0);
     ASSERT_FALSE(cps.empty()) << len;
     int expect = +1, recoveries = 0;
@@ -275,10 +301,52 @@ TEST(DetectRobust, spike_trains_neither_hide_a_shift_nor_pass_for_one) {
     EXPECT_LE(b.missed_onsets + b.missed_offsets, 2 * kSeeds * 3 / 100) << noise << " " << spike;
     EXPECT_LE(b.false_alarms, kSeeds * 5 / 100) << noise << " " << spike;
   }
-  // The failure it fixes is real in the plain model: it breaks the same limits in the worst row
-  // (this guards the test, not the detector).
+  // The failure it fixes is real in the plain model: it misses more than 3 % of the onsets in the
+  // worst row (this guards the test, not the detector; since a new level must hold K steps the
+  // plain model's false alarms fell from 31 to ~10 and its misses and false alarms together no
+  // longer pass the sum of both limits, so the guard counts onsets only).
   const SpikeTally worst = spike_trains(0.15, 2, kSeeds, plain);
-  EXPECT_GT(worst.missed_onsets + worst.missed_offsets + worst.false_alarms, 2 * kSeeds * 3 / 100 + kSeeds * 5 / 100);
+  EXPECT_GT(worst.missed_onsets, kSeeds * 3 / 100);
+}
+
+/// A series of tests/data/detect/: one value per line, `#` lines a header with "# first_step N".
+std::pair<std::vector<double>, std::int64_t> live_series(const std::string& name) {
+  std::ifstream in(std::string(SF_SOURCE_DIR) + "/tests/data/detect/" + name);
+  std::vector<double> x;
+  std::int64_t first = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# first_step ", 0) == 0) first = std::stoll(line.substr(13));
+    if (!line.empty() && line[0] != '#') x.push_back(std::stod(line));
+  }
+  return {x, first};
+}
+
+// Issue 14 (audit, live false alarms): two healthy 2500-step live runs at 8 ranks on a loaded
+// 2-core VM reported 7 and 4 change points, 2-3-step bumps of 10-16 % confirmed as onsets (and
+// their returns as recoveries). A new level must now hold K steps: none is a change, the bumps are
+// counted as transients; the live A/B/A at the smallest delay (12 ms on ~67 ms steps, +13 %) still
+// gives its onset at 55 and its recovery at 105 in all three seeds.
+TEST(DetectLive, healthy_live_bumps_are_transients_and_a_12ms_aba_is_found) {
+  for (const char* name : {"live_none_2500_seed2.txt", "live_none_2500_seed3.txt"}) {
+    const auto [x, first] = live_series(name);
+    ASSERT_EQ(x.size(), 2500u) << name;
+    Detector d;
+    for (std::size_t i = 0; i < x.size(); ++i) d.observe(first + static_cast<std::int64_t>(i), x[i]);
+    EXPECT_TRUE(d.changes().empty()) << name << ": first change at " << (d.changes().empty() ? -1 : d.changes()[0].step);
+    EXPECT_GE(d.transients_total(), 1) << name;
+    for (const auto& t : d.transients()) EXPECT_LE(t.steps, 3) << name << " transient at " << t.step;
+  }
+  for (const char* name : {"live_aba_12ms_seed1.txt", "live_aba_12ms_seed2.txt", "live_aba_12ms_seed3.txt"}) {
+    const auto [x, first] = live_series(name);
+    ASSERT_EQ(x.size(), 150u) << name;
+    const auto cps = detect_series(x, first);
+    ASSERT_EQ(cps.size(), 2u) << name;
+    EXPECT_LE(std::abs(cps[0].step - 55), kPlaceBound) << name;
+    EXPECT_EQ(cps[0].direction(), +1) << name;
+    EXPECT_LE(std::abs(cps[1].step - 105), kPlaceBound) << name;
+    EXPECT_EQ(cps[1].direction(), -1) << name;
+  }
 }
 
 TEST(Detect, bad_input_throws_one_line) {
@@ -295,12 +363,14 @@ TEST(Detect, bad_input_throws_one_line) {
 
 /// What Detector::state_size() may hold for a run-length cap and a change cap: posterior, four
 /// statistics, the Student-t constants, work buffers and inlier weights per run length, the
-/// history (2 values per step), the level window, the verification buffers, three held outliers
-/// and the kept changes (ChangePoint's 8 values each).
+/// history (2 values per step), the level window, the verification buffers (and the half-window
+/// of the hold check), three held outliers, the kept changes and the held candidate
+/// (ChangePoint's 8 values each) and the kept transients (6 values each).
 std::size_t state_bound(const DetectConfig& c) {
   const std::size_t cap = static_cast<std::size_t>(c.max_run_length) + 1;
   return 5 * cap + 4 * cap + 2 * (cap - 1) + cap + static_cast<std::size_t>(c.level_window) +
-         2 * static_cast<std::size_t>(c.max_outlier_run + 1) + 8 * static_cast<std::size_t>(c.max_changes_kept);
+         2 * static_cast<std::size_t>(c.max_outlier_run + 1) + 8 * static_cast<std::size_t>(c.max_changes_kept + 1) +
+         cap / 2 + 1 + 6 * static_cast<std::size_t>(c.max_transients_kept);
 }
 
 // Issue 14, class 5: a run that flaps every 12 steps for 10^6 steps confirms ~83,000 changes; the

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Checks a `--trace` file as Perfetto / chrome://tracing read it (Chrome trace-event JSON):
-  check_trace.py TRACE RANKS STEPS [CHANGES] [--steps-kept S1,S2,...] [--truth N]
+  check_trace.py TRACE RANKS STEPS [CHANGES] [--steps-kept S1,S2,...] [--truth N] [--identity HOST]
 - every event has ph/pid/ts (metadata: name/args); ts >= 0, dur >= 0, all finite;
 - one process_name per shown rank (named "rank R ...", sort index R) and a "frontier" process;
+  with --identity HOST (a run: windows carry identity) every rank process is named
+  "rank R (local L, HOST)" as docs/detect.md says, with the local ranks of a host distinct and
+  0..n-1 when the trace shows every rank of it;
   leaders outside the shown ranks have processes of their own ("(leader: ...)") with slices at
   the steps they lead, and every frontier slice that names a leader either has its process or
   says "not in trace";
@@ -15,11 +18,12 @@
 import collections
 import json
 import math
+import re
 import sys
 
 args = [a for a in sys.argv[1:]]
 opts = {}
-for flag in ("--steps-kept", "--truth"):
+for flag in ("--steps-kept", "--truth", "--identity"):
     if flag in args:
         i = args.index(flag)
         opts[flag] = args[i + 1]
@@ -47,6 +51,25 @@ if len(rank_pids) != ranks:
 for p, n in all_rank_pids.items():
     if n.split()[1] != str(p - 1):
         bad.append(f"pid {p} named {n!r}")
+if "--identity" in opts:
+
+    locals_by_host = collections.defaultdict(list)
+    for p, n in sorted(all_rank_pids.items()):
+        m = re.match(r"^rank (\d+) \(local (\d+), ([^)]+)\)( \(leader: only the steps it leads\))?$", n)
+        if not m:
+            bad.append(f"pid {p} named {n!r}, expected 'rank R (local L, {opts['--identity']})'")
+            continue
+        if int(m.group(1)) != p - 1:
+            bad.append(f"pid {p} named {n!r}: rank {m.group(1)}, expected {p - 1}")
+        # (the recorder keeps 63 bytes of a host name)
+        if m.group(3) != opts["--identity"] and not (len(m.group(3)) == 63 and opts["--identity"].startswith(m.group(3))):
+            bad.append(f"pid {p} named {n!r}: host {m.group(3)!r}, expected {opts['--identity']!r}")
+        locals_by_host[m.group(3)].append(int(m.group(2)))
+    for host, ls in locals_by_host.items():
+        if len(set(ls)) != len(ls):
+            bad.append(f"host {host}: local ranks repeat: {sorted(ls)}")
+        if len(ls) == ranks and sorted(ls) != list(range(ranks)):
+            bad.append(f"host {host}: local ranks {sorted(ls)}, expected 0..{ranks - 1}")
 fpid = [p for p, n in procs.items() if n.startswith("frontier")]
 if len(fpid) != 1:
     bad.append("no frontier process")

@@ -6,6 +6,11 @@ steps after warm-up can be a real >10% transient, which FALCON's rule rightly re
 Also (issue 14): every change point is in the evidence packet (window_*.json beside run.json) of
 the window that holds its step, with the diagnosis window opened when it was confirmed; and rank 0
 kept no window in memory.
+Every packet carries its window's culprit stability (the class so far, and under per_window the
+window's record: its bounds, culprit and per-rank leads); where the packet follows the stage
+run.json follows, the record equals run.json's for that window; the fault's windows name the
+truth rank. With --detect-stages (stage_change_points in run.json): data.next_wait slower near the
+onset and faster near the offset.
   check_detect.py RUN_JSON"""
 import glob
 import json
@@ -36,6 +41,34 @@ for c in cps:
         bad.append(f"change at {c['step']} is in no window packet")
     elif got[0]["after"]["first_step"] != c["step"] or got[0]["after"]["last_step"] < got[0]["detected_at"]:
         bad.append(f"change at {c['step']}: the packet's diagnosis window {got[0].get('after')} did not open at the change")
+final_windows = {w["first_step"]: w for w in cs["per_window"]}
+fault_windows = 0
+for p in sorted(packets, key=lambda p: p["window"]["first_step"]):
+    first, last = p["window"]["first_step"], p["window"]["last_step"]
+    ps = p.get("culprit_stability")
+    if ps is None:
+        bad.append(f"window {first}-{last}: no culprit_stability in its packet")
+        continue
+    if ps.get("class") not in ("none", "chronic", "intermittent", "one-off") or len(ps.get("per_window", [])) != 1:
+        bad.append(f"window {first}-{last}: packet stability {ps.get('class')} with {len(ps.get('per_window', []))} records")
+        continue
+    rec = ps["per_window"][0]
+    if (rec["first_step"], rec["last_step"]) != (first, last):
+        bad.append(f"window {first}-{last}: stability record spans {rec['first_step']}-{rec['last_step']}")
+    if ps["stage"] == cs["stage"] and rec != final_windows.get(first):
+        bad.append(f"window {first}-{last}: packet record {rec} is not run.json's {final_windows.get(first)}")
+    # A window wholly inside the fault, once the change is confirmed, names the truth rank.
+    if truth["onset"] + 10 <= first and last < truth["offset"] and ps["stage"] == cs["stage"]:
+        fault_windows += 1
+        if rec["culprit"] != truth["rank"]:
+            bad.append(f"window {first}-{last} (fault on): culprit {rec['culprit']}, expected rank {truth['rank']}")
+if fault_windows == 0:
+    bad.append("no packet of a window inside the fault follows run.json's stage")
+if "stage_change_points" in j:
+    scp = j["stage_change_points"]
+    for at, kind in ((truth["onset"], "slower"), (truth["offset"], "faster")):
+        if not [c for c in scp if c["stage"] == "data.next_wait" and c["direction"] == kind and abs(c["step"] - at) <= 5]:
+            bad.append(f"no data.next_wait {kind} stage change near step {at}: {[(c['stage'], c['step'], c['direction']) for c in scp]}")
 if j["telemetry"].get("rank0_windows_kept", -1) != 0:
     bad.append(f"rank 0 kept {j['telemetry'].get('rank0_windows_kept')} windows in memory, expected 0")
 for b in bad:

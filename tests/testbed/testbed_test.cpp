@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -97,6 +99,8 @@ testbed::WatchOptions watch_options(bool online) {
 TEST(Watch, keeps_no_window_and_its_state_levels_off) {
   auto o = watch_options(true);
   o.detect->max_changes_kept = 16;
+  o.detect->per_stage = true;  // G more detectors, each capped like F's
+  o.detect->max_run_length = 64;  // (7 detectors over 48,000 steps: 10 s at the default 256, 3 s at 64)
   o.trace = testbed::TraceOptions{"", 40, 4};
   o.stability_window = 5;
   testbed::Watch w(o);
@@ -119,6 +123,9 @@ TEST(Watch, keeps_no_window_and_its_state_levels_off) {
   EXPECT_EQ(rep.json["culprit_stability"]["per_window"].size(), 2048u);
   EXPECT_EQ(rep.json["culprit_stability"]["windows"].get<int>(), windows * steps / 5);
   EXPECT_EQ(rep.json["series"]["exposed_step_s"].size(), static_cast<std::size_t>(testbed::Watch::kSeriesSteps));
+  EXPECT_EQ(rep.json["stage_detector"]["stages"], 6);
+  EXPECT_GE(rep.json["stage_detector"]["changes_total"].get<int>(), 1000);  // data.next_wait flaps with F
+  EXPECT_LE(rep.json["stage_change_points"].size(), 6u * 16u);
   const auto tr = w.trace();
   EXPECT_EQ(tr["otherData"]["steps_in_trace"].get<int>(), 40);
 }
@@ -170,6 +177,53 @@ TEST(Watch, online_diagnosis_opens_at_the_change_and_matches_the_whole_matrix) {
   EXPECT_TRUE(rm_seen[0].json.contains("before"));
   EXPECT_EQ(rm_seen[0].json["moved_stage"], "data.next_wait");
   EXPECT_EQ(rm.report(whole.get()).changes.size(), 2u);
+}
+
+// Issue 14 (audit): run --out's window packets carried change points but no culprit stability.
+// After each recorder window the watch gives that window's record as run.json has it (the class so
+// far); its per-window record is the one the final report lists for the same window and stage.
+TEST(Watch, window_stability_is_the_reports_record_for_that_window) {
+  auto slow = [](std::int64_t t) { return t >= 40 && t < 80; };
+  const auto whole = window(0, 120, slow);
+  auto o = watch_options(true);
+  o.stability_per_window = true;
+  testbed::Watch w(o);
+  std::vector<nlohmann::ordered_json> packets;
+  for (int i = 0; i < 12; ++i) {
+    w.observe(std::make_shared<const frontier::StageMatrix>(detect::slice(*whole, i * 10, i * 10 + 9)));
+    packets.push_back(w.window_stability());
+  }
+  const auto rep = w.report();
+  const auto& final_cs = rep.json["culprit_stability"];
+  ASSERT_EQ(final_cs["stage"], "data.next_wait");
+  int compared = 0;
+  for (int i = 0; i < 12; ++i) {
+    const auto& p = packets[i];
+    ASSERT_FALSE(p.is_null()) << i;
+    ASSERT_EQ(p["per_window"].size(), 1u);
+    const auto& rec = p["per_window"][0];
+    EXPECT_EQ(rec["first_step"], i * 10);
+    EXPECT_EQ(rec["last_step"], i * 10 + 9);
+    EXPECT_EQ(p["windows"], i + 1);
+    EXPECT_TRUE(p["so_far"].get<bool>());
+    for (const char* k : {"stage", "stage_basis", "class", "culprit", "evidence", "ranks"}) EXPECT_TRUE(p.contains(k)) << k;
+    if (i >= 5 && i < 8) {  // slow windows after the change at 40 is confirmed (at 49, K = 10 values)
+      EXPECT_EQ(p["stage"], "data.next_wait") << i;
+      EXPECT_EQ(rec["culprit"], 2) << i;
+      EXPECT_EQ(rec["top"]["rank"], 2) << i;
+    }
+    if (p["stage"] == final_cs["stage"]) {
+      EXPECT_EQ(rec, final_cs["per_window"][i]) << i;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 8);
+  EXPECT_EQ(packets[7]["class"], "chronic");  // so far: the slow episode is still going at step 79
+  EXPECT_EQ(final_cs["class"], "one-off");
+  // Not a stability window (one window over the run, stability windows of 20 steps): none.
+  testbed::Watch one(watch_options(true));
+  one.observe(whole);
+  EXPECT_TRUE(one.window_stability().is_null());
 }
 
 // Issue 14, class 6: culprit stability followed the group with the most credit to one rank
@@ -226,6 +280,82 @@ TEST(Watch, steps_without_records_keep_the_phase_in_steps) {
   EXPECT_EQ(rep.json["periodicity"]["period"], 6);
   EXPECT_EQ(rep.json["periodicity"]["phase_step"], 32);
   EXPECT_TRUE(rep.json["series"]["exposed_step_s"][4].is_null());
+}
+
+/// Four ranks, default schema, `steps` steps: data 20 ms, forward 30, backward 50, callbacks
+/// `cb` (±`cb_noise` relative), optimizer 10; from step `at` on, `moved` seconds go from backward
+/// to data on every rank (F[t,S] stays as it was) and callbacks grow by `cb_shift` (relative).
+std::shared_ptr<const frontier::StageMatrix> stage_move(int steps, int at, double moved, double cb = 0.001,
+                                                        double cb_noise = 0.1, double cb_shift = 0.0) {
+  auto m = std::make_shared<frontier::StageMatrix>(frontier::StageSchema::default_schema(), 4, 0, steps);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> j(0.98, 1.02), jc(1 - cb_noise, 1 + cb_noise);
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < 4; ++r) {
+      const double shift = t >= at ? moved : 0.0;
+      std::vector<double> d{(0.020 + shift) * j(rng), 0.030 * j(rng), (0.050 - shift) * j(rng),
+                            cb * (t >= at ? 1 + cb_shift : 1.0) * jc(rng), 0.010 * j(rng)};
+      double wall = 0;
+      for (double v : d) wall += v;
+      m->set_record(t, r, d, wall + 0.001);
+    }
+  return m;
+}
+
+testbed::DetectReport stage_report(const std::shared_ptr<const frontier::StageMatrix>& m, double floor) {
+  auto o = watch_options(false);
+  o.detect->per_stage = true;
+  o.detect->stage_floor = floor;
+  testbed::Watch w(o);
+  w.observe(m);
+  return w.report(m.get());
+}
+
+// Issue 14 (per-stage detection): a fault that moves 15 ms from backward to data leaves F[t,S]
+// within 10 % of where it was, so F's detector reports nothing; the per-stage detectors report
+// data.next_wait slower and model.backward_cpu_wall faster, at the step it happened.
+TEST(Watch, per_stage_detectors_name_a_move_that_f_cannot_see) {
+  const auto m = stage_move(200, 100, 0.015);
+  const auto acc = frontier::account(*m);
+  std::vector<double> before, after;
+  for (int t = 0; t < acc.steps; ++t) (t < 100 ? before : after).push_back(acc.exposed(t));
+  auto med = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  ASSERT_LT(std::abs(med(after) - med(before)) / med(before), 0.10);  // F nearly unchanged
+  const auto rep = stage_report(m, 0.25);
+  EXPECT_TRUE(rep.json["change_points"].empty()) << rep.text;
+  const auto& scp = rep.json["stage_change_points"];
+  ASSERT_EQ(scp.size(), 2u) << rep.text;
+  std::map<std::string, std::string> moved;
+  for (const auto& c : scp) {
+    EXPECT_LE(std::abs(c["step"].get<std::int64_t>() - 100), 2) << c.dump();
+    EXPECT_LE(c["detected_at"].get<std::int64_t>() - 100, 13) << c.dump();
+    moved[c["stage"].get<std::string>()] = c["direction"].get<std::string>();
+  }
+  EXPECT_EQ(moved["data.next_wait"], "slower");
+  EXPECT_EQ(moved["model.backward_cpu_wall"], "faster");
+  EXPECT_EQ(rep.json["stage_detector"]["stages"], 6);
+  EXPECT_NE(rep.text.find("#   data.next_wait: slower from step"), std::string::npos) << rep.text;
+  EXPECT_NE(rep.text.find("#   model.backward_cpu_wall: faster from step"), std::string::npos) << rep.text;
+  // Without --detect-stages none of it is there (existing consumers see what they saw).
+  testbed::Watch plain(watch_options(false));
+  plain.observe(m);
+  EXPECT_FALSE(plain.report(m.get()).json.contains("stage_change_points"));
+}
+
+// The floor: a stage's relative change is taken against max(m_l, m_r, stage_floor · F's level).
+// Callbacks take ~1 % of the step; +60 % of that is 0.5 % of F: no stage change with the floor
+// (25 % of F), a change without it (floor 0: FALCON's max(m_l, m_r)).
+TEST(Watch, per_stage_floor_keeps_a_tiny_stage_from_firing) {
+  const auto m = stage_move(200, 100, 0.0, 0.001, 0.1, 0.6);
+  const auto with_floor = stage_report(m, 0.25);
+  EXPECT_TRUE(with_floor.json["stage_change_points"].empty()) << with_floor.text;
+  const auto no_floor = stage_report(m, 0.0);
+  bool callbacks = false;
+  for (const auto& c : no_floor.json["stage_change_points"]) callbacks = callbacks || c["stage"] == "callbacks.cpu_wall";
+  EXPECT_TRUE(callbacks) << no_floor.text;
 }
 
 TEST(Provenance, every_result_file_says_where_when_and_from_what) {
