@@ -435,8 +435,8 @@ CulpritStability StabilityTracker::result(int group, std::size_t last_windows) c
     wl.last_step = w.last;
     wl.advanced_steps = w.advanced[group];
     wl.culprit = w.culprit[group];
-    for (int i = 0; i < w.nleads[group]; ++i) {
-      const auto& l = w.leads[static_cast<std::size_t>(group) * K + static_cast<std::size_t>(i)];
+    for (int j = 0; j < w.nleads[group]; ++j) {
+      const auto& l = w.leads[static_cast<std::size_t>(group) * K + static_cast<std::size_t>(j)];
       RankLead r;
       r.rank = l.rank;
       r.steps_led = l.steps_led;
