@@ -164,6 +164,7 @@ void add_detect_columns(ordered_json& base, const ordered_json& run) {
   base["cp_missed"] = td["missed"];
   base["cp_false_alarms"] = td["false_alarms"];
   base["cp_steps_observed"] = run["detector"]["observed_steps"];
+  base["cp_transients"] = run["detector"].value("transients", 0);
   for (const auto& c : run["change_points"])
     if (c.contains("truth") && c["truth"].value("matched", false))
       base["cp_steps_to_detect_" + c["truth"]["transition"].get<std::string>()] = c["truth"]["steps_to_detect"];

@@ -804,7 +804,11 @@ def healthy_rate(rows):
     """Change points on healthy runs: (alarms, steps, text)."""
     steps = int(rows.cp_steps_observed.sum())
     alarms = int(rows.cp_count.sum())
-    return alarms, steps, f"{alarms} change point(s) in {steps} healthy steps = {alarms / max(steps, 1) * 1e4:.1f} false alarms per 10^4 steps"
+    text = f"{alarms} change point(s) in {steps} healthy steps = {alarms / max(steps, 1) * 1e4:.1f} false alarms per 10^4 steps"
+    if "cp_transients" in rows:
+        # Excursions shorter than the verification gap: reported as transients, never as changes (docs/detect.md).
+        text += f" ({int(pd.to_numeric(rows.cp_transients, errors='coerce').fillna(0).sum())} transient excursion(s) reported apart)"
+    return alarms, steps, text
 
 
 def periodic_text(per):
