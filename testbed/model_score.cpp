@@ -137,6 +137,48 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
   return out;
 }
 
+ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan) {
+  sim::ModelStepper stepper(cfg, plan);
+  const auto schema = sim::ModelStepper::schema();
+  frontier::StageMatrix one(schema, cfg.ranks, 0, 1);
+  ModelScore out;
+  out.streamed = true;
+  auto& e = out.evidence;
+  e.schema = schema;
+  e.advances_s.assign(static_cast<std::size_t>(schema.group_count()), 0.0);
+  std::vector<double> exposed;
+  exposed.reserve(static_cast<std::size_t>(std::max(cfg.steps, 0)));
+  double wall_sum = 0;
+  std::vector<double> wall;  // reused: step_into would allocate R doubles a step
+  for (int t = 0; t < cfg.steps; ++t) {
+    one.renumber(t);  // fill_step replaces the whole row
+    stepper.fill_step(one, 0, wall);
+    one.commit_step(0, wall.data());
+    if (one.step_present_count(0) == 0) continue;
+    // The sums in the order WindowStats::add_step takes them, so every bit agrees with the labeler's.
+    const auto acc = frontier::account(one);
+    ++e.steps;
+    e.exposed_makespan_s += acc.exposed(0);
+    exposed.push_back(acc.exposed(0));
+    for (int s = 0; s < schema.size(); ++s) e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
+    wall_sum += slowest_wall(one, 0);
+  }
+  if (!exposed.empty()) {
+    // median_inplace's value: the middle one, or lo + (hi - lo) / 2 of the two middle ones.
+    const std::size_t n = exposed.size();
+    std::nth_element(exposed.begin(), exposed.begin() + static_cast<std::ptrdiff_t>(n / 2), exposed.end());
+    const double hi = exposed[n / 2];
+    if (n % 2 == 1) {
+      e.median_step_s = hi;
+    } else {
+      const double lo = *std::max_element(exposed.begin(), exposed.begin() + static_cast<std::ptrdiff_t>(n / 2));
+      e.median_step_s = lo + (hi - lo) / 2;
+    }
+  }
+  out.makespan = makespan_of(e, wall_sum);
+  return out;
+}
+
 ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
                              const frontier::LabelConfig& label) {
   const auto w = sim::model_window(cfg, plan);

@@ -216,6 +216,11 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
                                  const frontier::LabelConfig& label, int threads);
 ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
                              const frontier::LabelConfig& label);
+/// What the verdict reads of the healthy reference, by accounting alone (no labeler: about a
+/// seventh of the scorer's work), on one thread: the evidence's schema, steps,
+/// exposed_makespan_s, median_step_s and advances_s, bit-identical to those of
+/// score_model_streaming and score_model_whole; its other fields are left empty.
+ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan);
 
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);

@@ -42,6 +42,25 @@ TEST(ModelScore, streamed_evidence_equals_the_whole_matrix) {
   expect_same(config("comm_delay", 1, 12, 0.5));            // a single rank
 }
 
+// sim's healthy reference is accounted, not labelled: what the verdict reads of it (steps, the
+// exposed makespan, the median step, the advances per group) must be the full scorer's, bit for bit.
+TEST(ModelScore, the_accounted_reference_is_the_labelled_one_where_the_verdict_reads_it) {
+  for (auto mc : {config("none", 300, 40, 0.0), config("none", 64, 25, 0.25), config("none", 1, 12, 0.0),
+                  config("none", 128, 1, 0.0)}) {
+    mc.delay_ms.reset();
+    const auto plan = sim::model_plan(mc);
+    const auto full = testbed::score_model_streaming(mc, plan, {}, 1);
+    const auto acc = testbed::score_model_accounting(mc, plan);
+    SCOPED_TRACE(std::to_string(mc.ranks) + " ranks x " + std::to_string(mc.steps) + " steps");
+    EXPECT_EQ(acc.evidence.steps, full.evidence.steps);
+    EXPECT_EQ(acc.evidence.exposed_makespan_s, full.evidence.exposed_makespan_s);
+    EXPECT_EQ(acc.evidence.median_step_s, full.evidence.median_step_s);
+    EXPECT_EQ(acc.evidence.advances_s, full.evidence.advances_s);
+    EXPECT_EQ(testbed::advance_per_step(acc.evidence), testbed::advance_per_step(full.evidence));
+    EXPECT_EQ(acc.makespan.wall_sum_s, full.makespan.wall_sum_s);
+  }
+}
+
 TEST(ModelScore, a_window_built_step_by_step_is_the_model_window) {
   const auto mc = config("fwd_device", 50, 20, 0.3);
   const auto plan = sim::model_plan(mc);
