@@ -447,11 +447,11 @@ CulpritStability StabilityTracker::result(int group, std::size_t last_windows) c
     out.windows.push_back(std::move(wl));
   }
   st.run[group].finish(out.overall, std::numeric_limits<std::size_t>::max());
-  char buf[320];
+  std::string buf;
   const auto& culprits = st.culprits[group];
   if (culprits.empty()) {
     out.stability = Stability::none;
-    std::snprintf(buf, sizeof buf, "no rank holds >= %.0f%% of %s's advance in any of %d windows", st.cfg.culprit_credit * 100,
+    buf = frontier::strprintf("no rank holds >= %.0f%% of %s's advance in any of %d windows", st.cfg.culprit_credit * 100,
                   out.group_name.c_str(), out.windows_total);
     out.evidence = buf;
     return out;
@@ -471,7 +471,7 @@ CulpritStability StabilityTracker::result(int group, std::size_t last_windows) c
   if (out.step_fraction_in_led < st.cfg.steady_step_fraction || out.episodes >= 2) out.stability = Stability::intermittent;
   else if (out.ongoing) out.stability = Stability::chronic;
   else out.stability = Stability::one_off;
-  std::snprintf(buf, sizeof buf,
+  buf = frontier::strprintf(
                 "rank %d leads %s in %d of %d windows, %d episode%s (last: steps %lld..%lld, %s), clearly leading %.0f%% of the "
                 "group's advancing steps in those windows",
                 out.culprit, out.group_name.c_str(), out.windows_led, out.windows_total, out.episodes,

@@ -34,6 +34,11 @@ inline constexpr double kMaxWindowSeconds = 1e300;
 /// with no control characters: a name that a JSON packet and a one-line table can both carry.
 bool printable_utf8(std::string_view s);
 
+/// printf into a string of whatever length the text needs. Text that carries names from files
+/// (stages, hosts) is made with it, never in a fixed buffer: snprintf cuts at a byte, and a name cut
+/// inside a UTF-8 sequence is invalid text in a packet (the score fuzzer found one).
+std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /// An inclusive range of rank ids, first ≤ last.
 struct RankRange {
   int first = 0, last = 0;

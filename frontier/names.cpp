@@ -2,9 +2,26 @@
 #include "sf/frontier/frontier.h"
 
 #include <algorithm>
+#include <cstdarg>
+#include <cstdio>
 #include <string>
 
 namespace sf::frontier {
+
+std::string strprintf(const char* fmt, ...) {
+  va_list ap, again;
+  va_start(ap, fmt);
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string out;
+  if (n > 0) {
+    out.resize(static_cast<std::size_t>(n));
+    std::vsnprintf(out.data(), out.size() + 1, fmt, again);  // writes n bytes and the terminator
+  }
+  va_end(again);
+  return out;
+}
 
 bool printable_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());

@@ -154,8 +154,8 @@ ordered_json change_json(const detect::ChangePoint& c, const Diagnosis* d, const
 }
 
 std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const std::vector<std::string>& groups) {
-  char line[512];
-  std::snprintf(line, sizeof line, "%s at step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)",
+  std::string line;
+  line = frontier::strprintf("%s at step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)",
                 c.direction() > 0 ? "change" : "recovery", static_cast<long long>(c.step),
                 static_cast<long long>(c.detected_at), c.median_before, c.median_after,
                 (c.median_after - c.median_before) / std::max(c.median_before, 1e-12) * 100);
@@ -212,14 +212,14 @@ DetectReport build_report(const ReportInput& in) {
   std::vector<bool> found(transitions.size(), false);
   const std::string truth_stage = in.plan && in.plan->scenario ? in.plan->scenario->stage : "";
 
-  char line[640];
-  std::snprintf(line, sizeof line,
+  std::string line;
+  line = frontier::strprintf(
                 "# change points (BOCPD on F[t,S]: short-run mass >= %.2f within %d steps; FALCON verification on "
                 "medians: gap >= %d steps, change > %s, held for %d steps): %lld\n",
                 dc.threshold, dc.short_run, dc.min_gap, pct(dc.min_rel_change).c_str(), dc.min_gap,
                 static_cast<long long>(d.changes_total()));
   rep.text += line;
-  std::snprintf(line, sizeof line,
+  line = frontier::strprintf(
                 "#   observed %lld steps, %lld isolated outlier(s) dropped, %lld candidate(s) rejected, %lld transient(s)%s\n",
                 static_cast<long long>(d.observed()), static_cast<long long>(d.outliers_dropped()),
                 static_cast<long long>(d.candidates_rejected()), static_cast<long long>(d.transients_total()),
@@ -253,7 +253,7 @@ DetectReport build_report(const ReportInput& in) {
         const bool rank_hit = std::find(in.plan->ranks.begin(), in.plan->ranks.end(), suspect_rank) != in.plan->ranks.end();
         t = {{"matched", true}, {"transition", tr.direction > 0 ? "onset" : "offset"}, {"transition_step", tr.step},
              {"steps_to_detect", c.detected_at - tr.step}, {"stage_hit", stage_hit}, {"rank_hit", rank_hit}};
-        std::snprintf(line, sizeof line, "; truth: %s at %lld found %lld step(s) later, stage %s, rank %s",
+        line = frontier::strprintf("; truth: %s at %lld found %lld step(s) later, stage %s, rank %s",
                       tr.direction > 0 ? "onset" : "offset", static_cast<long long>(tr.step),
                       static_cast<long long>(c.detected_at - tr.step), stage_hit ? "hit" : "miss", rank_hit ? "hit" : "miss");
         text += line;
@@ -284,14 +284,14 @@ DetectReport build_report(const ReportInput& in) {
                     {"median_during_s", t.median_during},
                     {"rel_change", t.rel_change}});
       if (i + 5 >= trs.size()) {
-        std::snprintf(line, sizeof line, "%s step %lld (%d step%s, %+.1f%%)", listed.empty() ? "" : ",",
+        line = frontier::strprintf("%s step %lld (%d step%s, %+.1f%%)", listed.empty() ? "" : ",",
                       static_cast<long long>(t.step), t.steps, t.steps == 1 ? "" : "s",
                       (t.median_during - t.median_before) / std::max(t.median_before, 1e-12) * 100);
         listed += line;
       }
     }
     if (d.transients_total() > 0) {
-      std::snprintf(line, sizeof line, "#   transients (past %s but not held for %d steps; not change points), the last:%s\n",
+      line = frontier::strprintf("#   transients (past %s but not held for %d steps; not change points), the last:%s\n",
                     pct(dc.min_rel_change).c_str(), dc.min_gap, listed.c_str());
       rep.text += line;
     }
@@ -334,7 +334,7 @@ DetectReport build_report(const ReportInput& in) {
                      {"candidates_rejected", sd.candidates_rejected()}});
     }
     std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.c.step < b.c.step; });
-    std::snprintf(line, sizeof line,
+    line = frontier::strprintf(
                   "# stage change points (one detector per stage group on its advance a[t,g], same rule; change > %s of "
                   "max(m_l, m_r, %s of F's level)): %lld\n",
                   pct(dc.min_rel_change).c_str(), pct(dc.stage_floor).c_str(), static_cast<long long>(total));
@@ -353,7 +353,7 @@ DetectReport build_report(const ReportInput& in) {
         j["truth"] = {{"matched", matched}};
       }
       scp.push_back(std::move(j));
-      std::snprintf(line, sizeof line, "#   %s: %s from step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)\n",
+      line = frontier::strprintf("#   %s: %s from step %lld (confirmed at %lld): %.4f -> %.4f s/step (%+.1f%%)\n",
                     groups[g].c_str(), c.direction() > 0 ? "slower" : "faster", static_cast<long long>(c.step),
                     static_cast<long long>(c.detected_at), c.median_before, c.median_after,
                     (c.median_after - c.median_before) / std::max(c.median_before, 1e-12) * 100);
@@ -381,7 +381,7 @@ DetectReport build_report(const ReportInput& in) {
   rep.json["periodicity"] = {{"period", per.period}, {"acf", per.acf}, {"phase_step", per.phase},
                              {"repeats", per.repeats}, {"burst_steps", per.burst}};
   if (per.period > 0) {
-    std::snprintf(line, sizeof line, "# periodic: every %d steps from step %lld, %d %s (ACF %.2f)\n", per.period,
+    line = frontier::strprintf("# periodic: every %d steps from step %lld, %d %s (ACF %.2f)\n", per.period,
                   static_cast<long long>(per.phase), per.repeats,
                   per.burst > 1 ? ("bursts of " + std::to_string(per.burst) + " steps").c_str() : "spikes", per.acf);
     rep.text += line;
@@ -402,7 +402,7 @@ DetectReport build_report(const ReportInput& in) {
       td["period_hit"] = per.period == in.plan->every;
     }
     rep.json["truth_detection"] = td;
-    std::snprintf(line, sizeof line, "# detection vs truth: %d of %zu transition(s) found, %d false alarm(s)%s\n", detected,
+    line = frontier::strprintf("# detection vs truth: %d of %zu transition(s) found, %d false alarm(s)%s\n", detected,
                   transitions.size(), false_alarms,
                   in.plan->every > 1 ? (per.period == in.plan->every ? ", period found" : ", period missed") : "");
     rep.text += line;
@@ -460,14 +460,14 @@ DetectReport build_report(const ReportInput& in) {
   for (const auto& w : st.windows)
     leaders += (leaders.empty() ? "" : " ") + (w.culprit >= 0 ? std::to_string(w.culprit) : std::string("."));
   rep.json["culprit_stability"] = stability_json(st, basis);
-  std::snprintf(line, sizeof line, "# culprit stability (%s, %d windows; followed: %s): %s: %s\n",
+  line = frontier::strprintf("# culprit stability (%s, %d windows; followed: %s): %s: %s\n",
                 st.group_name.empty() ? "no stage" : st.group_name.c_str(),
                 st.windows_total, basis.c_str(), std::string(detect::to_string(st.stability)).c_str(), st.evidence.c_str());
   rep.text += line;
   if (!st.overall.empty()) {
     std::string top;
     for (std::size_t i = 0; i < st.overall.size() && i < 4; ++i) {
-      std::snprintf(line, sizeof line, "%s rank %d %.0f%% of steps / %.0f%% of advance", i ? "," : "", st.overall[i].rank,
+      line = frontier::strprintf("%s rank %d %.0f%% of steps / %.0f%% of advance", i ? "," : "", st.overall[i].rank,
                     st.overall[i].step_fraction * 100, st.overall[i].credit_fraction * 100);
       top += line;
     }

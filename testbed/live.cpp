@@ -10,13 +10,13 @@
 namespace sf::testbed::detail {
 
 std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty) {
-  char line[512];
+  std::string line;
   const double rate = s.elapsed_s > 0 ? static_cast<double>(s.done) / s.elapsed_s : 0;
   const double eta = rate > 0 ? static_cast<double>(s.total - s.done) / rate : 0;
   std::string top;
   for (std::size_t i = 0; i < e.share_order.size() && i < 3; ++i) {
     const int g = e.share_order[i];
-    std::snprintf(line, sizeof line, "%s%s %.0f%%", i ? ", " : "", e.group_name(g).c_str(), e.shares[g] * 100);
+    line = frontier::strprintf("%s%s %.0f%%", i ? ", " : "", e.group_name(g).c_str(), e.shares[g] * 100);
     top += line;
   }
   std::string suspect = "-";
@@ -27,7 +27,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
   if (!s.detecting) cps = "(off: --detect)";
   else if (cps.empty()) cps = "none";
   if (!tty) {
-    std::snprintf(line, sizeof line,
+    line = frontier::strprintf(
                   "live: window %d steps %lld-%lld | %lld/%lld steps (%.0f%%) %.2f steps/s ETA %.0f s | %.1f ms/step | top: %s | "
                   "suspect: %s | change points: %s\n",
                   s.window, static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
@@ -36,14 +36,14 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
     return line;
   }
   std::string out = "\033[H\033[J";  // home, clear: redraw in place
-  std::snprintf(line, sizeof line, "sf-testbed run --live   scenario %s   ranks %d\n", s.scenario.c_str(), s.ranks);
+  line = frontier::strprintf("sf-testbed run --live   scenario %s   ranks %d\n", s.scenario.c_str(), s.ranks);
   out += line;
   const int width = 40;
   const int filled = static_cast<int>(width * static_cast<double>(s.done) / static_cast<double>(std::max<std::int64_t>(1, s.total)));
-  std::snprintf(line, sizeof line, "progress [%s%s] %lld/%lld steps  ETA %.0f s\n", std::string(filled, '#').c_str(),
+  line = frontier::strprintf("progress [%s%s] %lld/%lld steps  ETA %.0f s\n", std::string(filled, '#').c_str(),
                 std::string(width - filled, '.').c_str(), static_cast<long long>(s.done), static_cast<long long>(s.total), eta);
   out += line;
-  std::snprintf(line, sizeof line, "rate     %.2f steps/s   median step %.1f ms   window %d (steps %lld-%lld)\n", rate,
+  line = frontier::strprintf("rate     %.2f steps/s   median step %.1f ms   window %d (steps %lld-%lld)\n", rate,
                 e.median_step_s * 1e3, s.window, static_cast<long long>(e.first_step), static_cast<long long>(e.last_step));
   out += line;
   out += "top      " + top + "\n";

@@ -309,14 +309,14 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   int exit_code = 0;
   std::string table;
-  char line[512];
-  std::snprintf(line, sizeof line, "# sf-testbed run  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+  std::string line;
+  line = frontier::strprintf("# sf-testbed run  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
   table += line;
-  std::snprintf(line, sizeof line, "# scenario %s: %s\n", scenario->name.c_str(), scenario->injects.c_str());
+  line = frontier::strprintf("# scenario %s: %s\n", scenario->name.c_str(), scenario->injects.c_str());
   table += line;
   std::string targets;
   for (int r : plan.ranks) targets += (targets.empty() ? "" : ",") + std::to_string(r);
-  std::snprintf(line, sizeof line,
+  line = frontier::strprintf(
                 "# ranks %d  steps %d (+%d warm-up)  window %d  seed %llu  comm %s  device %s  recorder %s%s\n", size,
                 cfg.steps, cfg.warmup, window, static_cast<unsigned long long>(cfg.seed), b.comm->name().c_str(),
                 b.device->name().c_str(), std::string(recorder_mode_name(cfg.recorder)).c_str(),
@@ -325,7 +325,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   if (cfg.live && cfg.window == 0 && window < cfg.steps)
     table += "# --live without --window: recorder windows of " + std::to_string(window) +
              " steps, so the live view is redrawn as the run goes\n";
-  std::snprintf(line, sizeof line, "# step: profile %s  sync %s  %zu bucket(s), %.2f MiB of gradients  jitter %.3g  heterogeneity %s%s\n",
+  line = frontier::strprintf("# step: profile %s  sync %s  %zu bucket(s), %.2f MiB of gradients  jitter %.3g  heterogeneity %s%s\n",
                 cfg.workload.profile.c_str(), std::string(sim::to_string(cfg.workload.sync_mode)).c_str(), buckets.size(),
                 run_cfg.workload.layout.grad_mib, cfg.workload.variation.jitter_sigma,
                 std::string(sim::to_string(cfg.workload.variation.heterogeneity)).c_str(),
@@ -333,7 +333,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                     ? ""
                     : (" (rank sigma " + std::to_string(cfg.workload.variation.rank_sigma).substr(0, 5) + ")").c_str());
   table += line;
-  std::snprintf(line, sizeof line, "# gradient sync alone (no compute to hide it): %.2f ms, median of 5\n", comm_alone_ms);
+  line = frontier::strprintf("# gradient sync alone (no compute to hide it): %.2f ms, median of 5\n", comm_alone_ms);
   table += line;
   if (!b.notes.empty()) table += "# note: " + b.notes + "\n";
   if (cfg.telemetry_fault != inject::TelemetryFault::none)
@@ -343,7 +343,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   if (windows->count() == 0) {
     table += "# recorder off: no evidence (steps completed by every rank: " + std::to_string(min_completed) + ")\n";
-    std::snprintf(line, sizeof line, "# rank-0 elapsed %.3f s, %.2f ms/step\n", elapsed_s, elapsed_s / cfg.steps * 1e3);
+    line = frontier::strprintf("# rank-0 elapsed %.3f s, %.2f ms/step\n", elapsed_s, elapsed_s / cfg.steps * 1e3);
     table += line;
   } else {
     MakespanCheck mk;
@@ -355,7 +355,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     if (reference) ref_e = frontier::evaluate(reference->matrix, cfg.label, reference->telemetry);
     const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr);
     if (ref_e) {
-      std::snprintf(line, sizeof line, "# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
+      line = frontier::strprintf("# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
                     ref_e->steps, ref_e->median_step_s * 1e3);
       table += line;
       auto& rj = result["reference"] = ordered_json::object();
@@ -368,7 +368,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     }
     table += vr.truth_text + "#\n";
     table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows->count()) + " window(s))", all_ranks);
-    std::snprintf(line, sizeof line,
+    line = frontier::strprintf(
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart: equal by construction, a check of the accounting); rank-0 elapsed %.4f s\n",
                   e.exposed_makespan_s, wall_sum, gap * 100, elapsed_s);
     table += line;

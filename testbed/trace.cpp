@@ -234,7 +234,14 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
   for (int r : st.fixed) process(r, false);
   for (int r : leaders) process(r, true);
 
-  auto us = [](double s) { return std::round(s * kUs * 1000) / 1000; };  // µs, ns resolution
+  // µs at ns resolution where the ns count is a double, else µs alone: a window holds at most
+  // frontier::kMaxWindowSeconds (1e300 s), and 1e300 s in ns is past the double range (the score
+  // fuzzer drew a 6e299 s stage as inf µs, null in the JSON). Times on the axis stay finite: score
+  // --detect reads its windows as one run under that bound, and sim and run measure theirs.
+  auto us = [](double s) {
+    const double ns = s * kUs * 1000;
+    return std::isfinite(ns) ? std::round(ns) / 1000 : s * kUs;
+  };
   for (const auto& [step, rp] : kept) {
     const auto& r = *rp;
     if (!r.scored) continue;

@@ -81,12 +81,18 @@ void quiet_barrier(MPI_Comm comm) {
 
 void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void appendf(std::string& out, const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
+  // Sized to the text (host names come from the hosts): never cut inside a UTF-8 sequence.
+  va_list ap, again;
   va_start(ap, fmt);
-  const int n = std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
   va_end(ap);
-  if (n > 0) out.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+  if (n > 0) {
+    const auto at = out.size();
+    out.resize(at + static_cast<std::size_t>(n));
+    std::vsnprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, again);
+  }
+  va_end(again);
 }
 
 double median_of(std::vector<double> v) {

@@ -109,23 +109,23 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   const Claim claim = check_claim(scenario, e, v);
   out.claim_pass = claim.pass;
   out.claim = claim.criterion;
-  char line[512];
+  std::string line;
   auto yn = [](bool flag) { return flag ? "yes" : "no"; };
   out.truth_text = "# truth: ";
   if (truth.empty()) out.truth_text += "no fault";
   for (const auto& r : truth) {
     if (!r.host.empty())
-      std::snprintf(line, sizeof line, "rank %d (host %s) %s %s %.0f Mbit/s; ", r.rank, r.host.c_str(), r.stage.c_str(),
+      line = frontier::strprintf("rank %d (host %s) %s %s %.0f Mbit/s; ", r.rank, r.host.c_str(), r.stage.c_str(),
                     r.kind.c_str(), r.rate_mbit);
     else
-      std::snprintf(line, sizeof line, "rank %d %s %s %.0f ms%s%s; ", r.rank, r.stage.c_str(), r.kind.c_str(), r.delay_ms,
+      line = frontier::strprintf("rank %d %s %s %.0f ms%s%s; ", r.rank, r.stage.c_str(), r.kind.c_str(), r.delay_ms,
                     r.sync_bearing ? " sync-bearing" : "", r.should_route ? "" : " (must stay unrouted)");
     out.truth_text += line;
   }
   out.truth_text += "\n";
   std::string& t = out.verdict_text;
   if (!truth.empty()) {
-    std::snprintf(line, sizeof line,
+    line = frontier::strprintf(
                   "# verdict: %s  top-1 %s  tie %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (suspect %d, %s)\n",
                   std::string(verify::to_string(v.outcome)).c_str(), yn(v.frontier.top1), yn(v.frontier.top1_tie),
                   yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size, yn(v.rank_hit),
@@ -133,12 +133,12 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
     t += line;
     const std::string absorbed = v.absorbed_group >= 0 ? e.group_name(v.absorbed_group) : std::string("-");
     if (v.absorbed_basis == "reference")
-      std::snprintf(line, sizeof line,
+      line = frontier::strprintf(
                     "# delay: %.1f ms/step of %.1f injected reached the step (healthy reference); %s took %.0f%% of it%s\n",
                     v.exposed_s * 1e3, plan.delay_ms * x.active_fraction, absorbed.c_str(), v.absorbed_share * 100,
                     v.misroute ? " — a confident misroute" : "");
     else
-      std::snprintf(line, sizeof line, "# delay: no healthy reference; top stage %s (share %.3f)\n", absorbed.c_str(),
+      line = frontier::strprintf("# delay: no healthy reference; top stage %s (share %.3f)\n", absorbed.c_str(),
                     v.absorbed_share);
     t += line;
     t += "# baselines top-1/top-2:";
