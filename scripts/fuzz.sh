@@ -12,7 +12,7 @@ secs=${1:-60}
 shift || true
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config kineto score)
-[ -d build-sanitize ] || cmake --preset sanitize >/dev/null
+[ -f build-sanitize/build.ninja ] || bash scripts/configure.sh sanitize
 cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
 # The harnesses run side by side (each is one process), so the wall time is SECONDS, not
 # SECONDS x harnesses (four on CI's 2 cores: about half a core each for 60 s); SF_FUZZ_SERIAL=1

@@ -10,7 +10,7 @@ pkgs=(cmake g++ make git pkg-config
       libgtest-dev libbenchmark-dev
       python3 python3-pandas python3-matplotlib
       zlib1g-dev python3-dev pybind11-dev python3-torch tmux iproute2
-      clang libclang-rt-14-dev)  # iproute2 (ip netns, veth, bridge, tc): the multihost tests; tmux: the run --live test drives a terminal as a person would; clang build, sanitizers and libFuzzer (scripts/test.sh, scripts/fuzz.sh)
+      clang libclang-rt-14-dev ninja-build)  # ninja-build: the clang presets (sanitize, tsan) build with Ninja, which keeps both cores busy across targets; iproute2 (ip netns, veth, bridge, tc): the multihost tests; tmux: the run --live test drives a terminal as a person would; clang build, sanitizers and libFuzzer (scripts/test.sh, scripts/fuzz.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

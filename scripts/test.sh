@@ -35,7 +35,7 @@ fi
 if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
   asan_job() {
     echo "test: clang ASan+UBSan build without MPI (build-sanitize/): unit, property (200 cases), detector and watch, golden tests, fuzz replays, no-MPI checks"
-    cmake --preset sanitize >/dev/null
+    bash scripts/configure.sh sanitize
     cmake --build --preset sanitize -j"$(nproc)" --target formats_test frontier_test median_test properties_test \
           fixtures_test inject_test detect_test testbed_test sim_test model_score_test sf-testbed \
           fuzz_stage_jsonl_replay fuzz_stage_csv_replay fuzz_config_replay fuzz_kineto_replay fuzz_score_replay
@@ -54,7 +54,7 @@ if [ "${SF_CI_SKIP_HARDENING:-0}" != 1 ]; then
   }
   tsan_job() {
     echo "test: clang TSan build (build-tsan/): recorder, host-stream, streamed model and streamed CSV reader tests"
-    cmake --preset tsan >/dev/null
+    bash scripts/configure.sh tsan
     cmake --build --preset tsan -j"$(nproc)" --target recorder_test sim_test model_score_test formats_test
     RC_PARAMS="max_success=200" TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/recorder_test
     TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/sim_test
