@@ -17,14 +17,21 @@ job ctest --preset cpu -j"$(nproc)"
 cuda_job() {
   echo "test: compiling the CUDA preset (build-cuda/): the CUDA and NCCL backends and the GPU tests"
   cmake --preset cuda >/dev/null
-  # sf_sim is where every CUDA/NCCL source lives (the other modules compile as in the CPU build);
-  # gpu_test links it against cudart, cuBLAS and NCCL. Where a GPU is present: the binary and the
-  # GPU tests too.
+  # Where a GPU is present: the binary and the GPU tests, built and run. Without one: sf_sim's
+  # sources (where every CUDA/NCCL source lives, compiled with SF_WITH_CUDA/SF_WITH_NCCL) and the
+  # GPU tests' source, compiled to objects. The other modules' sources are the CPU build's, already
+  # compiled by setup; linking against cudart, cuBLAS and NCCL is checked where a GPU is lent.
   if nvidia-smi -L >/dev/null 2>&1; then
     cmake --build --preset cuda -j"$(nproc)" --target sf-testbed gpu_test
     ctest --test-dir build-cuda -R '^(gpu|Cuda)' --output-on-failure
   else
-    cmake --build --preset cuda -j"$(nproc)" --target gpu_test
+    local objs
+    objs=$(make -s -C build-cuda/sim help | sed -n 's/^\.\.\. \(.*\.o\)$/\1/p')
+    [ -n "$objs" ] || { echo "test: no object targets in build-cuda/sim" >&2; return 1; }
+    # shellcheck disable=SC2086
+    make -s -C build-cuda/sim -j"$(nproc)" $objs
+    make -s -C build-cuda/tests/gpu gpu_test.cpp.o
+    echo "test: compiled $(echo $objs | wc -w) sf_sim objects and gpu_test.cpp.o with nvcc/NCCL headers"
   fi
 }
 if [ -x /usr/local/cuda/bin/nvcc ]; then
