@@ -26,8 +26,6 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
 /// Step t's row of acc into f (f's vectors reused).
 void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
-/// Median of v (v is reordered; must be non-empty). Even sizes average the two middle values.
-double median_inplace(std::span<double> v);
 
 /// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
 /// medians: allocating them each time would cost more than selecting).

@@ -39,6 +39,10 @@ bool printable_utf8(std::string_view s);
 /// inside a UTF-8 sequence is invalid text in a packet (the score fuzzer found one).
 std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/// Median of v as the engine takes it (v is reordered; must be non-empty): even sizes average the
+/// two middle values. For callers that must agree with Evidence::median_step_s to the bit.
+double median_inplace(std::span<double> v);
+
 /// An inclusive range of rank ids, first ≤ last.
 struct RankRange {
   int first = 0, last = 0;

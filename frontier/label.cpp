@@ -47,7 +47,7 @@ Suspect suspect_for(const Evidence& e, const SideEvidence& side, const LabelConf
       quiet_wait = w;
     }
   }
-  const double wait_median = waits.empty() ? 0.0 : detail::median_inplace(waits);
+  const double wait_median = waits.empty() ? 0.0 : median_inplace(waits);
   if (best_conf >= 0 && side.confident_credit_s[row + best_conf] >= 0.5 * adv) {
     sus.rank = best_conf;
     sus.basis = "frontier_leader";

@@ -97,13 +97,21 @@ double select_kth(double* v, std::size_t n, std::size_t k, double* lower) {
 
 }  // namespace
 
+}  // namespace sf::frontier::detail
+
+namespace sf::frontier {
+
 double median_inplace(std::span<double> v) {
   const std::size_t n = v.size();
-  if (n % 2 == 1) return select_kth(v.data(), n, n / 2, nullptr);
+  if (n % 2 == 1) return detail::select_kth(v.data(), n, n / 2, nullptr);
   double lo = 0;
-  const double hi = select_kth(v.data(), n, n / 2, &lo);
+  const double hi = detail::select_kth(v.data(), n, n / 2, &lo);
   return lo + (hi - lo) / 2;
 }
+
+}  // namespace sf::frontier
+
+namespace sf::frontier::detail {
 
 namespace {
 constexpr double kBinsPerOctave = 1024;

@@ -163,18 +163,7 @@ ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::Fau
     for (int s = 0; s < schema.size(); ++s) e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
     wall_sum += slowest_wall(one, 0);
   }
-  if (!exposed.empty()) {
-    // median_inplace's value: the middle one, or lo + (hi - lo) / 2 of the two middle ones.
-    const std::size_t n = exposed.size();
-    std::nth_element(exposed.begin(), exposed.begin() + static_cast<std::ptrdiff_t>(n / 2), exposed.end());
-    const double hi = exposed[n / 2];
-    if (n % 2 == 1) {
-      e.median_step_s = hi;
-    } else {
-      const double lo = *std::max_element(exposed.begin(), exposed.begin() + static_cast<std::ptrdiff_t>(n / 2));
-      e.median_step_s = lo + (hi - lo) / 2;
-    }
-  }
+  if (!exposed.empty()) e.median_step_s = frontier::median_inplace(exposed);
   out.makespan = makespan_of(e, wall_sum);
   return out;
 }

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <thread>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -77,22 +76,6 @@ void quiet_barrier(MPI_Comm comm) {
     if (done) return;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-}
-
-void appendf(std::string& out, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-void appendf(std::string& out, const char* fmt, ...) {
-  // Sized to the text (host names come from the hosts): never cut inside a UTF-8 sequence.
-  va_list ap, again;
-  va_start(ap, fmt);
-  va_copy(again, ap);
-  const int n = std::vsnprintf(nullptr, 0, fmt, ap);
-  va_end(ap);
-  if (n > 0) {
-    const auto at = out.size();
-    out.resize(at + static_cast<std::size_t>(n));
-    std::vsnprintf(out.data() + at, static_cast<std::size_t>(n) + 1, fmt, again);
-  }
-  va_end(again);
 }
 
 double median_of(std::vector<double> v) {
@@ -318,33 +301,33 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
   };
   {
     std::string& text = report.text;
-    appendf(text, "# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
-    appendf(text, "# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
+    text += frontier::strprintf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+    text += frontier::strprintf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
                 size, hosts.size(), cfg.threshold);
     if (cfg.p2p) {
-      appendf(text, "# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
+      text += frontier::strprintf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
                   size < 2 ? 0 : size % 2 ? 3 : 2,
                   cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
-      appendf(text, "# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
+      text += frontier::strprintf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
                   "verdict");
       for (const auto& l : res.links)
-        appendf(text, "  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
+        text += frontier::strprintf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
                     l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
                     l.slow ? "SLOW" : "ok");
-      if (!attribution.empty()) appendf(text, "# %s\n", attribution.c_str());
+      if (!attribution.empty()) text += frontier::strprintf("# %s\n", attribution.c_str());
     }
     if (cfg.compute) {
-      appendf(text, "#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+      text += frontier::strprintf("#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
                   cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
-      appendf(text, "# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
+      text += frontier::strprintf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
       for (int r = 0; r < size; ++r) {
         const double t = res.gemm_s[static_cast<std::size_t>(r)];
         const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
-        appendf(text, "  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
+        text += frontier::strprintf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
                     slow ? "SLOW" : "ok");
       }
     }
-    appendf(text, "# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
+    text += frontier::strprintf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
                 res.slow_ranks.size());
   }
   {

@@ -26,7 +26,7 @@ RC_GTEST_PROP(Median, equals_the_sorted_median_with_ties_and_long_inputs, ()) {
   std::vector<double> v = *rc::gen::container<std::vector<double>>(
       n, rc::gen::map(rc::gen::inRange(0, distinct), [](int x) { return x * 0.25; }));
   const double want = sorted_median(v);
-  RC_ASSERT(sf::frontier::detail::median_inplace(v) == want);
+  RC_ASSERT(sf::frontier::median_inplace(v) == want);
 }
 
 TEST(Median, adversarial_patterns) {
@@ -38,7 +38,7 @@ TEST(Median, adversarial_patterns) {
       cases[2][i] = 1.0;                             // all equal
       cases[3][i] = static_cast<double>(i % 2 ? i : n - i);  // organ pipe
     }
-    for (auto v : cases) EXPECT_EQ(sf::frontier::detail::median_inplace(v), sorted_median(v)) << n;
+    for (auto v : cases) EXPECT_EQ(sf::frontier::median_inplace(v), sorted_median(v)) << n;
   }
 }
 
