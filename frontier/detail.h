@@ -6,11 +6,46 @@
 #include "sf/frontier/frontier.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <memory>
+#include <new>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 namespace sf::frontier::detail {
+
+/// A fixed-size array of zeros that touches none of its memory until it is written. It is
+/// calloc'd: glibc serves a large block from fresh mmap pages, which the kernel zeroes on first
+/// touch, with no memset. The per-(group, rank) sums of 10^6 ranks, of which most stay zero
+/// (few ranks ever lead a stage), so cost neither a memset nor a page fault per page up front;
+/// std::vector's value-initialisation wrote every byte. Arithmetic element types only (all-zero
+/// bytes are their 0).
+template <class T>
+class ZeroArray {
+  static_assert(std::is_arithmetic_v<T>);
+
+public:
+  ZeroArray() = default;
+  explicit ZeroArray(std::size_t n) : p_(n > 0 ? static_cast<T*>(std::calloc(n, sizeof(T))) : nullptr), n_(n) {
+    if (n > 0 && p_ == nullptr) throw std::bad_alloc();
+  }
+  T& operator[](std::size_t i) { return p_.get()[i]; }
+  const T& operator[](std::size_t i) const { return p_.get()[i]; }
+  T* data() { return p_.get(); }
+  const T* data() const { return p_.get(); }
+  std::size_t size() const { return n_; }
+  const T* begin() const { return p_.get(); }
+  const T* end() const { return p_.get() + n_; }
+
+private:
+  struct Free {
+    void operator()(T* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<T, Free> p_;
+  std::size_t n_ = 0;
+};
 
 /// One step's frontier row: F, a, gap and leaders per stage, tie sets where leader == kTie.
 struct StepFrontier {
@@ -169,6 +204,14 @@ public:
   WindowSummary finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const;
 
 private:
+  /// Adds x to rank r's credit in group g, listing r the first time its credit turns > 0.
+  void credit(int g, int r, double x) {
+    double& c = credit_[static_cast<std::size_t>(g) * world_ + r];
+    const bool first = !(c > 0);
+    c += x;
+    if (first && c > 0) credited_[g].push_back(r);
+  }
+
   const StageSchema& schema_;
   int world_;                 // columns (R of the per-rank tables)
   int declared_world_;        // the job's world size
@@ -184,15 +227,23 @@ private:
   std::vector<double> lag_sum_, lag_inc_sum_, gap_sum_;
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
-  std::vector<double> credit_, conf_credit_;             // G × R
-  std::vector<int> led_;                                 // G × R
-  std::vector<double> sync_sum_;                         // G × R
-  std::vector<int> sync_n_;                              // G × R
-  std::vector<double> cpu_fwd_sum_;                      // R
-  std::vector<int> cpu_fwd_n_;                           // R
-  std::vector<MedianKeeper> event_samples_;             // R
+  ZeroArray<double> credit_, conf_credit_;               // G × R
+  ZeroArray<int> led_;                                   // G × R
+  // Per group, the ranks with credit > 0, in the order they first got it (finish reads these,
+  // not G × R entries of which most are zero).
+  std::vector<std::vector<int>> credited_;
+  ZeroArray<double> sync_sum_;                           // G × R
+  ZeroArray<int> sync_n_;                                // G × R
+  std::vector<std::uint8_t> sync_seen_;                  // G: any rank had a sync wait in the group
+  ZeroArray<double> cpu_fwd_sum_;                        // R
+  ZeroArray<int> cpu_fwd_n_;                             // R
+  // Forward-event samples of the ranks that have any: ev_slot_[r] is 1 + the index of r's
+  // keeper in ev_keepers_, 0 while r has none (most runs sample few ranks, or none).
+  ZeroArray<std::int32_t> ev_slot_;                      // R
+  std::vector<MedianKeeper> ev_keepers_;
+  std::size_t ev_cap_ = 0;                               // bound_medians' cap for new keepers
   int ev_sampled_ = 0, ev_ready_ = 0, ev_missing_ = 0;
-  std::vector<std::uint8_t> rank_missing_;
+  ZeroArray<std::uint8_t> rank_missing_;
   std::int64_t missing_records_ = 0;
   double residual_sum_ = 0, overlap_sum_ = 0, wall_sum_ = 0;
   bool has_wall_ = false;

@@ -448,16 +448,26 @@ struct Evidence {
 };
 
 /// Per-rank facts of one window beside its shares that the labeler reads — the "side evidence"
-/// of `label(config, side evidence)` in DESIGN.md. G × R tables are group-major (g·R + r).
+/// of `label(config, side evidence)` in DESIGN.md.
 struct SideEvidence {
   int ranks = 0;                           ///< R: the matrix's columns
   std::vector<int> rank_ids;               ///< R rank ids of a sparse matrix; empty when dense
   int rank_id(int c) const { return c < 0 || rank_ids.empty() ? c : rank_ids[c]; }
-  std::vector<double> confident_credit_s;  ///< G × R: advance led by the rank as a confident unique leader
-  std::vector<double> sync_wait_mean_s;    ///< G × R: mean time blocked inside the group's collectives; NaN: none
+  /// A rank (column) and the advance it led as a confident unique leader.
+  struct Credit {
+    int rank;
+    double s;
+  };
+  /// G: the ranks that led the group confidently, columns ascending, with that advance. Lists,
+  /// not G × R tables: few ranks ever lead, and a window of 10^6 ranks should not write a table
+  /// of zeros per group to say so.
+  std::vector<std::vector<Credit>> confident_credit;
+  /// G: R mean times blocked inside the group's collectives (NaN: none for that rank); empty for
+  /// a group in which no rank had a sync wait.
+  std::vector<std::vector<double>> sync_wait_mean_s;
   std::vector<double> fwd_cpu_mean_s;      ///< R: mean CPU-wall time of the forward group; NaN: no record
-  std::vector<double> fwd_event_median_s;  ///< R: median ready forward event time; NaN: no ready sample
-  std::vector<int> fwd_event_ready;        ///< R: ready forward event samples (the gate is per rank)
+  std::vector<double> fwd_event_median_s;  ///< R: median ready forward event time; NaN: no ready sample; empty: none anywhere
+  std::vector<int> fwd_event_ready;        ///< R: ready forward event samples (the gate is per rank); empty: none anywhere
   /// G: chances for a leader switch, Σ over the group's stages of (confident leaders − 1):
   /// switches are counted along each stage's own sequence of steps.
   std::vector<int> switch_chances;

@@ -27,19 +27,17 @@ Suspect suspect_for(const Evidence& e, const SideEvidence& side, const LabelConf
   sus.group = g;
   const int R = side.ranks;
   const double adv = e.advances_s[g];
-  const auto row = static_cast<std::size_t>(g) * R;
-  int best_conf = -1;
-  for (int r = 0; r < R; ++r) {
-    const double c = side.confident_credit_s[row + r];
-    if (c > 0 && (best_conf < 0 || c > side.confident_credit_s[row + best_conf])) best_conf = r;
-  }
+  const SideEvidence::Credit* best_conf = nullptr;  // the largest confident credit, lowest rank on a tie
+  for (const auto& c : side.confident_credit[g])
+    if (c.s > 0 && (best_conf == nullptr || c.s > best_conf->s)) best_conf = &c;
   // e.leaders[g] lists every credited rank, largest credit first (ties: lower rank first).
   const LeaderCredit* best = e.leaders[g].empty() ? nullptr : &e.leaders[g].front();
   std::vector<double> waits;
   int quiet = -1;
   double quiet_wait = 0;
-  for (int r = 0; r < R; ++r) {
-    const double w = side.sync_wait_mean_s[row + r];
+  const auto& group_waits = side.sync_wait_mean_s[g];
+  for (int r = 0; r < static_cast<int>(group_waits.size()); ++r) {
+    const double w = group_waits[r];
     if (std::isnan(w)) continue;
     waits.push_back(w);
     if (quiet < 0 || w < quiet_wait) {
@@ -48,10 +46,10 @@ Suspect suspect_for(const Evidence& e, const SideEvidence& side, const LabelConf
     }
   }
   const double wait_median = waits.empty() ? 0.0 : median_inplace(waits);
-  if (best_conf >= 0 && side.confident_credit_s[row + best_conf] >= 0.5 * adv) {
-    sus.rank = best_conf;
+  if (best_conf != nullptr && best_conf->s >= 0.5 * adv) {
+    sus.rank = best_conf->rank;
     sus.basis = "frontier_leader";
-    sus.confidence = side.confident_credit_s[row + best_conf] / adv;
+    sus.confidence = best_conf->s / adv;
   } else if (R > 1 && quiet >= 0 && waits.size() > 1 && wait_median - quiet_wait >= cfg.eta_q * e.median_step_s &&
              wait_median > 0) {
     // The rank the others waited for blocks least inside the stage's collectives.

@@ -295,15 +295,18 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   switches_.assign(S_, 0);
   conf_n_.assign(S_, 0);
   const auto gr = static_cast<std::size_t>(G_) * world_;
-  credit_.assign(gr, 0.0);
-  conf_credit_.assign(gr, 0.0);
-  led_.assign(gr, 0);
-  sync_sum_.assign(gr, 0.0);
-  sync_n_.assign(gr, 0);
-  cpu_fwd_sum_.assign(world_, 0.0);
-  cpu_fwd_n_.assign(world_, 0);
-  event_samples_.assign(world_, MedianKeeper());
-  rank_missing_.assign(world_, 0);
+  const auto R = static_cast<std::size_t>(world_);
+  credit_ = ZeroArray<double>(gr);
+  credited_.assign(G_, {});
+  sync_seen_.assign(G_, 0);
+  conf_credit_ = ZeroArray<double>(gr);
+  led_ = ZeroArray<int>(gr);
+  sync_sum_ = ZeroArray<double>(gr);
+  sync_n_ = ZeroArray<int>(gr);
+  cpu_fwd_sum_ = ZeroArray<double>(R);
+  cpu_fwd_n_ = ZeroArray<int>(R);
+  ev_slot_ = ZeroArray<std::int32_t>(R);
+  rank_missing_ = ZeroArray<std::uint8_t>(R);
   cf_adv_.assign(static_cast<std::size_t>(G_) * G_, 0.0);
   cf_denom_.assign(G_, 0.0);
   cf_seen_.assign(G_, 0);
@@ -312,7 +315,7 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
 void WindowStats::bound_medians(std::size_t exact_cap) {
   if (steps_ > 0) throw std::logic_error("bound_medians after the first step");
   exposed_ = MedianKeeper(exact_cap);
-  event_samples_.assign(world_, MedianKeeper(exact_cap));
+  ev_cap_ = exact_cap;
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
@@ -472,7 +475,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
     const auto row = static_cast<std::size_t>(g) * world_;
     if (f.leader[s] >= 0) {
       const int r = f.leader[s];
-      credit_[row + r] += a;
+      credit(g, r, a);
       ++led_[row + r];
       // A confident unique leader: a material advance and a clear max-minus-second-max gap.
       const bool confident = exposed > 0 && a >= cfg_.gamma_elig * exposed && f.gap[s] >= cfg_.eta_q * exposed;
@@ -484,7 +487,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       }
     } else if (f.leader[s] == Accounting::kTie && !f.tie[s].empty()) {
       const double part = a / static_cast<double>(f.tie[s].size());
-      for (int r : f.tie[s]) credit_[row + r] += part;
+      for (int r : f.tie[s]) credit(g, r, part);
     }
   }
 
@@ -493,6 +496,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       const float* col = m.sync_wait_column(t, s);
       if (col == nullptr) continue;  // no rank has a sync wait for s in this step
       const auto row = static_cast<std::size_t>(schema_.group_of(s)) * world_;
+      sync_seen_[schema_.group_of(s)] = 1;
       double* sum = sync_sum_.data() + row;
       int* count = sync_n_.data() + row;
       for (int i = 0; i < n; ++i) {
@@ -539,7 +543,11 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
         case EventState::ready:
           ++ev_sampled_;
           ++ev_ready_;
-          event_samples_[r].add(secs[r]);
+          if (ev_slot_[r] == 0) {
+            ev_keepers_.emplace_back(ev_cap_);
+            ev_slot_[r] = static_cast<std::int32_t>(ev_keepers_.size());
+          }
+          ev_keepers_[ev_slot_[r] - 1].add(secs[r]);
           break;
         case EventState::missing:
           ++ev_sampled_;
@@ -643,10 +651,17 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
       e.lag_increment_mean_s[g] = lag_inc_sum_[g] / steps_;
     }
     if (gap_n_[g] > 0) e.gap_mean_s[g] = gap_sum_[g] / gap_n_[g];
+    // Every credited rank, ranks ascending, then largest credit first (stable: ties keep the
+    // lower rank first).
+    std::vector<int> ranks = credited_[g];
+    std::sort(ranks.begin(), ranks.end());
     std::vector<LeaderCredit> list;
-    for (int r = 0; r < world_; ++r) {
+    list.reserve(ranks.size());
+    auto& confident = side.confident_credit.emplace_back();
+    for (int r : ranks) {
       const auto i = static_cast<std::size_t>(g) * world_ + r;
-      if (credit_[i] > 0) list.push_back({r, credit_[i], led_[i]});
+      list.push_back({r, credit_[i], led_[i]});
+      if (conf_credit_[i] > 0) confident.push_back({r, conf_credit_[i]});
     }
     std::stable_sort(list.begin(), list.end(),
                      [](const LeaderCredit& a, const LeaderCredit& b) { return a.advance_s > b.advance_s; });
@@ -667,14 +682,17 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.events.ready_ratio = ev_sampled_ > 0 ? static_cast<double>(ev_ready_) / ev_sampled_ : 0.0;
   constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   std::vector<double>& rank_medians = side.fwd_event_median_s;
-  rank_medians.assign(world_, kNaN);
-  side.fwd_event_ready.assign(world_, 0);
-  for (int r = 0; r < world_; ++r) side.fwd_event_ready[r] = static_cast<int>(event_samples_[r].count());
+  if (!ev_keepers_.empty()) {  // else both stay empty: no rank has a sample
+    rank_medians.assign(world_, kNaN);
+    side.fwd_event_ready.assign(world_, 0);
+  }
   std::vector<double> present_medians;
   for (int r = 0; r < world_; ++r) {
-    if (event_samples_[r].empty()) continue;
-    e.medians_exact = e.medians_exact && event_samples_[r].exact();
-    rank_medians[r] = event_samples_[r].median();
+    if (ev_slot_[r] == 0) continue;
+    const MedianKeeper& k = ev_keepers_[ev_slot_[r] - 1];
+    side.fwd_event_ready[r] = static_cast<int>(k.count());
+    e.medians_exact = e.medians_exact && k.exact();
+    rank_medians[r] = k.median();
     present_medians.push_back(rank_medians[r]);
     if (e.events.max_rank < 0 || rank_medians[r] > e.events.max_rank_median_s) {
       e.events.max_rank_median_s = rank_medians[r];
@@ -716,11 +734,15 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   side.ranks = world_;
   side.rank_ids = rank_ids_;
   side.roles = roles_;
-  const auto gr = static_cast<std::size_t>(G_) * world_;
-  side.confident_credit_s = conf_credit_;
-  side.sync_wait_mean_s.assign(gr, kNaN);
-  for (std::size_t i = 0; i < gr; ++i)
-    if (sync_n_[i] > 0) side.sync_wait_mean_s[i] = sync_sum_[i] / sync_n_[i];
+  side.sync_wait_mean_s.assign(G_, {});
+  for (int g = 0; g < G_; ++g) {
+    if (!sync_seen_[g]) continue;
+    auto& mean = side.sync_wait_mean_s[g];
+    mean.assign(world_, kNaN);
+    const auto row = static_cast<std::size_t>(g) * world_;
+    for (int r = 0; r < world_; ++r)
+      if (sync_n_[row + r] > 0) mean[r] = sync_sum_[row + r] / sync_n_[row + r];
+  }
   side.fwd_cpu_mean_s.assign(world_, kNaN);
   for (int r = 0; r < world_; ++r)
     if (cpu_fwd_n_[r] > 0) side.fwd_cpu_mean_s[r] = cpu_fwd_sum_[r] / cpu_fwd_n_[r];

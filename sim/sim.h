@@ -191,8 +191,13 @@ public:
 
 private:
   StageCosts base_;
-  std::uint64_t seed_;
-  std::vector<double> factor_;  // per rank
+  /// Per rank: its persistent factor, and the hash of (seed, rank) that every step's jitter
+  /// indices start from (jitter_indices' first two rounds, taken once rather than per step).
+  struct Rank {
+    double factor;
+    std::uint64_t key;
+  };
+  std::vector<Rank> rank_;
   std::vector<double> jitter_;  // per level; empty without jitter
 };
 

@@ -101,11 +101,14 @@ double normal(std::uint64_t seed, int rank, std::int64_t step, int slot) {
 
 constexpr std::int64_t kRankDraw = -1;  // the step index of per-rank (persistent) draws
 
+/// The hash of (seed, rank) that jitter_indices starts every step from.
+std::uint64_t jitter_key(std::uint64_t seed, int rank) {
+  return mix(mix(seed ^ 0x6a09e667f3bcc909ull) ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
+}
+
 /// The eight 16-bit quantile indices of one (seed, rank, step): two hashed words, four each.
-std::array<std::uint16_t, 8> jitter_indices(std::uint64_t seed, int rank, std::int64_t step) {
-  std::uint64_t h = mix(seed ^ 0x6a09e667f3bcc909ull);
-  h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(rank)));
-  h = mix(h ^ static_cast<std::uint64_t>(step));
+std::array<std::uint16_t, 8> jitter_indices(std::uint64_t key, std::int64_t step) {
+  const std::uint64_t h = mix(key ^ static_cast<std::uint64_t>(step));
   const std::uint64_t w[2] = {mix(h ^ 1), mix(h ^ 2)};
   std::array<std::uint16_t, 8> out{};
   for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint16_t>(w[i / 4] >> (16 * (i % 4)));
@@ -154,13 +157,13 @@ StageCosts draw_costs(const StageCosts& base, const Variation& v, std::uint64_t 
   const double f = rank_factor(v, seed, rank);
   if (!(v.jitter_sigma > 0)) return costs_of(base, f, [](int) { return 1.0; });
   const auto& z = normal_quantiles();
-  const auto idx = jitter_indices(seed, rank, step);
+  const auto idx = jitter_indices(jitter_key(seed, rank), step);
   return costs_of(base, f, [&](int slot) { return std::exp(v.jitter_sigma * z[idx[slot]]); });
 }
 
 CostSampler::CostSampler(const StageCosts& base, const Variation& v, std::uint64_t seed, int ranks)
-    : base_(base), seed_(seed), factor_(static_cast<std::size_t>(std::max(ranks, 0))) {
-  for (int r = 0; r < ranks; ++r) factor_[r] = rank_factor(v, seed, r);
+    : base_(base), rank_(static_cast<std::size_t>(std::max(ranks, 0))) {
+  for (int r = 0; r < ranks; ++r) rank_[r] = {rank_factor(v, seed, r), jitter_key(seed, r)};
   if (v.jitter_sigma > 0) {
     // The same exp(σ · z) draw_costs takes per draw, once per level.
     const auto& z = normal_quantiles();
@@ -170,9 +173,10 @@ CostSampler::CostSampler(const StageCosts& base, const Variation& v, std::uint64
 }
 
 StageCosts CostSampler::draw(int rank, std::int64_t step) const {
-  const double f = factor_[rank];
+  const auto& k = rank_[rank];
+  const double f = k.factor;
   if (jitter_.empty()) return costs_of(base_, f, [](int) { return 1.0; });
-  const auto idx = jitter_indices(seed_, rank, step);
+  const auto idx = jitter_indices(k.key, step);
   return costs_of(base_, f, [&](int slot) { return jitter_[idx[slot]]; });
 }
 
