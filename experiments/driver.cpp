@@ -509,6 +509,12 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity" && s.kind != "torch")
     throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures, sensitivity or torch");
   s.per_window = j.value("per_window", false);
+  if (j.contains("row_timeout_s")) {
+    const auto& t = j["row_timeout_s"];
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 10 || t.get<std::int64_t>() > 86400)
+      throw formats::FormatError(path, 0, "\"row_timeout_s\" is " + t.dump() + ", expected an integer in [10, 86400]");
+    s.row_timeout_s = t.get<int>();
+  }
   ordered_json base = j.value("base", ordered_json::object());
   ordered_json matrix = j.value("matrix", ordered_json::object());
   ordered_json extra = j.value("rows", ordered_json::array());
@@ -642,6 +648,7 @@ int run(const DriverOptions& opt) {
       }
     }
     const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
+    const int row_timeout_s = opt.row_timeout_s > 0 ? opt.row_timeout_s : spec.row_timeout_s > 0 ? spec.row_timeout_s : 900;
     std::size_t done_now = 0;
     double spent = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -675,7 +682,7 @@ int run(const DriverOptions& opt) {
                        hms(now).c_str(), eta.c_str(), row.id.c_str(), tty ? "   " : "\n");
         };
         tick();
-        const int rc = spawn(cmd, rdir + "/log.txt", opt.row_timeout_s, tty ? std::function<void()>(tick) : [] {},
+        const int rc = spawn(cmd, rdir + "/log.txt", row_timeout_s, tty ? std::function<void()>(tick) : [] {},
                              sim_row ? result : std::string());
         if (sim_row && rc != 0) fs::remove(result);  // a sim that failed leaves no half line behind
         spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
@@ -683,7 +690,10 @@ int run(const DriverOptions& opt) {
         if (rc != 0 || !fs::exists(result)) {
           // A row whose check failed still has its result: it is data, not a crash.
           if (!fs::exists(result)) {
-            failed.push_back(row.id + " (exit " + std::to_string(rc) + ", see " + rdir + "/log.txt)");
+            failed.push_back(row.id + (rc == -1 ? " (killed at the row timeout of " + std::to_string(row_timeout_s) +
+                                                      " s: --row-timeout, or the spec's \"row_timeout_s\"; see "
+                                                : " (exit " + std::to_string(rc) + ", see ") +
+                             rdir + "/log.txt)");
             continue;
           }
         }
@@ -720,7 +730,12 @@ int run(const DriverOptions& opt) {
     for (const auto& f : failed) std::fprintf(stderr, "[%s] row failed: %s\n", spec.name.c_str(), f.c_str());
     failures += static_cast<int>(failed.size());
 
-    // Tables and plots from the CSV (matplotlib, Debian's python3).
+    // Tables and plots from the CSV (matplotlib, Debian's python3); none without a row.
+    if (csv_rows.empty()) {
+      std::fprintf(stderr, "[%s] no row finished: no table or plot (rows.csv and manifest.json say so)\n", spec.name.c_str());
+      ++failures;
+      continue;
+    }
     const int rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {});
     if (rc != 0) {
       std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), rc, dir.c_str());

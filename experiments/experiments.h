@@ -26,6 +26,9 @@ struct Spec {
   std::string name, title;
   std::string kind;               ///< "runs", "overhead" or "fixtures"
   bool per_window = false;        ///< one CSV line per recorder window (A/B/A)
+  /// "row_timeout_s": seconds before a row is killed when --row-timeout is not given (0: the
+  /// driver's default, 900 s); a soak whose rows run for half an hour says so in its spec.
+  int row_timeout_s = 0;
   std::vector<Row> rows;
   nlohmann::ordered_json raw;     ///< the spec file, for the report
 };
@@ -49,7 +52,7 @@ struct DriverOptions {
   bool force = false;               ///< redo finished rows
   std::vector<std::string> overrides; ///< --set key=value on every row's base options
   std::string tag;                  ///< results/NAME-TAG/ (e.g. "gpu")
-  int row_timeout_s = 900;
+  int row_timeout_s = 0;            ///< --row-timeout; 0: the spec's "row_timeout_s", else 900 s
   std::string commit;
   std::vector<std::string> argv;
 };
