@@ -78,16 +78,26 @@ const Scenario* find_scenario(std::string_view name) {
   return nullptr;
 }
 
-bool FaultPlan::active(int rank, std::int64_t step) const {
-  if (scenario == nullptr || scenario->site == Site::none) return false;
-  if ((scenario->site == Site::link ? rate_mbit : delay_ms) <= 0) return false;  // a link fault is a rate
-  if (step < onset || step >= offset) return false;
-  if (every > 1 && (step - onset) % every != 0) return false;
-  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+namespace {
+/// The plan acts in this step (on its target ranks).
+bool acts_in(const FaultPlan& p, std::int64_t step) {
+  if (p.scenario == nullptr || p.scenario->site == Site::none) return false;
+  if ((p.scenario->site == Site::link ? p.rate_mbit : p.delay_ms) <= 0) return false;  // a link fault is a rate
+  if (step < p.onset || step >= p.offset) return false;
+  return !(p.every > 1 && (step - p.onset) % p.every != 0);
+}
+}  // namespace
+
+bool FaultPlan::targets(int rank) const { return std::find(ranks.begin(), ranks.end(), rank) != ranks.end(); }
+
+bool FaultPlan::active(int rank, std::int64_t step) const { return acts_in(*this, step) && targets(rank); }
+
+double FaultPlan::step_delay_s(Site site, std::int64_t step) const {
+  return scenario != nullptr && scenario->site == site && acts_in(*this, step) ? delay_ms * 1e-3 : 0.0;
 }
 
 double FaultPlan::delay_s(Site site, int rank, std::int64_t step) const {
-  return scenario != nullptr && scenario->site == site && active(rank, step) ? delay_ms * 1e-3 : 0.0;
+  return targets(rank) ? step_delay_s(site, step) : 0.0;
 }
 
 std::vector<TruthRecord> truth(const FaultPlan& plan) {

@@ -62,6 +62,11 @@ struct FaultPlan {
   bool active(int rank, std::int64_t step) const;
   /// Seconds to inject at `site` on `rank` in `step` (0 when the plan does not apply).
   double delay_s(Site site, int rank, std::int64_t step) const;
+  /// The two halves of delay_s, for a caller that visits many ranks in one step (the model at
+  /// 10^6 ranks): what a targeted rank gets at `site` in `step`, and whether `rank` is targeted.
+  /// delay_s(site, r, t) == (targets(r) ? step_delay_s(site, t) : 0).
+  double step_delay_s(Site site, std::int64_t step) const;
+  bool targets(int rank) const;
 };
 
 /// Ground truth of one injected fault (one per affected rank).

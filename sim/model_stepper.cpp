@@ -102,6 +102,15 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   // of the other ranks instead of one after another.
   double arrive_max = 0;
   std::fill(st.all_in.begin(), st.all_in.end(), 0.0);
+  // The fault's delay at each site in this step (0 where it does not act), taken once per step;
+  // a rank gets it where the plan targets it (plan.delay_s, without a call per rank and site).
+  constexpr int kSites = static_cast<int>(Site::link) + 1;
+  std::array<double, kSites> site_delay{};
+  bool any_delay = false;
+  for (int i = 0; i < kSites; ++i) {
+    site_delay[i] = plan.step_delay_s(static_cast<Site>(i), step);
+    any_delay = any_delay || site_delay[i] != 0;
+  }
   constexpr int kBlock = 256;
   double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
   for (int r0 = 0; r0 < R; r0 += kBlock) {
@@ -109,23 +118,25 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
     for (int j = 0; j < len; ++j) {
       const int r = r0 + j;
       const StageCosts c = st.sampler.draw(r, step);
+      const bool hit = any_delay && plan.targets(r);
+      auto delay_s = [&](Site site) { return hit ? site_delay[static_cast<int>(site)] : 0.0; };
       auto& k = st.carry[r];
       k.begin = st.host[r];
       double h = st.host[r];
-      const double data = c.data_ms * 1e-3 + plan.delay_s(Site::data, r, step);
+      const double data = c.data_ms * 1e-3 + delay_s(Site::data);
       h += data;
       d_data[r] = data;
       // forward: device work queued at the start of forward, then host launch overhead
       const double fwd_start = h;
-      const double dev_fwd = c.fwd_device_ms * 1e-3 + plan.delay_s(Site::forward_device, r, step);
+      const double dev_fwd = c.fwd_device_ms * 1e-3 + delay_s(Site::forward_device);
       st.device[r] = std::max(st.device[r], fwd_start) + dev_fwd;
       st.fwd_event[r] = dev_fwd;
-      h += c.fwd_host_ms * 1e-3 + plan.delay_s(Site::forward_host, r, step);
+      h += c.fwd_host_ms * 1e-3 + delay_s(Site::forward_host);
       d_fwd[r] = h - fwd_start;
       // backward: device work queued, launches, then the gradient synchronisation
       k.bwd_start = h;
-      bwd_dev[j] = c.bwd_device_ms * 1e-3 + plan.delay_s(Site::backward_device, r, step);
-      entry[j] = plan.delay_s(Site::backward_collective, r, step);
+      bwd_dev[j] = c.bwd_device_ms * 1e-3 + delay_s(Site::backward_device);
+      entry[j] = delay_s(Site::backward_collective);
       bwd_host[j] = c.bwd_host_ms * 1e-3;
       if (single) {
         st.device[r] = std::max(st.device[r], h) + bwd_dev[j];
@@ -134,8 +145,8 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
       }
       hb[j] = h;
       dev[j] = st.device[r];
-      k.callbacks_s = c.callbacks_ms * 1e-3 + plan.delay_s(Site::callbacks, r, step);
-      k.optim_s = c.optim_ms * 1e-3 + plan.delay_s(Site::optimizer, r, step);
+      k.callbacks_s = c.callbacks_ms * 1e-3 + delay_s(Site::callbacks);
+      k.optim_s = c.optim_ms * 1e-3 + delay_s(Site::optimizer);
     }
     if (single) continue;
     // Bucket i is queued when the host has paid the launches of the buckets before it; its

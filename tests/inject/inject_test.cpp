@@ -63,6 +63,33 @@ TEST(FaultPlan, onset_offset_every_and_ranks) {
   EXPECT_TRUE(truth(none).empty());
 }
 
+TEST(FaultPlan, step_delay_and_targets_split_delay_s_exactly) {
+  // The model takes the step's delay per site once and asks targets() per rank (10^6 ranks x 7
+  // sites a step); the halves must give delay_s's value for every site, rank and step.
+  for (const char* name : {"fwd_host", "data_tail", "comm_delay", "link_slow", "none"}) {
+    FaultPlan p;
+    p.scenario = find_scenario(name);
+    p.delay_ms = 37;
+    p.rate_mbit = 100;
+    p.ranks = {1, 4};
+    p.onset = 3;
+    p.offset = 20;
+    p.every = 4;
+    int hits = 0;
+    for (int s = 0; s <= static_cast<int>(Site::link); ++s)
+      for (int r = 0; r < 6; ++r)
+        for (std::int64_t t = 0; t < 25; ++t) {
+          const auto site = static_cast<Site>(s);
+          const double want = p.delay_s(site, r, t);
+          EXPECT_EQ(p.targets(r) ? p.step_delay_s(site, t) : 0.0, want) << name << " site " << s << " rank " << r << " step " << t;
+          hits += want > 0;
+        }
+    // Each acts on 2 ranks in steps 3, 7, 11, 15, 19: 10 (rank, step) pairs at its one site
+    // (link_slow too, at Site::link, which nothing sleeps at); none has no site.
+    EXPECT_EQ(hits, std::string(name) == "none" ? 0 : 10) << name;
+  }
+}
+
 TEST(Targets, drawn_from_the_seed_distinct_and_in_range) {
   EXPECT_EQ(draw_targets(1, 8, 1), draw_targets(1, 8, 1));
   std::set<int> seen;
