@@ -779,8 +779,9 @@ def report_soak(d, df):
     fig.tight_layout()
     fig.savefig(d / "soak.png", dpi=120)
     plt.close(fig)
-    worst = df.rank0_rss_growth_kb_per_window.max()
-    return text, f"rank-0 RSS growth ≤ {worst:+.2f} KiB/window over {int(df.windows.max())} windows", "soak.png", "(not in the paper)"
+    head = "; ".join(f"{r.rank0_rss_growth_kb_per_window:+.2f} KiB/window over {int(r.windows)} windows "
+                     f"({int(r.steps_completed_min)} steps, cost x{r.get('cost_scale', 1.0)})" for _, r in df.iterrows())
+    return text, f"rank-0 RSS growth {head}", "soak.png", "(not in the paper)"
 
 
 def detect_rows(g):
