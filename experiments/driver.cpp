@@ -648,7 +648,9 @@ int run(const DriverOptions& opt) {
       }
     }
     const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
-    const int row_timeout_s = opt.row_timeout_s > 0 ? opt.row_timeout_s : spec.row_timeout_s > 0 ? spec.row_timeout_s : 900;
+    const int row_timeout_s = opt.row_timeout_s > 0    ? opt.row_timeout_s
+                              : spec.row_timeout_s > 0 ? spec.row_timeout_s
+                                                       : kDefaultRowTimeoutS;
     std::size_t done_now = 0;
     double spent = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -690,10 +692,10 @@ int run(const DriverOptions& opt) {
         if (rc != 0 || !fs::exists(result)) {
           // A row whose check failed still has its result: it is data, not a crash.
           if (!fs::exists(result)) {
-            failed.push_back(row.id + (rc == -1 ? " (killed at the row timeout of " + std::to_string(row_timeout_s) +
-                                                      " s: --row-timeout, or the spec's \"row_timeout_s\"; see "
-                                                : " (exit " + std::to_string(rc) + ", see ") +
-                             rdir + "/log.txt)");
+            const std::string why = rc == -1 ? "killed at the row timeout of " + std::to_string(row_timeout_s) +
+                                                   " s: --row-timeout, or the spec's \"row_timeout_s\""
+                                             : "exit " + std::to_string(rc);
+            failed.push_back(row.id + " (" + why + ", see " + rdir + "/log.txt)");
             continue;
           }
         }

@@ -26,8 +26,8 @@ struct Spec {
   std::string name, title;
   std::string kind;               ///< "runs", "overhead" or "fixtures"
   bool per_window = false;        ///< one CSV line per recorder window (A/B/A)
-  /// "row_timeout_s": seconds before a row is killed when --row-timeout is not given (0: the
-  /// driver's default, 900 s); a soak whose rows run for half an hour says so in its spec.
+  /// "row_timeout_s": seconds before a row is killed when --row-timeout is not given (0:
+  /// kDefaultRowTimeoutS); a soak whose rows run for half an hour says so in its spec.
   int row_timeout_s = 0;
   std::vector<Row> rows;
   nlohmann::ordered_json raw;     ///< the spec file, for the report
@@ -39,6 +39,9 @@ struct Spec {
 Spec load_spec(const std::string& path, bool quick, const std::vector<std::string>& overrides = {});
 /// Names of the specs in a directory (sorted).
 std::vector<std::string> list_specs(const std::string& dir);
+
+/// Seconds before a row is killed when neither --row-timeout nor the spec says.
+constexpr int kDefaultRowTimeoutS = 900;
 
 struct DriverOptions {
   std::vector<std::string> names;   ///< experiment names, or {"all"}
@@ -52,7 +55,7 @@ struct DriverOptions {
   bool force = false;               ///< redo finished rows
   std::vector<std::string> overrides; ///< --set key=value on every row's base options
   std::string tag;                  ///< results/NAME-TAG/ (e.g. "gpu")
-  int row_timeout_s = 0;            ///< --row-timeout; 0: the spec's "row_timeout_s", else 900 s
+  int row_timeout_s = 0;            ///< --row-timeout; 0: the spec's "row_timeout_s", else kDefaultRowTimeoutS
   std::string commit;
   std::vector<std::string> argv;
 };
