@@ -78,12 +78,8 @@ void quiet_barrier(MPI_Comm comm) {
   }
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+/// The engine's median (frontier::median_inplace), of a copy; 0 for none.
+double median_of(std::vector<double> v) { return v.empty() ? 0 : frontier::median_inplace(v); }
 
 /// Seconds of one n³ single-precision GEMM on this rank: the fastest of `reps` timed products
 /// after one warm-up (contention only slows a try), `repeat` products per timed one (the injected
@@ -300,35 +296,36 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
     return id.hostname;
   };
   {
+    using frontier::strprintf;
     std::string& text = report.text;
-    text += frontier::strprintf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
-    text += frontier::strprintf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
-                size, hosts.size(), cfg.threshold);
+    text += strprintf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+    text += strprintf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: all)\n",
+                      size, hosts.size(), cfg.threshold);
     if (cfg.p2p) {
-      text += frontier::strprintf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
-                  size < 2 ? 0 : size % 2 ? 3 : 2,
-                  cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
-      text += frontier::strprintf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
-                  "verdict");
+      text += strprintf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
+                        size < 2 ? 0 : size % 2 ? 3 : 2,
+                        cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
+      text += strprintf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
+                        "verdict");
       for (const auto& l : res.links)
-        text += frontier::strprintf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
-                    l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
-                    l.slow ? "SLOW" : "ok");
-      if (!attribution.empty()) text += frontier::strprintf("# %s\n", attribution.c_str());
+        text += strprintf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
+                          l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
+                          l.slow ? "SLOW" : "ok");
+      if (!attribution.empty()) text += strprintf("# %s\n", attribution.c_str());
     }
     if (cfg.compute) {
-      text += frontier::strprintf("#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
-                  cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
-      text += frontier::strprintf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
+      text += strprintf("#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+                        cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
+      text += strprintf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x median", "verdict");
       for (int r = 0; r < size; ++r) {
         const double t = res.gemm_s[static_cast<std::size_t>(r)];
         const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
-        text += frontier::strprintf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
-                    slow ? "SLOW" : "ok");
+        text += strprintf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, res.gemm_median > 0 ? t / res.gemm_median : 0.0,
+                          slow ? "SLOW" : "ok");
       }
     }
-    text += frontier::strprintf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
-                res.slow_ranks.size());
+    text += strprintf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
+                      res.slow_ranks.size());
   }
   {
     ordered_json& j = report.json;
