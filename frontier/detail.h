@@ -5,6 +5,8 @@
 
 #include "sf/frontier/frontier.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -195,6 +197,12 @@ public:
   /// group on a whole window).
   void add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups, std::span<const double> cohort_median,
                            const Eigen::MatrixXd* rank_median);
+  /// StreamingAccumulator::Scope::segment: what add_step takes from the step but its static
+  /// gain, counterfactuals and baselines. lag: L[t,s] per stage as add_step formed it for the same
+  /// step (last_lag()), or empty to form it here (then from the step's own prefix medians).
+  void add_segment_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> lag);
+  /// The lag per stage of the last step add_step or add_segment_step formed it for.
+  std::span<const double> last_lag() const { return step_lag_; }
   /// Top group by advance (the s1 whose counterfactual the ambiguity set needs), −1 if none.
   int top_group() const;
   /// Caps the values kept for the step-time and forward-event medians (MedianKeeper); before
@@ -204,6 +212,32 @@ public:
   WindowSummary finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const;
 
 private:
+  // add_step's parts, in the order it takes them (each sum in the order the one loop formed it).
+  /// Steps, exposed time (sum, median, spread) and advances per group; returns F[t,S].
+  double add_frontier_totals(const StepFrontier& f);
+  /// The one blocked pass over the present ranks: own work per group, prefixes (for the lag's
+  /// medians), totals, per-stage max and rank-order sums, the slowest rank (returned, an index
+  /// of d), each group's gain front and the asked counterfactual fronts.
+  int rank_pass(const PresentStep& d, bool complete, const StepBaseline& b, std::span<const int> counterfactual_groups);
+  /// add_segment_step's pass over the ranks: own work per group and, with `prefixes`, the
+  /// prefixes rank_pass keeps for the lag's medians (the same values, the same order per rank).
+  void segment_pass(const PresentStep& d, bool complete, bool prefixes);
+  /// L[t,s] = F[t,s] − median_r P[t,r,s] per stage into step_lag_ (the prefixes of rank_pass).
+  void step_lag(const StepFrontier& f, std::span<const double> cohort_median, int n);
+  /// The lag's sums: increments per group, the value at each group's last stage, their spread.
+  void add_lag(std::span<const double> lag);
+  /// Static-gain numerators and the residual-leader counterfactual advances (from rank_pass).
+  void add_gains(const StepFrontier& f, double exposed, std::span<const int> counterfactual_groups);
+  /// Leader credit, confident leaders and switches, the max-minus-second-max gaps.
+  void add_leaders(const StepFrontier& f, double exposed);
+  /// Time inside each group's collectives per rank (off the rank's own work).
+  void add_sync_waits(const StageMatrix& m, int t, const PresentStep& d);
+  /// The forward group's CPU-wall time per rank and the sampled forward events.
+  void add_forward(const StageMatrix& m, int t, const PresentStep& d);
+  /// Presence per rank, missing records, residual, overlap and wall sums.
+  void add_telemetry(const StageMatrix& m, int t, const PresentStep& d);
+  /// e's rank_excess, cohort_own_median_s and cohort_own_spread_s from the own-work sums.
+  void cohort_excess(Evidence& e) const;
   /// Adds x to rank r's credit in group g, listing r the first time its credit turns > 0.
   void credit(int g, int r, double x) {
     double& c = credit_[static_cast<std::size_t>(g) * world_ + r];
@@ -218,6 +252,7 @@ private:
   std::vector<int> rank_ids_; // empty when dense
   LabelConfig cfg_;
   int S_, G_;
+  std::vector<int> group_first_, group_count_, group_last_;  // per group: its first stage, stage count, last stage
   int steps_ = 0;
   double denom_ = 0;
   MedianKeeper exposed_;                // F[t,S] per scored step (median step time)
@@ -225,6 +260,11 @@ private:
   std::vector<double> gain_num_;        // per group
   BaselineAccumulator base_;
   std::vector<double> lag_sum_, lag_inc_sum_, gap_sum_;
+  std::vector<RunningSpread> adv_spread_, lag_inc_spread_;  // per group: the diagnosis' noise floors
+  RunningSpread exposed_spread_;
+  std::vector<double> step_adv_, step_lag_inc_;         // per group, this step (scratch)
+  ZeroArray<double> own_sum_;                            // G × R: Σ_t (d − sync wait) over the group's stages
+  ZeroArray<int> rank_n_;                                // R: steps each rank was present in
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
   ZeroArray<double> credit_, conf_credit_;               // G × R
@@ -253,7 +293,7 @@ private:
   std::vector<std::uint8_t> cf_seen_;
   // Per-step scratch, reused so that a step of 10^6 ranks allocates nothing.
   std::vector<double> red_, cf_step_adv_, cf_step_exposed_;
-  std::vector<double> prefix_, totals_, stage_max_, stage_sum_, gain_front_, cf_front_;
+  std::vector<double> prefix_, totals_, stage_max_, stage_sum_, gain_front_, cf_front_, step_lag_;
   SelectScratch sel_;
 };
 

@@ -141,7 +141,9 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
       for (int s = 0; s < m.stages(); ++s) adv[schema.group_of(s)] += acc.advance(t, s);
   const RankedStages ranked = rank_stages(adv, cfg.tau_c);
   const int s1 = ranked.order.empty() || adv[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
-  const std::span<const int> cf_groups = s1 >= 0 ? std::span<const int>(&s1, 1) : std::span<const int>();
+  // Only the extension C_R reads it (LabelConfig::ambiguity_residual_leaders).
+  const std::span<const int> cf_groups =
+      s1 >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&s1, 1) : std::span<const int>();
   std::vector<double> cm(m.stages());
   detail::SelectScratch scratch;
   detail::StepFrontier f;
@@ -159,6 +161,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
     if (!acc.scored[t]) ++missing;
   auto [ev, side] = ws.finish(m.first_step(), m.first_step() + (m.steps() - 1), missing);
   label(ev, side, cfg, tel);
+  ev.diagnosis = diagnose(ev, nullptr, cfg.diagnosis);
   return ev;
 }
 
@@ -169,6 +172,7 @@ struct StreamingAccumulator::State {
   int world;
   std::vector<int> rank_ids;
   LabelConfig cfg;
+  Scope scope;
   detail::WindowStats stats;
   std::int64_t first = 0, last = -1;
   int seen = 0, missing = 0;
@@ -178,22 +182,52 @@ struct StreamingAccumulator::State {
   std::vector<int> all_groups;
   detail::StepFrontier frontier;
   detail::SelectScratch select;
-  State(StageSchema s, int w, std::vector<int> ids, LabelConfig c)
-      : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)),
+  State(StageSchema s, int w, std::vector<int> ids, LabelConfig c, Scope sc)
+      : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)), scope(sc),
         stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {
     cm.resize(schema.size());
-    for (int g = 0; g < schema.group_count(); ++g) all_groups.push_back(g);
+    if (cfg.ambiguity_residual_leaders)  // C_R, an extension, is the only reader of the counterfactuals
+      for (int g = 0; g < schema.group_count(); ++g) all_groups.push_back(g);
   }
 };
 
-StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids) {
+namespace {
+
+/// The one-row Accounting of a step's frontier (account() of a one-step matrix).
+void facts_from(const detail::StepFrontier& f, bool scored, int ranks, std::span<const double> lag, StepFacts& out) {
+  auto& a = out.accounting;
+  const int S = static_cast<int>(f.frontier.size());
+  a.steps = 1;
+  a.ranks = ranks;
+  a.stages = S;
+  a.frontier.resize(1, S);
+  a.advance.resize(1, S);
+  a.gap.resize(1, S);
+  a.leader.resize(1, S);
+  a.scored.assign(1, scored ? 1 : 0);
+  a.ties.clear();
+  for (int s = 0; s < S; ++s) {
+    a.frontier(0, s) = f.frontier[s];
+    a.advance(0, s) = f.advance[s];
+    a.gap(0, s) = f.gap[s];
+    a.leader(0, s) = f.leader[s];
+    if (f.leader[s] == Accounting::kTie) a.ties.push_back({0, s, f.tie[s]});
+  }
+  if (scored) out.lag_s.assign(lag.begin(), lag.end());
+  else out.lag_s.clear();
+}
+
+}  // namespace
+
+StreamingAccumulator::StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids,
+                                           Scope scope) {
   if (cfg.gain_baseline == GainBaseline::rank_median)
     throw std::invalid_argument("gain baseline rank_median needs the whole window; use cohort_median or reference");
   validate(schema, cfg);
   if (world_size < 1) throw std::invalid_argument("world size must be >= 1");
   // The layout is checked the way StageMatrix checks it (a full list is the dense layout).
   if (!rank_ids.empty()) rank_ids = StageMatrix(schema, world_size, std::move(rank_ids), 0, 0).rank_ids();
-  state_ = std::make_unique<State>(std::move(schema), world_size, std::move(rank_ids), std::move(cfg));
+  state_ = std::make_unique<State>(std::move(schema), world_size, std::move(rank_ids), std::move(cfg), scope);
 }
 
 StreamingAccumulator::~StreamingAccumulator() = default;
@@ -207,7 +241,7 @@ void StreamingAccumulator::bound_medians(std::size_t exact_cap) {
   state_->stats.bound_medians(exact_cap);
 }
 
-void StreamingAccumulator::add_step(const StageMatrix& one) {
+bool StreamingAccumulator::admit(const StageMatrix& one) {
   auto& st = *state_;
   if (one.steps() != 1) throw std::invalid_argument("add_step expects a one-step matrix");
   if (!(one.schema() == st.schema)) throw std::invalid_argument("step schema differs from the window's schema");
@@ -230,19 +264,53 @@ void StreamingAccumulator::add_step(const StageMatrix& one) {
   ++st.seen;
   if (one.step_present_count(0) == 0) {
     ++st.missing;
-    return;
+    return false;
   }
-  detail::cohort_medians(one, 0, st.cm, st.select);
-  detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);
-  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
-  // add_step's one pass over the ranks).
-  st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups);
+  return true;
+}
+
+void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts) {
+  auto& st = *state_;
+  const bool scored = admit(one);
+  if (!scored && !facts) return;
+  detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);  // zeros for a step no rank is present in
+  if (scored && st.scope == Scope::segment) {
+    st.stats.add_segment_step(one, 0, st.frontier, {});
+  } else if (scored) {
+    detail::cohort_medians(one, 0, st.cm, st.select);
+    // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
+    // add_step's one pass over the ranks).
+    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups);
+  }
+  if (facts) facts_from(st.frontier, scored, one.ranks(), st.stats.last_lag(), *facts);
+}
+
+void StreamingAccumulator::add_accounted_step(const StageMatrix& one, const StepFacts& facts) {
+  auto& st = *state_;
+  if (st.scope != Scope::segment)
+    throw std::invalid_argument("add_accounted_step: a full-scope accumulator takes the step's medians itself; use add_step");
+  const auto& a = facts.accounting;
+  if (a.steps != 1 || a.stages != st.schema.size() || a.ranks != one.ranks() ||
+      (a.scored[0] != 0) != (one.step_present_count(0) > 0) ||
+      (a.scored[0] != 0 && static_cast<int>(facts.lag_s.size()) != st.schema.size()))
+    throw std::invalid_argument("add_accounted_step: the facts are not this step's (steps, stages, ranks or presence differ)");
+  if (!admit(one)) return;
+  detail::step_frontier_from(a, 0, st.frontier);
+  st.stats.add_segment_step(one, 0, st.frontier, facts.lag_s);
 }
 
 Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {
   const auto& st = *state_;
   auto [ev, side] = st.stats.finish(st.first, st.last, st.missing);
   label(ev, side, st.cfg, tel);
+  if (st.scope == Scope::segment) {
+    // The labels read the static gain and the baselines, which a segment does not form; its
+    // suspects (the same rule on what it does form) stay.
+    ev.labels.clear();
+    ev.downgrade_reasons.clear();
+    ev.co_critical_stages.clear();
+  }
+  ev.diagnosis = diagnose(ev, nullptr, st.cfg.diagnosis);
   return ev;
 }
 

@@ -43,6 +43,23 @@ std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2))
 /// two middle values. For callers that must agree with Evidence::median_step_s to the bit.
 double median_inplace(std::span<double> v);
 
+/// Running mean and standard deviation of a sequence (Welford), the spread a reference carries
+/// for the diagnosis' noise floors. Mean and M2 are kept in units of the largest |x| seen, so any
+/// finite values up to kMaxWindowSeconds give a finite SD: the plain update squares a difference
+/// of 6e299 and overflows (the stage_jsonl fuzzer found it).
+class RunningSpread {
+ public:
+  void add(double x);
+  int count() const { return n_; }
+  double mean() const { return mean_ * scale_; }
+  /// Sample standard deviation; 0 for fewer than two values.
+  double sd() const;
+
+ private:
+  double scale_ = 0, mean_ = 0, m2_ = 0;  // mean_ and m2_ in units of scale_ (m2_ of scale_²)
+  int n_ = 0;
+};
+
 /// An inclusive range of rank ids, first ≤ last.
 struct RankRange {
   int first = 0, last = 0;
@@ -339,6 +356,14 @@ std::optional<Label> label_from_string(std::string_view s);
 /// Labels that make a stage-level diagnosis claim (suppressed by telemetry or role gates).
 bool is_strong(Label l);
 
+/// The diagnosis' thresholds (docs/diagnosis.md): a change or an excess is named only when it
+/// passes its noise floor, max(z standard errors, min_effect of the step).
+struct DiagnosisConfig {
+  double z = 3.0;             ///< standard errors a change must exceed (differential, lag) or robust
+                              ///< deviations (1.4826 MAD) a rank's excess must exceed (cohort)
+  double min_effect = 0.02;   ///< and at least this fraction of the (reference) step
+};
+
 /// Gates of Table 13 with the paper's defaults, plus the few thresholds the paper names
 /// without values (documented in docs/labeler.md).
 struct LabelConfig {
@@ -364,8 +389,19 @@ struct LabelConfig {
   std::vector<double> reference_s;
   std::vector<std::string> wait_model;      ///< groups with the model-fit indicator W_s = 1
   bool event_scope_limited = false;         ///< trainer declares streams the markers miss
+  /// E_amb also takes C_R, the groups that lead once s1 is at its clipped baseline (an extension:
+  /// Appendix C's set is C_A ∪ C_G; docs/labeler.md).
+  bool ambiguity_residual_leaders = false;
+  /// Appendix C's low-gain rule (A_s1 > γ_A, G_s1 < γ_G, W_s1 = 0) gives co_critical only when
+  /// E_amb names a second group (an extension: the paper's rule has no such condition).
+  bool co_critical_needs_two_stages = false;
+  /// A window without step wall times cannot pass the closure and overlap gates, so it is
+  /// telemetry_limited (Table 12: missing probes); false scores it with a reason that the gates
+  /// were not checked.
+  bool require_wall = true;
   std::string forward_group = "model.fwd_loss_cpu_wall";
   AccountOptions account;
+  DiagnosisConfig diagnosis;
 };
 
 /// Telemetry facts that are not in the matrix (gather, parser, recorder).
@@ -397,12 +433,60 @@ struct EventSummary {
   double cohort_median_s = 0;     ///< median over ranks of per-rank medians
 };
 
+/// A rank whose own work in a stage group stands out from its cohort (the diagnosis' rank
+/// evidence): own work is the group's time minus the time blocked in its collectives (sync wait),
+/// where the recorder measured it.
+struct RankExcess {
+  int rank = -1;
+  double own_mean_s = 0;   ///< mean per present step of the rank's own work in the group
+  double excess_s = 0;     ///< own_mean_s − the cohort median of the ranks' own means
+};
+
+/// The change of a window against a reference, per step (docs/diagnosis.md): Σ_g Δa_g = ΔF.
+struct Differential {
+  std::string reference;                   ///< what the window was compared with
+  int reference_steps = 0;
+  double reference_step_s = 0;             ///< F_ref / N_ref: the reference's exposed step
+  std::vector<double> delta_advance_s;     ///< per group: a_g/N − a_g^ref/N_ref
+  double delta_exposed_s = 0;              ///< F/N − F_ref/N_ref
+  std::vector<double> noise_floor_s;       ///< per group: max(z·SE of the difference, min_effect·step)
+  double exposed_noise_floor_s = 0;
+  /// Per group: the ranks that stand out in the window, with the change of their own work per step
+  /// against the reference (their own mean there, or the reference cohort's median), largest first.
+  struct RankDelta {
+    int rank;
+    double delta_s;
+  };
+  std::vector<std::vector<RankDelta>> rank_deltas;
+};
+
+/// What went wrong: the stage and rank that got slower against a reference (or their cohort),
+/// beside the paper's "where the time goes" (docs/diagnosis.md). group and rank are −1 when
+/// nothing passes the noise floor (or no rank is evidenced).
+struct Diagnosis {
+  enum class Basis { none, differential, lag_origin, cohort, frontier };
+  Basis basis = Basis::none;
+  int group = -1;
+  int rank = -1;
+  std::string rank_basis = "none";  ///< own_work_excess | frontier_leader | sync_wait_side_evidence | frontier_leader_weak | none
+  double excess_s = 0;              ///< per step: the change (differential), the lag opened (lag_origin), the rank's excess (cohort)
+  double share_of_step = 0;         ///< excess_s / the step it is measured against
+  double noise_floor_s = 0;         ///< the floor excess_s had to pass
+  int surfaces_group = -1;          ///< the wait stage where the delay surfaces (the lag closes), −1: none
+  std::string reference;            ///< what the window was compared with ("" for cohort / frontier)
+  double coverage = 1;              ///< ranks observed / world size
+  double confidence = 0;            ///< falls with coverage, noise and ties (docs/diagnosis.md)
+  bool significant() const { return group >= 0 && basis != Basis::frontier; }
+};
+std::string_view to_string(Diagnosis::Basis b);
+
 struct Evidence {
-  static constexpr std::string_view kSchema = "sf.evidence/2";
+  static constexpr std::string_view kSchema = "sf.evidence/3";
   StageSchema schema;
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;              ///< steps scored (at least one record)
   int world_size = 0;
+  int observed_ranks = 0;     ///< ranks with at least one record in the window
   int missing_steps = 0;      ///< steps in [first, last] with no record
   double exposed_makespan_s = 0;
   double per_stage_max_s = 0;
@@ -415,18 +499,32 @@ struct Evidence {
   std::vector<double> advances_s;   ///< per group
   std::vector<double> shares;       ///< per group
   std::vector<double> static_gain;  ///< per group, with config.gain_baseline
+  std::vector<double> advance_sd_s; ///< per group: sample SD over scored steps of the per-step advance
+  double exposed_sd_s = 0;          ///< sample SD over scored steps of F[t,S]
   GainBaseline gain_baseline = GainBaseline::cohort_median;
   std::vector<double> lag_mean_s;           ///< per group, mean_t L at the group's last stage
   std::vector<double> lag_increment_mean_s; ///< per group, mean_t Σ ΔL over the group's stages
+  std::vector<double> lag_increment_sd_s;   ///< per group, sample SD over steps of Σ ΔL
   std::vector<double> gap_mean_s;           ///< per group, mean_t max-minus-second-max at advances
   std::vector<int> leader_switches;         ///< per group, between confident unique leaders
   std::vector<int> confident_leaders;       ///< per group, steps with a confident unique leader
   std::vector<std::vector<LeaderCredit>> leaders;  ///< per group, largest advance first
   std::vector<int> routing_set;             ///< groups by share, cumulative ≥ τ_C
   std::vector<int> share_order;             ///< all groups, largest share first
-  std::vector<int> co_critical_stages;      ///< ambiguity set E_amb = C_A ∪ C_G ∪ residual leaders
+  std::vector<int> co_critical_stages;      ///< ambiguity set E_amb = C_A ∪ C_G (∪ C_R, an option)
   std::vector<Label> labels;
   Suspect suspect;                          ///< for the top stage
+  /// Per group: the ranks whose own work most exceeds the cohort median (at most kExcessRanks,
+  /// largest first), the median itself and its robust spread (1.4826 × MAD over ranks).
+  std::vector<std::vector<RankExcess>> rank_excess;
+  std::vector<double> cohort_own_median_s;
+  std::vector<double> cohort_own_spread_s;
+  /// Groups that hold a collective: the declared wait model (config.wait_model) and every group
+  /// in which the recorder measured a sync wait.
+  std::vector<int> wait_groups;
+  Diagnosis diagnosis;                      ///< what went wrong (against the cohort unless diagnose() got a reference)
+  std::optional<Differential> differential; ///< set by diagnose() with a reference
+  static constexpr std::size_t kExcessRanks = 4;
   std::vector<Suspect> stage_suspects;      ///< for every stage with an advance, in stage order
   BaselineSet baselines;
   EventSummary events;
@@ -498,22 +596,87 @@ Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg = {}, const Telem
 Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig& cfg,
                   const TelemetryInput& tel);
 
+// ---------------------------------------------------------------------------------------------
+// Diagnosis: what went wrong, against a reference or the cohort (docs/diagnosis.md; not in the paper)
+
+/// What a window is compared with: a healthy run, the first window of a trainer, the regime
+/// before a change. Per-step means and spreads, so that a packet can serve as one.
+struct Reference {
+  std::string name;                       ///< for the diagnosis line ("the healthy reference", a file)
+  std::vector<std::string> groups;        ///< reporting groups, in order (must match the window's)
+  int steps = 0;
+  int world_size = 0;
+  std::vector<double> advance_mean_s;     ///< per group, per step
+  std::vector<double> advance_sd_s;       ///< per group, sample SD over steps (0 when unknown)
+  double exposed_mean_s = 0, exposed_sd_s = 0;
+  /// Per group: own-work means of the ranks that stood out there, and the cohort median (the
+  /// reference of every other rank's own work); empty when unknown (an accounting-only reference).
+  std::vector<std::vector<RankExcess>> rank_excess;
+  std::vector<double> cohort_own_median_s;
+};
+/// A reference made from a scored window's evidence.
+Reference make_reference(const Evidence& e, std::string name);
+/// "" when `ref` can be compared with `e` (same groups, at least one step on each side), else why not.
+std::string reference_problem(const Evidence& e, const Reference& ref);
+
+/// The differential (paper §3 applied to two windows): Δa_g = a_g/N − a_g^ref/N_ref and
+/// ΔF = F/N − F_ref/N_ref, which telescope (Σ_g Δa_g = ΔF), with each change's noise floor and the
+/// per-rank change of the window's standing-out ranks. Throws std::invalid_argument when
+/// reference_problem() is not "".
+Differential compare(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg = {});
+
+/// The diagnosis of a window: against `ref` when given (basis differential), else against the
+/// cohort (lag origin, rank excess), else (one rank observed) the frontier's top stage. Reads only
+/// the evidence: a packet's facts are enough.
+Diagnosis diagnose(const Evidence& e, const Reference* ref, const DiagnosisConfig& cfg = {});
+/// Sets e.differential and e.diagnosis against ref (the way every caller with a reference does).
+void diagnose_against(Evidence& e, const Reference& ref);
+
+/// One step as a StreamingAccumulator accounted it, for a reader that takes the same step into
+/// another accumulator (the segment between two change points) or a watch, so that neither
+/// accounts it again: its accounting row and its lag per stage.
+struct StepFacts {
+  /// account() of the one-step matrix, bit for bit (steps == 1; scored[0] == 0 when no rank is present).
+  Accounting accounting;
+  /// Per stage: L[t,s] = F[t,s] − median_r P[t,r,s] over the present ranks (empty when none is).
+  std::vector<double> lag_s;
+};
+
 /// Streaming path: ingests one step at a time in O(R·S) memory (plus one scalar per step for
 /// the median step time, and the sampled forward-event values) and gives the same Evidence as
 /// evaluate() for gain baselines that need no whole window (cohort_median, reference). Its
 /// per-step frontier is the paper's scalar loop, independent of account()'s vectorised pass.
 class StreamingAccumulator {
 public:
+  /// What finish() gives (docs/detect.md, "The diagnosis window at a change").
+  enum class Scope {
+    /// evaluate()'s evidence on the steps added, bit for bit.
+    full,
+    /// The evidence a change's diagnosis reads, each field bit for bit evaluate()'s on the same
+    /// steps: steps, exposed time, median step and spreads, advances, shares, share order and
+    /// routing set, lag, leaders and their gaps and switches, suspects, own work (rank_excess, the
+    /// cohort), wait groups, forward events, telemetry, the cohort diagnosis. Not formed, at a
+    /// fraction of the cost per step: static_gain (0), baselines and per_stage_max_s/avg_s (0),
+    /// the residual-leader counterfactual, and so no labels (labels, downgrade_reasons and
+    /// co_critical_stages are empty: they read those).
+    segment,
+  };
   /// Throws std::invalid_argument for GainBaseline::rank_median (needs the whole window).
   /// rank_ids: the steps' sparse layout (StageMatrix::rank_ids()), empty when dense.
-  StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids = {});
+  StreamingAccumulator(StageSchema schema, int world_size, LabelConfig cfg, std::vector<int> rank_ids = {},
+                       Scope scope = Scope::full);
   ~StreamingAccumulator();
   StreamingAccumulator(StreamingAccumulator&&) noexcept;
   StreamingAccumulator& operator=(StreamingAccumulator&&) noexcept;
 
   /// Adds one step from a one-step matrix (steps() == 1, same schema, world size and rank layout).
-  /// Step ids must increase; a gap counts as missing steps. Throws std::invalid_argument.
-  void add_step(const StageMatrix& one_step);
+  /// Step ids must increase; a gap counts as missing steps. Throws std::invalid_argument. With
+  /// `facts`, also hands back the step's accounting and lag (what add_accounted_step takes).
+  void add_step(const StageMatrix& one_step, StepFacts* facts = nullptr);
+  /// Segment scope: adds a step that another accumulator accounted (its `facts` from add_step),
+  /// without accounting it again or taking its medians; the result is add_step's. Throws
+  /// std::invalid_argument as add_step does, and in full scope (it needs the medians of the step).
+  void add_accounted_step(const StageMatrix& one_step, const StepFacts& facts);
   Evidence finish(const TelemetryInput& tel = {}) const;
   int steps_seen() const;
   /// Bounded memory for a run of any length: past exact_cap steps (or forward-event samples of
@@ -525,6 +688,8 @@ public:
 private:
   struct State;
   std::unique_ptr<State> state_;
+  /// The checks and counts every added step goes through; true when it has a record to add.
+  bool admit(const StageMatrix& one_step);
 };
 
 }  // namespace sf::frontier

@@ -109,6 +109,29 @@ double median_inplace(std::span<double> v) {
   return lo + (hi - lo) / 2;
 }
 
+void RunningSpread::add(double x) {
+  ++n_;
+  const double a = std::abs(x);
+  if (a > scale_) {  // rescale to the new largest value: mean by the ratio, M2 by its square
+    if (scale_ > 0) {
+      const double k = scale_ / a;
+      mean_ *= k;
+      m2_ *= k * k;
+    }
+    scale_ = a;
+  }
+  if (scale_ == 0) return;  // every value so far is 0: mean and M2 stay 0
+  const double u = x / scale_;  // |u| ≤ 1, so d ≤ 2 and M2 ≤ 4n: never overflows
+  const double d = u - mean_;
+  mean_ += d / n_;
+  m2_ += d * (u - mean_);
+}
+
+double RunningSpread::sd() const {
+  if (n_ < 2) return 0.0;
+  return scale_ * std::sqrt(std::max(0.0, m2_ / (n_ - 1)));
+}
+
 }  // namespace sf::frontier
 
 namespace sf::frontier::detail {

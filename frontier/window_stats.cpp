@@ -307,9 +307,24 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   cpu_fwd_n_ = ZeroArray<int>(R);
   ev_slot_ = ZeroArray<std::int32_t>(R);
   rank_missing_ = ZeroArray<std::uint8_t>(R);
+  adv_spread_.assign(G_, {});
+  lag_inc_spread_.assign(G_, {});
+  step_adv_.assign(G_, 0.0);
+  step_lag_inc_.assign(G_, 0.0);
+  own_sum_ = ZeroArray<double>(gr);
+  rank_n_ = ZeroArray<int>(R);
   cf_adv_.assign(static_cast<std::size_t>(G_) * G_, 0.0);
   cf_denom_.assign(G_, 0.0);
   cf_seen_.assign(G_, 0);
+  group_first_.assign(G_, -1);
+  group_count_.assign(G_, 0);
+  group_last_.assign(G_, -1);
+  for (int s = 0; s < S_; ++s) {
+    const int g = schema_.group_of(s);
+    if (group_first_[g] < 0) group_first_[g] = s;
+    ++group_count_[g];
+    group_last_[g] = s;
+  }
 }
 
 void WindowStats::bound_medians(std::size_t exact_cap) {
@@ -320,24 +335,90 @@ void WindowStats::bound_medians(std::size_t exact_cap) {
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
                            const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups) {
-  const int R = m.ranks();
   if (m.step_present_count(t) == 0) return;
+  const double exposed = add_frontier_totals(f);
+  const PresentStep d(m, t);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
+  const int slowest = rank_pass(d, m.step_complete(t), b, counterfactual_groups);
+  step_lag(f, cohort_median, d.size());
+  add_lag(step_lag_);
+  base_.add_stats(m, t, stage_max_, stage_sum_, d.rank(slowest), cohort_median);
+  add_gains(f, exposed, counterfactual_groups);
+  add_leaders(f, exposed);
+  add_sync_waits(m, t, d);
+  add_forward(m, t, d);
+  add_telemetry(m, t, d);
+}
+
+void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> lag) {
+  if (m.step_present_count(t) == 0) return;
+  const double exposed = add_frontier_totals(f);
+  const PresentStep d(m, t);
+  segment_pass(d, m.step_complete(t), lag.empty());
+  if (lag.empty()) {
+    // The cohort median of the first stage, as cohort_medians() takes it (P = d there).
+    const double first = median_of({d.stage(0).data(), static_cast<std::size_t>(d.size())}, sel_);
+    step_lag(f, std::span<const double>(&first, 1), d.size());
+  } else {
+    step_lag_.assign(lag.begin(), lag.end());
+  }
+  add_lag(step_lag_);
+  add_leaders(f, exposed);
+  add_sync_waits(m, t, d);
+  add_forward(m, t, d);
+  add_telemetry(m, t, d);
+}
+
+void WindowStats::segment_pass(const PresentStep& d, bool complete, bool prefixes) {
+  // Each rank's own work per group, stage by stage (rank_pass adds the same values in the same
+  // order per rank, block by block); the prefixes only when the lag is formed here.
+  const int n = d.size();
+  if (prefixes) {
+    prefix_.resize(static_cast<std::size_t>(S_ > 1 ? S_ - 1 : 0) * n);
+    totals_.resize(n);
+  }
+  double* p = totals_.data();
+  for (int s = 0; s < S_; ++s) {
+    const double* x = d.stage(s).data();
+    double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_;
+    if (complete) {
+      for (int i = 0; i < n; ++i) own[i] += x[i];
+    } else {
+      for (int i = 0; i < n; ++i) own[d.rank(i)] += x[i];
+    }
+    if (!prefixes) continue;
+    if (s == 0) {
+      for (int i = 0; i < n; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
+    } else {
+      for (int i = 0; i < n; ++i) p[i] += x[i];
+      std::copy_n(p, n, prefix_.data() + static_cast<std::size_t>(s - 1) * n);
+    }
+  }
+}
+
+double WindowStats::add_frontier_totals(const StepFrontier& f) {
   ++steps_;
   const double exposed = f.frontier[S_ - 1];
   denom_ += exposed;
   exposed_.add(exposed);
-  for (int s = 0; s < S_; ++s) adv_[schema_.group_of(s)] += f.advance[s];
+  exposed_spread_.add(exposed);
+  std::fill(step_adv_.begin(), step_adv_.end(), 0.0);
+  for (int s = 0; s < S_; ++s) {
+    adv_[schema_.group_of(s)] += f.advance[s];
+    step_adv_[schema_.group_of(s)] += f.advance[s];
+  }
+  for (int g = 0; g < G_; ++g) adv_spread_[g].add(step_adv_[g]);
+  return exposed;
+}
 
-  const PresentStep d(m, t);
-  const int n = d.size();
-  const bool complete = m.step_complete(t);
-  const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-
+int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseline& b,
+                           std::span<const int> counterfactual_groups) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
   // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
   // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
   // counterfactual total (static gain) and, when asked, the residual-leader counterfactuals.
   // Every sum is formed in the order the per-quantity loops formed it; max is exact in any order.
+  const int n = d.size();
   const int S = S_, G = G_;
   prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
   totals_.resize(n);
@@ -346,13 +427,8 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   gain_front_.assign(G, kNegInf);
   const auto K = counterfactual_groups.size();
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
-  // Stages of each group in order, for the gains.
-  std::vector<int> group_first(G, -1), group_count(G, 0);
-  for (int s = 0; s < S; ++s) {
-    const int g = schema_.group_of(s);
-    if (group_first[g] < 0) group_first[g] = s;
-    ++group_count[g];
-  }
+  const auto& group_first = group_first_;
+  const auto& group_count = group_count_;
   double best_total = kNegInf;
   int slowest = 0;
   double p[kBlock], clip[kBlock], red[kBlock], q[kBlock];
@@ -366,6 +442,13 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
         for (int i = 0; i < len; ++i) p[i] += x[i];
       }
       stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
+      // Each rank's own work per group (the diagnosis' cohort excess); the sync wait comes off below.
+      double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_;
+      if (complete) {
+        for (int i = 0; i < len; ++i) own[i0 + i] += x[i];
+      } else {
+        for (int i = 0; i < len; ++i) own[d.rank(i0 + i)] += x[i];
+      }
       if (s >= 1) std::copy_n(p, len, prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0);
     }
     // Per-stage sums in rank order, four stages at a time so that four running sums are
@@ -435,37 +518,52 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       }
     }
   }
+  return slowest;
+}
 
-  // Lag L[t,s] = max_r P − median_r P and its increment (paper §4).
-  double lag_prev = 0;
-  for (int s = 0; s < S; ++s) {
+void WindowStats::step_lag(const StepFrontier& f, std::span<const double> cohort_median, int n) {
+  // Lag L[t,s] = max_r P − median_r P (paper §4).
+  step_lag_.resize(S_);
+  for (int s = 0; s < S_; ++s) {
     // At the first stage P = d: its median is the cohort median, already at hand.
     double median = cohort_median[0];
     if (s >= 1) median = median_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n), sel_);
-    const double lag = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
-    const int g = schema_.group_of(s);
-    lag_inc_sum_[g] += lag - lag_prev;
-    lag_prev = lag;
-    bool last_of_group = true;
-    for (int s2 = s + 1; s2 < S; ++s2)
-      if (schema_.group_of(s2) == g) last_of_group = false;
-    if (last_of_group) lag_sum_[g] += lag;
+    step_lag_[s] = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
   }
-  base_.add_stats(m, t, stage_max_, stage_sum_, d.rank(slowest), cohort_median);
+}
+
+void WindowStats::add_lag(std::span<const double> lag) {
+  // The lag's increments per group and its value at each group's last stage.
+  double lag_prev = 0;
+  std::fill(step_lag_inc_.begin(), step_lag_inc_.end(), 0.0);
+  for (int s = 0; s < S_; ++s) {
+    const int g = schema_.group_of(s);
+    lag_inc_sum_[g] += lag[s] - lag_prev;
+    step_lag_inc_[g] += lag[s] - lag_prev;
+    lag_prev = lag[s];
+    if (group_last_[g] == s) lag_sum_[g] += lag[s];
+  }
+  for (int g = 0; g < G_; ++g) lag_inc_spread_[g].add(step_lag_inc_[g]);
+}
+
+void WindowStats::add_gains(const StepFrontier& f, double exposed, std::span<const int> counterfactual_groups) {
+  const int S = S_, G = G_;
   for (int g = 0; g < G; ++g)
     gain_num_[g] += std::isfinite(gain_front_[g]) ? std::max(0.0, exposed - gain_front_[g]) : 0.0;
-  for (std::size_t k = 0; k < K; ++k) {
+  for (std::size_t k = 0; k < counterfactual_groups.size(); ++k) {
     const int g = counterfactual_groups[k];
     double f_prev = 0;
     for (int s = 0; s < S; ++s) {
-      const double front = s < group_first[g] ? f.frontier[s] : cf_front_[k * static_cast<std::size_t>(S) + s];
+      const double front = s < group_first_[g] ? f.frontier[s] : cf_front_[k * static_cast<std::size_t>(S) + s];
       cf_adv_[static_cast<std::size_t>(g) * G + schema_.group_of(s)] += front - f_prev;
       f_prev = front;
     }
     cf_denom_[g] += f_prev;
     cf_seen_[g] = 1;
   }
+}
 
+void WindowStats::add_leaders(const StepFrontier& f, double exposed) {
   for (int s = 0; s < S_; ++s) {
     const double a = f.advance[s];
     if (a <= 0) continue;
@@ -490,7 +588,10 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       for (int r : f.tie[s]) credit(g, r, part);
     }
   }
+}
 
+void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep& d) {
+  const int n = d.size();
   if (m.has_sync_wait())
     for (int s = 0; s < S_; ++s) {
       const float* col = m.sync_wait_column(t, s);
@@ -499,15 +600,20 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       sync_seen_[schema_.group_of(s)] = 1;
       double* sum = sync_sum_.data() + row;
       int* count = sync_n_.data() + row;
+      double* own = own_sum_.data() + row;
       for (int i = 0; i < n; ++i) {
         const int r = d.rank(i);
         const double w = col[r];
         if (!std::isfinite(w)) continue;
         sum[r] += w;
         ++count[r];
+        own[r] -= w;
       }
     }
+}
 
+void WindowStats::add_forward(const StageMatrix& m, int t, const PresentStep& d) {
+  const int n = d.size();
   if (const auto gf = schema_.group_index(cfg_.forward_group)) {
     // The forward group's CPU-wall time per rank, summed over its stages in stage order.
     int count = 0, only = -1;
@@ -556,7 +662,11 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
       }
     }
   }
+}
 
+void WindowStats::add_telemetry(const StageMatrix& m, int t, const PresentStep& d) {
+  const int R = m.ranks(), n = d.size();
+  const bool complete = m.step_complete(t);
   has_wall_ = schema_.has_residual();
   double residual_sum = residual_sum_, overlap_sum = overlap_sum_, wall_sum = wall_sum_;  // in registers
   if (!complete)
@@ -565,6 +675,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
         rank_missing_[r] = 1;
         ++missing_records_;
       }
+  for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
   if (has_wall_) {
     // Rank order, present ranks only, as one loop over all ranks would add them.
     const double* residual = d.stage(schema_.residual_index()).data();
@@ -598,6 +709,39 @@ void WindowStats::add_counterfactuals(const StageMatrix& m, int t, std::span<con
     for (int h = 0; h < G_; ++h) cf_adv_[static_cast<std::size_t>(g) * G_ + h] += cf_step_adv_[k * G_ + h];
     cf_denom_[g] += cf_step_exposed_[k];
     cf_seen_[g] = 1;
+  }
+}
+
+void WindowStats::cohort_excess(Evidence& e) const {
+  // Per group: each present rank's own work per step, the cohort's median and robust spread,
+  // and the ranks furthest above the median (ties: lower rank first).
+  e.rank_excess.assign(G_, {});
+  e.cohort_own_median_s.assign(G_, 0.0);
+  e.cohort_own_spread_s.assign(G_, 0.0);
+  std::vector<double> own, dev;
+  std::vector<int> cols;
+  for (int c = 0; c < world_; ++c)
+    if (rank_n_[c] > 0) cols.push_back(c);
+  e.observed_ranks = static_cast<int>(cols.size());
+  if (cols.empty()) return;
+  for (int g = 0; g < G_; ++g) {
+    const double* sum = own_sum_.data() + static_cast<std::size_t>(g) * world_;
+    own.resize(cols.size());
+    for (std::size_t i = 0; i < cols.size(); ++i) own[i] = sum[cols[i]] / rank_n_[cols[i]];
+    dev = own;
+    const double median = median_inplace(dev);
+    for (std::size_t i = 0; i < cols.size(); ++i) dev[i] = std::abs(own[i] - median);
+    e.cohort_own_median_s[g] = median;
+    e.cohort_own_spread_s[g] = 1.4826 * median_inplace(dev);
+    std::vector<int> top(cols.size());
+    std::iota(top.begin(), top.end(), 0);
+    const auto k = std::min(Evidence::kExcessRanks, top.size());
+    std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(k), top.end(),
+                      [&](int a, int b) { return own[a] > own[b] || (own[a] == own[b] && a < b); });
+    for (std::size_t j = 0; j < k; ++j) {
+      const int c = cols[top[j]];
+      e.rank_excess[g].push_back({rank_ids_.empty() ? c : rank_ids_[c], own[top[j]], own[top[j]] - median});
+    }
   }
 }
 
@@ -639,6 +783,12 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.routing_set = ranked.candidates;
   e.baselines = base_.finish(cfg_.tau_c);
 
+  e.advance_sd_s.assign(G_, 0.0);
+  for (int g = 0; g < G_; ++g) e.advance_sd_s[g] = adv_spread_[g].sd();
+  e.exposed_sd_s = exposed_spread_.sd();
+  e.lag_increment_sd_s.assign(G_, 0.0);
+  for (int g = 0; g < G_; ++g) e.lag_increment_sd_s[g] = lag_inc_spread_[g].sd();
+  cohort_excess(e);
   e.lag_mean_s.assign(G_, 0.0);
   e.lag_increment_mean_s.assign(G_, 0.0);
   e.gap_mean_s.assign(G_, 0.0);
@@ -734,6 +884,11 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   side.ranks = world_;
   side.rank_ids = rank_ids_;
   side.roles = roles_;
+  for (int g = 0; g < G_; ++g) {
+    bool declared = false;
+    for (const auto& w : cfg_.wait_model) declared = declared || w == schema_.groups()[g];
+    if (declared || sync_seen_[g]) e.wait_groups.push_back(g);
+  }
   side.sync_wait_mean_s.assign(G_, {});
   for (int g = 0; g < G_; ++g) {
     if (!sync_seen_[g]) continue;

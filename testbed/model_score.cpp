@@ -82,8 +82,14 @@ private:
 }  // namespace
 
 ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
-                                 const frontier::LabelConfig& label, int threads) {
+                                 const frontier::LabelConfig& label, int threads, const StepSink& sink) {
   frontier::StreamingAccumulator acc(sim::ModelStepper::schema(), cfg.ranks, label);
+  frontier::StepFacts facts;  // reused: what the sink reads of each step
+  auto add = [&](const frontier::StageMatrix& one) {
+    if (!sink) return acc.add_step(one);
+    acc.add_step(one, &facts);
+    sink(one, facts);
+  };
   sim::ModelStepper stepper(cfg, plan);
   double wall_sum = 0;
   ModelScore out;
@@ -94,7 +100,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
     for (int t = 0; t < cfg.steps; ++t) {
       one.renumber(t);  // step_into replaces the whole row
       stepper.step_into(one, 0);
-      acc.add_step(one);
+      add(one);
       wall_sum += slowest_wall(one, 0);
     }
   } else {
@@ -120,7 +126,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
         auto* b = ring.acquire_full(t);
         if (b == nullptr) break;  // the producer failed: rethrown below
         b->commit_step(0, ring.wall(t).data());  // the row's checks and sums, beside the next model step
-        acc.add_step(*b);
+        add(*b);
         wall_sum += slowest_wall(*b, 0);
         ring.release(t);
       }
@@ -150,6 +156,10 @@ ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::Fau
   exposed.reserve(static_cast<std::size_t>(std::max(cfg.steps, 0)));
   double wall_sum = 0;
   std::vector<double> wall;  // reused: step_into would allocate R doubles a step
+  const auto G = static_cast<std::size_t>(schema.group_count());
+  std::vector<frontier::RunningSpread> adv_spread(G);
+  std::vector<double> step_adv(G);
+  frontier::RunningSpread exposed_spread;
   for (int t = 0; t < cfg.steps; ++t) {
     one.renumber(t);  // fill_step replaces the whole row
     stepper.fill_step(one, 0, wall);
@@ -160,10 +170,20 @@ ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::Fau
     ++e.steps;
     e.exposed_makespan_s += acc.exposed(0);
     exposed.push_back(acc.exposed(0));
-    for (int s = 0; s < schema.size(); ++s) e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
+    exposed_spread.add(acc.exposed(0));
+    std::fill(step_adv.begin(), step_adv.end(), 0.0);
+    for (int s = 0; s < schema.size(); ++s) {
+      e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
+      step_adv[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
+    }
+    for (std::size_t g = 0; g < G; ++g) adv_spread[g].add(step_adv[g]);
     wall_sum += slowest_wall(one, 0);
   }
   if (!exposed.empty()) e.median_step_s = frontier::median_inplace(exposed);
+  e.advance_sd_s.resize(G);
+  for (std::size_t g = 0; g < G; ++g) e.advance_sd_s[g] = adv_spread[g].sd();
+  e.exposed_sd_s = exposed_spread.sd();
+  e.world_size = cfg.ranks;
   out.makespan = makespan_of(e, wall_sum);
   return out;
 }

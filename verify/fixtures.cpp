@@ -20,9 +20,11 @@ enum Stage { kData = 0, kFwd = 1, kBwd = 2, kCallbacks = 3, kOptim = 4, kExplici
 const WindowSpec kHealthy{};
 constexpr double kJitter = 0.08;
 
+/// One step of data and backward per rank, each record closed (wall = Σ d: residual 0), as the
+/// paper's examples give durations only.
 StageMatrix two_stage(const std::vector<std::array<double, 2>>& rows) {
-  StageMatrix m(StageSchema({"data.next_wait", "model.backward_cpu_wall"}, false), static_cast<int>(rows.size()), 0, 1);
-  for (int r = 0; r < static_cast<int>(rows.size()); ++r) m.set_record(0, r, rows[r], std::nullopt);
+  StageMatrix m(StageSchema({"data.next_wait", "model.backward_cpu_wall"}, true), static_cast<int>(rows.size()), 0, 1);
+  for (int r = 0; r < static_cast<int>(rows.size()); ++r) m.set_record(0, r, rows[r], rows[r][0] + rows[r][1]);
   return m;
 }
 
@@ -68,9 +70,17 @@ std::vector<FixtureRow> direct_exposure_fixture(std::uint64_t seed, int rows) {
 
 std::vector<DowngradeFixture> downgrade_fixtures() {
   std::vector<DowngradeFixture> out;
-  // §4: r0 = (10, 0), r1 = (0, 10) is equally a data-caused wait or two independent paths.
-  out.push_back({"co_critical", two_stage({{10, 0}, {0, 10}}), {}, Label::co_critical,
-                 {"data.next_wait", "model.backward_cpu_wall"}});
+  // §4: r0 = (10, 0), r1 = (0, 10) is equally a data-caused wait or two independent paths. By
+  // Appendix C's rule (high share, no gain, W = 0) it is co_critical with E_amb = C_A ∪ C_G =
+  // {data}; the §4 text's set {data, backward} is C_R's (backward leads once data is at its
+  // baseline), an option (docs/labeler.md).
+  out.push_back({"co_critical", two_stage({{10, 0}, {0, 10}}), {}, Label::co_critical, {"data.next_wait"}});
+  {
+    frontier::LabelConfig cfg;
+    cfg.ambiguity_residual_leaders = true;
+    out.push_back({"co_critical_with_c_r", two_stage({{10, 0}, {0, 10}}), {}, Label::co_critical,
+                   {"data.next_wait", "model.backward_cpu_wall"}, cfg});
+  }
   {
     // Two pipeline roles with different stage profiles: a global frontier mixes them.
     SplitMix64 rng(7);
@@ -149,7 +159,7 @@ std::vector<FixtureResult> run_fixtures(std::uint64_t seed) {
   for (const auto& fx : downgrade_fixtures()) {
     FixtureResult fr;
     fr.name = "downgrade:" + fx.name;
-    const Evidence e = frontier::evaluate(fx.matrix, {}, fx.telemetry);
+    const Evidence e = frontier::evaluate(fx.matrix, fx.config, fx.telemetry);
     fr.rows = 1;
     bool ok = e.has(fx.expected);
     for (const auto& want : fx.expected_co_critical) {

@@ -63,6 +63,8 @@ struct GenLabelCase {
   WindowSpec spec;
   bool alternate = false;    ///< the slow rank moves every step (leader switches)
   bool drop_record = false;  ///< rank R−1 misses step 0 (telemetry gate)
+  int drop_step = -1;        ///< a whole step with no record (−1: none)
+  bool no_wall = false;      ///< records without wall times (schema without a residual)
   int role_mode = 0;         ///< 0 none, 1 all "dp", 2 last rank undeclared, 3 last rank "pp"
   int event_mode = 0;        ///< 0 no event channel, 1 ready samples, 2 with missing samples
   int event_stride = 1;      ///< sample (t + r) % stride == 0
@@ -71,17 +73,20 @@ struct GenLabelCase {
   unsigned wait_mask = 0;    ///< groups with W_s = 1 (bit g)
   bool reference = false;    ///< gain baseline: the no-stall reference = the spec's base costs
   bool scope_limited = false;
+  bool two_stages = false;    ///< LabelConfig::co_critical_needs_two_stages
+  bool require_wall = true;   ///< LabelConfig::require_wall
   frontier::StageMatrix matrix() const;
   frontier::LabelConfig config() const;
 };
 std::ostream& operator<<(std::ostream& os, const GenLabelCase& c);
 
-/// Which labels the documented triggers (docs/labeler.md) fire on a case, recomputed from the
-/// window statistics the packet publishes and from the matrix itself.
+/// Which labels the documented triggers (docs/labeler.md) fire on a case, and its ambiguity set,
+/// recomputed from the matrix (never from the packet under test).
 struct LabelOracle {
   bool fires[frontier::kLabelCount] = {};
+  std::vector<int> ambiguity_set;  ///< C_A ∪ C_G, largest share first
 };
-LabelOracle label_oracle(const GenLabelCase& c, const frontier::Evidence& e);
+LabelOracle label_oracle(const GenLabelCase& c);
 
 /// A stage list with accumulation factor m: `before`, then for each microstep i the loop groups
 /// whose present_mask has bit i (named g#i), an un-indexed "hook" after group `inside`'s

@@ -1,9 +1,11 @@
-// Label properties (issue 10): for every label, a generated window family in which the paper's
-// trigger (Table 12, Appendix C, as docs/labeler.md states it) both holds and fails, and a
+// Label properties (issues 10, 28): for every label, a generated window family in which the
+// paper's trigger (Table 12, Appendix C, as docs/labeler.md states it) both holds and fails, and a
 // property that the label fires exactly when it holds. The oracle below is written from the
-// documented triggers and recomputes the per-rank event statistics from the matrix itself; it
-// reads only the window statistics the evidence packet publishes (shares, gains, baselines,
-// leaders, lag), never the labeler's intermediate state.
+// documented triggers and recomputes what they read from the matrix: shares, leaders, switches
+// and lags from account() (the engine's core, held to the paper's scalar loop by its own
+// property), gains from static_gain() (a separate path from the labeler's window pass), baselines,
+// gates and event statistics from the records. It reads nothing of the packet under test.
+// tests/oracle/ holds a second, independent oracle (Python, no shared code).
 #include "sf/verify/verify.h"
 
 #include "generators.h"
@@ -35,14 +37,27 @@ double median(std::vector<double> v) {
 }  // namespace
 
 frontier::StageMatrix GenLabelCase::matrix() const {
-  frontier::StageMatrix m(frontier::StageSchema::default_schema(), spec.ranks, spec.first_step, spec.steps);
+  frontier::StageMatrix full(frontier::StageSchema::default_schema(), spec.ranks, spec.first_step, spec.steps);
   SplitMix64 rng(spec.seed);
   for (int t = 0; t < spec.steps; ++t) {
     WindowSpec step = spec;
     if (alternate && spec.slow_rank >= 0) step.slow_rank = (spec.slow_rank + t) % spec.ranks;
-    build_step(step, rng, m, t);
+    build_step(step, rng, full, t);
   }
+  // Without wall times the same durations, in the schema without a residual stage.
+  frontier::StageMatrix m = no_wall ? frontier::StageMatrix(frontier::StageSchema(frontier::default_explicit_stages(), false),
+                                                            spec.ranks, spec.first_step, spec.steps)
+                                    : full;
+  if (no_wall)
+    for (int t = 0; t < spec.steps; ++t)
+      for (int r = 0; r < spec.ranks; ++r) {
+        std::vector<double> d(5);
+        for (int s = 0; s < 5; ++s) d[s] = full.d(t, r, s);
+        m.set_record(t, r, d, std::nullopt);
+      }
   if (drop_record && spec.ranks > 1 && spec.steps > 0) m.clear_record(0, spec.ranks - 1);  // a missing rank
+  if (drop_step >= 0 && drop_step < spec.steps)
+    for (int r = 0; r < spec.ranks; ++r) m.clear_record(drop_step, r);  // a whole missing step
   if (event_mode > 0)
     for (int t = 0; t < spec.steps; ++t)
       for (int r = 0; r < spec.ranks; ++r) {
@@ -68,9 +83,11 @@ frontier::LabelConfig GenLabelCase::config() const {
   if (reference) {
     cfg.gain_baseline = frontier::GainBaseline::reference;
     cfg.reference_s.assign(spec.base_s.begin(), spec.base_s.end());
-    cfg.reference_s.push_back(0.0);  // residual
+    if (!no_wall) cfg.reference_s.push_back(0.0);  // residual
   }
   cfg.event_scope_limited = scope_limited;
+  cfg.co_critical_needs_two_stages = two_stages;
+  cfg.require_wall = require_wall;
   return cfg;
 }
 
@@ -78,9 +95,11 @@ std::ostream& operator<<(std::ostream& os, const GenLabelCase& c) {
   os << "GenLabelCase{ranks=" << c.spec.ranks << " steps=" << c.spec.steps << " slow=" << c.spec.slow_rank << "@"
      << c.spec.slow_stage << " delay=" << c.spec.delay_s << " sync=" << c.spec.sync_backward << " jitter=" << c.spec.jitter_rel
      << " residual=" << c.spec.residual_rel << " seed=" << c.spec.seed << " alternate=" << c.alternate
-     << " drop=" << c.drop_record << " roles=" << c.role_mode << " events=" << c.event_mode << "/" << c.event_stride
+     << " drop=" << c.drop_record << " drop_step=" << c.drop_step << " no_wall=" << c.no_wall << " roles=" << c.role_mode
+     << " events=" << c.event_mode << "/" << c.event_stride
      << " ev_rank=" << c.event_rank << " ev=" << c.event_low_s << "/" << c.event_high_s << " wait=" << c.wait_mask
-     << " reference=" << c.reference << " scope_limited=" << c.scope_limited << "}";
+     << " reference=" << c.reference << " scope_limited=" << c.scope_limited << " two_stages=" << c.two_stages
+     << " require_wall=" << c.require_wall << "}";
   return os;
 }
 
@@ -103,6 +122,10 @@ rc::Gen<GenLabelCase> gen_label_case() {
     s.seed = *rc::gen::inRange<std::uint64_t>(1, 1u << 20);
     c.alternate = *rc::gen::weightedOneOf<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}});
     c.drop_record = *rc::gen::weightedOneOf<bool>({{8, rc::gen::just(false)}, {1, rc::gen::just(true)}});
+    // A whole missing step among others (a window of no record at all is not a window a reader
+    // passes on).
+    c.drop_step = s.steps < 2 ? -1 : *rc::gen::weightedOneOf<int>({{8, rc::gen::just(-1)}, {1, rc::gen::inRange(0, s.steps)}});
+    c.no_wall = *rc::gen::weightedOneOf<bool>({{6, rc::gen::just(false)}, {1, rc::gen::just(true)}});
     c.role_mode = *rc::gen::inRange(0, 4);
     c.event_mode = *rc::gen::inRange(0, 3);
     c.event_stride = *rc::gen::inRange(1, 4);
@@ -112,22 +135,146 @@ rc::Gen<GenLabelCase> gen_label_case() {
     c.wait_mask = *rc::gen::weightedOneOf<unsigned>({{2, rc::gen::just(0u)}, {2, rc::gen::inRange(0u, 64u)}});
     c.reference = *rc::gen::arbitrary<bool>();
     c.scope_limited = *rc::gen::weightedOneOf<bool>({{6, rc::gen::just(false)}, {1, rc::gen::just(true)}});
+    c.two_stages = *rc::gen::weightedOneOf<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}});
+    c.require_wall = *rc::gen::weightedOneOf<bool>({{3, rc::gen::just(true)}, {1, rc::gen::just(false)}});
     return c;
   });
 }
 
-LabelOracle label_oracle(const GenLabelCase& c, const Evidence& e) {
+namespace {
+
+/// The window statistics the labels read, recomputed from the matrix and its accounting (the
+/// engine's core, checked against the paper's scalar loop by its own properties); nothing here
+/// comes from the packet under test.
+struct Recomputed {
+  int steps = 0;
+  double denom = 0, median_step = 0;
+  std::vector<double> adv, share, gain, pmax, spread, lag_inc;
+  std::vector<int> order;                  ///< groups by advance, largest first (ties: stage order)
+  std::vector<int> conf, switches, chances;  ///< per group
+  std::vector<std::vector<double>> credit;   ///< per group, per rank
+  std::vector<int> amb;                      ///< C_A ∪ C_G in share order
+  int c_a = 0, c_g = 0;
+};
+
+Recomputed recompute(const frontier::StageMatrix& m, const LabelConfig& cfg) {
+  const auto& schema = m.schema();
+  const int G = schema.group_count(), S = m.stages(), R = m.ranks();
+  const frontier::Accounting acc = frontier::account(m, cfg.account);
+  Recomputed x;
+  x.adv.assign(G, 0.0);
+  x.pmax.assign(G, 0.0);
+  x.spread.assign(G, 0.0);
+  x.lag_inc.assign(G, 0.0);
+  x.conf.assign(G, 0);
+  x.switches.assign(G, 0);
+  x.chances.assign(G, 0);
+  x.credit.assign(G, std::vector<double>(R, 0.0));
+  std::vector<int> conf_s(S, 0), last(S, -1);
+  std::vector<double> exposed;
+  for (int t = 0; t < m.steps(); ++t) {
+    if (!acc.scored[t]) continue;
+    ++x.steps;
+    const double f_s = acc.exposed(t);
+    exposed.push_back(f_s);
+    x.denom += f_s;
+    double prefix_prev_lag = 0;
+    std::vector<double> p(R, 0.0);
+    for (int s = 0; s < S; ++s) {
+      const int g = schema.group_of(s);
+      const double a = acc.advance(t, s);
+      x.adv[g] += a;
+      std::vector<double> col, pre;
+      for (int r = 0; r < R; ++r)
+        if (m.present(t, r)) {
+          p[r] += m.d(t, r, s);
+          col.push_back(m.d(t, r, s));
+          pre.push_back(p[r]);
+        }
+      const double mx = *std::max_element(col.begin(), col.end());
+      x.pmax[g] += mx;
+      x.spread[g] += mx - median(col);
+      const double lag = acc.frontier(t, s) - median(pre);
+      x.lag_inc[g] += lag - prefix_prev_lag;
+      prefix_prev_lag = lag;
+      if (a <= 0) continue;
+      const int who = acc.leader(t, s);
+      if (who >= 0) {
+        x.credit[g][who] += a;
+        if (f_s > 0 && a >= cfg.gamma_elig * f_s && acc.gap(t, s) >= cfg.eta_q * f_s) {
+          ++conf_s[s];
+          if (last[s] >= 0 && last[s] != who) ++x.switches[g];
+          last[s] = who;
+        }
+      } else if (who == frontier::Accounting::kTie) {
+        const auto tie = acc.tie_ranks(t, s);
+        for (int r : tie) x.credit[g][r] += a / static_cast<double>(tie.size());
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    x.conf[schema.group_of(s)] += conf_s[s];
+    if (conf_s[s] > 1) x.chances[schema.group_of(s)] += conf_s[s] - 1;
+  }
+  if (!exposed.empty()) x.median_step = median(exposed);
+  const bool valid = x.steps > 0 && x.denom >= cfg.share_floor_s;
+  x.share.assign(G, 0.0);
+  for (int g = 0; g < G; ++g) x.share[g] = valid ? x.adv[g] / x.denom : 0.0;
+  x.gain = frontier::static_gain(m, acc, cfg.gain_baseline, cfg.reference_s);
+  x.order.resize(G);
+  for (int g = 0; g < G; ++g) x.order[g] = g;
+  std::stable_sort(x.order.begin(), x.order.end(), [&](int a, int b) { return x.adv[a] > x.adv[b]; });
+  const int s1 = x.order.empty() ? -1 : x.order[0];
+  if (valid && s1 >= 0 && x.share[s1] > 0) {
+    const double gmax = *std::max_element(x.gain.begin(), x.gain.end());
+    for (int g : x.order) {
+      const bool in_a = x.share[g] > 0 && x.share[g] >= x.share[s1] - cfg.eta_a;
+      const bool in_g = x.gain[g] >= cfg.gamma_g && x.gain[g] >= gmax - cfg.eta_g;
+      x.c_a += in_a;
+      x.c_g += in_g;
+      if (in_a || in_g) x.amb.push_back(g);
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+LabelOracle label_oracle(const GenLabelCase& c) {
   const frontier::StageMatrix m = c.matrix();
   const LabelConfig cfg = c.config();
-  const auto& schema = e.schema;
-  const int G = schema.group_count(), R = e.world_size;
+  const auto& schema = m.schema();
+  const int G = schema.group_count(), R = m.world_size();
+  const Recomputed x = recompute(m, cfg);
   LabelOracle o;
+  o.ambiguity_set = x.amb;
   auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
 
-  // Gates: telemetry (missing records, closure residual above 0.05), roles.
-  const bool telemetry = e.missing_rank_count > 0 || e.missing_steps > 0 || e.steps == 0 ||
-                         (e.has_wall && e.closure_residual_share > cfg.max_closure_residual_share) ||
-                         (e.has_wall && e.overlap_error_share > cfg.max_overlap_error_share);
+  // Gates: telemetry (missing ranks and whole steps, closure and overlap, no wall), roles.
+  int missing_steps = 0;
+  bool missing_rank = false;
+  double residual = 0, overlap = 0, wall = 0;
+  for (int t = 0; t < m.steps(); ++t) {
+    if (m.step_present_count(t) == 0) {
+      ++missing_steps;
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      if (!m.present(t, r)) {
+        missing_rank = true;
+        continue;
+      }
+      if (!schema.has_residual()) continue;
+      residual += m.d(t, r, schema.residual_index());
+      overlap += m.overlap(t, r);
+      wall += m.wall(t, r);
+    }
+  }
+  const double recorded = wall + overlap;
+  const bool closure_bad = schema.has_residual() && recorded > 0 &&
+                           (residual / recorded > cfg.max_closure_residual_share || overlap / recorded > cfg.max_overlap_error_share);
+  const bool telemetry = missing_rank || missing_steps > 0 || x.steps == 0 || closure_bad ||
+                         (!schema.has_residual() && cfg.require_wall);
   std::vector<std::string> declared;
   bool undeclared = m.roles().empty();
   for (const auto& r : m.roles()) {
@@ -135,44 +282,40 @@ LabelOracle label_oracle(const GenLabelCase& c, const Evidence& e) {
     else if (std::find(declared.begin(), declared.end(), r) == declared.end()) declared.push_back(r);
   }
   const bool roles_differ = declared.size() >= 2;
-  set(Label::frontier_accounting, e.steps > 0);
+  const bool shares_valid = x.steps > 0 && x.denom >= cfg.share_floor_s;
+  set(Label::frontier_accounting, x.steps > 0);
   set(Label::telemetry_limited, telemetry);
   set(Label::role_aware_needed, roles_differ);
   set(Label::gradient_accumulation_ambiguous, false);  // the default schema has m = 1
-  const bool diagnose = !telemetry && !roles_differ && e.shares_valid && e.steps > 0;
+  const bool diagnose = !telemetry && !roles_differ && shares_valid;
 
-  // Stage diagnosis (Appendix C with the issue-10 decisions).
-  const int s1 = e.share_order.empty() ? -1 : e.share_order[0];
-  const int s2 = e.share_order.size() > 1 ? e.share_order[1] : -1;
-  const double a1 = s1 >= 0 ? e.shares[s1] : 0, g1 = s1 >= 0 ? e.static_gain[s1] : 0;
-  int ca = 0, cg = 0;
-  double gmax = 0;
-  for (int g = 0; g < G; ++g) gmax = std::max(gmax, e.static_gain[g]);
-  for (int g = 0; g < G; ++g) {
-    if (e.shares_valid && a1 > 0 && e.shares[g] > 0 && e.shares[g] >= a1 - cfg.eta_a) ++ca;
-    if (e.static_gain[g] >= cfg.gamma_g && e.static_gain[g] >= gmax - cfg.eta_g) ++cg;
-  }
-  const int conf = s1 >= 0 ? e.confident_leaders[s1] : 0, sw = s1 >= 0 ? e.leader_switches[s1] : 0;
-  const bool switching = R > 1 && conf >= 3 && static_cast<double>(sw) / (conf - 1) > cfg.gamma_switch;
-  const bool ambiguous = ca >= 2 || cg >= 2 || switching;
+  // Stage diagnosis (Appendix C, Table 12; docs/labeler.md).
+  const int s1 = x.order.empty() ? -1 : x.order[0];
+  const int s2 = x.order.size() > 1 ? x.order[1] : -1;
+  const double a1 = s1 >= 0 ? x.share[s1] : 0, g1 = s1 >= 0 ? x.gain[s1] : 0;
+  const bool switching = s1 >= 0 && R > 1 && x.conf[s1] >= 3 && x.chances[s1] > 0 &&
+                         static_cast<double>(x.switches[s1]) / x.chances[s1] > cfg.gamma_switch;
+  const bool ambiguous = x.c_a >= 2 || x.c_g >= 2 || switching;
   const bool dominant = a1 > cfg.gamma_a;
   const bool w1 = s1 >= 0 && std::find(cfg.wait_model.begin(), cfg.wait_model.end(), schema.groups()[s1]) != cfg.wait_model.end();
-  const bool stage_diag = diagnose && s1 >= 0 && e.advances_s[s1] > 0;
-  auto top2 = [&](frontier::BaselineRule rule) {
-    const auto& o2 = e.baselines[rule].order;
-    return (!o2.empty() && o2[0] == s1) || (o2.size() > 1 && o2[1] == s1);
+  const bool stage_diag = diagnose && s1 >= 0 && x.adv[s1] > 0;
+  auto top2 = [&](const std::vector<double>& score) {  // by value: above 0, at most one group above
+    if (!(score[s1] > 0)) return false;
+    int above = 0;
+    for (double v : score) above += v > score[s1] ? 1 : 0;
+    return above < 2;
   };
   const bool strong_ok = stage_diag && dominant && !ambiguous;
-  set(Label::co_critical, stage_diag && R > 1 && e.co_critical_stages.size() >= 2 &&
-                              (ambiguous || (dominant && g1 < cfg.gamma_g && !w1)));
-  set(Label::direct_exposure, strong_ok && g1 >= cfg.gamma_g && top2(frontier::BaselineRule::raw_spread) &&
-                                  top2(frontier::BaselineRule::per_stage_max));
+  const bool low_gain_w0 = dominant && !ambiguous && g1 < cfg.gamma_g && !w1;
+  set(Label::co_critical, stage_diag && R > 1 &&
+                              (ambiguous || (low_gain_w0 && (!cfg.co_critical_needs_two_stages || x.amb.size() >= 2))));
+  set(Label::direct_exposure, strong_ok && g1 >= cfg.gamma_g && top2(x.spread) && top2(x.pmax));
   set(Label::sync_wait_dependent, strong_ok && R > 1 && g1 < cfg.gamma_g && w1);
   bool lag_fits = false;
-  if (s1 >= 0) {
+  if (s1 >= 0 && x.steps > 0) {
     double collapse = 0;
-    for (int g = s1 + 1; g < G; ++g) collapse += std::min(0.0, e.lag_increment_mean_s[g]);
-    const double open = e.lag_increment_mean_s[s1];
+    for (int g = s1 + 1; g < G; ++g) collapse += std::min(0.0, x.lag_inc[g] / x.steps);
+    const double open = x.lag_inc[s1] / x.steps;
     lag_fits = open > 0 && -collapse >= 0.5 * open;
   }
   set(Label::likely_sync_wait, strong_ok && R > 1 && w1 && lag_fits && !undeclared);
@@ -207,13 +350,19 @@ LabelOracle label_oracle(const GenLabelCase& c, const Evidence& e) {
   set(Label::forward_event_scope_limited, scope);
   const bool device = sampled > 0 && !scope && hi >= 0 && diagnose;
   const double evh = hi >= 0 ? median(ev[hi]) : 0;
-  const bool ev_high = device && e.median_step_s > 0 && evh >= cfg.gamma_event * e.median_step_s;
+  std::vector<double> medians;  // the cohort: every eligible rank's median
+  for (int r = 0; r < R; ++r)
+    if (eligible(r)) medians.push_back(median(ev[r]));
+  const double cohort = medians.empty() ? 0 : median(medians);
+  const bool ev_high = device && x.median_step > 0 && evh - cohort >= cfg.gamma_event * x.median_step;
   set(Label::forward_device_supported, ev_high && (s1 == kFwd || s2 == kFwd));
   set(Label::forward_spillover_suspected, ev_high && s1 > kFwd && s1 != schema.residual_index() &&
-                                              e.advances_s[kFwd] / e.steps <= cfg.event_low_ratio * evh);
+                                              x.adv[kFwd] / x.steps <= cfg.event_low_ratio * evh);
   bool host = false;
-  if (device && !ev_high && (s1 == kFwd || e.shares[kFwd] > cfg.gamma_a) && !e.leaders[kFwd].empty()) {
-    const int rf = e.leaders[kFwd].front().rank;
+  if (device && !ev_high && (s1 == kFwd || x.share[kFwd] > cfg.gamma_a)) {
+    int rf = -1;  // forward's most credited rank (ties: the lower rank)
+    for (int r = 0; r < R; ++r)
+      if (x.credit[kFwd][r] > 0 && (rf < 0 || x.credit[kFwd][r] > x.credit[kFwd][rf])) rf = r;
     if (eligible(rf) && cpu_n[rf] > 0) {
       const double cpu = cpu_sum[rf] / cpu_n[rf];
       host = cpu > 0 && median(ev[rf]) <= cfg.event_low_ratio * cpu;
@@ -225,10 +374,13 @@ LabelOracle label_oracle(const GenLabelCase& c, const Evidence& e) {
 
 void label_fires_exactly_on_its_trigger(Label l, const GenLabelCase& c) {
   const Evidence e = frontier::evaluate(c.matrix(), c.config());
-  const bool want = label_oracle(c, e).fires[static_cast<int>(l)];
+  const LabelOracle o = label_oracle(c);
+  const bool want = o.fires[static_cast<int>(l)];
   RC_CLASSIFY(want, "trigger holds");
   RC_CLASSIFY(!want, "trigger does not hold");
   RC_ASSERT(e.has(l) == want);
+  // The ambiguity set every co_critical decision reads: Appendix C's C_A ∪ C_G, in share order.
+  RC_ASSERT(e.co_critical_stages == o.ambiguity_set);
 }
 
 void labels_are_consistent(const GenLabelCase& c) {
@@ -248,8 +400,8 @@ void labels_are_consistent(const GenLabelCase& c) {
     }
   for (auto l : {Label::direct_exposure, Label::sync_wait_dependent, Label::likely_sync_wait})
     if (e.has(l)) RC_ASSERT(!e.has(Label::co_critical));
-  // co_critical names at least two stages.
-  if (e.has(Label::co_critical)) RC_ASSERT(e.co_critical_stages.size() >= 2);
+  // co_critical names at least one stage.
+  if (e.has(Label::co_critical)) RC_ASSERT(!e.co_critical_stages.empty());
   if (e.has(Label::telemetry_limited)) RC_ASSERT(!e.has(Label::co_critical));
   if (e.world_size == 1) {
     RC_ASSERT(!e.has(Label::co_critical));
@@ -291,7 +443,14 @@ void accumulation_label_iff_collapsed_or_mixed(const GenAccumulation& a) {
     }
   for (int s = first; first >= 0 && s <= last; ++s)
     if (idx[s] < 0) gap = true;
-  const bool want = a.m > 1 && (!any || partial || gap);
+  // A stage every microstep runs (the recorder's data, forward, backward) left un-indexed beside
+  // indexed ones is collapsed, wherever it sits.
+  bool collapsed_loop_stage = false;
+  for (int s = 0; s < static_cast<int>(idx.size()); ++s)
+    if (idx[s] < 0 && (names[s] == "data.next_wait" || names[s] == "model.fwd_loss_cpu_wall" ||
+                       names[s] == "model.backward_cpu_wall"))
+      collapsed_loop_stage = true;
+  const bool want = a.m > 1 && (!any || partial || gap || (first >= 0 && collapsed_loop_stage));
   frontier::StageMatrix mat(frontier::StageSchema(names, false, a.m), 2, 0, 1);
   for (int r = 0; r < 2; ++r) mat.set_record(0, r, std::vector<double>(names.size(), 0.01 * (r + 1)), std::nullopt);
   const Evidence e = frontier::evaluate(mat);
@@ -309,16 +468,21 @@ rc::Gen<GenAccumulation> gen_accumulation() {
   return rc::gen::exec([] {
     GenAccumulation a;
     a.m = *rc::gen::inRange(1, 5);
-    if (*rc::gen::arbitrary<bool>()) a.before = {"data"};
+    // Stage names: neutral ones, or the recorder's (whose data, forward and backward run once per
+    // microstep, so un-indexed beside indexed stages they are collapsed).
+    const bool recorder_names = *rc::gen::arbitrary<bool>();
+    const std::vector<std::string> loop_names = {"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"};
+    if (*rc::gen::arbitrary<bool>()) a.before = {recorder_names ? "data.next_wait" : "data"};
     const int groups = *rc::gen::inRange(1, 4);
     const unsigned full = (1u << a.m) - 1;
     for (int g = 0; g < groups; ++g) {
-      a.loop.push_back("g" + std::to_string(g));
+      a.loop.push_back(recorder_names ? loop_names[g] : "g" + std::to_string(g));
       a.present_mask.push_back(*rc::gen::weightedOneOf<unsigned>(
           {{3, rc::gen::just(full)}, {1, rc::gen::just(0u)}, {1, rc::gen::inRange(0u, full + 1)}}));
     }
     a.inside = *rc::gen::weightedOneOf<int>({{3, rc::gen::just(-1)}, {1, rc::gen::inRange(0, groups)}});
     if (*rc::gen::arbitrary<bool>()) a.after = {"optim"};
+    if (recorder_names && *rc::gen::arbitrary<bool>()) a.after.insert(a.after.begin(), "model.backward_cpu_wall");
     // A schema needs at least one stage.
     bool any = !a.before.empty() || !a.after.empty();
     for (unsigned mask : a.present_mask) any = any || (mask & full);

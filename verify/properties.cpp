@@ -332,6 +332,25 @@ void streaming_equals_window() {
   RC_ASSERT(diff == std::string());
 }
 
+namespace {
+/// Step t of m (records, walls, side evidence) as a one-step matrix of the same layout.
+StageMatrix step_of(const StageMatrix& m, int t) {
+  StageMatrix one = StageMatrix::same_layout(m, m.step_id(t), 1);
+  const int E = m.schema().explicit_count();
+  std::vector<double> d(static_cast<std::size_t>(E));
+  for (int c = 0; c < m.ranks(); ++c) {
+    if (!m.present(t, c)) continue;
+    for (int s = 0; s < E; ++s) d[s] = m.d(t, c, s);
+    one.set_record(0, c, d, m.schema().has_residual() ? std::optional<double>(m.wall(t, c)) : std::nullopt);
+    if (m.has_fwd_events()) one.set_fwd_event(0, c, m.fwd_event_state(t, c), m.fwd_event_s(t, c));
+    if (m.has_sync_wait())
+      for (int s = 0; s < E; ++s)
+        if (const double v = m.sync_wait(t, c, s); !std::isnan(v)) one.set_sync_wait(0, c, s, v);
+  }
+  return one;
+}
+}  // namespace
+
 void sparse_layout_equals_dense() {
   // Some ranks absent from every step, the rest with random side evidence; the sparse matrix
   // (one column per rank with records, as the readers lay out a large world) must give the dense
@@ -383,19 +402,106 @@ void sparse_layout_equals_dense() {
   RC_ASSERT(evidence_difference(a, b, 0) == std::string());
   RC_ASSERT(a.missing_ranks == b.missing_ranks);
   frontier::StreamingAccumulator stream(base.schema(), w.ranks, {}, sparse.rank_ids());
-  for (int t = 0; t < base.steps(); ++t) {
-    StageMatrix one = StageMatrix::same_layout(sparse, base.first_step() + t, 1);
-    for (int c = 0; c < sparse.ranks(); ++c) {
-      if (!sparse.present(t, c)) continue;
-      for (int s = 0; s < E; ++s) d[s] = sparse.d(t, c, s);
-      one.set_record(0, c, d, base.schema().has_residual() ? std::optional<double>(sparse.wall(t, c)) : std::nullopt);
-      if (sparse.has_fwd_events()) one.set_fwd_event(0, c, sparse.fwd_event_state(t, c), sparse.fwd_event_s(t, c));
-      if (sparse.has_sync_wait())
-        for (int s = 0; s < E; ++s) one.set_sync_wait(0, c, s, sparse.sync_wait(t, c, s));
-    }
-    stream.add_step(one);
-  }
+  for (int t = 0; t < base.steps(); ++t) stream.add_step(step_of(sparse, t));
   RC_ASSERT(evidence_difference(b, stream.finish(), 0.0) == std::string());
+}
+
+namespace {
+/// segment_equals_window's statement on one window (its tight construction shares it): the
+/// segment scope keeps every field a change's diagnosis reads, bit for bit evaluate()'s on the
+/// same steps, whether it accounts each step itself or takes the facts a full accumulator handed
+/// back; and those facts are account()'s row of the step.
+void check_segment_scope(const StageMatrix& m) {
+  const Evidence whole = frontier::evaluate(m);
+  const Accounting acc = frontier::account(m);
+  using Scope = frontier::StreamingAccumulator::Scope;
+  frontier::StreamingAccumulator full(m.schema(), m.world_size(), {}), own(m.schema(), m.world_size(), {}, {}, Scope::segment),
+      fed(m.schema(), m.world_size(), {}, {}, Scope::segment);
+  frontier::StepFacts facts;
+  for (int t = 0; t < m.steps(); ++t) {
+    const StageMatrix one = step_of(m, t);
+    full.add_step(one, &facts);
+    const Accounting& row = facts.accounting;
+    RC_ASSERT(row.steps == 1 && row.scored[0] == acc.scored[t]);
+    for (int s = 0; s < m.stages(); ++s) {
+      RC_ASSERT(row.frontier(0, s) == acc.frontier(t, s));
+      RC_ASSERT(row.advance(0, s) == acc.advance(t, s));
+      RC_ASSERT(row.gap(0, s) == acc.gap(t, s));
+      RC_ASSERT(row.leader(0, s) == acc.leader(t, s));
+      if (acc.leader(t, s) == Accounting::kTie) RC_ASSERT(row.tie_ranks(0, s) == acc.tie_ranks(t, s));
+    }
+    own.add_step(one);
+    fed.add_accounted_step(one, facts);
+  }
+  const Evidence a = own.finish(), b = fed.finish();
+  RC_ASSERT(evidence_difference(a, b, 0.0) == std::string());
+  // What a segment does not form: the gains, the baselines and the labels that read them.
+  Evidence expect = whole;
+  expect.per_stage_max_s = expect.per_stage_avg_s = 0;
+  expect.static_gain.assign(expect.static_gain.size(), 0.0);
+  expect.baselines = a.baselines;
+  expect.labels.clear();
+  expect.downgrade_reasons.clear();
+  expect.co_critical_stages.clear();
+  RC_ASSERT(evidence_difference(expect, a, 0.0) == std::string());
+  for (const auto& [x, y] : {std::pair{&whole, &a}, std::pair{&whole, &b}}) {
+    RC_ASSERT(x->advance_sd_s == y->advance_sd_s);
+    RC_ASSERT(x->exposed_sd_s == y->exposed_sd_s);
+    RC_ASSERT(x->lag_increment_sd_s == y->lag_increment_sd_s);
+    RC_ASSERT(x->cohort_own_median_s == y->cohort_own_median_s);
+    RC_ASSERT(x->cohort_own_spread_s == y->cohort_own_spread_s);
+    RC_ASSERT(x->wait_groups == y->wait_groups);
+    RC_ASSERT(x->observed_ranks == y->observed_ranks);
+    RC_ASSERT(x->rank_excess.size() == y->rank_excess.size());
+    for (std::size_t g = 0; g < x->rank_excess.size(); ++g) {
+      RC_ASSERT(x->rank_excess[g].size() == y->rank_excess[g].size());
+      for (std::size_t i = 0; i < x->rank_excess[g].size(); ++i) {
+        RC_ASSERT(x->rank_excess[g][i].rank == y->rank_excess[g][i].rank);
+        RC_ASSERT(x->rank_excess[g][i].own_mean_s == y->rank_excess[g][i].own_mean_s);
+      }
+    }
+    for (std::size_t i = 0; i < x->stage_suspects.size(); ++i)
+      RC_ASSERT(x->stage_suspects[i].confidence == y->stage_suspects[i].confidence);
+    RC_ASSERT(x->diagnosis.basis == y->diagnosis.basis && x->diagnosis.group == y->diagnosis.group);
+    RC_ASSERT(x->diagnosis.rank == y->diagnosis.rank && x->diagnosis.excess_s == y->diagnosis.excess_s);
+    RC_ASSERT(x->diagnosis.confidence == y->diagnosis.confidence);
+  }
+}
+}  // namespace
+
+void segment_equals_window() {
+  // A sparse window with random forward events and sync waits (docs/detect.md, "The diagnosis
+  // window at a change").
+  const GenWindow w = *gen_sparse_window();
+  StageMatrix m = w.matrix();
+  const int E = m.schema().explicit_count();
+  const bool events = *rc::gen::arbitrary<bool>(), sync = *rc::gen::arbitrary<bool>();
+  for (int t = 0; t < m.steps(); ++t)
+    for (int r = 0; r < m.ranks(); ++r) {
+      if (!m.present(t, r)) continue;
+      if (events) m.set_fwd_event(t, r, static_cast<frontier::EventState>(*rc::gen::inRange(0, 3)), *gen_duration());
+      if (sync && *rc::gen::arbitrary<bool>())
+        for (int s = 0; s < E; ++s) m.set_sync_wait(t, r, s, std::min(*gen_duration(), m.d(t, r, s)));
+    }
+  check_segment_scope(m);
+}
+
+void segment_tight(const GenTightness& g) {
+  // Where the two passes could part: every rank equal at every stage (each leader a tie, the lag
+  // 0, each median a tie), a step no rank reports, a step one rank misses, equal sync waits and
+  // forward events; R = 1 and S = 1 come from the generator.
+  std::vector<std::string> names;
+  for (int s = 0; s < g.stages; ++s) names.push_back("s" + std::to_string(s));
+  StageMatrix m(frontier::StageSchema(names, false), g.ranks, 0, 4);
+  const double dyadic = std::ldexp(std::round(std::ldexp(g.magnitude, 10)), -10);
+  for (int t : {0, 2, 3})
+    for (int r = 0; r < g.ranks; ++r) {
+      if (t == 2 && g.ranks > 1 && r == g.ranks - 1) continue;
+      m.set_record(t, r, std::vector<double>(g.stages, t == 3 ? 2 * dyadic : dyadic), std::nullopt);
+      m.set_sync_wait(t, r, 0, dyadic / 2);
+      m.set_fwd_event(t, r, frontier::EventState::ready, dyadic);
+    }
+  check_segment_scope(m);
 }
 
 void routing_set_minimal(const GenWindow& w) {
@@ -472,6 +578,71 @@ void telemetry_limited_suppresses_strong_labels() {
   }
 }
 
+// ---- the differential (docs/diagnosis.md) -------------------------------------------------------
+
+/// Σ_g Δa_g = ΔF for any two windows of one schema (the reference: the window with one rank-stage
+/// delayed in some steps, or any other generated window of the same shape), and ΔF is the
+/// per-step difference of the two exposed makespans.
+void differential_telescopes(const GenWindow& w) {
+  GenWindow other = w;
+  const int r = *rc::gen::inRange(0, w.ranks), s = *rc::gen::inRange(0, w.stages);
+  const double delay = *rc::gen::element(0.0, 1e-6, 0.12, 3.0, 1e6);
+  for (int t = 0; t < w.steps; ++t)
+    if (*rc::gen::arbitrary<bool>()) other.at(t, r, s) += delay;
+  if (*rc::gen::arbitrary<bool>())
+    for (auto& x : other.d) x *= *rc::gen::element(0.5, 1.0, 2.0);  // not only one delayed cell
+  const Evidence a = frontier::evaluate(other.matrix()), ref = frontier::evaluate(w.matrix());
+  RC_PRE(a.steps > 0 && ref.steps > 0);
+  const auto d = frontier::compare(a, frontier::make_reference(ref, "generated"));
+  double sum = 0, scale = 0;
+  for (double x : d.delta_advance_s) sum += x;
+  for (double x : a.advances_s) scale += std::abs(x) / a.steps;
+  for (double x : ref.advances_s) scale += std::abs(x) / ref.steps;
+  RC_ASSERT(std::abs(sum - d.delta_exposed_s) <= 1e-12 * std::max(scale, 1e-300) + 1e-300);
+  const double want = a.exposed_makespan_s / a.steps - ref.exposed_makespan_s / ref.steps;
+  RC_ASSERT(std::abs(d.delta_exposed_s - want) <= 1e-12 * std::max(scale, 1e-300) + 1e-300);
+  for (double f : d.noise_floor_s) RC_ASSERT(std::isfinite(f) && f >= 0);
+  // A named change is the largest, past its floor.
+  frontier::Evidence diag = a;
+  frontier::diagnose_against(diag, frontier::make_reference(ref, "generated"));
+  if (diag.diagnosis.significant()) {
+    RC_ASSERT(diag.diagnosis.confidence >= 0 && diag.diagnosis.confidence <= 1);
+    RC_ASSERT(diag.diagnosis.excess_s > diag.diagnosis.noise_floor_s);
+  }
+}
+
+/// The tight construction: R identical ranks, one rank-stage delayed by D in every step against
+/// the same window without it. Δa of that stage is D exactly (it leads its stage by D), every
+/// other Δa is 0, and the diagnosis names that stage and rank; the window against itself is "no
+/// significant change".
+void differential_tight(const GenTightness& g) {
+  const int R = std::max(2, g.ranks), S = std::max(2, g.stages);
+  const double D = *rc::gen::element(0.05, 0.12, 1.0, 7.0) * S * g.magnitude;  // past min_effect of the step
+  const int r = *rc::gen::inRange(0, R), s = *rc::gen::inRange(0, S);
+  GenWindow w;
+  w.steps = *rc::gen::inRange(2, 8);
+  w.ranks = R;
+  w.stages = S;
+  w.d.assign(static_cast<std::size_t>(w.steps) * R * S, g.magnitude);
+  w.wall_delta.assign(static_cast<std::size_t>(w.steps) * R, 0.0);
+  w.present.assign(static_cast<std::size_t>(w.steps) * R, 1);
+  GenWindow faulty = w;
+  for (int t = 0; t < w.steps; ++t) faulty.at(t, r, s) += D;
+  const Evidence ref = frontier::evaluate(w.matrix());
+  frontier::Evidence a = frontier::evaluate(faulty.matrix());
+  frontier::diagnose_against(a, frontier::make_reference(ref, "healthy"));
+  const auto& d = *a.differential;
+  for (int k = 0; k < S; ++k) RC_ASSERT(std::abs(d.delta_advance_s[k] - (k == s ? D : 0.0)) <= 1e-12 * (D + S * g.magnitude));
+  RC_ASSERT(a.diagnosis.group == s);
+  RC_ASSERT(a.diagnosis.rank == r);
+  RC_ASSERT(a.diagnosis.basis == frontier::Diagnosis::Basis::differential);
+  frontier::Evidence same = ref;
+  frontier::diagnose_against(same, frontier::make_reference(ref, "itself"));
+  RC_ASSERT(same.diagnosis.group == -1);
+  RC_ASSERT(same.diagnosis.rank == -1);
+  for (double x : same.differential->delta_advance_s) RC_ASSERT(x == 0.0);
+}
+
 // ---- registry ---------------------------------------------------------------------------------
 
 namespace {
@@ -535,15 +706,23 @@ const std::vector<Entry>& entries() {
        runner([](const GenWindow& w) { account_equals_scalar_loop(w); })},
       {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence, bit for bit"},
        runner([] { streaming_equals_window(); })},
+      {{"segment_equals_window", "the segment scope (a change's diagnosis window) keeps evaluate()'s evidence bit for bit on every field it forms, fed a full accumulator's step facts or not; the facts are account()'s row"},
+       runner([] { segment_equals_window(); })},
+      {{"segment_tight", "all ranks tied at every stage, a step no rank reports and one a rank misses: the segment scope still keeps evaluate()'s evidence and the ties bit for bit"},
+       runner([](const GenTightness& g) { segment_tight(g); })},
       {{"sparse_layout_equals_dense", "a sparse rank layout (absent ranks hold no column) gives the dense layout's evidence, ranks named by id"},
        runner([] { sparse_layout_equals_dense(); })},
       {{"routing_set_minimal", "the routing set is the smallest leading share prefix reaching tau_C"},
        runner([](const GenWindow& w) { routing_set_minimal(w); })},
       {{"gain_equals_counterfactual", "G_s (reference baseline) = sum_t (F - F') / sum_t F with s replaced by min(d, b~) and re-accounted; all baselines in [0, 1]"},
        runner([](const GenWindow& w) { gain_equals_counterfactual(w); })},
+      {{"differential_telescopes", "sum_g delta a_g = delta F = F/N - F_ref/N_ref for any window and reference of one schema (docs/diagnosis.md)"},
+       runner([](const GenWindow& w) { differential_telescopes(w); })},
+      {{"differential_tight", "one rank-stage delayed by D: delta a = D there and 0 elsewhere, and the diagnosis names that stage and rank; a window against itself: no significant change"},
+       runner([](const GenTightness& g) { differential_tight(g); })},
       {{"telemetry_limited_suppresses_strong_labels", "telemetry_limited windows carry no strong or co_critical label"},
        runner([] { telemetry_limited_suppresses_strong_labels(); })},
-      {{"labels_consistent", "no contradictory labels together; co_critical names >= 2 stages; no strong label under telemetry_limited"},
+      {{"labels_consistent", "no contradictory labels together; co_critical names a stage; no strong label under telemetry_limited"},
        runner([](const GenLabelCase& c) { labels_are_consistent(c); })},
       {{"label_gradient_accumulation_ambiguous", "gradient_accumulation_ambiguous fires exactly on collapsed or mixed microsteps"},
        runner([](const GenAccumulation& a) { accumulation_label_iff_collapsed_or_mixed(a); })},

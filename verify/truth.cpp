@@ -52,8 +52,43 @@ std::string_view to_string(Outcome o) {
   return "?";
 }
 
+std::string_view to_string(DiagnosisOutcome o) {
+  switch (o) {
+    case DiagnosisOutcome::hit: return "hit";
+    case DiagnosisOutcome::stage_only: return "stage_only";
+    case DiagnosisOutcome::rank_only: return "rank_only";
+    case DiagnosisOutcome::miss: return "miss";
+    case DiagnosisOutcome::unnamed: return "unnamed";
+    case DiagnosisOutcome::quiet: return "quiet";
+    case DiagnosisOutcome::not_exposed: return "not_exposed";
+    case DiagnosisOutcome::false_alarm: return "false_alarm";
+  }
+  return "?";
+}
+
+DiagnosisVerdict judge_diagnosis(const Evidence& e, const Expected& x) {
+  DiagnosisVerdict v;
+  const auto& d = e.diagnosis;
+  const auto g = e.schema.group_index(x.stage);
+  const bool named = d.significant();
+  v.stage_hit = named && g && d.group == *g;
+  v.rank_hit = named && d.rank >= 0 && std::find(x.ranks.begin(), x.ranks.end(), d.rank) != x.ranks.end();
+  v.fault = !x.stage.empty() && (x.delay_s > 0 || x.rate_fault) && x.active_fraction > 0;
+  // Exposed: the window's exposed step grew past its noise floor against the reference. Without
+  // a reference nothing says the fault did not reach the step.
+  v.exposed = v.fault && (!e.differential || e.differential->delta_exposed_s > e.differential->exposed_noise_floor_s);
+  using O = DiagnosisOutcome;
+  if (!v.fault) v.outcome = named ? O::false_alarm : O::quiet;
+  else if (v.stage_hit && v.rank_hit) v.outcome = O::hit;
+  else if (!v.exposed) v.outcome = named ? O::false_alarm : O::not_exposed;
+  else if (!named) v.outcome = O::unnamed;
+  else v.outcome = v.stage_hit ? O::stage_only : v.rank_hit ? O::rank_only : O::miss;
+  return v;
+}
+
 Verdict score(const Evidence& e, const Expected& x) {
   Verdict v;
+  v.diagnosis = judge_diagnosis(e, x);
   const auto g = e.schema.group_index(x.stage);
   const int gi = g ? *g : -1;
   const int G = e.schema.group_count();

@@ -39,8 +39,12 @@ void shares_sum_to_one(const GenWindow& w);
 void account_equals_scalar_loop(const GenWindow& w);
 void streaming_equals_window();                       ///< draws a sparse window
 void sparse_layout_equals_dense();                    ///< draws a sparse window, drops whole ranks
+void segment_equals_window();                         ///< draws a sparse window with side evidence
+void segment_tight(const GenTightness& g);            ///< every leader a tie, a missing step
 void routing_set_minimal(const GenWindow& w);          ///< draws tau_C inside
 void gain_equals_counterfactual(const GenWindow& w);   ///< draws the reference inside
+void differential_telescopes(const GenWindow& w);     ///< draws the reference's delay inside (docs/diagnosis.md)
+void differential_tight(const GenTightness& g);       ///< one delayed rank-stage against its healthy window
 void telemetry_limited_suppresses_strong_labels();    ///< draws a sparse window
 /// Label l fires exactly when its documented trigger holds (docs/labeler.md, Table 12).
 void label_fires_exactly_on_its_trigger(frontier::Label l, const GenLabelCase& c);
@@ -130,6 +134,7 @@ struct DowngradeFixture {
   frontier::TelemetryInput telemetry;
   frontier::Label expected;
   std::vector<std::string> expected_co_critical;  ///< must be a subset of co_critical_stages
+  frontier::LabelConfig config = {};              ///< the labeler configuration the row is scored with
 };
 std::vector<DowngradeFixture> downgrade_fixtures();
 
@@ -165,6 +170,7 @@ struct Expected {
   std::vector<int> ranks;   ///< injected ranks
   bool should_route = true; ///< false for host-only controls that must stay unrouted
   double delay_s = 0;       ///< injected per affected step
+  bool rate_fault = false;  ///< a fault with no delay figure (a rate-limited link): active whenever injected
   double active_fraction = 1;  ///< fraction of the window's steps the fault is active in
   /// Per reporting group: seconds per step of the same step without the fault (a healthy
   /// reference window); empty when unknown. Where the injected delay went is measured against it.
@@ -186,7 +192,27 @@ struct RuleVerdict {
 enum class Outcome { top1, tie, top2, unrouted, misrouted, routed };
 std::string_view to_string(Outcome o);
 
+/// How the diagnosis (frontier::Diagnosis) ended against the truth. Correct: hit, quiet (no fault,
+/// nothing named), not_exposed (the fault never reached the step, nothing named). Wrong:
+/// stage_only (the stage without the rank), rank_only (the rank, another stage), miss (neither),
+/// unnamed (an exposed fault, nothing named), false_alarm (something named where no fault reached
+/// the step).
+enum class DiagnosisOutcome { hit, stage_only, rank_only, miss, unnamed, quiet, not_exposed, false_alarm };
+std::string_view to_string(DiagnosisOutcome o);
+struct DiagnosisVerdict {
+  DiagnosisOutcome outcome = DiagnosisOutcome::quiet;
+  bool stage_hit = false, rank_hit = false;
+  bool fault = false;    ///< a fault with a delay was active in the window
+  bool exposed = false;  ///< and it reached the step (ΔF past its floor; assumed without a reference)
+  bool correct() const {
+    return outcome == DiagnosisOutcome::hit || outcome == DiagnosisOutcome::quiet || outcome == DiagnosisOutcome::not_exposed;
+  }
+};
+/// Judges e.diagnosis against the truth: a hit needs the injected stage and one of the injected ranks.
+DiagnosisVerdict judge_diagnosis(const frontier::Evidence& e, const Expected& x);
+
 struct Verdict {
+  DiagnosisVerdict diagnosis;
   RuleVerdict frontier;
   RuleVerdict baselines[std::size(frontier::kBaselineRules)];
   bool rank_hit = false;

@@ -17,6 +17,27 @@ StageMatrix three_stage(const std::vector<std::vector<double>>& ranks) {
   return m;
 }
 
+/// One step whose records close (wall = Σ d, so the residual is 0): the closure gates pass.
+StageMatrix one_step(const std::vector<std::string>& stages, const std::vector<std::vector<double>>& ranks,
+                     int accumulation = 1) {
+  StageMatrix m(StageSchema(stages, true, accumulation), static_cast<int>(ranks.size()), 0, 1);
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    double sum = 0;
+    for (double v : ranks[r]) sum += v;
+    m.set_record(0, r, ranks[r], sum);
+  }
+  return m;
+}
+
+/// Stage a is slow (5 s against 1 s) on rank t % 2 at step t: one stage clearly leads, and two
+/// ranks take turns leading it (closed records).
+StageMatrix alternating_leaders() {
+  StageMatrix m(StageSchema({"a", "b"}, true), 2, 0, 4);
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 2; ++r) m.set_record(t, r, std::vector<double>{r == t % 2 ? 5.0 : 1.0, 1.0}, r == t % 2 ? 6.0 : 2.0);
+  return m;
+}
+
 std::vector<std::string> names(const Evidence& e, const std::vector<int>& g) {
   std::vector<std::string> out;
   for (int x : g) out.push_back(e.group_name(x));
@@ -216,15 +237,19 @@ TEST(Accounting, ties_and_missing_ranks) {
 }
 
 TEST(Labels, section4_charges_data_and_is_co_critical_with_backward) {
-  StageMatrix m(StageSchema({"data.next_wait", "model.backward_cpu_wall"}, false), 2, 0, 1);
-  m.set_record(0, 0, std::vector<double>{10, 0}, std::nullopt);
-  m.set_record(0, 1, std::vector<double>{0, 10}, std::nullopt);
+  StageMatrix m(StageSchema({"data.next_wait", "model.backward_cpu_wall"}, true), 2, 0, 1);
+  m.set_record(0, 0, std::vector<double>{10, 0}, 10.0);  // closed steps: wall = Σ d
+  m.set_record(0, 1, std::vector<double>{0, 10}, 10.0);
   const auto e = evaluate(m);
   EXPECT_DOUBLE_EQ(e.advances_s[0], 10.0);
   EXPECT_DOUBLE_EQ(e.advances_s[1], 0.0);
   EXPECT_TRUE(e.has(Label::co_critical));
-  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"data.next_wait", "model.backward_cpu_wall"}));
+  // Appendix C's E_amb = C_A ∪ C_G is {data}; the §4 text's {data, backward} is C_R's reading.
+  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"data.next_wait"}));
   EXPECT_FALSE(e.has(Label::direct_exposure));
+  LabelConfig cfg;
+  cfg.ambiguity_residual_leaders = true;
+  EXPECT_EQ(names(e, evaluate(m, cfg).co_critical_stages), (std::vector<std::string>{"data.next_wait", "model.backward_cpu_wall"}));
 }
 
 TEST(Labels, sync_wait_window_is_co_critical_by_default_and_sync_wait_with_model) {
@@ -357,10 +382,7 @@ TEST(Suspect, sync_wait_side_evidence_names_the_rank_a_collective_waited_for) {
 }
 
 TEST(Shares, floor_reports_raw_advances_only) {
-  StageMatrix m(StageSchema({"a", "b"}, false), 2, 0, 1);
-  m.set_record(0, 0, std::vector<double>{1e-9, 0}, std::nullopt);
-  m.set_record(0, 1, std::vector<double>{0, 1e-9}, std::nullopt);
-  const auto e = evaluate(m);
+  const auto e = evaluate(one_step({"a", "b"}, {{1e-9, 0}, {0, 1e-9}}));
   EXPECT_FALSE(e.shares_valid);
   EXPECT_EQ(e.labels, std::vector<Label>{Label::frontier_accounting});
   EXPECT_FALSE(e.routing_set.empty());
@@ -463,12 +485,6 @@ bool has_reason(const Evidence& e, const std::string& needle) {
   return false;
 }
 
-StageMatrix one_step(const std::vector<std::string>& stages, const std::vector<std::vector<double>>& ranks,
-                     int accumulation = 1) {
-  StageMatrix m(StageSchema(stages, false, accumulation), static_cast<int>(ranks.size()), 0, 1);
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) m.set_record(0, r, ranks[r], std::nullopt);
-  return m;
-}
 
 }  // namespace
 
@@ -486,7 +502,7 @@ TEST(Labeler, gain_tie_downgrades_direct_exposure) {
   const auto m = one_step({"a", "b"}, {{4.0, 3.6}, {1.0, 1.0}});
   LabelConfig cfg;
   cfg.gain_baseline = GainBaseline::reference;
-  cfg.reference_s = {1.0, 0.8};
+  cfg.reference_s = {1.0, 0.8, 0.0};  // a, b, residual
   const auto e = evaluate(m, cfg);
   ASSERT_GT(e.shares[0], cfg.gamma_a);
   ASSERT_GT(e.shares[0] - e.shares[1], cfg.eta_a);
@@ -499,17 +515,14 @@ TEST(Labeler, gain_tie_downgrades_direct_exposure) {
 TEST(Labeler, high_leader_switch_rate_downgrades_direct_exposure) {
   // Finding 2: the slow rank alternates every step: the stage is clear, the rank is not; strong
   // labels are withdrawn and the reason says so.
-  StageMatrix m(StageSchema({"a", "b"}, false), 2, 0, 4);
-  for (int t = 0; t < 4; ++t)
-    for (int r = 0; r < 2; ++r) m.set_record(t, r, std::vector<double>{r == t % 2 ? 5.0 : 1.0, 1.0}, std::nullopt);
-  const auto e = evaluate(m);
+  const auto e = evaluate(alternating_leaders());
   ASSERT_GT(e.static_gain[0], 0.1);
   EXPECT_EQ(e.leader_switches[0], 3);
   EXPECT_FALSE(e.has(Label::direct_exposure));
   EXPECT_TRUE(has_reason(e, "switched"));
-  // One stage in the ambiguity set: the co-critical claim is about ranks, not stages (no label).
+  // One stage in the ambiguity set: the co-critical claim is about ranks (issue 28: labelled).
   EXPECT_EQ(e.co_critical_stages.size(), 1u);
-  EXPECT_FALSE(e.has(Label::co_critical));
+  EXPECT_TRUE(e.has(Label::co_critical));
 }
 
 TEST(Labeler, forward_device_and_host_overhead_never_fire_together) {
@@ -536,17 +549,25 @@ TEST(Labeler, mixed_or_partial_accumulation_is_ambiguous) {
 }
 
 TEST(Labeler, co_critical_names_at_least_two_stages) {
-  // Finding 5: a healthy synchronous window has backward as its largest stage with gain ~0; the
-  // ambiguity set is {backward} alone, so co_critical (which says stages are not separable)
-  // does not fire.
-  const auto healthy = evaluate(sync_window(8, 30, -1, 0, 0.0));
+  // Finding 5, since issue 28 the extension co_critical_needs_two_stages (with C_R): a healthy
+  // synchronous window has backward as its largest stage with gain ~0; the ambiguity set is
+  // {backward} alone, so co_critical (read as "stages are not separable") does not fire.
+  LabelConfig ext;
+  ext.co_critical_needs_two_stages = true;
+  ext.ambiguity_residual_leaders = true;
+  const auto healthy = evaluate(sync_window(8, 30, -1, 0, 0.0), ext);
   EXPECT_EQ(healthy.group_name(healthy.share_order[0]), "model.backward_cpu_wall");
   EXPECT_EQ(healthy.co_critical_stages.size(), 1u);
   EXPECT_FALSE(healthy.has(Label::co_critical));
-  // A data tail on a synchronous step: data leads, the displaced waits keep backward in play.
-  const auto tail = evaluate(sync_window(8, 30, 5, 0, 0.150));
+  // A data tail on a synchronous step: data leads, the displaced waits keep backward in play
+  // (C_R: backward leads once data is at its baseline).
+  const auto tail = evaluate(sync_window(8, 30, 5, 0, 0.150), ext);
   EXPECT_TRUE(tail.has(Label::co_critical));
   EXPECT_EQ(names(tail, tail.co_critical_stages), (std::vector<std::string>{"data.next_wait", "model.backward_cpu_wall"}));
+  // Appendix C's set (the default) names data alone; the low-gain rule labels it all the same.
+  const auto paper = evaluate(sync_window(8, 30, 5, 0, 0.150));
+  EXPECT_TRUE(paper.has(Label::co_critical));
+  EXPECT_EQ(names(paper, paper.co_critical_stages), (std::vector<std::string>{"data.next_wait"}));
 }
 
 TEST(Labeler, share_tie_is_exactly_the_share_part_of_the_ambiguity_set) {
@@ -594,11 +615,11 @@ TEST(Labeler, event_scope_limited_needs_samples) {
 TEST(Labeler, switch_rate_counts_chances_per_microstep_stage) {
   // Finding 7: group a has three microstep stages, each with two confident leaders; two of them
   // switch. Two switches in three chances (0.67 > gamma_switch), not 2 / (6 - 1) = 0.4.
-  StageMatrix m(StageSchema({"a#0", "a#1", "a#2"}, false, 3), 2, 0, 2);
-  m.set_record(0, 0, std::vector<double>{3, 3, 3}, std::nullopt);
-  m.set_record(0, 1, std::vector<double>{1, 1, 1}, std::nullopt);
-  m.set_record(1, 0, std::vector<double>{1, 1, 6}, std::nullopt);
-  m.set_record(1, 1, std::vector<double>{3, 3, 1}, std::nullopt);
+  StageMatrix m(StageSchema({"a#0", "a#1", "a#2"}, true, 3), 2, 0, 2);
+  m.set_record(0, 0, std::vector<double>{3, 3, 3}, 9.0);  // closed steps: wall = Σ d
+  m.set_record(0, 1, std::vector<double>{1, 1, 1}, 3.0);
+  m.set_record(1, 0, std::vector<double>{1, 1, 6}, 8.0);
+  m.set_record(1, 1, std::vector<double>{3, 3, 1}, 7.0);
   const auto e = evaluate(m);
   ASSERT_EQ(e.confident_leaders[0], 6);
   ASSERT_EQ(e.leader_switches[0], 2);
@@ -660,7 +681,7 @@ TEST(Labeler, direct_exposure_needs_duration_spread_and_gain_to_agree) {
   const auto m = one_step({"a", "b", "c"}, {{4, 1, 1}, {4, 2, 2}});
   LabelConfig cfg;
   cfg.gain_baseline = GainBaseline::reference;
-  cfg.reference_s = {1.0, 2.0, 2.0};
+  cfg.reference_s = {1.0, 2.0, 2.0, 0.0};  // a, b, c, residual
   const auto e = evaluate(m, cfg);
   ASSERT_NEAR(e.shares[0], 0.5, 1e-12);
   ASSERT_NEAR(e.static_gain[0], 0.375, 1e-12);
@@ -680,4 +701,170 @@ TEST(Labeler, walls_of_zero_with_stage_time_are_overlap_error) {
   const auto e = evaluate(m);
   EXPECT_DOUBLE_EQ(e.overlap_error_share, 1.0);
   EXPECT_TRUE(e.has(Label::telemetry_limited));
+}
+
+// ---- issue 28: the labeler as Table 12 says (each test failed on the labeler of 6cba82c) ----
+
+TEST(Labeler28, healthy_events_on_every_step_give_no_device_label) {
+  // N1: every rank's forward event time is ~65 ms on a ~200 ms step (0.25 of it is 50 ms): high
+  // against the step, ordinary against the cohort. No forward device label on a healthy window.
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    sf::verify::WindowSpec spec;
+    spec.ranks = 8;
+    spec.steps = 40;
+    spec.jitter_rel = 0.02;
+    spec.residual_rel = 0.005;
+    spec.seed = seed;
+    auto m = sf::verify::build_window(spec);
+    for (int t = 0; t < 40; ++t)
+      for (int r = 0; r < 8; ++r) m.set_fwd_event(t, r, EventState::ready, 0.065 * (1 + 0.01 * ((t + 3 * r) % 5)));
+    const auto e = evaluate(m);
+    EXPECT_FALSE(e.has(Label::forward_device_supported)) << "seed " << seed;
+    EXPECT_FALSE(e.has(Label::forward_spillover_suspected)) << "seed " << seed;
+    for (auto l : e.labels) EXPECT_FALSE(is_strong(l)) << to_string(l) << " seed " << seed;
+    EXPECT_TRUE(has_reason(e, "cohort"));
+  }
+}
+
+TEST(Labeler28, ranks_trading_the_lead_of_one_stage_are_co_critical) {
+  // N2 (Table 12: "multiple stages *or ranks* can plausibly remain bottlenecks"): stage a is
+  // clearly the bottleneck, but ranks 0 and 1 take turns leading it. The ambiguity set holds a
+  // alone; the window is still co_critical, and the reason names the ranks.
+  const auto e = evaluate(alternating_leaders());
+  ASSERT_EQ(e.leader_switches[0], 3);
+  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(e.has(Label::co_critical));
+  EXPECT_FALSE(e.has(Label::direct_exposure));
+  EXPECT_TRUE(has_reason(e, "ranks 0,1"));
+}
+
+TEST(Labeler28, ambiguity_set_is_appendix_c_and_residual_leaders_an_option) {
+  // N3: Appendix C's E_amb = C_A ∪ C_G. On §4's matrix r0 = (10, 0), r1 = (0, 10) no baseline
+  // gives a gain and backward has no share, so E_amb = {data}; the low-gain rule with W = 0 makes
+  // the window co_critical all the same. The §4 text's {data, backward} is C_R's reading (backward
+  // leads once data is at its baseline): an option, off by default.
+  const auto m = one_step({"data.next_wait", "model.backward_cpu_wall"}, {{10, 0}, {0, 10}});
+  auto e = evaluate(m);
+  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"data.next_wait"}));
+  EXPECT_TRUE(e.has(Label::co_critical));
+  LabelConfig cfg;
+  cfg.ambiguity_residual_leaders = true;
+  e = evaluate(m, cfg);
+  EXPECT_EQ(names(e, e.co_critical_stages), (std::vector<std::string>{"data.next_wait", "model.backward_cpu_wall"}));
+  EXPECT_TRUE(e.has(Label::co_critical));
+}
+
+TEST(Labeler28, low_gain_without_wait_model_is_co_critical_whatever_the_set) {
+  // N3: Appendix C: "the same low-gain configuration with W_s1 = 0 is co_critical". A healthy
+  // synchronous window (backward dominant, gain ~0) is co_critical with E_amb = {backward}; the
+  // extension that asks for a second stage withholds it.
+  const auto m = sync_window(8, 30, -1, 0, 0.0);
+  auto e = evaluate(m);
+  ASSERT_EQ(e.group_name(e.share_order[0]), "model.backward_cpu_wall");
+  EXPECT_EQ(e.co_critical_stages.size(), 1u);
+  EXPECT_TRUE(e.has(Label::co_critical));
+  LabelConfig cfg;
+  cfg.co_critical_needs_two_stages = true;
+  e = evaluate(m, cfg);
+  EXPECT_FALSE(e.has(Label::co_critical));
+  EXPECT_TRUE(has_reason(e, "no co_critical"));
+}
+
+TEST(Labeler28, spread_agreement_is_decided_by_value_not_stage_order) {
+  // N4: every rank spends the same time in each stage, so every raw spread is 0. The same
+  // pattern at index 0 and at index 2 must get the same answer; a spread of 0 agrees with no
+  // straggler, so neither is direct_exposure (the old top-2 by sort order said yes at index 0).
+  LabelConfig cfg;
+  cfg.gain_baseline = GainBaseline::reference;
+  cfg.reference_s = {1.0, 1.0, 1.0, 0.0};
+  const auto first = evaluate(one_step({"a", "b", "c"}, {{4, 1, 1}, {4, 1, 1}}), cfg);
+  const auto last = evaluate(one_step({"a", "b", "c"}, {{1, 1, 4}, {1, 1, 4}}), cfg);
+  ASSERT_GT(first.static_gain[0], cfg.gamma_g);
+  ASSERT_GT(last.static_gain[2], cfg.gamma_g);
+  EXPECT_EQ(first.has(Label::direct_exposure), last.has(Label::direct_exposure));
+  EXPECT_FALSE(first.has(Label::direct_exposure));
+  // R = 1: no spread at all, so no agreement and no direct_exposure.
+  const auto one = evaluate(one_step({"a", "b", "c"}, {{4, 1, 1}}), cfg);
+  ASSERT_GT(one.static_gain[0], cfg.gamma_g);
+  EXPECT_FALSE(one.has(Label::direct_exposure));
+  // c leads (share 0.6) and its spread 0.5 ties b's behind a's 1.0: c is among the top two by
+  // value, though sort order put b second.
+  const auto tie2 = evaluate(one_step({"a", "b", "c"}, {{3, 1, 6}, {1, 2, 7}}), cfg);
+  ASSERT_EQ(tie2.share_order[0], 2);
+  ASSERT_EQ(tie2.baselines[BaselineRule::raw_spread].order[1], 1);
+  EXPECT_TRUE(tie2.has(Label::direct_exposure));
+}
+
+TEST(Labeler28, collapsed_forward_and_backward_beside_unfolded_data_are_mixed) {
+  // N5 (Table 12: "accumulation microsteps were collapsed or mixed"): m = 4, data unfolded per
+  // microstep, forward and backward collapsed into one stage each after the loop. Structurally
+  // they look like once-per-step stages (optimizer, callbacks); by name they are the stages every
+  // microstep runs.
+  const std::vector<std::string> mixed = {"data.next_wait#0", "data.next_wait#1", "data.next_wait#2", "data.next_wait#3",
+                                          "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"};
+  StageMatrix m(StageSchema(mixed, true, 4), 2, 0, 1);
+  for (int r = 0; r < 2; ++r) m.set_record(0, r, std::vector<double>{1, 1, 1, 1, 4, 8, 1}, 17.0);
+  const auto ev = evaluate(m);
+  EXPECT_TRUE(ev.has(Label::gradient_accumulation_ambiguous));
+  EXPECT_TRUE(has_reason(ev, "model.fwd_loss_cpu_wall"));
+  // Unfolded as the recorder unfolds it (data, forward, backward per microstep; callbacks and
+  // optimizer once): not ambiguous.
+  std::vector<std::string> unfolded;
+  for (int i = 0; i < 4; ++i)
+    for (const char* n : {"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"})
+      unfolded.push_back(std::string(n) + "#" + std::to_string(i));
+  unfolded.push_back("callbacks.cpu_wall");
+  unfolded.push_back("optim.step_cpu_wall");
+  StageMatrix u(StageSchema(unfolded, true, 4), 2, 0, 1);
+  for (int r = 0; r < 2; ++r) u.set_record(0, r, std::vector<double>(14, 1.0), 14.0);
+  EXPECT_FALSE(evaluate(u).has(Label::gradient_accumulation_ambiguous));
+}
+
+TEST(Labeler28, a_window_without_wall_times_cannot_pass_the_closure_gates) {
+  // N6 (Table 12, telemetry_limited: "missing probes cap confidence"; Table 13: the closure and
+  // overlap gates "suppress strong labels when explicit spans do not close the step"): with no
+  // step wall the closure cannot be checked, so the window is telemetry_limited and carries no
+  // strong label; it said nothing and could get direct_exposure.
+  const auto m = sync_window(8, 30, 3, 4, 0.400, /*sync=*/false);
+  StageMatrix bare(StageSchema(default_explicit_stages(), false), 8, 100, 30);
+  for (int t = 0; t < 30; ++t)
+    for (int r = 0; r < 8; ++r) {
+      std::vector<double> d(5);
+      for (int s = 0; s < 5; ++s) d[s] = m.d(t, r, s);
+      bare.set_record(t, r, d, std::nullopt);
+    }
+  ASSERT_TRUE(evaluate(m).has(Label::direct_exposure));
+  auto e = evaluate(bare);
+  EXPECT_TRUE(e.has(Label::telemetry_limited));
+  for (auto l : e.labels) EXPECT_FALSE(is_strong(l)) << to_string(l);
+  EXPECT_TRUE(has_reason(e, "no step wall"));
+  // The option that accepts such windows still says the gates were not checked.
+  LabelConfig cfg;
+  cfg.require_wall = false;
+  e = evaluate(bare, cfg);
+  EXPECT_FALSE(e.has(Label::telemetry_limited));
+  EXPECT_TRUE(e.has(Label::direct_exposure));
+  EXPECT_TRUE(has_reason(e, "no step wall"));
+}
+
+TEST(Labeler28, spillover_needs_an_explicit_stage_to_lead) {
+  // Table 12: the device time "appears later, often in backward": an explicit stage downstream of
+  // forward. Here rank 2 spends 0.5 s per step outside every explicit stage, so the residual leads
+  // (the closure gate opened to let the window through), while rank 5's forward event time stands
+  // out. The residual is no stage the forward work spilled into: no forward_spillover_suspected.
+  auto m0 = sync_window(8, 30, -1, 0, 0.0);
+  StageMatrix m = StageMatrix::same_layout(m0, 100, 30);
+  for (int t = 0; t < 30; ++t)
+    for (int r = 0; r < 8; ++r) {
+      std::vector<double> d(5);
+      for (int s = 0; s < 5; ++s) d[s] = m0.d(t, r, s);
+      m.set_record(t, r, d, m0.wall(t, r) + (r == 2 ? 0.5 : 0.0));
+      m.set_fwd_event(t, r, EventState::ready, r == 5 ? 0.45 : 0.03);
+    }
+  LabelConfig cfg;
+  cfg.max_closure_residual_share = 1.0;
+  const auto e = evaluate(m, cfg);
+  ASSERT_EQ(e.group_name(e.share_order[0]), "step.other_cpu_wall");
+  ASSERT_FALSE(e.has(Label::telemetry_limited));
+  EXPECT_FALSE(e.has(Label::forward_spillover_suspected));
 }

@@ -98,5 +98,41 @@ TEST(ModelScore, reset_forgets_every_cell_and_side_evidence) {
   EXPECT_EQ(m.fwd_event_state(0, 1), frontier::EventState::unsampled);
 }
 
+// sim --detect streams (issue 26): a watch fed each step and its facts by the streaming scorer, as
+// the steps go by, reports what the offline watch reads from the whole matrix, byte for byte.
+TEST(ModelScore, streamed_detect_report_equals_the_whole_matrix) {
+  for (const bool periodic : {false, true}) {
+    auto mc = config("data_tail", 64, 200, 0.25);
+    mc.seed = 3;
+    mc.onset = periodic ? 20 : 60;
+    mc.offset = periodic ? inject::kForever : 140;
+    mc.every = periodic ? 5 : 1;
+    const auto plan = sim::model_plan(mc);
+    testbed::WatchOptions wo;
+    wo.detect = detect::DetectConfig{};
+    wo.detect->per_stage = true;
+    wo.plan = &plan;
+    const auto w = sim::model_window(mc, plan);
+    testbed::Watch off(wo);
+    off.observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
+    const auto want = off.report(&w.matrix);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(periodic ? "periodic" : "A/B/A") + ", threads " + std::to_string(threads));
+      auto on_opt = wo;
+      on_opt.online = true;
+      on_opt.exact_median_steps = testbed::RunConfig{}.exact_median_steps;
+      testbed::Watch on(on_opt);
+      const auto scored = testbed::score_model_streaming(
+          mc, plan, {}, threads, [&](const frontier::StageMatrix& one, const frontier::StepFacts& f) { on.observe_step(one, f); });
+      const auto got = on.report();
+      EXPECT_EQ(got.json.dump(), want.json.dump());
+      EXPECT_EQ(got.text, want.text);
+      EXPECT_EQ(got.changes.size(), periodic ? 0u : 2u);
+      EXPECT_EQ(formats::evidence_to_json(scored.evidence).dump(),
+                formats::evidence_to_json(testbed::score_model_whole(mc, plan, {}).evidence).dump());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sf

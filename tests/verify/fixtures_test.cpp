@@ -9,7 +9,7 @@ using sf::frontier::Label;
 
 TEST(Fixtures, all_paper_fixtures_pass) {
   const auto results = v::run_fixtures(1);
-  ASSERT_EQ(results.size(), 6u);
+  ASSERT_EQ(results.size(), 7u);  // 2 paper fixtures, 5 downgrade fixtures (§4 with and without C_R)
   for (const auto& r : results) EXPECT_TRUE(r.passed) << r.name << ": " << r.detail;
   EXPECT_EQ(results[0].rows, 120);  // §6.1 sync-wait fixture
   EXPECT_EQ(results[1].rows, 240);  // §6.1 direct-exposure fixture

@@ -25,8 +25,12 @@ RC_GTEST_PROP(Frontier, shares_sum_to_one, (const v::GenWindow& w)) { v::shares_
 RC_GTEST_PROP(Frontier, account_equals_scalar_loop, (const v::GenWindow& w)) { v::account_equals_scalar_loop(w); }
 RC_GTEST_PROP(Frontier, streaming_equals_window, ()) { v::streaming_equals_window(); }
 RC_GTEST_PROP(Frontier, sparse_layout_equals_dense, ()) { v::sparse_layout_equals_dense(); }
+RC_GTEST_PROP(Frontier, segment_equals_window, ()) { v::segment_equals_window(); }
+RC_GTEST_PROP(Frontier, segment_tight, (const v::GenTightness& g)) { v::segment_tight(g); }
 RC_GTEST_PROP(Frontier, routing_set_minimal, (const v::GenWindow& w)) { v::routing_set_minimal(w); }
 RC_GTEST_PROP(Frontier, gain_equals_counterfactual, (const v::GenWindow& w)) { v::gain_equals_counterfactual(w); }
+RC_GTEST_PROP(Frontier, differential_telescopes, (const v::GenWindow& w)) { v::differential_telescopes(w); }
+RC_GTEST_PROP(Frontier, differential_tight, (const v::GenTightness& g)) { v::differential_tight(g); }
 RC_GTEST_PROP(Frontier, telemetry_limited_suppresses_strong_labels, ()) {
   v::telemetry_limited_suppresses_strong_labels();
 }
@@ -72,4 +76,4 @@ TEST(Labels, generator_covers_both_sides_of_every_trigger) {
 }
 
 // Every registered property has a GoogleTest twin above.
-TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 32u); }
+TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 36u); }

@@ -1,0 +1,359 @@
+// The diagnosis (docs/diagnosis.md): what went wrong in a window, beside the paper's "where the
+// time goes". Against a reference, the differential Δa_g = a_g/N − a_g^ref/N_ref telescopes like
+// the advances themselves (Σ_g Δa_g = ΔF); without one, the cohort: the lag's origin where the
+// top stage is a wait, else the rank whose own work stands out. Reads only Evidence fields, so a
+// packet is enough to diagnose a window or to serve as a reference.
+#include "sf/frontier/frontier.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace sf::frontier {
+
+namespace {
+
+bool in(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+double clamp01(double x) { return std::isfinite(x) ? std::clamp(x, 0.0, 1.0) : 0.0; }
+
+/// Ranks with a record in the window, over the world size.
+double coverage_of(const Evidence& e) {
+  if (e.world_size <= 0) return 0.0;
+  return clamp01(static_cast<double>(e.observed_ranks) / e.world_size);
+}
+
+/// The floor a per-step mean difference must pass: z standard errors (sd over steps, the two
+/// sides' step counts) and at least min_effect of the step.
+double floor_of(double sd, int n_ref, int n, double step_s, const DiagnosisConfig& cfg) {
+  double se = 0;
+  if (n_ref > 0 && n > 0) se = sd * std::sqrt(1.0 / n_ref + 1.0 / n);
+  return std::max(cfg.z * se, cfg.min_effect * step_s);
+}
+
+const Suspect* stage_suspect(const Evidence& e, int g) {
+  for (const auto& s : e.stage_suspects)
+    if (s.group == g) return &s;
+  return nullptr;
+}
+
+struct RankChoice {
+  int rank = -1;
+  std::string basis = "none";
+  double support = 0;  // in [0, 1]
+};
+
+/// The rank behind an excess of `excess_s` in group g: the standing-out rank whose own extra work
+/// explains at least half of it (support: its share of the top two), else the rank the labeler's
+/// evidence names for g (frontier leader, sync-wait side evidence).
+RankChoice choose_rank(const Evidence& e, int g, const std::vector<Differential::RankDelta>& deltas, double excess_s) {
+  RankChoice c;
+  if (!deltas.empty() && deltas[0].delta_s > 0 && deltas[0].delta_s >= 0.5 * excess_s) {
+    c.rank = deltas[0].rank;
+    c.basis = "own_work_excess";
+    const double second = deltas.size() > 1 ? std::max(0.0, deltas[1].delta_s) : 0.0;
+    c.support = deltas[0].delta_s / (deltas[0].delta_s + second);
+    return c;
+  }
+  if (const Suspect* s = stage_suspect(e, g); s && s->rank >= 0) {
+    c.rank = s->rank;
+    c.basis = s->basis;
+    c.support = clamp01(s->confidence);
+  }
+  return c;
+}
+
+/// The cohort's view of group g: its standing-out ranks with their excess over the median.
+std::vector<Differential::RankDelta> cohort_deltas(const Evidence& e, int g) {
+  std::vector<Differential::RankDelta> out;
+  if (g < static_cast<int>(e.rank_excess.size()))
+    for (const auto& x : e.rank_excess[g]) out.push_back({x.rank, x.excess_s});
+  return out;
+}
+
+/// The wait group downstream of g where the lag that opened at g closes (most of it), or −1.
+int surfaces_in(const Evidence& e, int g) {
+  if (in(e.wait_groups, g) || g >= static_cast<int>(e.lag_increment_mean_s.size())) return -1;
+  const double open = e.lag_increment_mean_s[g];
+  if (!(open > 0)) return -1;
+  int best = -1;
+  for (int h : e.wait_groups)
+    if (h > g && h < static_cast<int>(e.lag_increment_mean_s.size()) && e.lag_increment_mean_s[h] <= -0.5 * open &&
+        (best < 0 || e.lag_increment_mean_s[h] < e.lag_increment_mean_s[best]))
+      best = h;
+  return best;
+}
+
+double runner_up(const std::vector<double>& v, int g) {
+  double r = 0;
+  for (int h = 0; h < static_cast<int>(v.size()); ++h)
+    if (h != g) r = std::max(r, v[h]);
+  return r;
+}
+
+void finish_confidence(Diagnosis& d, double competing_s, double rank_support) {
+  const double noise = d.excess_s > 0 ? 1.0 - d.noise_floor_s / d.excess_s : 0.0;
+  const double tie = d.excess_s > 0 ? 1.0 - competing_s / d.excess_s : 0.0;
+  d.confidence = clamp01(d.coverage * clamp01(noise) * clamp01(tie) * (d.rank >= 0 ? clamp01(rank_support) : 1.0));
+}
+
+/// The stage without a collective whose top rank's own work grew by at least half of `excess_s`
+/// (the largest such), or −1. In a stage that holds a collective, "own work" is the stage's time
+/// minus the time inside its collectives, and where the collectives overlap compute (DDP's
+/// buckets) a late rank's own work reads high: a clean excess in a stage with no collective is
+/// the better witness of where the time was lost.
+int own_stage_witness(const Evidence& e, const std::vector<std::vector<Differential::RankDelta>>& deltas, double excess_s) {
+  int best_g = -1;
+  for (int h = 0; h < static_cast<int>(deltas.size()); ++h)
+    if (!in(e.wait_groups, h) && !deltas[h].empty() && deltas[h][0].delta_s >= 0.5 * excess_s &&
+        (best_g < 0 || deltas[h][0].delta_s > deltas[best_g][0].delta_s))
+      best_g = h;
+  return best_g;
+}
+
+/// A wait's origin by own work: the top change sits in a stage that holds a collective, so the
+/// time there may be others waiting. A stage without a collective where one rank's own work grew
+/// by at least half of it is where the wait was born (a host-local optimizer or callback delay on
+/// one rank surfaces in the next step's all-reduce).
+bool follow_wait(const Evidence& e, const std::vector<std::vector<Differential::RankDelta>>& deltas, Diagnosis& d,
+                 RankChoice& rc) {
+  if (!in(e.wait_groups, d.group)) return false;
+  const int best_g = own_stage_witness(e, deltas, d.excess_s);
+  if (best_g < 0) return false;
+  d.surfaces_group = d.group;
+  d.group = best_g;
+  rc = choose_rank(e, best_g, deltas[best_g], d.excess_s);
+  return true;
+}
+
+/// A device origin: the named stage follows forward, and the named rank's sampled forward device
+/// time (CUDA events) exceeds its cohort's by at least half the excess: the work was queued in
+/// forward and became host-visible where it was named.
+void follow_device(const Evidence& e, Diagnosis& d, RankChoice& rc) {
+  const auto f = e.schema.group_index(e.config.forward_group);
+  if (!f || d.group <= *f || d.rank < 0 || e.events.ready < e.config.min_event_samples || e.events.max_rank != d.rank) return;
+  if (!(e.events.max_rank_median_s - e.events.cohort_median_s >= 0.5 * d.excess_s)) return;
+  if (d.surfaces_group < 0) d.surfaces_group = d.group;
+  d.group = *f;
+  rc.basis = "forward_event";
+}
+
+Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
+  Diagnosis d;
+  d.basis = Diagnosis::Basis::differential;
+  d.reference = diff.reference;
+  d.coverage = coverage_of(e);
+  const auto& delta = diff.delta_advance_s;
+  int top = -1;
+  for (int g = 0; g < static_cast<int>(delta.size()); ++g)
+    if (top < 0 || delta[g] > delta[top]) top = g;
+  if (top < 0) return d;
+  d.excess_s = delta[top];
+  d.noise_floor_s = diff.noise_floor_s[top];
+  d.share_of_step = diff.reference_step_s > 0 ? delta[top] / diff.reference_step_s : 0.0;
+  if (!(delta[top] > diff.noise_floor_s[top])) return d;  // no significant change
+  d.group = top;
+  RankChoice rc = choose_rank(e, top, diff.rank_deltas[top], delta[top]);
+  if (!follow_wait(e, diff.rank_deltas, d, rc)) d.surfaces_group = surfaces_in(e, top);
+  d.rank = rc.rank;
+  follow_device(e, d, rc);
+  d.rank_basis = rc.basis;
+  finish_confidence(d, runner_up(delta, top), rc.support);
+  return d;
+}
+
+/// The step a cohort excess is measured against: the window's median exposed step.
+double cohort_step(const Evidence& e) { return e.median_step_s; }
+
+Diagnosis lag_origin_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
+  // The frontier's top stage holds a collective: the lag that surfaces there opened upstream, at
+  // the stage with the largest lag increment on the leading rank.
+  Diagnosis d;
+  const int s1 = e.share_order.empty() ? -1 : e.share_order[0];
+  if (s1 < 0 || !in(e.wait_groups, s1) || e.lag_increment_mean_s.empty()) return d;
+  int origin = -1;
+  for (int g = 0; g < s1; ++g)
+    if (!in(e.wait_groups, g) && (origin < 0 || e.lag_increment_mean_s[g] > e.lag_increment_mean_s[origin])) origin = g;
+  if (origin < 0) return d;
+  const double open = e.lag_increment_mean_s[origin];
+  const double sd = origin < static_cast<int>(e.lag_increment_sd_s.size()) ? e.lag_increment_sd_s[origin] : 0.0;
+  const double floor = std::max(cfg.z * (e.steps > 0 ? sd / std::sqrt(static_cast<double>(e.steps)) : 0.0),
+                                cfg.min_effect * cohort_step(e));
+  if (!(open > floor)) return d;
+  d.basis = Diagnosis::Basis::lag_origin;
+  d.group = origin;
+  d.excess_s = open;
+  d.noise_floor_s = floor;
+  d.share_of_step = cohort_step(e) > 0 ? open / cohort_step(e) : 0.0;
+  d.surfaces_group = s1;
+  d.coverage = coverage_of(e);
+  const RankChoice rc = choose_rank(e, origin, cohort_deltas(e, origin), open);
+  d.rank = rc.rank;
+  d.rank_basis = rc.basis;
+  std::vector<double> opened(e.lag_increment_mean_s.size(), 0.0);
+  for (int g = 0; g < s1; ++g) opened[g] = e.lag_increment_mean_s[g];
+  finish_confidence(d, runner_up(opened, origin), rc.support);
+  return d;
+}
+
+Diagnosis cohort_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
+  // The rank whose own work (time minus its collectives' waits) most exceeds its cohort's median,
+  // past z robust deviations and min_effect of the step.
+  Diagnosis d;
+  d.basis = Diagnosis::Basis::cohort;
+  d.coverage = coverage_of(e);
+  const int G = static_cast<int>(e.rank_excess.size());
+  std::vector<double> top_excess(G, 0.0);
+  int best = -1;
+  double best_floor = 0;
+  for (int g = 0; g < G; ++g) {
+    if (e.rank_excess[g].empty()) continue;
+    const double x = e.rank_excess[g][0].excess_s;
+    top_excess[g] = std::max(0.0, x);
+    const double spread = g < static_cast<int>(e.cohort_own_spread_s.size()) ? e.cohort_own_spread_s[g] : 0.0;
+    const double floor = std::max(cfg.z * spread, cfg.min_effect * cohort_step(e));
+    if (best < 0 || x > d.excess_s) {
+      best = g;
+      best_floor = floor;
+      d.excess_s = x;
+    }
+  }
+  if (best < 0) return d;
+  d.noise_floor_s = best_floor;
+  d.share_of_step = cohort_step(e) > 0 ? d.excess_s / cohort_step(e) : 0.0;
+  if (!(d.excess_s > best_floor)) return d;
+  d.group = best;
+  if (in(e.wait_groups, best)) {
+    std::vector<std::vector<Differential::RankDelta>> all;
+    for (int g = 0; g < G; ++g) all.push_back(cohort_deltas(e, g));
+    if (const int h = own_stage_witness(e, all, d.excess_s); h >= 0) {
+      d.surfaces_group = best;
+      d.group = best = h;
+      d.excess_s = all[h][0].delta_s;
+    }
+  }
+  RankChoice rc = choose_rank(e, best, cohort_deltas(e, best), d.excess_s);
+  d.rank = rc.rank;
+  if (d.surfaces_group < 0) d.surfaces_group = surfaces_in(e, best);
+  follow_device(e, d, rc);
+  d.rank_basis = rc.basis;
+  finish_confidence(d, runner_up(top_excess, best), rc.support);
+  return d;
+}
+
+Diagnosis frontier_diagnosis(const Evidence& e) {
+  // One rank observed and nothing to compare with: where the time goes is all there is to say.
+  Diagnosis d;
+  d.basis = Diagnosis::Basis::frontier;
+  d.coverage = coverage_of(e);
+  const int s1 = e.share_order.empty() ? -1 : e.share_order[0];
+  if (s1 < 0 || e.steps == 0 || !(e.advances_s[s1] > 0)) return d;
+  d.group = s1;
+  d.excess_s = e.advances_s[s1] / e.steps;
+  d.share_of_step = e.exposed_makespan_s > 0 ? e.advances_s[s1] / e.exposed_makespan_s : 0.0;
+  if (const Suspect* s = stage_suspect(e, s1); s && s->rank >= 0) {
+    d.rank = s->rank;
+    d.rank_basis = s->basis;
+  }
+  d.confidence = 0;
+  return d;
+}
+
+}  // namespace
+
+std::string_view to_string(Diagnosis::Basis b) {
+  switch (b) {
+    case Diagnosis::Basis::none: return "none";
+    case Diagnosis::Basis::differential: return "differential";
+    case Diagnosis::Basis::lag_origin: return "lag_origin";
+    case Diagnosis::Basis::cohort: return "cohort";
+    case Diagnosis::Basis::frontier: return "frontier";
+  }
+  return "?";
+}
+
+Reference make_reference(const Evidence& e, std::string name) {
+  Reference r;
+  r.name = std::move(name);
+  r.groups = e.schema.groups();
+  r.steps = e.steps;
+  r.world_size = e.world_size;
+  const auto G = r.groups.size();
+  r.advance_mean_s.assign(G, 0.0);
+  r.advance_sd_s.assign(G, 0.0);
+  for (std::size_t g = 0; g < G && g < e.advances_s.size(); ++g) {
+    r.advance_mean_s[g] = e.steps > 0 ? e.advances_s[g] / e.steps : 0.0;
+    if (g < e.advance_sd_s.size()) r.advance_sd_s[g] = e.advance_sd_s[g];
+  }
+  r.exposed_mean_s = e.steps > 0 ? e.exposed_makespan_s / e.steps : 0.0;
+  r.exposed_sd_s = e.exposed_sd_s;
+  r.rank_excess = e.rank_excess;
+  r.cohort_own_median_s = e.cohort_own_median_s;
+  return r;
+}
+
+std::string reference_problem(const Evidence& e, const Reference& ref) {
+  if (ref.groups != e.schema.groups()) {
+    std::string a, b;
+    for (const auto& g : ref.groups) a += (a.empty() ? "" : ", ") + g;
+    for (const auto& g : e.schema.groups()) b += (b.empty() ? "" : ", ") + g;
+    return "the reference's stages (" + a + ") differ from the window's (" + b + ")";
+  }
+  if (ref.steps <= 0) return "the reference has no scored step";
+  if (e.steps <= 0) return "the window has no scored step";
+  if (ref.advance_mean_s.size() != ref.groups.size() || ref.advance_sd_s.size() != ref.groups.size())
+    return "the reference has " + std::to_string(ref.advance_mean_s.size()) + " advances for " +
+           std::to_string(ref.groups.size()) + " stages";
+  return "";
+}
+
+Differential compare(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg) {
+  if (const auto why = reference_problem(e, ref); !why.empty()) throw std::invalid_argument(why);
+  Differential d;
+  d.reference = ref.name;
+  d.reference_steps = ref.steps;
+  d.reference_step_s = ref.exposed_mean_s;
+  const int G = e.schema.group_count();
+  const int N = e.steps;
+  d.delta_advance_s.resize(G);
+  d.noise_floor_s.resize(G);
+  d.rank_deltas.assign(G, {});
+  // Under the null hypothesis (the window is the reference's process) both means have the
+  // reference's step-to-step spread.
+  for (int g = 0; g < G; ++g) {
+    d.delta_advance_s[g] = e.advances_s[g] / N - ref.advance_mean_s[g];
+    d.noise_floor_s[g] = floor_of(ref.advance_sd_s[g], ref.steps, N, ref.exposed_mean_s, cfg);
+  }
+  d.delta_exposed_s = e.exposed_makespan_s / N - ref.exposed_mean_s;
+  d.exposed_noise_floor_s = floor_of(ref.exposed_sd_s, ref.steps, N, ref.exposed_mean_s, cfg);
+  for (int g = 0; g < G && g < static_cast<int>(e.rank_excess.size()); ++g) {
+    for (const auto& x : e.rank_excess[g]) {
+      // The rank's own work in the reference: its own mean where the reference listed it, else
+      // the reference cohort's median, else (no per-rank reference) the window cohort's.
+      double base = g < static_cast<int>(e.cohort_own_median_s.size()) ? e.cohort_own_median_s[g] : 0.0;
+      if (g < static_cast<int>(ref.cohort_own_median_s.size())) base = ref.cohort_own_median_s[g];
+      if (g < static_cast<int>(ref.rank_excess.size()))
+        for (const auto& y : ref.rank_excess[g])
+          if (y.rank == x.rank) base = y.own_mean_s;
+      d.rank_deltas[g].push_back({x.rank, x.own_mean_s - base});
+    }
+    std::stable_sort(d.rank_deltas[g].begin(), d.rank_deltas[g].end(),
+                     [](const Differential::RankDelta& a, const Differential::RankDelta& b) { return a.delta_s > b.delta_s; });
+  }
+  return d;
+}
+
+Diagnosis diagnose(const Evidence& e, const Reference* ref, const DiagnosisConfig& cfg) {
+  if (e.steps == 0) return {};
+  if (ref != nullptr) return differential_diagnosis(e, compare(e, *ref, cfg));
+  if (e.observed_ranks <= 1) return frontier_diagnosis(e);
+  if (Diagnosis d = lag_origin_diagnosis(e, cfg); d.group >= 0) return d;
+  return cohort_diagnosis(e, cfg);
+}
+
+void diagnose_against(Evidence& e, const Reference& ref) {
+  e.differential = compare(e, ref, e.config.diagnosis);
+  e.diagnosis = differential_diagnosis(e, *e.differential);
+}
+
+}  // namespace sf::frontier

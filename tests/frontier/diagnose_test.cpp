@@ -1,0 +1,275 @@
+// The diagnosis (docs/diagnosis.md): the differential against a reference, the cohort without
+// one, the rules that follow a wait back to its origin, and the confidence.
+#include "sf/frontier/frontier.h"
+#include "sf/verify/verify.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+using namespace sf::frontier;
+
+namespace {
+
+StageMatrix window(int ranks, int slow, int stage, double delay, std::uint64_t seed = 1, int steps = 20) {
+  sf::verify::WindowSpec spec;
+  spec.ranks = ranks;
+  spec.steps = steps;
+  spec.slow_rank = slow;
+  spec.slow_stage = stage;
+  spec.delay_s = delay;
+  spec.seed = seed;
+  spec.jitter_rel = 0.02;
+  return sf::verify::build_window(spec);
+}
+
+Reference healthy_reference(int ranks, std::uint64_t seed = 2) {
+  return make_reference(evaluate(window(ranks, -1, 0, 0.0, seed)), "healthy");
+}
+
+/// Four stages (data, forward, backward with a collective, optimizer) on R ranks, one step per
+/// row: every rank computes `bwd_own` in backward and then waits in its all-reduce until the
+/// latest rank arrives; `late` (rank, seconds) is a host-local delay in the optimizer of the step
+/// before, so that rank arrives late and the others wait for it.
+StageMatrix wait_window(int R, int steps, int late_rank, double late_s) {
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+  StageMatrix m(schema, R, 0, steps);
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < R; ++r) {
+      const bool late = r == late_rank;
+      const double wait = 0.002 + (late ? 0.0 : late_s);
+      const std::vector<double> d = {0.010, 0.040, 0.100 + wait, 0.020 + (late ? late_s : 0.0)};
+      m.set_record(t, r, d, std::nullopt);
+      m.set_sync_wait(t, r, 2, wait);
+    }
+  return m;
+}
+
+}  // namespace
+
+TEST(Differential, telescopes_and_names_the_delayed_stage_and_rank) {
+  const Reference ref = healthy_reference(8);
+  Evidence e = evaluate(window(8, 5, 0, 0.060));
+  diagnose_against(e, ref);
+  ASSERT_TRUE(e.differential);
+  const auto& d = *e.differential;
+  EXPECT_NEAR(std::accumulate(d.delta_advance_s.begin(), d.delta_advance_s.end(), 0.0), d.delta_exposed_s, 1e-12);
+  EXPECT_NEAR(d.delta_exposed_s, e.exposed_makespan_s / e.steps - ref.exposed_mean_s, 1e-15);
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::differential);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_EQ(e.diagnosis.rank, 5);
+  EXPECT_NEAR(e.diagnosis.excess_s, 0.060, 0.006);
+  EXPECT_GT(e.diagnosis.confidence, 0.5);
+  EXPECT_EQ(e.diagnosis.reference, "healthy");
+}
+
+TEST(Differential, a_healthy_window_against_a_healthy_reference_is_no_change) {
+  for (std::uint64_t seed = 3; seed < 8; ++seed) {
+    Evidence e = evaluate(window(8, -1, 0, 0.0, seed));
+    diagnose_against(e, healthy_reference(8));
+    EXPECT_EQ(e.diagnosis.group, -1) << "seed " << seed;
+    EXPECT_EQ(e.diagnosis.rank, -1);
+    EXPECT_FALSE(e.diagnosis.significant());
+    EXPECT_LT(e.diagnosis.excess_s, e.diagnosis.noise_floor_s);
+  }
+}
+
+TEST(Differential, the_noise_floor_is_the_larger_of_z_standard_errors_and_min_effect) {
+  const Reference ref = healthy_reference(8);
+  const Evidence e = evaluate(window(8, -1, 0, 0.0, 9));
+  DiagnosisConfig cfg;
+  const auto d = compare(e, ref, cfg);
+  for (std::size_t g = 0; g < d.noise_floor_s.size(); ++g) {
+    const double se = ref.advance_sd_s[g] * std::sqrt(1.0 / ref.steps + 1.0 / e.steps);
+    EXPECT_DOUBLE_EQ(d.noise_floor_s[g], std::max(cfg.z * se, cfg.min_effect * ref.exposed_mean_s));
+  }
+  cfg.min_effect = 0;
+  cfg.z = 0;
+  for (double f : compare(e, ref, cfg).noise_floor_s) EXPECT_EQ(f, 0.0);
+}
+
+TEST(Differential, a_reference_of_other_stages_is_refused) {
+  const Evidence e = evaluate(window(4, -1, 0, 0.0));
+  Reference ref = make_reference(e, "other");
+  ref.groups[1] = "model.something_else";
+  EXPECT_NE(reference_problem(e, ref), "");
+  EXPECT_THROW(compare(e, ref), std::invalid_argument);
+  ref = make_reference(e, "empty");
+  ref.steps = 0;
+  EXPECT_NE(reference_problem(e, ref), "");
+}
+
+TEST(Diagnosis, cohort_names_a_straggler_without_a_reference) {
+  const Evidence e = evaluate(window(8, 2, 1, 0.050));
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::cohort);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "model.fwd_loss_cpu_wall");
+  EXPECT_EQ(e.diagnosis.rank, 2);
+  EXPECT_NEAR(e.diagnosis.excess_s, 0.050, 0.005);
+  EXPECT_EQ(e.diagnosis.reference, "");
+  // A healthy window: nothing stands out from the cohort.
+  const Evidence h = evaluate(window(8, -1, 0, 0.0));
+  EXPECT_EQ(h.diagnosis.group, -1);
+}
+
+TEST(Diagnosis, lag_origin_follows_the_wait_back_from_the_collective) {
+  // Backward holds the all-reduce (declared) and leads by share; the lag opened at data.
+  LabelConfig cfg;
+  cfg.wait_model = {"model.backward_cpu_wall"};
+  const Evidence e = evaluate(window(8, 6, 0, 0.060), cfg);
+  ASSERT_EQ(e.group_name(e.share_order[0]), "model.backward_cpu_wall");
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::lag_origin);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_EQ(e.diagnosis.rank, 6);
+  ASSERT_GE(e.diagnosis.surfaces_group, 0);
+  EXPECT_EQ(e.group_name(e.diagnosis.surfaces_group), "model.backward_cpu_wall");
+  // Two ranks: the cohort cannot tell which is abnormal; the lag origin still can.
+  const Evidence two = evaluate(window(2, 1, 0, 0.060), cfg);
+  EXPECT_EQ(two.diagnosis.basis, Diagnosis::Basis::lag_origin);
+  EXPECT_EQ(two.diagnosis.rank, 1);
+}
+
+TEST(Diagnosis, a_host_local_delay_is_named_where_it_was_born_not_where_it_surfaces) {
+  const StageMatrix healthy = wait_window(6, 10, -1, 0.0), faulty = wait_window(6, 10, 4, 0.080);
+  Evidence e = evaluate(faulty);
+  diagnose_against(e, make_reference(evaluate(healthy), "healthy"));
+  ASSERT_TRUE(e.differential);
+  const int bwd = *e.schema.group_index("model.backward_cpu_wall");
+  EXPECT_NEAR(e.differential->delta_advance_s[bwd], 0.080, 1e-12);  // the others' wait
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "optim.step_cpu_wall");
+  EXPECT_EQ(e.diagnosis.rank, 4);
+  EXPECT_EQ(e.diagnosis.surfaces_group, bwd);
+  EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");
+  // The same without a reference: the cohort says the same.
+  const Evidence c = evaluate(faulty);
+  EXPECT_EQ(c.group_name(c.diagnosis.group), "optim.step_cpu_wall");
+  EXPECT_EQ(c.diagnosis.rank, 4);
+}
+
+TEST(Diagnosis, one_rank_observed_falls_back_to_the_frontier_with_no_confidence) {
+  const Evidence e = evaluate(window(1, -1, 0, 0.0));
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::frontier);
+  EXPECT_EQ(e.diagnosis.group, e.share_order[0]);
+  EXPECT_EQ(e.diagnosis.confidence, 0.0);
+  EXPECT_FALSE(e.diagnosis.significant());
+}
+
+TEST(Diagnosis, confidence_falls_with_coverage) {
+  // The same straggler seen on 4 ranks of a world of 4, and of a world of 128.
+  const StageMatrix dense = window(4, 1, 0, 0.080);
+  StageMatrix sparse(dense.schema(), 128, {0, 1, 2, 3}, dense.first_step(), dense.steps());
+  std::vector<double> d(static_cast<std::size_t>(dense.schema().explicit_count()));
+  for (int t = 0; t < dense.steps(); ++t)
+    for (int r = 0; r < 4; ++r) {
+      for (int s = 0; s < dense.schema().explicit_count(); ++s) d[s] = dense.d(t, r, s);
+      sparse.set_record(t, r, d, dense.wall(t, r));
+    }
+  const Evidence a = evaluate(dense), b = evaluate(sparse);
+  ASSERT_EQ(a.diagnosis.rank, 1);
+  ASSERT_EQ(b.diagnosis.rank, 1);
+  EXPECT_DOUBLE_EQ(b.diagnosis.coverage, 4.0 / 128);
+  EXPECT_LE(b.diagnosis.confidence, 4.0 / 128);
+  EXPECT_NEAR(b.diagnosis.confidence, a.diagnosis.confidence * 4.0 / 128, 1e-12);
+}
+
+TEST(Diagnosis, two_equal_stragglers_halve_the_rank_support) {
+  // Ranks 1 and 5 both 60 ms late in data: the stage is certain, the rank is a tie.
+  sf::verify::WindowSpec spec;
+  spec.ranks = 8;
+  spec.steps = 20;
+  spec.jitter_rel = 0.0;
+  StageMatrix m = sf::verify::build_window(spec);
+  std::vector<double> d(static_cast<std::size_t>(m.schema().explicit_count()));
+  for (int t = 0; t < m.steps(); ++t)
+    for (int r : {1, 5}) {
+      for (int s = 0; s < m.schema().explicit_count(); ++s) d[s] = m.d(t, r, s);
+      d[0] += 0.060;
+      m.set_record(t, r, d, m.wall(t, r) + 0.060);
+    }
+  const Evidence e = evaluate(m);
+  ASSERT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_TRUE(e.diagnosis.rank == 1 || e.diagnosis.rank == 5);
+  EXPECT_LE(e.diagnosis.confidence, 0.5 + 1e-12);
+}
+
+TEST(Diagnosis, streaming_gives_the_whole_window_diagnosis) {
+  const StageMatrix m = window(8, 3, 2, 0.050, 4);
+  StreamingAccumulator acc(m.schema(), m.world_size(), LabelConfig{});
+  for (int t = 0; t < m.steps(); ++t) {
+    StageMatrix one(m.schema(), m.world_size(), m.step_id(t), 1);
+    std::vector<double> d(static_cast<std::size_t>(m.schema().explicit_count()));
+    for (int r = 0; r < m.ranks(); ++r) {
+      for (int s = 0; s < m.schema().explicit_count(); ++s) d[s] = m.d(t, r, s);
+      one.set_record(0, r, d, m.wall(t, r));
+    }
+    acc.add_step(one);
+  }
+  const Evidence a = evaluate(m), b = acc.finish();
+  EXPECT_EQ(a.diagnosis.group, b.diagnosis.group);
+  EXPECT_EQ(a.diagnosis.rank, b.diagnosis.rank);
+  EXPECT_DOUBLE_EQ(a.diagnosis.excess_s, b.diagnosis.excess_s);
+  EXPECT_EQ(a.advance_sd_s, b.advance_sd_s);
+  EXPECT_EQ(a.cohort_own_median_s, b.cohort_own_median_s);
+}
+
+namespace {
+/// Two-pass sample SD, scaled by the largest |x| so the check itself cannot overflow.
+double two_pass_sd(const std::vector<double>& xs) {
+  double scale = 0;
+  for (double x : xs) scale = std::max(scale, std::abs(x));
+  if (xs.size() < 2 || scale == 0) return 0.0;
+  double mean = 0;
+  for (double x : xs) mean += x / scale;
+  mean /= static_cast<double>(xs.size());
+  double ss = 0;
+  for (double x : xs) ss += (x / scale - mean) * (x / scale - mean);
+  return scale * std::sqrt(ss / static_cast<double>(xs.size() - 1));
+}
+}  // namespace
+
+TEST(RunningSpread, agrees_with_a_two_pass_sd_across_magnitudes) {
+  std::uint64_t state = 12345;
+  auto next = [&] {  // xorshift: a fixed, reproducible sequence
+    state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+    return static_cast<double>(state % 1000000) / 1e6;
+  };
+  for (double magnitude : {1e-9, 1e-3, 1.0, 1e3, 1e150, 1e299}) {
+    std::vector<double> xs;
+    RunningSpread s;
+    for (int i = 0; i < 500; ++i) {
+      // Growing values force rescales mid-stream; a few zeros and negatives too.
+      const double x = i % 97 == 0 ? 0.0 : (i % 13 == 0 ? -1 : 1) * magnitude * (1 + next()) * (1 + i / 100.0);
+      xs.push_back(x);
+      s.add(x);
+    }
+    const double want = two_pass_sd(xs);
+    ASSERT_TRUE(std::isfinite(s.sd())) << magnitude;
+    EXPECT_NEAR(s.sd(), want, 1e-9 * want) << magnitude;
+    double sum = 0;
+    for (double x : xs) sum += x / magnitude;
+    EXPECT_NEAR(s.mean() / magnitude, sum / xs.size(), 1e-9 * std::abs(sum / xs.size())) << magnitude;
+  }
+}
+
+TEST(RunningSpread, values_up_to_the_window_limit_give_a_finite_sd) {
+  // The stage_jsonl fuzzer's input: two steps of 6e149 s and 6e299 s; the plain Welford update
+  // squares a 6e299 difference and printed advance_sd_s: null.
+  RunningSpread s;
+  s.add(6e149);
+  s.add(6e299);
+  ASSERT_TRUE(std::isfinite(s.sd()));
+  EXPECT_NEAR(s.sd() / 6e299, std::sqrt(0.5), 1e-12);
+  RunningSpread limit;
+  limit.add(kMaxWindowSeconds);
+  limit.add(0);
+  limit.add(kMaxWindowSeconds);
+  ASSERT_TRUE(std::isfinite(limit.sd()));
+  EXPECT_NEAR(limit.sd() / kMaxWindowSeconds, std::sqrt(1.0 / 3.0), 1e-12);
+  RunningSpread zeros, one;
+  zeros.add(0);
+  zeros.add(0);
+  one.add(5);
+  EXPECT_EQ(zeros.sd(), 0.0);
+  EXPECT_EQ(one.sd(), 0.0);
+  EXPECT_EQ(one.mean(), 5.0);
+}
