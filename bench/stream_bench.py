@@ -61,6 +61,18 @@ def make(make_csv, ranks, steps, path):
     return path
 
 
+def provenance(command):
+    """When, at which commit (-dirty: tracked files modified), by which command, on what machine."""
+    root = os.path.join(HERE, "..")
+    commit = sh("git", "-C", root, "rev-parse", "--short", "HEAD") or "unknown"
+    if sh("git", "-C", root, "status", "--porcelain", "--untracked-files=no"):
+        commit += "-dirty"
+    return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "git_commit": commit, "command": command,
+            "machine": {"nproc": os.cpu_count(), "kernel": platform.release(),
+                        "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")}}
+
+
 def series(cmd, reps):
     """REPS runs of cmd: walls, peak RSS, load average before and after."""
     before = loadavg()
@@ -112,16 +124,9 @@ def main():
         "score_100mb_whole": series([args.sf, "score", "--json", "--whole", csv100], args.reps),
     }
     gbs = lambda size, key: size / runs[key]["wall_median_s"] / 1e9
-    commit = sh("git", "-C", os.path.join(HERE, ".."), "rev-parse", "--short", "HEAD") or "unknown"
-    if sh("git", "-C", os.path.join(HERE, ".."), "status", "--porcelain", "--untracked-files=no"):
-        commit += "-dirty"
     result = {
         "schema": "sf.bench.stream/1",
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "git_commit": commit,
-        "command": args.command,
-        "machine": {"nproc": os.cpu_count(), "kernel": platform.release(),
-                    "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")},
+        **provenance(args.command),
         "files": {"csv_100mb": {"path": csv100, "bytes": size100, "made_by": f"{args.make_csv} 1024 750"},
                   "csv_1gb": {"path": csv1g, "bytes": size1g, "made_by": f"{args.make_csv} 1024 7680"}},
         "pandas_ratio": {"target": RATIO_TARGET, "sf_median_s": cmp["sf_testbed"]["median_s"],

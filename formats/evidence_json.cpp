@@ -1,5 +1,6 @@
 #include "sf/formats/formats.h"
 
+#include "open_error.h"
 #include "strict_json.h"
 
 #include <cerrno>
@@ -42,6 +43,46 @@ ordered_json names(const Evidence& e, const std::vector<int>& groups) {
   return a;
 }
 
+ordered_json group_or_null(const Evidence& e, int g) { return g >= 0 ? ordered_json(e.group_name(g)) : ordered_json(nullptr); }
+
+ordered_json diagnosis_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  const auto& d = e.diagnosis;
+  ordered_json j = {{"stage", group_or_null(e, d.group)},
+                    {"rank", d.rank >= 0 && d.group >= 0 ? ordered_json(d.rank) : ordered_json(nullptr)},
+                    {"basis", frontier::to_string(d.basis)},
+                    {"rank_basis", d.rank_basis},
+                    {"excess_s", d.excess_s},
+                    {"share_of_step", d.share_of_step},
+                    {"noise_floor_s", d.noise_floor_s},
+                    {"surfaces_in", group_or_null(e, d.surfaces_group)},
+                    {"reference", d.reference.empty() ? ordered_json(nullptr) : ordered_json(d.reference)},
+                    {"coverage", d.coverage},
+                    {"confidence", d.confidence},
+                    {"line", diagnosis_line(e, ranks)}};
+  if (!ranks.empty() && d.rank >= 0)
+    for (const auto& r : ranks)
+      if (r.rank == d.rank) j["host"] = {{"hostname", r.hostname}, {"node_rank", r.node_rank}};
+  return j;
+}
+
+ordered_json differential_json(const Evidence& e) {
+  if (!e.differential) return nullptr;
+  const auto& d = *e.differential;
+  ordered_json deltas = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(d.rank_deltas.size()); ++g) {
+    auto& a = deltas[e.group_name(g)] = ordered_json::array();
+    for (const auto& x : d.rank_deltas[g]) a.push_back({{"rank", x.rank}, {"delta_s", x.delta_s}});
+  }
+  return {{"reference", d.reference},
+          {"reference_steps", d.reference_steps},
+          {"reference_step_s", d.reference_step_s},
+          {"delta_advance_s", per_group(e, d.delta_advance_s)},
+          {"delta_exposed_s", d.delta_exposed_s},
+          {"noise_floor_s", per_group(e, d.noise_floor_s)},
+          {"exposed_noise_floor_s", d.exposed_noise_floor_s},
+          {"rank_deltas_s", deltas}};
+}
+
 }  // namespace
 
 ordered_json config_to_json(const LabelConfig& c) {
@@ -66,9 +107,14 @@ ordered_json config_to_json(const LabelConfig& c) {
   j["reference_s"] = c.reference_s;
   j["wait_model"] = c.wait_model;
   j["event_scope_limited"] = c.event_scope_limited;
+  j["ambiguity_residual_leaders"] = c.ambiguity_residual_leaders;
+  j["co_critical_needs_two_stages"] = c.co_critical_needs_two_stages;
+  j["require_wall"] = c.require_wall;
   j["forward_group"] = c.forward_group;
   j["tie_abs_s"] = c.account.tie_abs_s;
   j["tie_rel"] = c.account.tie_rel;
+  j["diagnosis_z"] = c.diagnosis.z;
+  j["diagnosis_min_effect"] = c.diagnosis.min_effect;
   return j;
 }
 
@@ -111,6 +157,10 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
         throw out_of_range();
       dst = static_cast<int>(v.get<std::int64_t>());
     };
+    auto flag = [&](bool& dst) {
+      if (!v.is_boolean()) throw FormatError(file, 0, "config \"" + key + "\" must be true or false");
+      dst = v.get<bool>();
+    };
     auto name = [&](std::string& dst) {
       if (!v.is_string() || !frontier::printable_utf8(v.get<std::string>()))
         throw FormatError(file, 0, "config \"" + key + "\" must be a stage name (printable text)");
@@ -134,6 +184,8 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
     else if (key == "event_low_ratio") num(c.event_low_ratio, 0.0, 1e6);
     else if (key == "tie_abs_s") seconds(c.account.tie_abs_s);
     else if (key == "tie_rel") share(c.account.tie_rel);
+    else if (key == "diagnosis_z") num(c.diagnosis.z, 0.0, 1e6);
+    else if (key == "diagnosis_min_effect") share(c.diagnosis.min_effect);
     else if (key == "gain_baseline") {
       const auto b = v.is_string() ? frontier::gain_baseline_from_string(v.get<std::string>()) : std::nullopt;
       if (!b) throw FormatError(file, 0, "config \"gain_baseline\" must be rank_median, cohort_median or reference");
@@ -161,8 +213,13 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
       }
       c.wait_model = std::move(names);
     } else if (key == "event_scope_limited") {
-      if (!v.is_boolean()) throw FormatError(file, 0, "config \"event_scope_limited\" must be true or false");
-      c.event_scope_limited = v.get<bool>();
+      flag(c.event_scope_limited);
+    } else if (key == "ambiguity_residual_leaders") {
+      flag(c.ambiguity_residual_leaders);
+    } else if (key == "co_critical_needs_two_stages") {
+      flag(c.co_critical_needs_two_stages);
+    } else if (key == "require_wall") {
+      flag(c.require_wall);
     } else if (key == "forward_group") {
       name(c.forward_group);
     } else {
@@ -188,13 +245,7 @@ LabelConfig parse_config_text(std::string_view text, const std::string& name, La
 }
 
 LabelConfig read_config_file(const std::string& path, LabelConfig base) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(path, 0, "cannot open config file");
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw FormatError(path, 0, "cannot read config file");
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return parse_config_text(text, path, std::move(base));
+  return parse_config_text(detail::read_capped(path, kMaxConfigBytes, "config file"), path, std::move(base));
 }
 
 ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
@@ -211,6 +262,8 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
     for (const auto& r : ranks)
       arr.push_back({{"rank", r.rank}, {"local_rank", r.local_rank}, {"node_rank", r.node_rank}, {"hostname", r.hostname}});
   }
+  j["diagnosis"] = diagnosis_json(e, ranks);
+  j["differential"] = differential_json(e);
   j["exposed_makespan_s"] = e.exposed_makespan_s;
   j["per_stage_max_s"] = e.per_stage_max_s;
   j["per_stage_avg_s"] = e.per_stage_avg_s;
@@ -219,6 +272,7 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   j["advances_s"] = per_group(e, e.advances_s);
   j["shares"] = e.shares_valid ? per_group(e, e.shares) : ordered_json(nullptr);
   j["static_gain"] = per_group(e, e.static_gain);
+  j["step_spread"] = {{"advance_sd_s", per_group(e, e.advance_sd_s)}, {"exposed_sd_s", e.exposed_sd_s}};
   j["gain_baseline"] = frontier::to_string(e.gain_baseline);
   j["routing_set"] = names(e, e.routing_set);
   j["routing_set_size"] = e.routing_set.size();
@@ -253,9 +307,19 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   for (int g = 0; g < e.schema.group_count(); ++g)
     lag[e.group_name(g)] = {{"lag_mean_s", e.lag_mean_s[g]},
                             {"lag_increment_mean_s", e.lag_increment_mean_s[g]},
+                            {"lag_increment_sd_s", g < static_cast<int>(e.lag_increment_sd_s.size()) ? e.lag_increment_sd_s[g] : 0.0},
                             {"gap_mean_s", e.gap_mean_s[g]},
                             {"confident_leaders", e.confident_leaders[g]},
                             {"leader_switches", e.leader_switches[g]}};
+  j["wait_stages"] = names(e, e.wait_groups);
+  auto& cohort = j["cohort"] = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(e.rank_excess.size()); ++g) {
+    auto& c = cohort[e.group_name(g)] = {{"own_median_s", e.cohort_own_median_s[g]},
+                                         {"own_spread_s", e.cohort_own_spread_s[g]},
+                                         {"ranks", ordered_json::array()}};
+    for (const auto& x : e.rank_excess[g])
+      c["ranks"].push_back({{"rank", x.rank}, {"own_mean_s", x.own_mean_s}, {"excess_s", x.excess_s}});
+  }
   auto& base = j["baselines"] = ordered_json::object();
   for (auto rule : frontier::kBaselineRules) {
     const auto& rs = e.baselines[rule];
@@ -281,6 +345,8 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   j["config"] = config_to_json(e.config);
   return j;
 }
+
+ordered_json diagnosis_to_json(const Evidence& e, const std::vector<RankInfo>& ranks) { return diagnosis_json(e, ranks); }
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   // A path that names something other than a regular file (/dev/null, a FIFO, a terminal) is

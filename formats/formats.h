@@ -148,19 +148,83 @@ inline constexpr std::size_t kMaxConfigBytes = 1 << 20;
 /// reader sees the old file or the new one, never a torn one. Throws std::runtime_error.
 void write_file_atomic(const std::string& path, std::string_view content);
 
+/// The diagnosis as one sentence for a person (no "# diagnosis: " prefix, no newline): what got
+/// slower, on which rank and host, by how much per step, against what, and where a wait surfaces.
+std::string diagnosis_line(const frontier::Evidence& e, const std::vector<RankInfo>& ranks = {});
+
+inline constexpr std::string_view kReferenceSchema = "sf.reference/1";
+/// A reference file (sf.reference/1, one line): the reference's name and the evidence packet it is
+/// made from. `run --out` and sf_torch write theirs as reference.json, so that `score --reference`
+/// on it names the reference as the run did (its packets then match byte for byte).
+nlohmann::ordered_json reference_to_json(const frontier::Evidence& e, const std::string& name);
+
+/// A reference (frontier::Reference) read from a file: a stage-matrix dump of a healthy run (scored
+/// with `cfg`; several windows are one run), an evidence packet (`score --json`, `run --out`'s
+/// window_NNN.json; the first packet of a file of them; named by the path) or a reference file
+/// (sf.reference/1, named by its "name"). Throws FormatError naming the file.
+frontier::Reference read_reference(const std::string& path, const frontier::LabelConfig& cfg);
+/// A reference from an evidence packet's JSON (sf.evidence/3; /2 packets have no step spread,
+/// so their noise floor is min_effect alone). Throws FormatError(name, 0, ...) on a packet
+/// without the fields a reference needs.
+frontier::Reference reference_from_packet(const nlohmann::json& packet, const std::string& name);
+
+/// The packet's "diagnosis" object alone (a change point's diagnosis carries it too).
+nlohmann::ordered_json diagnosis_to_json(const frontier::Evidence& e, const std::vector<RankInfo>& ranks = {});
+
+/// What the metrics file says beyond the latest window's evidence: counts since the start.
+struct MetricsState {
+  std::string source;                ///< "run", "sim", "score", "sf_torch" (the `source` label)
+  std::int64_t windows = 0;          ///< windows scored so far, this one included
+  std::int64_t steps = 0;            ///< steps scored so far
+  std::int64_t change_points = -1;   ///< confirmed so far (--detect); −1: not detecting (no sample)
+  std::int64_t gather_failures = 0;  ///< windows whose gather failed so far
+};
+/// The latest window as Prometheus text exposition (format 0.0.4; docs/formats.md, "Metrics"):
+/// per-stage exposed advance and share (label `stage`), step time, the diagnosis' stage and rank,
+/// labels, change points, telemetry health. `--metrics FILE` writes it atomically each window.
+std::string metrics_text(const frontier::Evidence& e, const MetricsState& s);
+
 /// Renders the human-readable table `sf-testbed score` prints for one window.
 std::string evidence_table(const frontier::Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks = {});
 
 // ---- trace import (docs/kineto.md) -------------------------------------------------------------
 
-/// Options of the Kineto import; world_size > 0 names the job's world size where traces carry no
-/// distributedInfo (PyTorch 1.13's CPU profiler) and is checked against it where they do.
+/// A --stage-map file (docs/kineto.md, "Stage map"): event-name patterns mapped to a stage of
+/// the default schema or to a new stage, which the imported schema then gains.
+struct KinetoStageRule {
+  std::string stage;               ///< a default explicit stage, or a new one
+  std::vector<std::string> match;  ///< fnmatch(3) patterns on the whole event name (case-sensitive)
+  bool any_thread = false;         ///< match on every CPU thread, not only the main thread
+  std::string after;               ///< a new stage: the stage it follows ("" = after the last explicit stage)
+};
+struct KinetoStageMap {
+  std::vector<KinetoStageRule> rules;  ///< in file order: the first rule that matches a name wins
+};
+/// Parses a stage map (JSON, at most kMaxConfigBytes); `name` is used in errors. Throws
+/// FormatError (one line) on bad JSON, duplicate or unknown keys, empty patterns, a stage named
+/// twice with different places, an `after` that names no stage, the residual as a target.
+KinetoStageMap parse_kineto_stage_map(std::string_view text, const std::string& name);
+KinetoStageMap read_kineto_stage_map(const std::string& path);
+
+/// Options of the Kineto import (docs/kineto.md, "Rank and world size"): world_size > 0 names the
+/// job's world size where traces carry no distributedInfo.world_size and is checked against it
+/// where they do; rank >= 0 does the same for distributedInfo.rank, for a single trace.
 struct KinetoOptions {
   int world_size = 0;
+  int rank = -1;
+  KinetoStageMap stage_map;
   /// As for score (docs/formats.md, "Limits"): max_file_bytes bounds each trace file and its
-  /// decompressed text; max_world_size, max_window_steps and max_values bound the window, checked
-  /// before it is allocated. max_stages does not apply (the import has five stages).
+  /// decompressed text (checked as it is inflated); max_world_size, max_window_steps and
+  /// max_values bound the window, checked before it is allocated; max_stages bounds the stages
+  /// a stage map may add.
   ReadLimits limits;
+};
+
+/// Time of a step that no stage explains (the residual, step.other), by the main-thread event
+/// that spans it.
+struct KinetoUnmapped {
+  std::string name;          ///< the outermost main-thread event over that time, or "(no main-thread event)"
+  double seconds_per_step = 0;
 };
 
 /// What the importer read from one trace file, for the user to check against the trace.
@@ -169,27 +233,40 @@ struct KinetoTrace {
   std::string form;          ///< "kineto" (object with traceEvents) or "event array" (no distributedInfo)
   int rank = -1;
   int world_size = 0;
-  std::string rank_source;   ///< "distributedInfo" or "file name"
+  std::string rank_source;   ///< "distributedInfo", "--rank" or "file name"
   std::string world_source;  ///< "distributedInfo" or "--world-size"
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;
   std::vector<int> stage_steps;          ///< per explicit stage: steps in which it was found
   std::vector<std::string> stage_rules;  ///< per explicit stage: the markers that placed it
   std::string collectives;   ///< where sync-wait side evidence came from, or "none"
-  std::int64_t events = 0;   ///< complete events read
+  std::int64_t events = 0;   ///< timed events read (X, and B/E pairs)
+  std::int64_t kept = 0;     ///< of which kept for the reduction (CPU side, device collectives)
+  double other_share = 0;    ///< step.other's share of the summed step walls
+  std::vector<KinetoUnmapped> unmapped;  ///< the largest contributors to step.other, largest first (at most 5)
 };
 
 struct KinetoImport {
-  Window window;             ///< default five stages, R = world size, steps = ProfilerStep ids
+  Window window;             ///< default five stages (plus a stage map's), R = world size, steps = ProfilerStep ids
   std::vector<KinetoTrace> traces;
   std::vector<frontier::RankRange> missing_ranks;  ///< ranks of the job without a trace, ascending ranges
   std::int64_t missing_rank_count = 0;
+  /// The stage groups (schema order, the residual last) in which some trace shows a collective
+  /// (NCCL/RCCL kernels, gloo:*, c10d::*, record_param_comms, nccl:*; any thread) overlapping
+  /// the stage's time on the main thread: where a wait can surface (docs/kineto.md).
+  std::vector<std::string> wait_stages;
 };
 
+/// One line per trace saying what step.other holds ("FILE (rank R): step.other 86 % of the step
+/// walls: ## sparse_data_dist ## 149 ms/step, ..."); empty for a trace without unmapped time.
+std::string kineto_unmapped_line(const KinetoTrace& t);
+
 /// Reduces PyTorch-profiler (Kineto) Chrome traces, one per rank (.json or .json.gz), to one
-/// stage-matrix window (sparse when some ranks have no trace). Throws FormatError naming the file
-/// and what is missing or wrong (no ProfilerStep#N, no backward events, no rank or world size,
-/// duplicate ranks, bad timestamps, corrupt gzip, input beyond opt.limits, …).
+/// stage-matrix window (sparse when some ranks have no trace), reading each trace in one pass in
+/// memory bounded by what it keeps. Throws FormatError naming the file and what is missing or
+/// wrong (no ProfilerStep#N; overlapping, nested or identical steps; a duplicate key; no backward
+/// events; no rank or world size; duplicate ranks; bad timestamps; corrupt gzip; input beyond
+/// opt.limits, …).
 KinetoImport import_kineto(const std::vector<std::string>& files, const KinetoOptions& opt = {});
 
 /// One trace already in memory: its bytes (JSON, or gzip'd JSON) and the name that messages and

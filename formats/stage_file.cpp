@@ -2,6 +2,7 @@
 
 #include "stage_text.h"
 #include "step_span.h"
+#include "open_error.h"
 #include "strict_json.h"
 
 #include <algorithm>
@@ -908,7 +909,7 @@ std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& 
   }
   // Not mappable (a pipe, a FIFO, /dev/stdin, an empty file): read in blocks, never past the limit.
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw FormatError(path, 0, "cannot open file for reading");
+  if (!in) throw FormatError(path, 0, "the file " + detail::open_error(path) + "; expected a stage-matrix file");
   std::string text;
   std::vector<char> block(1 << 16);
   while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {

@@ -1,8 +1,13 @@
 #include "strict_json.h"
 
+#include "open_error.h"
+
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <optional>
+
+#include "sf/formats/formats.h"
 
 namespace sf::formats::detail {
 
@@ -63,6 +68,16 @@ std::optional<json> exact_integer(std::string_view s) {
 }
 
 }  // namespace
+
+std::string read_capped(const std::string& path, std::size_t cap, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FormatError(path, 0, std::string("the ") + what + " " + open_error(path));
+  std::string text(cap + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw FormatError(path, 0, std::string("cannot read ") + what);
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
+}
 
 std::string quoted_key(std::string_view k) {
   std::string out = "\"";

@@ -37,6 +37,10 @@ struct JsonProblem {
 /// printable ASCII kept, every other byte as '?', at most 40 bytes then "...": one line, always.
 std::string quoted_key(std::string_view k);
 
+/// The first cap + 1 bytes of a small file (a config, a stage map), so the caller can refuse one
+/// past its cap; `what` names it in errors ("cannot open config file").
+std::string read_capped(const std::string& path, std::size_t cap, const char* what);
+
 /// Parses JSON like nlohmann::json::parse, except that
 ///  - a number written as a float whose decimal value is an exact integer within 64 bits
 ///    (`1.0`, `1e3`, `-0.0`) is stored as that integer, so integer fields accept it and nothing

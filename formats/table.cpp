@@ -26,11 +26,68 @@ std::string line(const char* fmt, auto... args) {
   return out;
 }
 
+std::string ms(double s) { return line("%+.1f ms/step", s * 1e3); }
+
+std::string where(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  const auto& d = e.diagnosis;
+  std::string out = d.rank >= 0 ? "rank " + std::to_string(d.rank) : "";
+  for (const auto& r : ranks)
+    if (d.rank >= 0 && r.rank == d.rank && !r.hostname.empty()) out += " (host " + r.hostname + ")";
+  return out.empty() ? e.group_name(d.group) : out + " " + e.group_name(d.group);
+}
+
 }  // namespace
+
+std::string diagnosis_line(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  using Basis = frontier::Diagnosis::Basis;
+  const auto& d = e.diagnosis;
+  const std::string conf = line(" (confidence %.2f)", d.confidence);
+  const std::string surfaces =
+      d.surfaces_group >= 0 ? "; the wait surfaces in " + e.group_name(d.surfaces_group) : std::string();
+  const std::string norank = d.rank < 0 && d.group >= 0 ? "; no rank evidenced" : "";
+  const std::string pct = line("%.0f %%", d.share_of_step * 100);
+  switch (d.basis) {
+    case Basis::none: return "no step scored";
+    case Basis::differential:
+      if (d.group < 0) {
+        const auto& dd = e.differential;
+        std::string largest;
+        if (dd && !dd->delta_advance_s.empty()) {
+          int top = 0;
+          for (int g = 1; g < static_cast<int>(dd->delta_advance_s.size()); ++g)
+            if (dd->delta_advance_s[g] > dd->delta_advance_s[top]) top = g;
+          largest = dd->delta_advance_s[top] > 0
+                        ? ": largest " + e.group_name(top) + " " + ms(dd->delta_advance_s[top]) + ", inside its noise floor " +
+                              line("%.1f ms/step", dd->noise_floor_s[top] * 1e3)
+                        : ": no stage got slower";
+        }
+        return "no significant change against " + d.reference + largest;
+      }
+      return where(e, ranks) + " " + ms(d.excess_s) + " (+" + pct + " of the step) against " + d.reference + surfaces +
+             norank + conf;
+    case Basis::lag_origin:
+      return where(e, ranks) + " opens a lag of " + ms(d.excess_s) + " (" + pct + " of the step) on its cohort" + surfaces +
+             " (no reference: lag origin)" + norank + conf;
+    case Basis::cohort:
+      if (d.group < 0)
+        return "no significant excess against the cohort (no reference)" +
+               (d.excess_s > 0 ? ": largest " + ms(d.excess_s) + ", inside its noise floor " +
+                                     line("%.1f ms/step", d.noise_floor_s * 1e3)
+                               : std::string());
+      return where(e, ranks) + " " + ms(d.excess_s) + " above its cohort's median (" + pct +
+             " of the step; no reference)" + surfaces + norank + conf;
+    case Basis::frontier:
+      if (d.group < 0) return "nothing exposed";
+      return "no reference and one rank observed: " + e.group_name(d.group) + " takes " + pct +
+             " of the exposed step (where the time goes, not what changed)";
+  }
+  return "";
+}
 
 std::string evidence_table(const Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks) {
   const auto& c = e.config;
   std::string out;
+  out += "# diagnosis: " + diagnosis_line(e, ranks) + "\n";
   out += "# " + title + "\n";
   out += line("# window: steps %lld..%lld, %d scored, %d missing; world_size %d; accumulation %d\n",
               static_cast<long long>(e.first_step), static_cast<long long>(e.last_step), e.steps, e.missing_steps,
@@ -41,6 +98,7 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
   out += line("# gates: tau_C %.2f  gamma_A %.2f  gamma_G %.2f  eta_A %.2f  eta_G %.2f  gain baseline %s  wait model %s\n",
               c.tau_c, c.gamma_a, c.gamma_g, c.eta_a, c.eta_g, std::string(frontier::to_string(c.gain_baseline)).c_str(),
               wait.c_str());
+  if (!e.wait_groups.empty()) out += "# stages holding a collective (the diagnosis' waits): " + join(e, e.wait_groups) + "\n";
   out += "#\n";
   out += line("# %-30s %10s %7s %7s %10s %10s %10s  %s\n", "stage", "advance", "share", "gain", "per-stage", "per-stage",
               "lag", "leaders");
@@ -56,6 +114,14 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
     const std::string share = e.shares_valid ? line("%7.3f", e.shares[g]) : std::string("    n/a");
     out += line("  %-30s %10.4f %s %7.3f %10.4f %10.4f %10.4f  %s\n", e.group_name(g).c_str(), e.advances_s[g],
                 share.c_str(), e.static_gain[g], pmax.score[g], pavg.score[g], e.lag_mean_s[g], lead.c_str());
+  }
+  if (const auto& d = e.differential) {
+    std::string deltas;
+    for (int g = 0; g < static_cast<int>(d->delta_advance_s.size()); ++g)
+      deltas += line("%s%s %+.1f", g ? ", " : "", e.group_name(g).c_str(), d->delta_advance_s[g] * 1e3);
+    out += line("# change per step against %s (%d steps, %.1f ms/step): %s; exposed %+.1f ms (floor %.1f)\n",
+                d->reference.c_str(), d->reference_steps, d->reference_step_s * 1e3, deltas.c_str(),
+                d->delta_exposed_s * 1e3, d->exposed_noise_floor_s * 1e3);
   }
   const double ex = e.exposed_makespan_s;
   out += line("# exposed makespan   %12.4f s  (sum_t F[t,S]; median step %.4f s)\n", ex, e.median_step_s);

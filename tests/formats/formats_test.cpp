@@ -1,4 +1,5 @@
 #include "sf/formats/formats.h"
+#include "sf/verify/verify.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -239,11 +240,84 @@ TEST(Evidence, packet_has_documented_fields) {
                         "advances_s", "shares", "static_gain", "routing_set", "co_critical_stages", "labels", "leaders",
                         "suspect", "baselines", "telemetry", "downgrade_reasons"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["schema"], "sf.evidence/2");
+  EXPECT_EQ(j["schema"], "sf.evidence/3");
   EXPECT_NEAR(j["exposed_makespan_s"].get<double>(), 8.2, 1e-12);
   EXPECT_EQ(j["leaders"]["data.next_wait"][0]["rank"], 0);
   EXPECT_EQ(j["baselines"]["per_stage_max"]["ranked"][0], "model.backward_cpu_wall");
   EXPECT_TRUE(j["telemetry"]["closure_residual_share"].is_null());  // no wall in the file
+}
+
+TEST(Evidence, packet_carries_the_diagnosis_and_serves_as_a_reference) {
+  // A straggler window and a healthy one from the project's builder: the packet of the healthy
+  // one is a reference as good as its evidence (same means, spreads and cohort), and the diagnosis
+  // against it is the same either way.
+  sf::verify::WindowSpec spec;
+  spec.ranks = 6;
+  spec.steps = 12;
+  const auto healthy = frontier::evaluate(sf::verify::build_window(spec));
+  spec.slow_rank = 4;
+  spec.slow_stage = 0;
+  spec.delay_s = 0.08;
+  spec.seed = 7;
+  auto faulty = frontier::evaluate(sf::verify::build_window(spec));
+  const auto packet = nlohmann::json::parse(formats::evidence_to_json(healthy).dump());
+  const auto from_packet = formats::reference_from_packet(packet, "healthy.json");
+  const auto direct = frontier::make_reference(healthy, "healthy.json");
+  EXPECT_EQ(from_packet.groups, direct.groups);
+  EXPECT_EQ(from_packet.steps, direct.steps);
+  for (std::size_t g = 0; g < direct.groups.size(); ++g) {
+    EXPECT_DOUBLE_EQ(from_packet.advance_mean_s[g], direct.advance_mean_s[g]);
+    EXPECT_DOUBLE_EQ(from_packet.advance_sd_s[g], direct.advance_sd_s[g]);
+    EXPECT_DOUBLE_EQ(from_packet.cohort_own_median_s[g], direct.cohort_own_median_s[g]);
+  }
+  auto a = faulty;
+  frontier::diagnose_against(a, from_packet);
+  frontier::diagnose_against(faulty, direct);
+  EXPECT_EQ(a.diagnosis.group, faulty.diagnosis.group);
+  EXPECT_EQ(a.diagnosis.rank, 4);
+  EXPECT_DOUBLE_EQ(a.diagnosis.excess_s, faulty.diagnosis.excess_s);
+  const auto j = formats::evidence_to_json(a);
+  EXPECT_EQ(j["diagnosis"]["stage"], "data.next_wait");
+  EXPECT_EQ(j["diagnosis"]["rank"], 4);
+  EXPECT_EQ(j["diagnosis"]["basis"], "differential");
+  EXPECT_EQ(j["diagnosis"]["reference"], "healthy.json");
+  double sum = 0;
+  for (const auto& [k, v] : j["differential"]["delta_advance_s"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, j["differential"]["delta_exposed_s"].get<double>(), 1e-12);
+  EXPECT_NE(formats::diagnosis_line(a).find("rank 4 data.next_wait +"), std::string::npos);
+  EXPECT_EQ(formats::evidence_table(a, "t").rfind("# diagnosis: rank 4 data.next_wait", 0), 0u);  // the first line
+  // Not a packet, or a packet without what a reference needs: one FormatError naming the file.
+  EXPECT_THROW(formats::reference_from_packet(nlohmann::json::parse(R"({"x":1})"), "r.json"), FormatError);
+  auto broken = packet;
+  broken.erase("advances_s");
+  try {
+    formats::reference_from_packet(broken, "r.json");
+    ADD_FAILURE() << "no throw";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("r.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("advances_s"), std::string::npos);
+  }
+}
+
+TEST(Evidence, a_reference_file_is_a_dump_or_a_packet) {
+  const std::string dir = ::testing::TempDir();
+  sf::verify::WindowSpec spec;
+  spec.ranks = 4;
+  spec.steps = 8;
+  const auto m = sf::verify::build_window(spec);
+  formats::Window w{m, {}, {}, 1};
+  {
+    std::ofstream out(dir + "sf_ref_dump.jsonl");
+    formats::write_jsonl(out, w);
+    std::ofstream pk(dir + "sf_ref_packet.json");
+    pk << formats::evidence_to_json(frontier::evaluate(m)).dump() << "\n";
+  }
+  const auto a = formats::read_reference(dir + "sf_ref_dump.jsonl", {});
+  const auto b = formats::read_reference(dir + "sf_ref_packet.json", {});
+  EXPECT_EQ(a.steps, 8);
+  EXPECT_EQ(a.groups, b.groups);
+  for (std::size_t g = 0; g < a.groups.size(); ++g) EXPECT_DOUBLE_EQ(a.advance_mean_s[g], b.advance_mean_s[g]);
+  EXPECT_THROW(formats::read_reference(dir + "sf_ref_missing.jsonl", {}), FormatError);
 }
 
 TEST(Config, file_keys_apply_and_unknown_keys_fail) {
