@@ -2,18 +2,100 @@
 
 #include "sf_build_info.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include <unistd.h>
 
 namespace sf::cli {
 
 const char* git_commit() { return SF_GIT_COMMIT; }
+
+namespace {
+
+/// Edit distance (insertions, deletions, substitutions; a swap of neighbours counts one).
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i)
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+/// The candidate nearest to `word` when it is near enough to be a typo of it (distance at most a
+/// third of its length, and at least 1), else "".
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = std::max<std::size_t>(1, word.size() / 3) + 1;
+  for (const auto& c : candidates)
+    if (const auto dist = edit_distance(word, c); dist < best_d) {
+      best_d = dist;
+      best = c;
+    }
+  return best;
+}
+
+}  // namespace
+
+std::string failure_line(const CLI::App* app, const CLI::Error& e) {
+  const CLI::App* sub = nullptr;
+  for (const auto* s : app->get_subcommands()) sub = s;  // the subcommand being parsed, if any
+  const std::string who = sub ? "sf-testbed " + sub->get_name() : std::string("sf-testbed");
+  std::string what = e.what();
+  // (CLI11 names a subcommand's ExtrasError after the subcommand, so the type is what tells.)
+  const bool required_subcommand = !sub && what.rfind("A subcommand is required", 0) == 0;
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr || required_subcommand) {
+    if (required_subcommand) {
+      // `sf-testbed scroe`: the word that is not a subcommand is in the app's leftovers.
+      std::string left;
+      for (const auto& r : app->remaining())
+        if (!r.empty() && r[0] != '-') {
+          left = r;
+          break;
+        }
+      if (left.empty()) return who + ": " + what + "; see " + who + " --help";
+      what = "The following argument was not expected: " + left;
+    }
+    // "The following argument(s) was/were not expected: A B": name the first, and a near miss.
+    const auto colon = what.find(": ");
+    std::vector<std::string> extras;
+    std::string word;
+    for (char c : what.substr(colon == std::string::npos ? 0 : colon + 2) + " ")
+      if (c == ' ') {
+        if (!word.empty()) extras.push_back(word);
+        word.clear();
+      } else {
+        word += c;
+      }
+    std::vector<std::string> names;
+    if (sub) {
+      for (const auto* opt : sub->get_options())
+        for (const auto& l : opt->get_lnames()) names.push_back("--" + l);
+    } else {
+      for (const auto* s : app->get_subcommands({})) names.push_back(s->get_name());
+    }
+    for (const auto& x : extras) {
+      const bool option = x.rfind("--", 0) == 0;
+      if (sub && !option) continue;  // a value left over after a mistyped option
+      const std::string key = option ? x.substr(0, x.find('=')) : x;
+      const std::string near = nearest(key, names);
+      what = (option ? "unknown option " : sub ? "unexpected argument " : "unknown subcommand ") + key +
+             (near.empty() ? std::string() : " (did you mean " + near + "?)");
+      break;
+    }
+  }
+  return who + ": " + what + "; see " + who + " --help";
+}
 
 bool is_first_process() {
   const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
@@ -40,7 +122,7 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
                                                                 {"reference", frontier::GainBaseline::reference}};
   sub->add_option("--gain-baseline", o.gain_baseline, "clipped baseline for the direct-exposure gain")
       ->transform(choice(baselines))->group(g);
-  sub->add_option("--reference", o.reference_s, "no-stall reference seconds per stage group (with --gain-baseline reference)")
+  sub->add_option("--gain-reference", o.reference_s, "no-stall reference seconds per stage group (with --gain-baseline reference)")
       ->delimiter(',')->group(g);
   sub->add_option("--wait-model", o.wait_model, "stage groups whose sync-wait model the caller asserts (W_s = 1)")
       ->delimiter(',')->group(g);

@@ -150,6 +150,10 @@ bool is_first_process();
 /// Ends a subcommand callback with a non-zero exit code (CLI11 prints nothing for it).
 [[noreturn]] inline void exit_with(int code) { throw CLI::RuntimeError(code); }
 
+/// The one line a command-line error gets: the subcommand, what was wrong, the nearest valid
+/// option or subcommand where a name was mistyped, and the subcommand's own --help.
+std::string failure_line(const CLI::App* app, const CLI::Error& e);
+
 /// The project's git commit baked in at build time.
 const char* git_commit();
 

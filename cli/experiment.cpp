@@ -10,17 +10,17 @@ namespace sf::cli {
 void setup_experiment(CLI::App& app) {
   auto o = std::make_shared<experiments::DriverOptions>();
   auto* sub = app.add_subcommand("experiment",
-                                 "Run declared experiments (experiments/specs/NAME.json) and write results/NAME/");
+                                 "Run declared experiments (experiments/specs/NAME.json) and write OUT/NAME/ (default sf-results/)");
   sub->add_option("NAME", o->names, "experiment names, or 'all'")->required();
-  sub->add_flag("--quick", o->quick, "tiny version of each experiment (CI); writes results/NAME-quick/");
-  sub->add_option("--out", o->out_dir, "results directory");
+  sub->add_flag("--quick", o->quick, "tiny version of each experiment (CI); writes OUT/NAME-quick/");
+  sub->add_option("--out", o->out_dir, "results directory (the project's own results: --out results)")->capture_default_str();
   sub->add_option("--specs", o->specs_dir, "directory of experiment specs")->check(CLI::ExistingDirectory);
   sub->add_option("--report", o->report_script, "report script (tables and plots)")->check(CLI::ExistingFile);
   sub->add_option("--python", o->python, "Python with pandas and matplotlib");
   sub->add_option("--mpirun", o->mpirun, "MPI launcher");
   sub->add_flag("--force", o->force, "redo rows that already finished");
   sub->add_option("--set", o->overrides, "override a run option of every row, e.g. --set device=cuda (repeatable)");
-  sub->add_option("--tag", o->tag, "write results/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
+  sub->add_option("--tag", o->tag, "write OUT/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
   sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));
   sub->callback([o] {
     auto opt = *o;

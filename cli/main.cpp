@@ -8,9 +8,9 @@ int main(int argc, char** argv) {
   CLI::App app{"sf-testbed: distributed-training stage accounting testbed (StageFrontier)"};
   app.require_subcommand(1);
   // Bad input gets exactly one line (and exit code 2): what was wrong and where to look.
-  app.failure_message([](const CLI::App*, const CLI::Error& e) -> std::string {
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) -> std::string {
     if (!sf::cli::is_first_process()) return "";  // under mpirun: one line, not one per rank
-    return "sf-testbed: " + std::string(e.what()) + " (see sf-testbed --help)\n";
+    return sf::cli::failure_line(failed, e) + "\n";
   });
   app.set_version_flag("--version", std::string("sf-testbed ") + sf::cli::git_commit());
   sf::cli::setup_score(app);

@@ -3,6 +3,7 @@
 #include "common.h"
 #include "sf/testbed/testbed.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,7 +21,15 @@ struct RunOptions {
   std::string telemetry_fault = "none";
   DetectOptions detect;
   TraceCliOptions trace;
+  bool single_process = false;
 };
+
+/// True when an MPI launcher started this process (Open MPI, MPICH/Hydra, PMIx, Slurm's srun).
+bool launched() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_STEP_NUM_TASKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
 
 int run_run(RunOptions& o, const std::vector<std::string>& argv) {
   auto& cfg = o.cfg;
@@ -56,6 +65,15 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
     return kExitBadInput;
   }
+  // Started without mpirun, one process would run alone and judge a world of one rank: say so
+  // (a build without MPI says why it cannot run at all, in testbed::run).
+  if (testbed::built_with_mpi() && !launched() && !o.single_process) {
+    std::fprintf(stderr,
+                 "sf-testbed run: not started by an MPI launcher, so one process would run alone with no ranks to "
+                 "compare; start it as: mpirun --allow-run-as-root --oversubscribe -np 8 sf-testbed run ... "
+                 "(or pass --single-process to run one rank on purpose)\n");
+    return kExitBadInput;
+  }
   // Every file the run will write is checked before MPI starts: a bad path is one line and exit 2
   // now, not an abort after the last step.
   if (!cfg.out_dir.empty()) {
@@ -68,7 +86,8 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
       return kExitBadInput;
     }
   }
-  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", cfg.trace.file}, {"--dump", cfg.dump}})
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", cfg.trace.file}, {"--dump", cfg.dump},
+                                  {"--metrics", cfg.metrics_file}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
@@ -85,16 +104,16 @@ void setup_run(CLI::App& app) {
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
   add_fault_options(sub, cfg, o->delay_ms);
-  sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber);
-  sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000));
-  sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000));
+  sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
+  sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps; 10 with --live)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--exact-median-steps", cfg.exact_median_steps,
                   "run-level median step time and forward-event medians exact up to this many steps, then from "
                   "log2 bins within 0.034 % (bounded memory on long runs; 0: exact, memory grows 8 bytes a step)")
       ->check(whole_in(0, 1000000000000LL));
-  sub->add_option("--seed", cfg.seed, "seed (hidden target rank)");
+  sub->add_option("--seed", cfg.seed, "seed (hidden target rank)")->capture_default_str();
   const std::map<std::string, testbed::CommKind> comms{{"mpi", testbed::CommKind::mpi}, {"nccl", testbed::CommKind::nccl}};
   sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));
   const std::map<std::string, testbed::DeviceKind> devices{
@@ -105,17 +124,21 @@ void setup_run(CLI::App& app) {
       {"off", testbed::RecorderMode::off}, {"cpu", testbed::RecorderMode::cpu}, {"event", testbed::RecorderMode::event}};
   sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(choice(modes));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_option("--out", cfg.out_dir, "directory for run.json and one evidence packet per window");
   sub->add_option("--dump", cfg.dump, "write the gathered stage matrix (sf.stages/1 JSONL, one header per window)");
+  sub->add_option("--metrics", cfg.metrics_file,
+                  "Prometheus text exposition of the latest window, rewritten atomically each window (node_exporter's "
+                  "textfile collector reads it; docs/formats.md, Metrics)");
   sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
+  sub->add_flag("--single-process", o->single_process, "run as one rank without mpirun (on purpose: a world of one)");
   sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window (every 10 steps unless --window): redrawn on "
                 "a terminal, plain appended lines otherwise");
   sub->add_flag("--live-redraw", cfg.live_redraw, "--live, redrawn in place even under mpirun (which gives ranks a pseudo-terminal, "
                 "so rank 0 cannot tell whether you are watching)");
   sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
-      ->check(CLI::Range(0.001, 3600.0));
+      ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
   const std::string w = "Workload";
   sub->add_option("--accumulation", cfg.workload.accumulation, "gradient accumulation factor (no-sync microsteps)")
       ->check(CLI::Range(1, 64))->group(w);
@@ -128,12 +151,12 @@ void setup_run(CLI::App& app) {
   add_step_options(sub, o->step, false);
   sub->add_option("--reference-steps", cfg.reference_steps,
                   "healthy steps recorded before the warm-up as the verdict's reference (0: none)")
-      ->check(CLI::Range(0, 100000))->group(w);
+      ->check(CLI::Range(0, 100000))->group(w)->capture_default_str();
   sub->add_option("--link-rate", cfg.link_rate_mbit, "link_slow: the target host's egress rate while the fault is on (Mbit/s)")
-      ->group(w);
+      ->group(w)->capture_default_str();
   sub->add_option("--link-grad-mib", cfg.link_grad_mib,
                   "link_slow: gradient MiB the all-reduce moves per step (real buffer sizes: sets --grad-mib and --model-mib)")
-      ->group(w);
+      ->group(w)->capture_default_str();
   sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
   const std::string t = "Telemetry faults and overhead";
@@ -145,10 +168,10 @@ void setup_run(CLI::App& app) {
   sub->add_option("--telemetry-fault", o->telemetry_fault, "inject a telemetry failure (training must not notice)")
       ->transform(choice(tfaults))->group(t);
   sub->add_option("--telemetry-fault-rank", cfg.telemetry_fault_rank, "rank whose telemetry fails")
-      ->check(CLI::NonNegativeNumber)->group(t);
+      ->check(CLI::NonNegativeNumber)->group(t)->capture_default_str();
   sub->add_option("--overhead-pairs", cfg.overhead_pairs, "overhead mode: blocks of paired off/cpu/event windows")
       ->check(CLI::NonNegativeNumber)->group(t);
-  sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t);
+  sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t)->capture_default_str();
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
   add_trace_options(sub, o->trace);

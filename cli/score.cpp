@@ -14,6 +14,8 @@ struct ScoreOptions {
   bool json = false;
   bool whole = false;
   std::string out;
+  std::string reference;
+  std::string metrics;
   int window = 0;
   int world_size = 0;
   int accumulation = 1;
@@ -24,7 +26,8 @@ struct ScoreOptions {
 };
 
 int run_score(const ScoreOptions& o) {
-  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out}})
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out},
+                                  {"--metrics", o.metrics}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
@@ -36,6 +39,8 @@ int run_score(const ScoreOptions& o) {
     so.file = o.file;
     so.read = {o.format, o.window, o.world_size, o.accumulation, o.limits};
     so.whole = o.whole;
+    so.reference = o.reference;
+    so.metrics_file = o.metrics;
     so.label = make_label_config(o.label);
     if (o.detect.on) so.detect = o.detect.cfg;
     so.stability_window = o.detect.stability_window;
@@ -57,6 +62,11 @@ int run_score(const ScoreOptions& o) {
     return kExitBadInput;
   }
   std::cout << (o.json ? scored.packets : scored.tables);
+  if (scored.trace) {
+    // Beside the tables on stdout; on stderr with --json, which keeps stdout the packets.
+    if (o.json) std::fprintf(stderr, "sf-testbed score: %s\n", testbed::trace_written_line(o.trace.file, *scored.trace).c_str());
+    else std::cout << "# " << testbed::trace_written_line(o.trace.file, *scored.trace) << "\n";
+  }
   return 0;
 }
 
@@ -68,8 +78,13 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/2, one per line; with --detect an sf.detect/1 line last) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/3, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
+  sub->add_option("--metrics", o->metrics,
+                  "Prometheus text exposition of the last window, rewritten atomically after each window (docs/formats.md, Metrics)");
+  sub->add_option("--reference", o->reference,
+                  "diagnose each window against this healthy run: a stage-matrix dump or an evidence packet "
+                  "(default: against the cohort; with --detect, against the regime before the first change)");
   sub->add_flag("--whole", o->whole, "read each window whole before scoring it, instead of streaming the file step by step "
                 "(the output is the same; docs/formats.md, \"Streaming\")");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")

@@ -23,6 +23,7 @@ struct SimOptions {
   bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
   int threads = 2;
   std::string dump;
+  std::string metrics;
   DetectOptions detect;
   TraceCliOptions trace;
 };
@@ -61,18 +62,19 @@ int run_sim(SimOptions& o) {
                  o.detect.stability_stage.c_str(), names.c_str());
     return kExitBadInput;
   }
-  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump}})
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump},
+                                  {"--metrics", o.metrics}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
         return kExitBadInput;
       }
   const auto plan = sim::model_plan(cfg);
-  // Streamed step by step unless the answer needs the whole matrix (a dump of it, or the
-  // per-rank window-median gain baseline).
-  // --detect and --trace read the whole matrix too.
+  // Streamed step by step unless the answer needs the whole matrix (a dump of it, the per-rank
+  // window-median gain baseline, or --trace: it keeps the steps around changes it knows only at
+  // the end). --detect streams: its watch takes each step as it is scored (docs/detect.md, "Memory").
   const bool whole = o.whole || !o.dump.empty() || label.gain_baseline == frontier::GainBaseline::rank_median ||
-                     o.detect.on || !o.trace.file.empty();
+                     !o.trace.file.empty();
   // The scorer allocates and frees R-sized scratch arrays every step; keep freed memory in the
   // heap (glibc would otherwise hand each one back to the kernel and page-fault it in again on
   // the next step, a third of the time at 10^5 ranks).
@@ -94,18 +96,6 @@ int run_sim(SimOptions& o) {
   if (faulty && !whole)
     ref_future = std::async(o.threads >= 2 ? std::launch::async : std::launch::deferred,
                             [&] { return testbed::score_model_accounting(healthy, healthy_plan); });
-  const auto scored = score(cfg, plan);
-  const auto& e = scored.evidence;
-  const auto [wall_sum, gap] = scored.makespan;
-  const auto ref_scored = !faulty ? scored : whole ? score(healthy, healthy_plan) : ref_future.get();
-  const auto& ref_e = ref_scored.evidence;
-  const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
-  const std::string scoring = whole ? std::string("whole matrix")
-                                    : "streamed, " + std::to_string(scored.threads) + " thread(s)";
-  // The matrix itself only where an answer reads it (--dump, --detect, --trace).
-  const bool need_matrix = !o.dump.empty() || o.detect.on || !o.trace.file.empty();
-  const formats::Window w = need_matrix ? sim::model_window(cfg, plan) : formats::Window{};
-  std::optional<testbed::DetectReport> dr;
   std::optional<testbed::Watch> watch;
   if (o.detect.on || !o.trace.file.empty()) {
     testbed::WatchOptions wo;
@@ -115,21 +105,54 @@ int run_sim(SimOptions& o) {
     wo.stability_window = o.detect.stability_window;
     wo.stability_stage = o.detect.stability_stage;
     wo.plan = &plan;
+    // Streamed: the watch folds each segment between changes as the steps go by, its medians
+    // bounded as run's are (exact up to RunConfig::exact_median_steps steps a segment).
+    wo.online = !whole;
+    if (!whole) wo.exact_median_steps = testbed::RunConfig{}.exact_median_steps;
     watch.emplace(std::move(wo));
-    // The window lives until the end of this function: the watch may hold it without a copy.
-    watch->observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
-    if (o.detect.on) dr = watch->report(&w.matrix);
   }
+  testbed::StepSink sink;
+  if (watch && !whole) sink = [&](const frontier::StageMatrix& one, const frontier::StepFacts& f) { watch->observe_step(one, f); };
+  auto scored = whole ? score(cfg, plan) : testbed::score_model_streaming(cfg, plan, label, o.threads, sink);
+  auto& e = scored.evidence;
+  const auto [wall_sum, gap] = scored.makespan;
+  const auto ref_scored = !faulty ? scored : whole ? score(healthy, healthy_plan) : ref_future.get();
+  const auto& ref_e = ref_scored.evidence;
+  // The diagnosis: the change against the healthy reference (for a run without a fault, itself).
+  testbed::apply_reference(e, frontier::make_reference(ref_e, "the healthy reference (same seed, no fault)"));
+  const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
+  const std::string scoring = whole ? std::string("whole matrix")
+                                    : "streamed, " + std::to_string(scored.threads) + " thread(s)";
+  // The matrix itself only where an answer reads it (--dump, --trace, --detect on the whole matrix).
+  const bool need_matrix = !o.dump.empty() || (watch && whole);
+  const formats::Window w = need_matrix ? sim::model_window(cfg, plan) : formats::Window{};
+  std::optional<testbed::DetectReport> dr;
+  if (watch && whole)  // the window lives until the end of this function: the watch may hold it without a copy
+    watch->observe(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &w.matrix), w.ranks);
+  if (o.detect.on) dr = watch->report(whole ? &w.matrix : nullptr);
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
     formats::write_file_atomic(o.dump, out.str());
   }
+  std::string trace_line;  // said after the output: on stderr with --json, which keeps stdout one JSON line
   if (!o.trace.file.empty()) {
     try {
-      formats::write_file_atomic(o.trace.file, watch->trace(&w.matrix, w.ranks).dump() + "\n");
+      const auto trace = watch->trace(&w.matrix, w.ranks);
+      formats::write_file_atomic(o.trace.file, trace.dump() + "\n");
+      trace_line = testbed::trace_written_line(o.trace.file, trace);
     } catch (const std::exception& err) {
       std::fprintf(stderr, "sf-testbed sim: --trace %s\n", err.what());
+      return kExitBadInput;
+    }
+  }
+  if (!o.metrics.empty()) {
+    const formats::MetricsState ms{"sim", 1, e.steps, dr ? static_cast<std::int64_t>(dr->changes.size()) : -1,
+                                   e.gather_ok ? 0 : 1};
+    try {
+      formats::write_file_atomic(o.metrics, formats::metrics_text(e, ms));
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "sf-testbed sim: --metrics %s\n", err.what());
       return kExitBadInput;
     }
   }
@@ -167,6 +190,7 @@ int run_sim(SimOptions& o) {
     std::fputs(vr.verdict_text.c_str(), stdout);
     if (dr) std::fputs(("#\n" + dr->text).c_str(), stdout);
   }
+  if (!trace_line.empty()) std::fprintf(o.json ? stderr : stdout, "%s%s\n", o.json ? "sf-testbed sim: " : "# ", trace_line.c_str());
   return o.check && !vr.claim_pass ? kExitFail : 0;
 }
 
@@ -177,18 +201,19 @@ void setup_sim(CLI::App& app) {
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("sim", "Model-driven ranks at scale (no MPI): a scenario scored and checked in milliseconds");
   add_fault_options(sub, cfg, o->delay_ms);
-  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20));
-  sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000));
-  sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)");
-  sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000))->capture_default_str();
+  sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->capture_default_str();
+  sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
   add_step_options(sub, o->step, true);
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
+  sub->add_option("--metrics", o->metrics, "Prometheus text exposition of the window (docs/formats.md, Metrics)");
   sub->add_flag("--whole-matrix", o->whole,
                 "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
   sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
-      ->check(CLI::Range(1, 2));
+      ->check(CLI::Range(1, 2))->capture_default_str();
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);

@@ -15,14 +15,19 @@ struct VerifyOptions {
   std::vector<std::string> only;
   int windows = 2000;
   bool skip_fixtures = false;
+  bool list = false;
 };
 
 int run_verify(const VerifyOptions& o) {
+  if (o.list) {
+    for (const auto& p : verify::properties()) std::printf("%-44s %s\n", p.name.c_str(), p.statement.c_str());
+    return 0;
+  }
   for (const auto& name : o.only) {
     bool known = false;
     for (const auto& p : verify::properties()) known |= p.name == name;
     if (!known) {
-      std::fprintf(stderr, "sf-testbed verify: unknown property '%s'; see the list in `sf-testbed verify --help`\n", name.c_str());
+      std::fprintf(stderr, "sf-testbed verify: unknown property '%s'; expected one of the names `sf-testbed verify --list` prints\n", name.c_str());
       return kExitBadInput;
     }
   }
@@ -80,9 +85,13 @@ int run_verify(const VerifyOptions& o) {
 
 void setup_verify(CLI::App& app) {
   auto o = std::make_shared<VerifyOptions>();
-  std::string names;
+  // The property names belong to `verify --help` (its footer) and `verify --list`, not to the
+  // top-level help's one line per subcommand.
+  std::string names = "Properties (" + std::to_string(verify::properties().size()) + "):";
   for (const auto& p : verify::properties()) names += "\n  " + p.name;
-  auto* sub = app.add_subcommand("verify", "Check the frontier identities (RapidCheck) and the §6.1 fixtures" + names);
+  auto* sub = app.add_subcommand("verify", "Check the frontier identities (RapidCheck) and the §6.1 fixtures");
+  sub->footer(names);
+  sub->add_flag("--list", o->list, "print the property names with their statements and exit");
   sub->add_option("--cases", o->cases, "generated cases per property")->check(CLI::Range(1, 100000000));
   sub->add_option("--seed", o->seed, "RapidCheck and fixture seed");
   sub->add_option("--property", o->only, "run only these properties (repeatable); skips fixtures");

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <sys/prctl.h>
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <fcntl.h>
@@ -109,6 +111,20 @@ std::string hms(double s) {
   return buf;
 }
 
+/// The row's process group while it runs: a driver that is interrupted or terminated takes it
+/// down too, so no mpirun row outlives `experiment` (a killed driver left one running ~15 s).
+std::atomic<pid_t> g_row_pgid{0};
+
+extern "C" void on_driver_signal(int sig) {
+  if (const pid_t pg = g_row_pgid.load(); pg > 0) kill(-pg, SIGTERM);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void install_row_cleanup() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) signal(sig, on_driver_signal);
+}
+
 /// Runs a command with stdout/stderr to `log`; kills its process group after `timeout_s`.
 /// Returns the exit code, or −1 on timeout.
 /// Runs cmd in its own process group, stdout and stderr to log (stdout to stdout_file instead when
@@ -118,6 +134,9 @@ int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeo
   const pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    // Killed with SIGKILL, the driver runs no handler: the row learns of it from the kernel.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) _exit(127);  // the driver died before prctl
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -139,6 +158,11 @@ int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeo
     _exit(127);
   }
   if (pid < 0) return 127;
+  setpgid(pid, pid);  // also here: the handler may run before the child's own setpgid
+  g_row_pgid = pid;
+  struct Clear {
+    ~Clear() { g_row_pgid = 0; }
+  } clear;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   for (;;) {
     int status = 0;
@@ -191,6 +215,28 @@ ordered_json row_columns(const ordered_json& result, const Row& row, const Spec&
   return base;
 }
 
+/// The diagnosis' columns (docs/diagnosis.md): what it named, on what basis, and how that ended
+/// against the truth.
+void add_diagnosis_columns(ordered_json& base, const ordered_json& evidence, const ordered_json& verdict) {
+  if (evidence.contains("diagnosis")) {
+    const auto& d = evidence["diagnosis"];
+    base["diag_stage"] = d["stage"].is_string() ? d["stage"] : ordered_json("");
+    base["diag_rank"] = d["rank"].is_number() ? d["rank"] : ordered_json(-1);
+    base["diag_basis"] = d.value("basis", "");
+    base["diag_excess_ms"] = d.value("excess_s", 0.0) * 1e3;
+    base["diag_floor_ms"] = d.value("noise_floor_s", 0.0) * 1e3;
+    base["diag_confidence"] = d.value("confidence", 0.0);
+  }
+  if (verdict.contains("diagnosis")) {
+    const auto& v = verdict["diagnosis"];
+    base["diag_outcome"] = v.value("outcome", "");
+    base["diag_correct"] = v.value("correct", false);
+    base["diag_stage_hit"] = v.value("stage_hit", false);
+    base["diag_rank_hit"] = v.value("rank_hit", false);
+    base["diag_exposed"] = v.value("exposed", false);
+  }
+}
+
 /// One CSV line of a `sim --json` row: the row's parameters, the verdict and --detect's fields.
 std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row, const Spec& spec) {
   ordered_json base = row_columns(sim, row, spec);
@@ -202,6 +248,7 @@ std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row,
     base["top2"] = sim["verdict"]["frontier"]["top2"];
     base["rank_hit"] = sim["verdict"].value("rank_hit", false);
   }
+  if (sim.contains("evidence") && sim.contains("verdict")) add_diagnosis_columns(base, sim["evidence"], sim["verdict"]);
   add_detect_columns(base, sim);
   return {base};
 }
@@ -250,6 +297,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     base["suspect_rank"] = v["suspect"]["rank"];
     base["suspect_basis"] = v["suspect"]["basis"];
     base["check_pass"] = v["check"]["pass"];
+    add_diagnosis_columns(base, e, v);
     for (const auto& [rule, rv] : v["baselines"].items()) {
       base[rule + "_top1"] = rv["top1"];
       base[rule + "_tie"] = rv.value("top1_tie", false);
@@ -616,6 +664,7 @@ int run(const DriverOptions& opt) {
     std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
     return 2;
   }
+  install_row_cleanup();
   // mpirun as root on an oversubscribed 2-core machine (TOOLCHAIN.md); shared memory only.
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);

@@ -47,7 +47,9 @@ struct DriverOptions {
   std::vector<std::string> names;   ///< experiment names, or {"all"}
   bool quick = false;
   std::string specs_dir = "experiments/specs";
-  std::string out_dir = "results";
+  /// Where results go: sf-results/ (untracked) unless --out names another, so that trying an
+  /// experiment never rewrites the tracked results/ (its regeneration passes --out results).
+  std::string out_dir = "sf-results";
   std::string self;                 ///< path of the sf-testbed binary
   std::string mpirun = "mpirun";
   std::string python = "/usr/bin/python3";

@@ -34,6 +34,13 @@ public:
   Rank0Windows& operator=(const Rank0Windows&) = delete;
   /// The recorder's sink. Never throws for a file it cannot write: the error is kept for finish().
   void add(formats::Window&& w, int index);
+  /// The healthy reference every window's diagnosis (and the run's) is compared with.
+  void set_reference(frontier::Reference ref);
+  /// One line per window for the run's table (its steps, median step, top stage and diagnosis):
+  /// the first kHeadLines and the last kTailLines windows, and how many between were left out
+  /// (rank 0 keeps nothing per window that grows with the run).
+  std::string window_lines() const;
+  static constexpr std::size_t kHeadLines = 10, kTailLines = 30;
   int count() const;
   /// Run-level evidence over every measured step, the slowest-rank wall sum, the first window's
   /// rank identities. Call once, after the recorder finished; count() > 0.
@@ -87,12 +94,16 @@ struct Side {
   std::vector<double> shares;          ///< per group
   int suspect_group = -1, suspect_rank = -1;
   std::string basis = "none";
+  std::shared_ptr<const frontier::Evidence> evidence;  ///< the side's evidence (its diagnosis and reference)
 };
 Side side_of(const frontier::Evidence& e);
 struct Diagnosis {
   detect::ChangePoint change;
   Side before, after;
   int moved_group() const;             ///< largest share gain (a recovery: loss), −1 when none
+  /// The slower side diagnosed against the faster one (after a change: after against before; after
+  /// a recovery: before against after); null when a side is missing.
+  std::shared_ptr<const frontier::Evidence> diagnosed() const;
 };
 /// What the --detect report is made of (the Watch's state at the end).
 struct ReportInput {

@@ -111,7 +111,20 @@ Side side_of(const frontier::Evidence& e) {
   s.suspect_group = e.suspect.group;
   s.suspect_rank = e.suspect.rank;
   s.basis = e.suspect.basis;
+  s.evidence = std::make_shared<const frontier::Evidence>(e);
   return s;
+}
+
+std::shared_ptr<const frontier::Evidence> Diagnosis::diagnosed() const {
+  if (!before.has || !after.has || !before.evidence || !after.evidence) return nullptr;
+  const bool slower = change.direction() > 0;
+  const Side& slow = slower ? after : before;
+  const Side& fast = slower ? before : after;
+  auto e = std::make_shared<frontier::Evidence>(*slow.evidence);
+  const std::string name = std::string(slower ? "the regime before the change" : "the regime after the recovery") +
+                           " (steps " + std::to_string(fast.first) + ".." + std::to_string(fast.last) + ")";
+  if (!apply_reference(*e, frontier::make_reference(*fast.evidence, name)).empty()) return nullptr;
+  return e;
 }
 
 int Diagnosis::moved_group() const {
@@ -150,6 +163,7 @@ ordered_json change_json(const detect::ChangePoint& c, const Diagnosis* d, const
   j["suspect"] = {{"stage", slow.suspect_group >= 0 ? groups[slow.suspect_group] : std::string()},
                   {"rank", slow.suspect_rank},
                   {"basis", slow.basis}};
+  if (const auto e = d->diagnosed()) j["diagnosis"] = formats::diagnosis_to_json(*e);
   return j;
 }
 
@@ -166,6 +180,7 @@ std::string change_line(const detect::ChangePoint& c, const Diagnosis* d, const 
   const Side& slow = c.direction() > 0 ? d->after : d->before;
   text += "; suspect " + (slow.suspect_group >= 0 ? groups[slow.suspect_group] : std::string("-")) +
           (slow.suspect_rank >= 0 ? " rank " + std::to_string(slow.suspect_rank) : std::string());
+  if (const auto e = d->diagnosed()) text += "; diagnosis: " + formats::diagnosis_line(*e);
   return text;
 }
 
@@ -203,6 +218,15 @@ DetectReport build_report(const ReportInput& in) {
   const auto& dc = in.dc;
   const auto& groups = in.groups;
   rep.changes = d.changes();
+  // The regime before the first slowdown: the reference of a window's diagnosis when the caller
+  // has none (score --detect).
+  for (const auto& dg : in.diagnoses)
+    if (dg.change.direction() > 0 && dg.before.has && dg.before.evidence) {
+      rep.pre_change = frontier::make_reference(
+          *dg.before.evidence, "the regime before the change at step " + std::to_string(dg.change.step) + " (steps " +
+                                   std::to_string(dg.before.first) + ".." + std::to_string(dg.before.last) + ")");
+      break;
+    }
   // An empty series has no last step: first - 1 would overflow at the lowest step id, so last = first.
   const std::int64_t first = in.series_first,
                      last = in.series_first + (in.f.empty() ? 0 : static_cast<std::int64_t>(in.f.size()) - 1);

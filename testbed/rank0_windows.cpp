@@ -48,6 +48,12 @@ struct Rank0Windows::Impl {
   };
   std::deque<Recent> recent;
   // run level
+  std::optional<frontier::Reference> reference;
+  std::int64_t steps_scored = 0, gather_failures = 0, change_points = 0;
+  bool metrics_failed = false;
+  std::vector<std::string> head_lines;
+  std::deque<std::string> tail_lines;
+  std::int64_t lines_left_out = 0;
   std::optional<frontier::StreamingAccumulator> acc;
   std::vector<formats::Window> kept;  // rank_median only
   std::vector<formats::RankInfo> ranks;
@@ -163,7 +169,8 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   const auto& cfg = im.cfg;
   const auto wp = std::make_shared<const formats::Window>(std::move(win));
   const auto& w = *wp;
-  const auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+  auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+  if (im.reference) apply_reference(e, *im.reference);
   Notes notes;
   if (im.observer) notes = im.observer(wp, e, index);
   const auto& changes = notes.changes;
@@ -188,6 +195,29 @@ void Rank0Windows::add(formats::Window&& win, int index) {
         }
       }
   }
+  {
+    // The window's line in the run's table.
+    const int top = e.share_order.empty() ? -1 : e.share_order[0];
+    const auto& d = e.diagnosis;
+    const std::string diag = d.significant() ? (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string()) +
+                                                   e.group_name(d.group) + frontier::strprintf(" %+.1f ms", d.excess_s * 1e3)
+                                             : std::string("no significant change");
+    std::string line = frontier::strprintf("  %5d %7lld..%-7lld %9.1f  %-26s %6s  %s", index,
+                                           static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
+                                           e.median_step_s * 1e3, top >= 0 ? e.group_name(top).c_str() : "-",
+                                           top >= 0 && e.shares_valid ? frontier::strprintf("%.3f", e.shares[top]).c_str() : "-",
+                                           diag.c_str());
+    if (!e.gather_ok) line += "  (gather failed)";
+    if (im.head_lines.size() < kHeadLines) {
+      im.head_lines.push_back(std::move(line));
+    } else {
+      im.tail_lines.push_back(std::move(line));
+      if (im.tail_lines.size() > kTailLines) {
+        im.tail_lines.pop_front();
+        ++im.lines_left_out;
+      }
+    }
+  }
   const std::string packet = pj.dump();
   if (im.count == 0) {
     im.first_packet = packet.size();
@@ -197,24 +227,34 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   if (!cfg.out_dir.empty()) {
     char name[32];
     std::snprintf(name, sizeof name, "/window_%03d.json", index);
+    // A packet that cannot be written is named in its summary line (and ends the run with exit 2
+    // once the workload finished); the window is still scored and counted.
+    std::string packet_error;
     try {
       formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
     } catch (const std::exception& ex) {
-      im.fail(ex.what());
+      packet_error = ex.what();
+      im.fail(packet_error);
     }
-    const ordered_json summary = {{"index", index},
-                                  {"first_step", pj["window"]["first_step"]},
-                                  {"last_step", pj["window"]["last_step"]},
-                                  {"shares", pj["shares"]},
-                                  {"labels", pj["labels"]},
-                                  {"routing_set", pj["routing_set"]},
-                                  {"median_step_s", pj["median_step_s"]},
-                                  {"gather_ok", pj["telemetry"]["gather_ok"]}};
-    im.write(im.summaries, summary.dump() + "\n", cfg.out_dir + "/windows.jsonl");
+    im.write(im.summaries, window_summary(pj, index, packet_error).dump() + "\n", cfg.out_dir + "/windows.jsonl");
     if (im.observer) {
       // A change is confirmed at most a few dozen steps after its step (docs/detect.md).
       im.recent.push_back({first, last, cfg.out_dir + name, std::move(pj)});
       while (!im.recent.empty() && im.recent.front().last < last - kRecentPacketSteps) im.recent.pop_front();
+    }
+  }
+  im.steps_scored += e.steps;
+  im.gather_failures += e.gather_ok ? 0 : 1;
+  im.change_points += static_cast<std::int64_t>(changes.size());
+  if (!cfg.metrics_file.empty() && !im.metrics_failed) {
+    // Telemetry of telemetry: a metrics file that cannot be written is said once (finish()),
+    // never fatal, and not retried every window.
+    formats::MetricsState ms{"run", im.count, im.steps_scored, cfg.detect ? im.change_points : -1, im.gather_failures};
+    try {
+      formats::write_file_atomic(cfg.metrics_file, formats::metrics_text(e, ms));
+    } catch (const std::exception& ex) {
+      im.metrics_failed = true;
+      im.fail(std::string("--metrics: ") + ex.what());
     }
   }
   if (im.dump.is_open()) {
@@ -228,7 +268,20 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   im.sample_rss(index);
 }
 
+void Rank0Windows::set_reference(frontier::Reference ref) { impl_->reference = std::move(ref); }
+
 int Rank0Windows::count() const { return impl_->count; }
+
+std::string Rank0Windows::window_lines() const {
+  const auto& im = *impl_;
+  std::string out = frontier::strprintf("# %5s %16s %9s  %-26s %6s  %s\n", "window", "steps", "median", "top stage", "share",
+                                        "diagnosis");
+  out += frontier::strprintf("# %5s %16s %9s  %-26s %6s\n", "", "", "step ms", "", "");
+  for (const auto& l : im.head_lines) out += l + "\n";
+  if (im.lines_left_out > 0) out += "  ... " + std::to_string(im.lines_left_out) + " window(s) left out\n";
+  for (const auto& l : im.tail_lines) out += l + "\n";
+  return out;
+}
 
 frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vector<formats::RankInfo>& ranks) {
   auto& im = *impl_;
@@ -236,6 +289,7 @@ frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vect
   if (keeps_windows()) {
     const auto all = concat(im.kept);
     auto e = frontier::evaluate(all.matrix, im.cfg.label, all.telemetry);
+    if (im.reference) apply_reference(e, *im.reference);
     makespan = makespan_check(e, all.matrix);
     return e;
   }
@@ -243,6 +297,7 @@ frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vect
   if (im.reasons_dropped > 0)
     tel.reasons.push_back(std::to_string(im.reasons_dropped) + " further distinct telemetry reasons not listed");
   auto e = im.acc->finish(tel);
+  if (im.reference) apply_reference(e, *im.reference);
   makespan.wall_sum_s = im.wall_sum;
   makespan.gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - im.wall_sum) / e.exposed_makespan_s : 0.0;
   return e;
@@ -266,8 +321,13 @@ ordered_json Rank0Windows::summaries() const {
   if (impl_->cfg.out_dir.empty()) return out;
   std::ifstream in(impl_->cfg.out_dir + "/windows.jsonl");
   std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(ordered_json::parse(line));
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    // A line cut short by a full disk (the write error is already kept for finish()) ends the list.
+    auto j = ordered_json::parse(line, nullptr, false);
+    if (j.is_discarded()) break;
+    out.push_back(std::move(j));
+  }
   return out;
 }
 
@@ -287,3 +347,26 @@ ordered_json Rank0Windows::rss_json() const {
 }
 
 }  // namespace sf::testbed::detail
+
+namespace sf::testbed {
+
+using nlohmann::ordered_json;
+
+ordered_json window_summary(const ordered_json& packet, int index, const std::string& packet_error) {
+  const auto& diag = packet["diagnosis"];
+  ordered_json s = {{"index", index},
+                    {"first_step", packet["window"]["first_step"]},
+                    {"last_step", packet["window"]["last_step"]},
+                    {"shares", packet["shares"]},
+                    {"labels", packet["labels"]},
+                    {"diagnosis", {{"stage", diag["stage"]}, {"rank", diag["rank"]}, {"basis", diag["basis"]},
+                                   {"excess_s", diag["excess_s"]}}},
+                    {"routing_set", packet["routing_set"]},
+                    {"median_step_s", packet["median_step_s"]},
+                    {"gather_ok", packet["telemetry"]["gather_ok"]},
+                    {"packet_written", packet_error.empty()}};
+  if (!packet_error.empty()) s["packet_error"] = packet_error;
+  return s;
+}
+
+}  // namespace sf::testbed

@@ -166,6 +166,22 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   // --trace or the rank_median baseline need the run's windows.
   std::optional<detail::Rank0Windows> windows;
   if (rank == 0) windows.emplace(cfg, (cfg.steps + window - 1) / window);
+  // Every window's diagnosis, and the run's, is the change against the healthy reference.
+  std::optional<frontier::Evidence> ref_e;
+  if (rank == 0 && reference) {
+    ref_e = frontier::evaluate(reference->matrix, cfg.label, reference->telemetry);
+    const std::string name = "the healthy reference (" + std::to_string(ref_e->steps) + " steps before the warm-up)";
+    windows->set_reference(frontier::make_reference(*ref_e, name));
+    // --out: the reference beside the packets (score DIR's dump --reference DIR/reference.json
+    // gives the same packets).
+    if (!cfg.out_dir.empty()) {
+      try {
+        formats::write_file_atomic(cfg.out_dir + "/reference.json", formats::reference_to_json(*ref_e, name).dump() + "\n");
+      } catch (const std::exception&) {
+        // The windows' packets go to the same directory and report the failure (fail-open).
+      }
+    }
+  }
   // --detect, --trace: rank 0 watches the windows as they are gathered, at the safe point, in
   // bounded memory (testbed::Watch); a change confirmed there opens its diagnosis window at once.
   std::optional<Watch> watch;
@@ -351,8 +367,6 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     const auto e = windows->run_evidence(mk, all_ranks);
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
     const auto [wall_sum, gap] = mk;
-    std::optional<frontier::Evidence> ref_e;
-    if (reference) ref_e = frontier::evaluate(reference->matrix, cfg.label, reference->telemetry);
     const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr);
     if (ref_e) {
       line = frontier::strprintf("# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
@@ -367,6 +381,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       for (std::size_t g = 0; g < per.size(); ++g) adv[ref_e->group_name(static_cast<int>(g))] = per[g] * 1e3;
     }
     table += vr.truth_text + "#\n";
+    if (windows->count() > 1)
+      table += std::string("# per window (diagnosed against ") + (ref_e ? "the healthy reference" : "its cohort") + "):\n" +
+               windows->window_lines() + "#\n";
     table += formats::evidence_table(e, "evidence over all measured steps (" + std::to_string(windows->count()) + " window(s))", all_ranks);
     line = frontier::strprintf(
                   "# measured: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart: equal by construction, a check of the accounting); rank-0 elapsed %.4f s\n",
@@ -438,7 +455,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   }
   if (watch && !cfg.trace.file.empty()) {
     try {
-      formats::write_file_atomic(cfg.trace.file, watch->trace().dump() + "\n");
+      const auto trace = watch->trace();
+      formats::write_file_atomic(cfg.trace.file, trace.dump() + "\n");
+      table += "# " + trace_written_line(cfg.trace.file, trace) + "\n";
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sf-testbed run: --trace %s\n", e.what());
       exit_code = 2;

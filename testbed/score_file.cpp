@@ -46,7 +46,10 @@ ScoredFile score_file(const ScoreFileOptions& o) {
   std::vector<formats::Window> windows;
   std::vector<ScoreSink::Scored> scored;
   ScoredFile out;
+  std::optional<frontier::Reference> reference;
+  std::string detect_packet, detect_text;  // --detect: after the windows' packets
   try {
+    if (!o.reference.empty()) reference = formats::read_reference(o.reference, o.label);
     if (o.detect)
       if (const auto err = detect::validate(*o.detect); !err.empty()) throw formats::FormatError(o.file, 0, err);
     // Streamed unless an option needs the whole window (docs/formats.md, "Streaming"); a file
@@ -76,14 +79,6 @@ ScoredFile score_file(const ScoreFileOptions& o) {
                        " stages; expected a window within this machine's memory (lower the --max-* limits)");
     }
   }
-  for (std::size_t i = 0; i < scored.size(); ++i) {
-    const auto& [e, ranks] = scored[i];
-    out.packets += formats::evidence_to_json(e, ranks).dump() + "\n";
-    out.tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +
-                                                 std::to_string(scored.size()) + ")",
-                                          ranks);
-    if (i + 1 < scored.size()) out.tables += "\n";
-  }
   if ((o.detect || o.trace) && !windows.empty()) {
     // Offline: the file's windows are consecutive pieces of one run; the detector watches them
     // all, the stability windows are the file's windows (or stability_window steps for one).
@@ -106,8 +101,9 @@ ScoredFile score_file(const ScoreFileOptions& o) {
         j["schema"] = "sf.detect/1";
         j["file"] = o.file;
         for (const auto& [k, v] : dr.json.items()) j[k] = v;
-        out.packets += j.dump() + "\n";
-        out.tables += "#\n" + dr.text;
+        detect_packet = j.dump() + "\n";
+        detect_text = "#\n" + dr.text;
+        if (!reference && dr.pre_change) reference = dr.pre_change;
       }
       if (o.trace) out.trace = watch.trace(&all.matrix, windows.front().ranks);
     } catch (const std::invalid_argument& err) {
@@ -117,6 +113,32 @@ ScoredFile score_file(const ScoreFileOptions& o) {
                        "within this machine's memory (lower the --max-* limits)");
     }
   }
+  if (reference)
+    for (auto& s : scored)
+      if (const auto why = apply_reference(s.evidence, *reference); !why.empty())
+        throw InputError((o.reference.empty() ? o.file : o.reference) + ": cannot serve as the reference of " + o.file +
+                         ": " + why);
+  std::int64_t steps_so_far = 0, gather_failures = 0;
+  for (std::size_t i = 0; i < scored.size(); ++i) {
+    const auto& [e, ranks] = scored[i];
+    steps_so_far += e.steps;
+    gather_failures += e.gather_ok ? 0 : 1;
+    if (!o.metrics_file.empty()) {
+      const formats::MetricsState ms{"score", static_cast<std::int64_t>(i + 1), steps_so_far, -1, gather_failures};
+      try {
+        formats::write_file_atomic(o.metrics_file, formats::metrics_text(e, ms));
+      } catch (const std::exception& err) {
+        throw InputError(std::string("--metrics ") + err.what());
+      }
+    }
+    out.packets += formats::evidence_to_json(e, ranks).dump() + "\n";
+    out.tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +
+                                                 std::to_string(scored.size()) + ")",
+                                          ranks);
+    if (i + 1 < scored.size()) out.tables += "\n";
+  }
+  out.packets += detect_packet;
+  out.tables += detect_text;
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -60,6 +61,7 @@ struct RunConfig {
   double event_q = 0.05;                   ///< with --recorder event
   std::string out_dir;                     ///< results-style JSON and per-window packets
   std::string dump;                        ///< gathered stage matrix as JSONL
+  std::string metrics_file;                ///< --metrics: Prometheus text of the latest window, rewritten each window
   bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
   bool quiet = false;                      ///< no table
   double gather_deadline_s = 2.0;
@@ -156,6 +158,10 @@ struct VerdictReport {
 VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
                              const frontier::Evidence* reference = nullptr);
 
+/// e's diagnosis against ref (frontier::diagnose_against) when the two can be compared; otherwise
+/// e keeps its cohort diagnosis. Returns "" or why the reference was not used.
+std::string apply_reference(frontier::Evidence& e, const frontier::Reference& ref);
+
 /// Per reporting group: advance seconds per scored step (the reference a verdict compares with).
 std::vector<double> advance_per_step(const frontier::Evidence& e);
 
@@ -212,18 +218,28 @@ struct ModelScore {
   bool streamed = false;
   int threads = 1;
 };
+/// Each step score_model_streaming has added, with what its accumulator formed of it (StepFacts),
+/// on the scoring thread in step order: sim --detect feeds its Watch from it instead of a matrix.
+using StepSink = std::function<void(const frontier::StageMatrix& one_step, const frontier::StepFacts& facts)>;
 ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
-                                 const frontier::LabelConfig& label, int threads);
+                                 const frontier::LabelConfig& label, int threads, const StepSink& sink = {});
 ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
                              const frontier::LabelConfig& label);
 /// What the verdict reads of the healthy reference, by accounting alone (no labeler: about a
 /// seventh of the scorer's work), on one thread: the evidence's schema, steps,
 /// exposed_makespan_s, median_step_s and advances_s, bit-identical to those of
-/// score_model_streaming and score_model_whole; its other fields are left empty.
+/// score_model_streaming and score_model_whole, and the step spreads a reference needs
+/// (advance_sd_s, exposed_sd_s); its other fields are left empty.
 ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan);
 
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);
+
+/// One window's line in windows.jsonl (run --out, and sf_torch's out_dir): its steps, shares,
+/// labels, diagnosis, routing set, median step, gather_ok, and whether its packet reached the disk
+/// ("packet_written"; when false, "packet_error" says why). `packet` is the window's evidence
+/// packet (sf.evidence/3); `packet_error` empty: the packet was written.
+nlohmann::ordered_json window_summary(const nlohmann::ordered_json& packet, int index, const std::string& packet_error);
 
 // ---- watching over time (--detect, --trace; docs/detect.md) ------------------------------------
 
@@ -234,6 +250,9 @@ struct DetectReport {
   nlohmann::ordered_json json;
   std::string text;
   std::vector<detect::ChangePoint> changes;
+  /// The regime before the first slowdown, as a reference for a window's diagnosis; empty when
+  /// no slowdown was confirmed with a diagnosis.
+  std::optional<frontier::Reference> pre_change;
 };
 /// Consecutive windows (same schema and world size) as one window over all their steps, gaps
 /// included; throws std::invalid_argument when schemas or world sizes differ, or when that window
@@ -281,6 +300,11 @@ public:
   /// needs its last steps (online). `ranks`: identities for the trace's process names.
   std::vector<ConfirmedChange> observe(std::shared_ptr<const frontier::StageMatrix> m,
                                        const std::vector<formats::RankInfo>& ranks = {});
+  /// One step that a frontier::StreamingAccumulator has accounted (`facts` from its add_step), as
+  /// observe() of a one-step window but without accounting it again (sim's streamed --detect).
+  /// Online only (throws std::logic_error otherwise); the watch copies the step where it holds
+  /// it, so the caller may reuse its buffer.
+  std::vector<ConfirmedChange> observe_step(const frontier::StageMatrix& one_step, const frontier::StepFacts& facts);
   /// The changes kept so far (the detector's last max_changes_kept).
   std::vector<detect::ChangePoint> changes() const;
   /// After observe() of a window that is a culprit-stability window (--detect, stability_per_window):
@@ -307,6 +331,9 @@ private:
   std::unique_ptr<State> s_;
 };
 
+/// The line a command prints once it wrote a --trace file: where, how much, and how to open it.
+std::string trace_written_line(const std::string& file, const nlohmann::ordered_json& trace);
+
 // ---- score a file -------------------------------------------------------------------------------
 
 /// Bad input to a library entry point: what() is one line that says what was wrong, where
@@ -321,6 +348,8 @@ struct ScoreFileOptions {
   std::string file;
   formats::ReadOptions read;                   ///< format, --window, --world-size, --accumulation, limits
   bool whole = false;                          ///< --whole: read each window whole, never stream
+  std::string reference;                       ///< --reference FILE: a healthy dump or packet to diagnose against
+  std::string metrics_file;                    ///< --metrics FILE: Prometheus text, rewritten after each window
   frontier::LabelConfig label;
   std::optional<detect::DetectConfig> detect;  ///< --detect
   int stability_window = 20;                   ///< --stability-window (one window in the file)

@@ -242,6 +242,10 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
     const double ns = s * kUs * 1000;
     return std::isfinite(ns) ? std::round(ns) / 1000 : s * kUs;
   };
+  // A slice's duration is its rounded end minus its rounded start, both taken from the same sums
+  // its neighbours start from: rounded separately, ts + dur could pass the next slice's ts by a
+  // nanosecond, which strict nesting checks and Perfetto's importer flag as an overlap.
+  auto dur = [&](double from, double to) { return std::max(0.0, us(to) - us(from)); };
   for (const auto& [step, rp] : kept) {
     const auto& r = *rp;
     if (!r.scored) continue;
@@ -250,13 +254,14 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
       double p = 0;
       for (double v : rr.d) p += v;
       ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", 0}, {"ts", us(r.T)},
-                    {"dur", us(p)}, {"args", {{"step", step}}}});
+                    {"dur", dur(r.T, r.T + p)}, {"args", {{"step", step}}}});
       double off = 0;
       for (int s = 0; s < S; ++s) {
+        const double next = off + rr.d[s];
         if (rr.d[s] > 0)
           ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", s + 1}, {"ts", us(r.T + off)},
-                        {"dur", us(rr.d[s])}, {"args", {{"step", step}}}});
-        off += rr.d[s];
+                        {"dur", dur(r.T + off, r.T + next)}, {"args", {{"step", step}}}});
+        off = next;
       }
     }
     double prev = 0;
@@ -267,7 +272,7 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
         std::string who = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
         if (l >= 0 && !st.fixed.count(l) && !leaders.count(l)) who += ", not in trace";
         ev.push_back({{"name", schema.name(s) + " (" + who + ")"}, {"ph", "X"}, {"pid", frontier_pid}, {"tid", s + 1},
-                      {"ts", us(r.T + prev)}, {"dur", us(a)},
+                      {"ts", us(r.T + prev)}, {"dur", dur(r.T + prev, r.T + f)},
                       {"args", {{"step", step}, {"leader", l}, {"advance_ms", a * 1e3}}}});
       }
       prev = f;
@@ -350,3 +355,21 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
 }
 
 }  // namespace sf::testbed::detail
+
+namespace sf::testbed {
+
+std::string trace_written_line(const std::string& file, const nlohmann::ordered_json& trace) {
+  std::size_t events = 0;
+  if (trace.contains("traceEvents")) events = trace["traceEvents"].size();
+  std::string what;
+  if (trace.contains("otherData")) {
+    const auto& o = trace["otherData"];
+    what = ", " + std::to_string(o.value("steps_in_trace", std::size_t{0})) + " of " +
+           std::to_string(o.value("steps_seen", std::int64_t{0})) + " steps, " +
+           std::to_string(o.value("ranks_in_trace", std::size_t{0})) + " ranks";
+  }
+  return "trace: wrote " + file + " (" + std::to_string(events) + " events" + what +
+         "); open it in https://ui.perfetto.dev or chrome://tracing";
+}
+
+}  // namespace sf::testbed

@@ -56,12 +56,20 @@ struct Watch::State {
   std::int64_t next_window = 0;
   // Online diagnosis: steps not yet folded into the current segment (the detector may still place
   // a change among them), the current segment's accumulator, and one diagnosis per kept change.
+  /// observe_step's copy of a step and what the scorer's accumulator formed of it (the segment
+  /// takes both without accounting the step again); reused once the step is folded.
+  struct Held {
+    frontier::StageMatrix m;
+    frontier::StepFacts facts;
+  };
   struct Pending {
     std::shared_ptr<const frontier::StageMatrix> m;
     int t;
     bool scored;
+    std::shared_ptr<Held> held;  ///< observe_step's steps only
   };
   std::deque<Pending> pending;
+  std::vector<std::shared_ptr<Held>> spare;
   int pending_scored = 0, lag = 0;
   std::optional<frontier::StreamingAccumulator> segment;
   bool streaming = true;  ///< false for the rank_median baseline (no streaming evidence)
@@ -98,7 +106,9 @@ struct Watch::State {
     segment.reset();
     if (!streaming) return;
     try {
-      segment.emplace(m.schema(), m.world_size(), opt.label, m.rank_ids());
+      // The segment scope: the fields a change's diagnosis reads, at a fraction of the full cost
+      // per step (property segment_equals_window).
+      segment.emplace(m.schema(), m.world_size(), opt.label, m.rank_ids(), frontier::StreamingAccumulator::Scope::segment);
       segment->bound_medians(opt.exact_median_steps);
     } catch (const std::invalid_argument&) {
       streaming = false;  // rank_median: the report reads the whole matrix the caller keeps
@@ -107,8 +117,21 @@ struct Watch::State {
 
   void fold(const Pending& p) {
     if (!segment) return;
+    if (p.held) {
+      segment->add_accounted_step(p.held->m, p.held->facts);
+      return;
+    }
     detail::copy_step(*p.m, p.t, *one);
     segment->add_step(*one);
+  }
+
+  /// Folds the oldest pending step into the segment and lets it go.
+  void fold_front() {
+    Pending& p = pending.front();
+    if (p.scored) --pending_scored;
+    fold(p);
+    if (p.held) spare.push_back(std::move(p.held));
+    pending.pop_front();
   }
 
   /// Evidence of the pending steps in [lo, hi] (a small matrix of those steps).
@@ -141,6 +164,12 @@ struct Watch::State {
     return frontier::evaluate(m, opt.label);
   }
 
+  /// observe()'s work on the rows of an accounted window: the series, stability, trace, the
+  /// detectors and the pending steps (`held`: observe_step's copy of its one step).
+  std::vector<ConfirmedChange> observe_rows(const std::shared_ptr<const frontier::StageMatrix>& mp,
+                                            const frontier::Accounting& acc, const std::shared_ptr<Held>& held,
+                                            const std::vector<formats::RankInfo>& ranks);
+
   ConfirmedChange confirmed(const detect::ChangePoint& c) {
     ConfirmedChange out;
     out.change = c;
@@ -153,11 +182,7 @@ struct Watch::State {
       // no streaming evidence (rank_median), the steps still held before the change.
       if (!segment)
         if (auto e = pending_evidence(std::max(segment_first, c.step - lag), c.step - 1)) d.before = detail::side_of(*e);
-      while (!pending.empty() && pending.front().m->step_id(pending.front().t) < c.step) {
-        if (pending.front().scored) --pending_scored;
-        fold(pending.front());
-        pending.pop_front();
-      }
+      while (!pending.empty() && pending.front().m->step_id(pending.front().t) < c.step) fold_front();
       if (segment && segment->steps_seen() > 0) d.before = detail::side_of(segment->finish());
       if (!diagnoses.empty() && diagnoses.back().change.step == segment_first) diagnoses.back().after = d.before;
       // The segment after: from the change to the latest step (it grows until the next change).
@@ -185,16 +210,12 @@ Watch::~Watch() = default;
 Watch::Watch(Watch&&) noexcept = default;
 Watch& Watch::operator=(Watch&&) noexcept = default;
 
-std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::StageMatrix> mp,
-                                            const std::vector<formats::RankInfo>& ranks) {
-  auto& st = *s_;
+std::vector<ConfirmedChange> Watch::State::observe_rows(const std::shared_ptr<const frontier::StageMatrix>& mp,
+                                                        const frontier::Accounting& acc, const std::shared_ptr<Held>& held,
+                                                        const std::vector<formats::RankInfo>& ranks) {
+  auto& st = *this;
   const auto& m = *mp;
-  if (!st.init) st.start(m);
-  if (!(m.schema() == st.schema))
-    throw std::invalid_argument("window from step " + std::to_string(m.first_step()) +
-                                " has another schema than the first; expected one run");
   std::vector<ConfirmedChange> out;
-  const auto acc = frontier::account(m, st.opt.label.account);
   const bool detecting = st.detector.has_value();  // the series and stability serve --detect only
   if (detecting && st.opt.stability_per_window) st.stability->begin_window(m.first_step());
   for (int t = 0; t < acc.steps; ++t) {
@@ -230,7 +251,7 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
     if (st.trace) st.trace->add_step(m, acc, t, st.T, ranks);
     st.T += scored ? acc.exposed(t) : 0.0;
     if (st.opt.online && detecting) {
-      st.pending.push_back({mp, t, scored});
+      st.pending.push_back({mp, t, scored, held});
       st.pending_scored += scored ? 1 : 0;
     }
     if (st.detector && scored)
@@ -246,14 +267,46 @@ std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::Stag
         st.stage_detectors[g].observe(step, std::max(0.0, st.step_adv[g]));
       }
     }
-    while (st.opt.online && st.pending_scored > st.lag) {
-      if (st.pending.front().scored) --st.pending_scored;
-      st.fold(st.pending.front());
-      st.pending.pop_front();
-    }
+    while (st.opt.online && st.pending_scored > st.lag) st.fold_front();
   }
   if (detecting && st.opt.stability_per_window) st.stability->end_window();
   return out;
+}
+
+std::vector<ConfirmedChange> Watch::observe(std::shared_ptr<const frontier::StageMatrix> mp,
+                                            const std::vector<formats::RankInfo>& ranks) {
+  auto& st = *s_;
+  const auto& m = *mp;
+  if (!st.init) st.start(m);
+  if (!(m.schema() == st.schema))
+    throw std::invalid_argument("window from step " + std::to_string(m.first_step()) +
+                                " has another schema than the first; expected one run");
+  const auto acc = frontier::account(m, st.opt.label.account);
+  return st.observe_rows(mp, acc, nullptr, ranks);
+}
+
+std::vector<ConfirmedChange> Watch::observe_step(const frontier::StageMatrix& one, const frontier::StepFacts& facts) {
+  auto& st = *s_;
+  if (!st.opt.online) throw std::logic_error("Watch::observe_step: only an online watch holds the steps it needs");
+  if (one.steps() != 1 || facts.accounting.steps != 1)
+    throw std::invalid_argument("Watch::observe_step expects a one-step matrix and its facts");
+  if (!st.init) st.start(one);
+  if (!(one.schema() == st.schema))
+    throw std::invalid_argument("step " + std::to_string(one.first_step()) + " has another schema than the first; expected one run");
+  if (!st.detector) return st.observe_rows(std::shared_ptr<const frontier::StageMatrix>(std::shared_ptr<void>(), &one),
+                                           facts.accounting, nullptr, {});  // nothing pends: no copy
+  // The step pends until the detector can no longer place a change before it: copy it (into a
+  // buffer of a step already folded, so a long run allocates nothing per step).
+  std::shared_ptr<State::Held> h;
+  if (st.spare.empty()) {
+    h = std::make_shared<State::Held>();
+  } else {
+    h = std::move(st.spare.back());
+    st.spare.pop_back();
+  }
+  h->m = one;
+  h->facts = facts;
+  return st.observe_rows(std::shared_ptr<const frontier::StageMatrix>(h, &h->m), h->facts.accounting, h, {});
 }
 
 std::vector<detect::ChangePoint> Watch::changes() const {
@@ -297,11 +350,7 @@ DetectReport Watch::report(const frontier::StageMatrix* whole) {
       in.diagnoses.push_back({d.change, detail::side_of(d.before), detail::side_of(d.after)});
   } else if (st.opt.online) {
     // The last segment ends with the run.
-    while (!st.pending.empty()) {
-      st.fold(st.pending.front());
-      st.pending.pop_front();
-    }
-    st.pending_scored = 0;
+    while (!st.pending.empty()) st.fold_front();
     if (st.segment && st.segment->steps_seen() > 0 && !st.diagnoses.empty() &&
         st.diagnoses.back().change.step == st.segment_first)
       st.diagnoses.back().after = detail::side_of(st.segment->finish());

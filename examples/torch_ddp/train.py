@@ -13,8 +13,10 @@ verdict against the truth, evidence, contention) and DIR/dump.jsonl (sf.stages/1
 writes DIR/trace_rank<R>.json with torch.profiler (for `sf-testbed import kineto`).
 """
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -37,11 +39,21 @@ def parse():
     p.add_argument("--scenario", default="none", help="one of: " + ", ".join(SCENARIOS))
     p.add_argument("--delay-ms", type=float, default=None, help="fault size (default: the scenario's)")
     p.add_argument("--target-rank", type=int, default=-1, help="target rank (default: hidden, drawn from --seed)")
-    p.add_argument("--steps", type=int, default=40, help="measured steps")
+    p.add_argument("--steps", type=int, default=40, help="measured steps with the fault on (after the reference steps)")
+    p.add_argument("--reference-steps", type=int, default=10,
+                   help="healthy measured steps before the fault starts: the recorder's first window, the reference "
+                        "every later window is diagnosed against (docs/diagnosis.md); 0: no reference, each window "
+                        "against its cohort")
     p.add_argument("--warmup", type=int, default=5, help="unrecorded warm-up steps")
     p.add_argument("--window", type=int, default=0, help="steps per window (default: all measured steps)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="", help="output directory (rank 0 writes run.json, window_NNN.json, dump.jsonl)")
+    p.add_argument("--telemetry-out", default=None,
+                   help="where rank 0's recorder writes window_NNN.json, reference.json and windows.jsonl "
+                        "(default: --out)")
+    p.add_argument("--loss-out", default="", help="rank 0 writes its loss at every step there, one per line")
+    p.add_argument("--no-recorder", action="store_true",
+                   help="train without sf_torch (DDP's own all-reduce): the unrecorded run to compare losses with")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes per rank")
@@ -49,6 +61,8 @@ def parse():
     p.add_argument("--gather-deadline", type=float, default=2.0, help="seconds rank 0 waits for a window")
     p.add_argument("--telemetry-fault", choices=["none", "late", "corrupt"], default="none",
                    help="make rank 1's telemetry late or corrupt (fail-open test)")
+    p.add_argument("--kill-rank-at", type=int, nargs=2, default=(-1, -1), metavar=("RANK", "STEP"),
+                   help="rank RANK kills itself (SIGKILL) as step STEP begins: a lost peer (fail-open test)")
     p.add_argument("--profile", action="store_true", help="torch.profiler trace per rank into --out")
     p.add_argument("--check", action="store_true", help="exit 1 when the scenario's claim fails")
     p.add_argument("--quiet", action="store_true")
@@ -58,12 +72,14 @@ def parse():
     bad = None
     if a.scenario not in SCENARIOS:
         bad = f"--scenario: '{a.scenario}' is not one of: {', '.join(SCENARIOS)}"
-    elif a.steps < 1 or a.warmup < 0 or a.window < 0:
-        bad = "--steps must be >= 1, --warmup and --window >= 0"
+    elif a.steps < 1 or a.warmup < 0 or a.window < 0 or a.reference_steps < 0:
+        bad = "--steps must be >= 1, --warmup, --window and --reference-steps >= 0"
     elif a.delay_ms is not None and not (0 <= a.delay_ms <= 60000):
         bad = f"--delay-ms {a.delay_ms}: expected 0..60000"
     elif a.scenario == "fwd_device" and not torch.cuda.is_available():
         bad = "--scenario fwd_device needs CUDA (device work queued in forward); this torch has no CUDA device"
+    elif a.no_recorder and (a.scenario == "comm_delay" or a.check or a.telemetry_fault != "none"):
+        bad = "--no-recorder: comm_delay, --check and --telemetry-fault need the recorder (its comm hook, its evidence)"
     if bad:
         print(f"train.py: {bad}", file=sys.stderr)
         sys.exit(2)
@@ -93,6 +109,27 @@ def spin(seconds):
     return x
 
 
+class NoRecorder:
+    """--no-recorder: the same loop unrecorded (no stages, no comm hook, no gather)."""
+
+    def stage(self, name):
+        return contextlib.nullcontext()
+
+    step = stage
+
+    def forward_event(self):
+        return contextlib.nullcontext()
+
+    def loader(self, iterable):
+        return iter(iterable)
+
+    def safe_point(self):
+        pass
+
+    def finish(self):
+        pass
+
+
 class MLP(nn.Module):
     def __init__(self, width):
         super().__init__()
@@ -112,12 +149,12 @@ class SlowBatchSampler(torch.utils.data.Sampler):
     the next batch's indices to a worker), so a slow one stalls next() itself, where both the
     recorder and the profiler's DataLoader __next__ event see it."""
 
-    def __init__(self, n, batch, seconds):
-        self.n, self.batch, self.seconds = n, batch, seconds
+    def __init__(self, n, batch, seconds, first_slow=0):
+        self.n, self.batch, self.seconds, self.first_slow = n, batch, seconds, first_slow
 
     def __iter__(self):
-        for i in range(0, self.n, self.batch):
-            if self.seconds:
+        for step, i in enumerate(range(0, self.n, self.batch)):
+            if self.seconds and step >= self.first_slow:
                 time.sleep(self.seconds)
             yield list(range(i, min(i + self.batch, self.n)))
 
@@ -146,8 +183,11 @@ def launch(nproc):
                    LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
     rcs = [p.wait() for p in procs]
-    bad = [rc for rc in rcs if rc != 0]
-    sys.exit(bad[0] if bad else 0)
+    # A rank's own exit code first (3: a peer was lost, 1: the claim failed),
+    # else 128 + the signal that ended a rank, as a shell reports it.
+    own = [rc for rc in rcs if rc > 0]
+    signalled = [128 - rc for rc in rcs if rc < 0]
+    sys.exit(max(own) if own else signalled[0] if signalled else 0)
 
 
 def steal_ticks():
@@ -172,6 +212,11 @@ def main():
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    if a.kill_rank_at[0] >= world or (a.kill_rank_at[0] >= 0) != (a.kill_rank_at[1] >= 0):
+        if rank == 0:
+            print(f"train.py: --kill-rank-at {a.kill_rank_at[0]} {a.kill_rank_at[1]}: expected a rank in 0..{world - 1} "
+                  "and a step >= 0", file=sys.stderr)
+        sys.exit(2)
     scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
     delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
     if scen["site"] == "none":
@@ -187,37 +232,47 @@ def main():
     hit = rank in targets
     d = delay_ms / 1e3 if hit else 0.0
     name = a.scenario
+    # The fault starts after the warm-up and the healthy reference steps (step ids from 0).
+    fault_start = a.warmup + a.reference_steps
+    cur = {"step": -1}
+
+    def on():
+        return cur["step"] >= fault_start
 
     torch.manual_seed(a.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = MLP(a.width).to(device)
     if hit and name == "bwd_compute":
-        model.backward_work = lambda: spin(d)
+        model.backward_work = lambda: spin(d) if on() else None
     ddp = DDP(model)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
-    n = a.batch * (a.warmup + a.steps)
+    n = a.batch * (a.warmup + a.reference_steps + a.steps)
     data = torch.utils.data.TensorDataset(torch.randn(n, 64, generator=gen), torch.randint(0, 10, (n,), generator=gen))
-    sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0)
+    sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0, first_slow=fault_start)
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=a.workers,
                                          persistent_workers=a.workers > 0)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     window = a.window or a.steps
-    rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
-                            out_dir=a.out if rank == 0 and a.out else None)
-    if a.telemetry_fault != "none" and rank == 1:
-        rec.telemetry_fault = a.telemetry_fault
-    entry_delay = (lambda: time.sleep(d)) if hit and name == "comm_delay" else None
-    first_bucket = {"step": -1}
+    telemetry_out = a.out if a.telemetry_out is None else a.telemetry_out
+    if a.no_recorder:
+        rec = NoRecorder()
+    else:
+        rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
+                                out_dir=telemetry_out if rank == 0 and telemetry_out else None,
+                                reference_steps=a.reference_steps)
+        if a.telemetry_fault != "none" and rank == 1:
+            rec.telemetry_fault = a.telemetry_fault
+        entry_delay = (lambda: time.sleep(d) if on() else None) if hit and name == "comm_delay" else None
+        first_bucket = {"step": -1}
 
-    def before_allreduce():  # comm_delay: the first bucket of each step enters the all-reduce late
-        if first_bucket["step"] != cur["step"]:
-            first_bucket["step"] = cur["step"]
-            entry_delay()
+        def before_allreduce():  # comm_delay: the first bucket of each step enters the all-reduce late
+            if first_bucket["step"] != cur["step"]:
+                first_bucket["step"] = cur["step"]
+                entry_delay()
 
-    ddp.register_comm_hook(rec.comm_state(before_allreduce=before_allreduce if entry_delay else None),
-                           sf_torch.allreduce_hook)
-    cur = {"step": -1}
+        ddp.register_comm_hook(rec.comm_state(before_allreduce=before_allreduce if entry_delay else None),
+                               sf_torch.allreduce_hook)
     fwd = rec.stage("model.fwd_loss_cpu_wall")
     bwd = rec.stage("model.backward_cpu_wall")
     cbs = rec.stage("callbacks.cpu_wall")
@@ -232,101 +287,165 @@ def main():
         out_trace = os.path.join(a.out, f"trace_rank{rank}.json")
         prof = torch.profiler.profile(
             activities=acts,
-            schedule=torch.profiler.schedule(wait=0, warmup=max(0, a.warmup - 1), active=a.steps + 1),
-            on_trace_ready=lambda p: p.export_chrome_trace(out_trace))
+            schedule=torch.profiler.schedule(wait=0, warmup=max(0, a.warmup - 1), active=a.reference_steps + a.steps + 1),
+            on_trace_ready=lambda p: export_trace(p, out_trace, unwritten))
         prof.start()
 
+    unwritten = []  # (path, why): this rank's result files that could not be written
+    losses = [] if a.loss_out and rank == 0 else None
     dist.barrier()
     t_start = None
-    for step, (x, y) in enumerate(rec.loader(loader)):
-        if step == a.warmup:
-            t_start = time.perf_counter()
-            steal0 = steal_ticks()
-        cur["step"] = step
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with rec.step(step):
-            with fwd:
-                if name == "fwd_host" and hit:
-                    time.sleep(d)
-                with fwd_event:
-                    out = ddp(x)
-                    if name == "fwd_device" and hit:
-                        torch.cuda._sleep(int(d * 1.4e9))  # ~d seconds of queued device work
-                loss = loss_fn(out, y)
-            with bwd:
-                loss.backward()
-            if cb_delay or sync_cb:
-                with cbs:
-                    if cb_delay:
-                        time.sleep(cb_delay)
-                    if sync_cb:
-                        dist.barrier()
-            with opt_stage:
-                if name == "optim_host_local" and hit:
-                    time.sleep(d)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-        rec.safe_point()
+    try:
+        for step, (x, y) in enumerate(rec.loader(loader)):
+            if step == fault_start:
+                t_start = time.perf_counter()
+                steal0 = steal_ticks()
+            cur["step"] = step
+            if (rank, step) == tuple(a.kill_rank_at):
+                os.kill(os.getpid(), signal.SIGKILL)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with rec.step(step):
+                with fwd:
+                    if name == "fwd_host" and hit and on():
+                        time.sleep(d)
+                    with fwd_event:
+                        out = ddp(x)
+                        if name == "fwd_device" and hit and on():
+                            torch.cuda._sleep(int(d * 1.4e9))  # ~d seconds of queued device work
+                    loss = loss_fn(out, y)
+                with bwd:
+                    loss.backward()
+                if cb_delay or sync_cb:
+                    with cbs:
+                        if cb_delay and on():
+                            time.sleep(cb_delay)
+                        if sync_cb:
+                            dist.barrier()
+                with opt_stage:
+                    if name == "optim_host_local" and hit and on():
+                        time.sleep(d)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            if losses is not None:
+                losses.append(loss.item())
+            rec.safe_point()
+            if prof is not None:
+                prof.step()
+            if step + 1 >= fault_start + a.steps:
+                break
+        elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
+        steal1 = steal_ticks()
+        steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
+        completed = torch.tensor([step + 1 - fault_start], dtype=torch.int64)
+        dist.all_reduce(completed, op=dist.ReduceOp.MIN)
         if prof is not None:
-            prof.step()
-        if step + 1 >= a.warmup + a.steps:
-            break
-    elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
-    steal1 = steal_ticks()
-    steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
-    completed = torch.tensor([step + 1 - a.warmup], dtype=torch.int64)
-    dist.all_reduce(completed, op=dist.ReduceOp.MIN)
-    if prof is not None:
-        prof.stop()
-    rec.finish()
-    dist.barrier()
+            prof.stop()
+        rec.finish()
+        dist.barrier()
+    except RuntimeError as e:
+        stop_on_lost_peer(rank, cur["step"], e)
+    rc = 0
     if rank == 0:
-        report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, int(completed))
-        rc = 0 if not a.check or report.claim_pass else 1
-    else:
-        rc = 0
+        files = {}
+        if not a.no_recorder and not rec.windows:
+            unwritten.append((None, "the recorder scored no window"))
+        elif not a.no_recorder:
+            files, claim_pass = report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, int(completed))
+            rc = 0 if not a.check or claim_pass else 1
+        if losses is not None:
+            files[a.loss_out] = "".join(f"{x!r}\n" for x in losses)
+        unwritten += write_files(files)
+    # The trainer's result files are telemetry too: one that cannot be written is said once and
+    # never changes the exit status of a training that finished. Where the recorder already said
+    # that the same directory cannot be written, that was the one line.
+    said = "" if a.no_recorder or not rec.write_problem else telemetry_out
+    unsaid = [(path, why) for path, why in unwritten if not (said and path and within(path, said))]
+    if unsaid:
+        path, why = unsaid[0]
+        where = f"{path}: " if path else ""
+        print(f"train.py: rank {rank}: results not written ({where}{why}); training finished all "
+              f"{int(completed)} steps", file=sys.stderr, flush=True)
     dist.destroy_process_group()
     sys.exit(rc)
 
 
+def stop_on_lost_peer(rank, step, e):
+    """A collective failed. When a peer is gone, DDP cannot continue without it: one line naming
+    it, exit 3, no results. Any other error is the trainer's own and keeps its traceback."""
+    lost = sf_torch.lost_ranks() if sf_torch.peers.looks_like_lost_peer(e) else []
+    if not lost:
+        raise e
+    who = ("rank " if len(lost) == 1 else "ranks ") + ", ".join(str(r) for r in lost)
+    print(f"train.py: rank {rank}: {who} gone at step {step} ({sf_torch.peers.one_line(e)}); DDP cannot continue "
+          "without it: training stopped, no results written", file=sys.stderr, flush=True)
+    sys.exit(3)
+
+
+def export_trace(prof, path, unwritten):
+    """--profile: torch.profiler's on_trace_ready; a trace that cannot be written is noted, not raised."""
+    try:
+        prof.export_chrome_trace(path)
+    except OSError as e:
+        unwritten.append((path, e.strerror or str(e)))
+
+
+def write_files(files):
+    """Writes {path: text}; (path, why) of those that could not be written."""
+    problems = []
+    for path, text in files.items():
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as e:
+            problems.append((path, e.strerror or str(e)))
+    return problems
+
+
+def within(path, directory):
+    """`path` is `directory` or lies under it."""
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
 def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
+    """The table (printed unless --quiet) and the result files ({path: text}) of rank 0, and
+    whether the scenario's claim held."""
     cores = os.cpu_count() or 1
     allw, ev = rec.summary()
     makespan_gap = allw.makespan_check(ev)[1]
-    vr = _core.verdict(a.scenario, delay_ms, targets, ev, makespan_gap)
-    report.claim_pass = vr["claim_pass"]
+    onset = a.warmup + a.reference_steps
+    vr = _core.verdict(a.scenario, delay_ms, targets, ev, makespan_gap, onset)
     contention = {"ranks": world, "cores": cores, "torch_threads_per_rank": a.threads,
                   "dataloader_workers_per_rank": a.workers,
                   "processes_per_core": round(world * (1 + a.workers) / cores, 2),
                   "oversubscribed": world * a.threads > cores, "loadavg_1min": os.getloadavg()[0]}
     result = json.loads(_core.provenance("sf.run/1", sys.argv, _core.git_commit))
     result["config"] = {"scenario": a.scenario, "delay_ms": delay_ms, "ranks": world, "steps": a.steps,
-                        "warmup": a.warmup, "window": rec.window_steps, "seed": a.seed,
+                        "warmup": a.warmup, "reference_steps": a.reference_steps, "window": rec.window_steps,
+                        "seed": a.seed,
                         "comm": "nccl" if cuda else "gloo", "device": "cuda" if cuda else "cpu",
                         "trainer": "examples/torch_ddp/train.py (torch " + torch.__version__ + ", DDP MLP)",
                         "recorder": "sf_torch", "gather_deadline_s": rec.deadline_s,
                         "telemetry_fault": a.telemetry_fault}
     result["contention"] = contention
-    result["truth"] = json.loads(_core.truth(a.scenario, delay_ms, targets))
+    result["truth"] = json.loads(_core.truth(a.scenario, delay_ms, targets, onset))
     result["measured"] = {"steps_completed_min": completed, "rank0_elapsed_s": elapsed, "vm_steal_fraction": steal, "exposed_makespan_s": ev.exposed_makespan_s,
                           "slowest_rank_wall_sum_s": allw.makespan_check(ev)[0],
                           "makespan_vs_wall_rel": makespan_gap, "median_step_s": ev.median_step_s}
     result["verdict"] = json.loads(vr["json"])
     result["evidence"] = json.loads(ev.packet())
-    result["windows"] = []
-    for index, w, e in rec.windows:
-        p = json.loads(e.packet())
-        result["windows"].append({"index": index, "first_step": p["window"]["first_step"],
-                                  "last_step": p["window"]["last_step"], "shares": p["shares"],
-                                  "labels": p["labels"], "routing_set": p["routing_set"],
-                                  "median_step_s": p["median_step_s"], "gather_ok": p["telemetry"]["gather_ok"]})
+    result["windows"] = rec.summaries  # the records of windows.jsonl, as `sf-testbed run` lists them
     result["telemetry"] = {"dropped_records": sum(rec._window_dropped_by.values()),
                            "late_contributions_discarded": rec.late_discarded,
+                           "packets_unwritten": rec.packets_unwritten,
+                           "recorder_warnings": rec.warnings,
                            "rank0_recorder_safe_point_s": rec.safe_point_s,
                            "packet_bytes": len(rec.windows[0][2].packet()) if rec.windows else 0}
     lines = [f"# sf_torch train.py  commit {_core.git_commit}  {_core.utc_now()}",
              f"# scenario {a.scenario}: " + next(s["injects"] for s in _core.scenarios() if s["name"] == a.scenario),
-             f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up)  window {rec.window_steps}  seed {a.seed}  "
+             f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up, +{a.reference_steps} healthy reference)  "
+             f"window {rec.window_steps}  seed {a.seed}  "
              f"comm {'nccl' if cuda else 'gloo'}  device {'cuda' if cuda else 'cpu'}  torch {torch.__version__}",
              f"# contention: {world} ranks x {a.threads} torch thread(s) + {a.workers} DataLoader worker(s) each "
              f"on {cores} core(s), load average {contention['loadavg_1min']:.1f}" + (" (oversubscribed: CPU contention is part of this measurement)"
@@ -337,19 +456,15 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
     text += (f"# measured: exposed makespan {ev.exposed_makespan_s:.4f} s vs slowest-rank wall sum "
              f"{allw.makespan_check(ev)[0]:.4f} s ({makespan_gap * 100:.2f}% apart); rank-0 elapsed {elapsed:.4f} s\n")
     text += vr["verdict_text"]
+    files = {}
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "run.json"), "w") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
-        with open(os.path.join(a.out, "dump.jsonl"), "w") as f:
-            for _, w, _ in rec.windows:
-                f.write(w.to_jsonl())
-        with open(os.path.join(a.out, "table.txt"), "w") as f:
-            f.write(text)
+        files = {os.path.join(a.out, "run.json"): json.dumps(result, indent=2) + "\n",
+                 os.path.join(a.out, "dump.jsonl"): "".join(w.to_jsonl() for _, w, _ in rec.windows),
+                 os.path.join(a.out, "table.txt"): text}
     if not a.quiet:
         sys.stdout.write(text)
         sys.stdout.flush()
+    return files, vr["claim_pass"]
 
 
 if __name__ == "__main__":

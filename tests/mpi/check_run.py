@@ -2,7 +2,7 @@
 """Checks a `sf-testbed run --out DIR` result against expectations (used by the MPI CTest entries).
 
 usage: check_run.py DIR [--steps N] [--label L]... [--no-label L]... [--gather-failed] [--every-gather-failed] [--window-label L]
-                        [--dump FILE --sf BINARY] [--overhead]
+                        [--dump FILE --sf BINARY] [--overhead] [--unwritten-packet I]
 Exits 1 with one line per failed expectation.
 """
 import argparse, json, pathlib, subprocess, sys
@@ -18,6 +18,7 @@ ap.add_argument("--every-gather-failed", action="store_true")
 ap.add_argument("--dump")
 ap.add_argument("--sf")
 ap.add_argument("--overhead", action="store_true")
+ap.add_argument("--unwritten-packet", type=int, help="window I's packet could not be written: windows.jsonl says so")
 a = ap.parse_args()
 d = pathlib.Path(a.dir)
 errors = []
@@ -62,8 +63,27 @@ else:
         for i, w in enumerate(windows):
             if w["gather_ok"]:
                 errors.append(f"window {i} reports gather_ok=true; expected the injected fault's failed gather in every window")
+    if a.unwritten_packet is not None:
+        # windows.jsonl has a line for every window, and each says whether its packet is on disk.
+        lines = [json.loads(x) for x in (d / "windows.jsonl").read_text().splitlines() if x]
+        if len(lines) != len(windows) or not lines:
+            errors.append(f"windows.jsonl has {len(lines)} lines, run.json {len(windows)} windows")
+        for w in lines:
+            i, unwritten = w["index"], w["index"] == a.unwritten_packet
+            on_disk = (d / f"window_{i:03d}.json").is_file()
+            if w.get("packet_written") is not (not unwritten) or on_disk is unwritten:
+                errors.append(f"window {i}: packet_written {w.get('packet_written')}, packet on disk {on_disk}")
+            if unwritten and "it is a directory" not in w.get("packet_error", ""):
+                errors.append(f"window {i}: packet_error {w.get('packet_error')!r} does not say why")
+            if not unwritten and "packet_error" in w:
+                errors.append(f"window {i}: packet_error on a written packet")
     if a.dump:
-        out = subprocess.run([a.sf, "score", "--json", a.dump], capture_output=True, text=True)
+        # The windows were diagnosed against the run's healthy reference, which --out writes too.
+        ref = d / "reference.json"
+        if not ref.exists():
+            errors.append("run --out wrote no reference.json")
+        out = subprocess.run([a.sf, "score", "--json", a.dump] + (["--reference", str(ref)] if ref.exists() else []),
+                             capture_output=True, text=True)
         if out.returncode != 0:
             errors.append(f"score on the dump failed: {out.stderr.strip()}")
         else:
