@@ -99,7 +99,7 @@ inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const 
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/2, verdicts";
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/3, verdicts";
   m.attr("git_commit") = SF_GIT_COMMIT;
   m.attr("stages_schema") = std::string(formats::kStagesSchema);
   m.attr("evidence_schema") = std::string(frontier::Evidence::kSchema);
@@ -113,10 +113,53 @@ PYBIND11_MODULE(_core, m) {
       py::arg("stages"), py::arg("accumulation") = 1,
       "FNV-1a 64 of the ordered stages with the residual, as the recorder's payload header carries it");
 
+  py::class_<frontier::Reference>(m, "Reference", "what a window's diagnosis is compared with (frontier::Reference)")
+      .def_readonly("name", &frontier::Reference::name)
+      .def_readonly("steps", &frontier::Reference::steps)
+      .def_readonly("groups", &frontier::Reference::groups);
+  m.def(
+      "read_reference",
+      [](const std::string& path, const std::string& config_json) {
+        try {
+          return formats::read_reference(path, label_config(config_json));
+        } catch (const formats::FormatError& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("path"), py::arg("config_json") = "",
+      "a reference from a healthy run's stage-matrix dump or evidence packet (ValueError with one line on bad input)");
+
   py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
-           "the sf.evidence/2 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
+           "the sf.evidence/3 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
       .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
+      .def(
+          "summary",
+          [](const Scored& s, int index, const std::string& packet_error) {
+            return testbed::window_summary(formats::evidence_to_json(s.evidence, s.ranks), index, packet_error).dump();
+          },
+          py::arg("index"), py::arg("packet_error") = "",
+          "the window's windows.jsonl line (testbed::window_summary), as `run --out` writes it")
+      .def("reference", [](const Scored& s, const std::string& name) { return frontier::make_reference(s.evidence, name); },
+           py::arg("name"), "this window as the reference of later windows' diagnoses")
+      .def("reference_file", [](const Scored& s, const std::string& name) { return formats::reference_to_json(s.evidence, name).dump(); },
+           py::arg("name"), "this window as an sf.reference/1 file's text (score --reference reads it)")
+      .def(
+          "diagnose_against",
+          [](Scored& s, const frontier::Reference& ref) { return testbed::apply_reference(s.evidence, ref); },
+          py::arg("reference"),
+          "the diagnosis against `reference` (frontier::diagnose_against); returns \"\" or why it could not be used")
+      .def_property_readonly("diagnosis", [](const Scored& s) { return formats::diagnosis_to_json(s.evidence, s.ranks).dump(); },
+                             "the packet's diagnosis object (JSON text)")
+      .def_property_readonly("diagnosis_line", [](const Scored& s) { return formats::diagnosis_line(s.evidence, s.ranks); })
+      .def(
+          "metrics",
+          [](const Scored& s, const std::string& source, std::int64_t windows, std::int64_t steps, std::int64_t change_points,
+             std::int64_t gather_failures) {
+            return formats::metrics_text(s.evidence, {source, windows, steps, change_points, gather_failures});
+          },
+          py::arg("source"), py::arg("windows"), py::arg("steps"), py::arg("change_points") = -1,
+          py::arg("gather_failures") = 0, "the window as Prometheus text exposition (docs/formats.md, Metrics)")
       .def_property_readonly("exposed_makespan_s", [](const Scored& s) { return s.evidence.exposed_makespan_s; })
       .def_property_readonly("median_step_s", [](const Scored& s) { return s.evidence.median_step_s; })
       .def_property_readonly("steps", [](const Scored& s) { return s.evidence.steps; });

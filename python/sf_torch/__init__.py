@@ -6,7 +6,7 @@ charge, a bounded preallocated ring with an overflow policy and a dropped counte
 one ``time.perf_counter_ns()`` read and one store, a fail-open window gather on its own gloo
 process group with a deadline, and DDP communication-hook side evidence. Windows are scored by
 the C++ engine (``sf_torch._core``, a pybind11 module over ``frontier::evaluate`` and the
-``sf.evidence/2`` writer), never by a second implementation.
+``sf.evidence/3`` writer), never by a second implementation.
 
 Quick use (README.md has the complete example)::
 
@@ -39,8 +39,10 @@ except ImportError as _e:  # one clear line, not a traceback deep in the trainer
     raise ImportError(
         "sf_torch: the compiled module sf_torch._core was not found; build it with "
         "`cmake --preset cpu && cmake --build build --target sf_torch_core` (needs python3-dev and "
-        "pybind11-dev) or set SF_TORCH_CORE_DIR to the directory holding _core*.so") from _e
+        "pybind11-dev) and install it with `cmake --install build --component sf_torch`, or set "
+        "SF_TORCH_CORE_DIR to the directory holding _core*.so") from _e
 
 from .recorder import (Recorder, OverflowPolicy, allreduce_hook, default_stages)  # noqa: E402,F401
+from .peers import lost_ranks  # noqa: E402,F401
 
-__all__ = ["Recorder", "OverflowPolicy", "allreduce_hook", "default_stages", "_core"]
+__all__ = ["Recorder", "OverflowPolicy", "allreduce_hook", "default_stages", "lost_ranks", "_core"]

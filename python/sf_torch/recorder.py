@@ -18,17 +18,25 @@ import json
 import math
 import os
 import socket
+import sys
 import threading
 import time
 
 import numpy as np
 
 from . import _core
+from .peers import one_line
 
 _now = time.perf_counter_ns
 
 _MAGIC = 0x5F7045  # first float of every gather payload
 _HEADER = 8        # magic, rank, window, rows, hash hi, hash lo, dropped, fault bits
+# The gather's process group: its timeout bounds creating it (a rendezvous), never a send or a
+# receive. gloo closes every pair of a group when one wait passes the group's timeout, so a rank
+# quiet for longer than that (a long window) would end the gather for the rest of the run: the
+# gather's sends and receives wait without a bound (a dead peer still ends them at once).
+_GROUP_TIMEOUT_MIN_S = 30.0
+_FOREVER = datetime.timedelta(days=365)
 
 
 class OverflowPolicy(enum.Enum):
@@ -39,6 +47,32 @@ class OverflowPolicy(enum.Enum):
 def default_stages():
     """The paper's five explicit stages, in order (frontier::default_explicit_stages())."""
     return list(_core.default_stages())
+
+
+def _os_reason(e):
+    return e.strerror or str(e)
+
+
+def _stage_list(stages):
+    """The explicit stages a Recorder records, checked: a list (or tuple) of stage names, with the
+    engine's schema rules (non-empty, distinct, printable, not the residual) as one clear error."""
+    if stages is None:
+        return default_stages()
+    if isinstance(stages, (str, bytes)):
+        # list("abc") would be the stages a, b, c.
+        raise TypeError(f"stages is a string ({stages!r}); expected a list of stage names, "
+                        "e.g. sf_torch.default_stages()")
+    if not isinstance(stages, (list, tuple)):
+        raise TypeError(f"stages has type {type(stages).__name__}; expected a list of stage names (their order is "
+                        "the schema's)")
+    for i, name in enumerate(stages):
+        if not isinstance(name, str):
+            raise TypeError(f"stages[{i}] is {name!r} of type {type(name).__name__}; expected a stage name (str)")
+    try:
+        _core.order_hash(list(stages))  # frontier::StageSchema's rules
+    except ValueError as e:
+        raise ValueError(f"stages: {e}") from None
+    return list(stages)
 
 
 class _Stage:
@@ -117,32 +151,69 @@ def allreduce_hook(state, bucket):
 class Recorder:
     """One rank's always-on stage recorder with a fail-open window gather to rank 0.
 
+    stages: the explicit stages in order, a list of distinct names (default: default_stages()); the
+    residual step.other_cpu_wall is computed, never recorded.
     window_steps: steps per window; first_step: the step id where window 0 starts (steps before it
     are not recorded: warm-up). capacity_steps: ring capacity (default 2 x window_steps).
     gather_deadline_s: how long rank 0 waits for a window's contributions before it scores the
     ranks that made it (gather_ok=false, telemetry_limited). out_dir: rank 0 writes
-    window_NNN.json packets (sf.evidence/2) there. sink(window, evidence, index): called on rank 0
+    window_NNN.json packets (sf.evidence/3) there. sink(window, evidence, index): called on rank 0
     for each scored window. labeler_config: JSON text with docs/labeler.md keys.
+    reference: what each window's diagnosis is compared with (docs/diagnosis.md): None (each
+    window against its cohort of ranks), "first" (window 0, recorded before the windows it judges,
+    is the healthy reference of every later window and of summary()), a path (a healthy run's
+    stage-matrix dump or evidence packet) or a reference made by Evidence.reference(name).
+    reference_steps: > 0 makes window 0 exactly this many steps (a healthy phase the trainer keeps
+    free of what it tests) and implies reference="first"; later windows hold window_steps.
     """
 
     def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
                  overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
-                 labeler_config="", event_q=0.0, enabled=True):
+                 labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
+                 metrics_file=None):
         import torch.distributed as dist
-        self.stages = list(stages) if stages is not None else default_stages()
+        self.stages = _stage_list(stages)
         self.K = len(self.stages)
         self.order_hash = _core.order_hash(self.stages)
         if window_steps < 1:
             raise ValueError(f"window_steps is {window_steps}; expected >= 1")
         self.window_steps = int(window_steps)
         self.first_step = int(first_step)
-        self.capacity = int(capacity_steps) or 2 * self.window_steps
+        if reference_steps < 0:
+            raise ValueError(f"reference_steps is {reference_steps}; expected >= 0")
+        self.reference_steps = int(reference_steps)
+        if self.reference_steps > 0 and reference not in (None, "first"):
+            raise ValueError("reference_steps makes the first window the reference; do not also pass reference")
+        if self.reference_steps > 0:
+            reference = "first"
+        # The largest window (payload sizes).
+        self._max_window = max(self.window_steps, self.reference_steps)
+        self.capacity = int(capacity_steps) or 2 * self._max_window
         self.overflow = OverflowPolicy(overflow)
         self.deadline_s = float(gather_deadline_s)
         self.out_dir = out_dir
         self.sink = sink
+        if metrics_file is not None and not isinstance(metrics_file, (str, os.PathLike)):
+            raise TypeError(f"metrics_file is {type(metrics_file).__name__}; expected a path")
+        # Rank 0 rewrites it atomically after each window: the latest window in the Prometheus
+        # text exposition format (docs/formats.md, Metrics), as `sf-testbed run --metrics` does.
+        self.metrics_file = os.fspath(metrics_file) if metrics_file is not None else None
+        self.metrics_unwritten = ""
+        self._gather_failures = 0
         self.labeler_config = labeler_config
         self.enabled = enabled
+        # The diagnosis' reference: resolved now (a file is read once), except "first", which is
+        # the first window once it is scored.
+        self._reference_first = isinstance(reference, str) and reference == "first"
+        if reference is None or self._reference_first:
+            self.reference = None
+        elif isinstance(reference, _core.Reference):
+            self.reference = reference
+        elif isinstance(reference, (str, os.PathLike)):
+            self.reference = _core.read_reference(os.fspath(reference), labeler_config)
+        else:
+            raise TypeError(f"reference is {type(reference).__name__}; expected None, \"first\", a path or an "
+                            "sf_torch Reference")
         self.W = 5 + 3 * self.K
         # Ring slots, then the pending slot (stages between steps: a prefetch wait charged to the
         # next step), then the scratch slot (a dropped step's stage calls land there).
@@ -177,8 +248,8 @@ class Recorder:
         local = int(os.environ.get("LOCAL_RANK", "0"))
         idents = [(self.rank, local, host)]
         if self.distributed and self.world > 1:
-            self._group = dist.new_group(backend="gloo",
-                                         timeout=datetime.timedelta(seconds=max(30.0, 10 * self.deadline_s)))
+            self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
+                seconds=max(_GROUP_TIMEOUT_MIN_S, 10 * self.deadline_s)))
             idents = [None] * self.world
             dist.all_gather_object(idents, (self.rank, local, host), group=self._group)
         nodes = {}
@@ -200,6 +271,20 @@ class Recorder:
         self.safe_point_s = 0.0
         self._window_rows = {}
         self._window_dropped_by = {}
+        self.reference_problem = ""  # why the reference could not be used, when it could not
+        # Fail-open: what went wrong is said once per kind on stderr (and kept in warnings); the
+        # recorder never raises into the training loop.
+        self.warnings = []
+        self._warned = set()
+        self._stopped = False
+        self._safe_points = 0
+        self._lost = {}              # root: rank -> (why, safe points when it was found)
+        self.summaries = []          # root: each window's windows.jsonl record
+        self.packets_unwritten = 0
+        self._reference_text = None  # reference.json, written with the first window's packet
+        self.reference_unwritten = ""  # why reference.json could not be written
+        self.write_problem = ""      # the first reason a file in out_dir could not be written
+        self._out_problem = self._open_out()
 
     # ---- hot path ----------------------------------------------------------------------------
     def begin_step(self, step):
@@ -290,23 +375,96 @@ class Recorder:
     # ---- safe points ---------------------------------------------------------------------------
     def safe_point(self):
         """Polls device events, closes a due window (validate, pack, send) and, on rank 0,
-        scores the windows whose contributions are complete or whose deadline passed."""
+        scores the windows whose contributions are complete or whose deadline passed. Never
+        raises: a telemetry fault is reported once and downgrades the evidence."""
         t0 = time.perf_counter()
-        self._poll_events(final=False)
-        if self._last_step is not None and not self._open:
-            due = (self._last_step - self.first_step + 1) // self.window_steps
-            while self._open_window < due:
-                self._close_window(self._open_window)
-                self._open_window += 1
-        self._progress(final=False)
+        self._fail_open(self._safe_point)
         self.safe_point_s += time.perf_counter() - t0
 
     def finish(self):
         """Closes the last partial window, waits at most the gather deadline for its
         contributions and scores it; then ends the gather: every rank sends an end marker after
         its last window and waits (at most drain_s) until its payloads are out, and rank 0 waits
-        (at most drain_s) for the end markers, counting late contributions."""
+        (at most drain_s) for the end markers, counting late contributions. Never raises."""
         t0 = time.perf_counter()
+        self._fail_open(self._finish)
+        self.safe_point_s += time.perf_counter() - t0
+
+    # ---- fail-open -----------------------------------------------------------------------------
+    def _fail_open(self, body):
+        """Runs a safe point's work; an error the recorder did not foresee stops the recorder (one
+        line) and never reaches the training loop."""
+        if self._stopped:
+            return
+        try:
+            body()
+        except Exception as e:  # telemetry never stops training
+            self._stopped = True
+            self.enabled = False
+            self._warn("stopped", f"the recorder stopped ({type(e).__name__}: {one_line(e)}); "
+                                  "training continues unrecorded")
+
+    def _warn(self, kind, text):
+        """One line on stderr for each kind of telemetry fault, the first time it happens."""
+        if kind in self._warned:
+            return
+        self._warned.add(kind)
+        self.warnings.append(text)
+        print(f"sf_torch: rank {self.rank}: {text}", file=sys.stderr, flush=True)
+
+    def _open_out(self):
+        """Rank 0 with out_dir: creates it and an empty windows.jsonl. "" or, when the directory
+        cannot be written, why (said once; the windows are then scored in memory only)."""
+        if not self.out_dir:
+            return ""
+        try:
+            os.makedirs(self.out_dir, exist_ok=True)
+            open(os.path.join(self.out_dir, "windows.jsonl"), "w").close()
+            return ""
+        except OSError as e:
+            why = f"out_dir {self.out_dir}: {_os_reason(e)}"
+            self._warn_unwritten(why)
+            return why
+
+    def _write(self, name, text):
+        """out_dir/name written atomically; "" or why not (never raises)."""
+        if self._out_problem:
+            return self._out_problem
+        path = os.path.join(self.out_dir, name)
+        try:
+            with open(path + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(path + ".tmp", path)
+            return ""
+        except OSError as e:
+            try:
+                os.remove(path + ".tmp")
+            except OSError:
+                pass
+            return f"cannot write {path}: {_os_reason(e)}"
+
+    def _safe_point(self):
+        self._safe_points += 1
+        self._poll_events(final=False)
+        if self._last_step is not None and not self._open:
+            due = self._windows_done(self._last_step)
+            while self._open_window < due:
+                self._close_window(self._open_window)
+                self._open_window += 1
+        self._progress(final=False)
+        self._report_lost()
+
+    def _report_lost(self):
+        """A peer found gone, said once training has completed a step without it (in DDP its
+        collective fails first, and the trainer says so: sf_torch.lost_ranks())."""
+        for r, (why, found_at) in list(self._lost.items()):
+            if self._safe_points >= found_at + 2:
+                who = "rank 0 (the gather's root)" if r == 0 else f"rank {r}"
+                self._warn(f"lost {r}", f"{who} is gone (its telemetry connection failed: {why}); "
+                                        + ("windows are scored without it (telemetry_limited)" if self.rank == 0
+                                           else "this rank's windows are no longer gathered"))
+
+    def _finish(self):
         self._poll_events(final=True)
         if self._head > self._tail:
             self._close_window(self._open_window)
@@ -316,7 +474,7 @@ class Recorder:
             end = time.monotonic() + self.drain_s
             if self.rank != 0:
                 import torch
-                marker = np.zeros(_HEADER + self.window_steps * (5 + 2 * self.K))
+                marker = np.zeros(_HEADER + self._max_window * (5 + 2 * self.K))
                 marker[:3] = [_MAGIC, self.rank, -1]
                 self._sender().put((self._open_window, torch.from_numpy(marker), 0.0))
                 while self._send_q.unfinished_tasks and time.monotonic() < end:
@@ -327,14 +485,29 @@ class Recorder:
                     time.sleep(0.002)
                 self._progress(final=False)
                 self.unfinished_ranks = [r for r, t in enumerate(self._recv_threads, 1) if t.is_alive()]
-        self.safe_point_s += time.perf_counter() - t0
 
     # ---- internals -----------------------------------------------------------------------------
+    def _window_lo(self, window):
+        """The first step id of `window` (window 0 holds reference_steps when there are any)."""
+        if self.reference_steps > 0 and window > 0:
+            return self.first_step + self.reference_steps + (window - 1) * self.window_steps
+        return self.first_step + window * self.window_steps
+
+    def _window_len(self, window):
+        return self.reference_steps if self.reference_steps > 0 and window == 0 else self.window_steps
+
+    def _windows_done(self, last_step):
+        """Windows complete once step `last_step` has ended."""
+        n = last_step - self.first_step + 1
+        if self.reference_steps > 0:
+            return 0 if n < self.reference_steps else 1 + (n - self.reference_steps) // self.window_steps
+        return n // self.window_steps
+
     def _rows(self, window):
         """Validated rows of the steps of `window` held in the ring; slots handed over."""
         K, W = self.K, self.W
-        lo = self.first_step + window * self.window_steps
-        hi = lo + self.window_steps
+        lo = self._window_lo(window)
+        hi = lo + self._window_len(window)
         rows, reasons = [], []
         while self._tail < self._head:
             base = (self._tail % self.capacity) * W
@@ -375,7 +548,7 @@ class Recorder:
 
     def _payload(self, window, rows, reasons):
         cols = 5 + 2 * self.K
-        buf = np.zeros(_HEADER + self.window_steps * cols, dtype=np.float64)
+        buf = np.zeros(_HEADER + self._max_window * cols, dtype=np.float64)
         h = int(self.order_hash)
         faults = len(self._faults) + len(reasons)
         buf[:_HEADER] = [_MAGIC, self.rank, window, len(rows), h >> 32, h & 0xFFFFFFFF, self._window_dropped, faults]
@@ -412,14 +585,14 @@ class Recorder:
             self._send_q = queue.Queue()
 
             def run():
-                import torch.distributed as dist
                 while True:
                     window, tensor, not_before = self._send_q.get()
                     time.sleep(max(0.0, not_before - time.monotonic()))
                     try:
-                        dist.send(tensor, dst=0, group=self._group, tag=window)
-                    except Exception as e:  # telemetry never stops training
-                        self.send_errors.append(f"window {window}: {e}")
+                        self._group.send([tensor], 0, window).wait(_FOREVER)
+                    except Exception as e:  # telemetry never stops training: rank 0 is gone
+                        self.send_errors.append(f"window {window}: {one_line(e)}")
+                        self._lost.setdefault(0, (one_line(e), self._safe_points))
                     self._send_q.task_done()
 
             threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
@@ -431,17 +604,18 @@ class Recorder:
         import queue
         import torch
         self._recv_q = queue.Queue()
-        n = _HEADER + self.window_steps * (5 + 2 * self.K)
+        n = _HEADER + self._max_window * (5 + 2 * self.K)
 
         def run(src):
-            import torch.distributed as dist
             window = 0
             while True:
                 t = torch.zeros(n, dtype=torch.float64)
                 try:
-                    dist.recv(t, src=src, group=self._group, tag=window)
-                except Exception as e:
-                    self._recv_q.put((src, window, str(e)))
+                    self._group.recv([t], src, window).wait(_FOREVER)
+                except Exception as e:  # that rank is gone (its connection closed)
+                    why = one_line(e)
+                    self._lost[src] = (why, self._safe_points)
+                    self._recv_q.put((src, window, why))
                     return
                 p = t.numpy()
                 if p[0] == _MAGIC and p[2] == -1:
@@ -467,20 +641,23 @@ class Recorder:
             self._arrived.setdefault(window, {})[src] = payload
         while self._pending_windows:
             pw = self._pending_windows[0]
-            need = self.world - 1
             if final:
-                while len(self._arrived.get(pw["window"], {})) < need and time.monotonic() < pw["deadline"]:
+                while not self._complete(pw["window"]) and time.monotonic() < pw["deadline"]:
                     time.sleep(0.002)
                     while not self._recv_q.empty():
                         src, window, payload = self._recv_q.get_nowait()
                         self._arrived.setdefault(window, {})[src] = payload
-            if len(self._arrived.get(pw["window"], {})) < need and time.monotonic() < pw["deadline"]:
+            if not self._complete(pw["window"]) and time.monotonic() < pw["deadline"]:
                 break
             self._pending_windows.pop(0)
             self._assemble(pw, self._arrived.pop(pw["window"], {}))
             self._assembled.add(pw["window"])
         for window in [w for w in self._arrived if w in self._assembled]:
             self.late_discarded += len(self._arrived.pop(window))
+
+    def _complete(self, window):
+        """Every rank's contribution to `window` arrived, or that rank is gone (not waited for)."""
+        return len(set(self._arrived.get(window, {})) | set(self._lost)) >= self.world - 1
 
     def _check(self, r, p, window):
         cols = 5 + 2 * self.K
@@ -492,7 +669,7 @@ class Recorder:
         if int(p[4]) != h >> 32 or int(p[5]) != h & 0xFFFFFFFF:
             return "stage schema does not match rank 0's (order hash)"
         n = int(p[3])
-        if not 0 <= n <= self.window_steps:
+        if not 0 <= n <= self._window_len(window):
             return f"corrupt contribution ({n} rows)"
         rows = p[_HEADER:_HEADER + n * cols].reshape(n, cols)
         if not np.isfinite(rows[:, :5 + self.K]).all():
@@ -501,48 +678,138 @@ class Recorder:
 
     def _assemble(self, pw, arrived):
         window = pw["window"]
-        gather_ok = not pw["reasons"]
         reasons = list(pw["reasons"])
         dropped = pw["dropped"]
         rows = list(pw["rows"])
         late = []
         for r in range(1, self.world):
             if r not in arrived:
-                late.append(r)
+                if r in self._lost:
+                    reasons.append(f"rank {r}: gone (its telemetry connection failed: {self._lost[r][0]})")
+                else:
+                    late.append(r)
                 continue
             p = arrived[r]
             got = self._check(r, p, window) if not isinstance(p, str) else f"gather failed ({p})"
             if isinstance(got, str):
                 reasons.append(f"rank {r}: {got}")
-                gather_ok = False
                 continue
             if p[7] > 0:
                 reasons.append(f"rank {r}: {int(p[7])} recorder fault(s) or dropped step(s) in this window")
             dropped += int(p[6])
             rows.append(got)
         if late:
-            gather_ok = False
             reasons.append(f"gather deadline {self.deadline_s:g} s passed without rank(s) "
                            + ",".join(str(r) for r in late))
-        if reasons:
-            gather_ok = False
+            for r in late:
+                self._warn(f"late {r}", f"no telemetry from rank {r} for window {window} within the "
+                                        f"{self.deadline_s:g} s gather deadline; windows are scored without it "
+                                        "(telemetry_limited)")
         allrows = np.concatenate(rows) if rows else np.zeros((0, 5 + 2 * self.K))
-        lo = self.first_step + window * self.window_steps
-        steps = min(self.window_steps, self._last_step - lo + 1)
+        lo = self._window_lo(window)
+        steps = min(self._window_len(window), self._last_step - lo + 1)
         allrows = allrows[allrows[:, 0] < steps] if len(allrows) else allrows
         self._window_rows[window] = allrows
         self._window_dropped_by[window] = dropped
-        w = _core.Window(self.stages, self.world, lo, steps, allrows, gather_ok, reasons, dropped, self.rank_info)
-        ev = w.evaluate(self.labeler_config)
-        if self.out_dir:
-            os.makedirs(self.out_dir, exist_ok=True)
-            path = os.path.join(self.out_dir, f"window_{window:03d}.json")
-            with open(path + ".tmp", "w") as f:
-                f.write(ev.packet() + "\n")
-            os.replace(path + ".tmp", path)
+        gather_ok = not reasons
+        w, ev = self._score(window, lo, steps, allrows, gather_ok, reasons, dropped)
+        unwritten = self._write_window(window, ev)
+        if unwritten:
+            # Scored again with the reason (the labeler's telemetry gate reads it): the evidence in
+            # memory says its packet is not on disk; the gather itself was what it was.
+            reasons.append(f"packet window_{window:03d}.json not written: {unwritten}")
+            w, ev = self._score(window, lo, steps, allrows, gather_ok, reasons, dropped)
         self.windows.append((window, w, ev))
+        self._summarize(window, ev, unwritten)
+        self._gather_failures += 0 if gather_ok else 1
+        self._write_metrics(ev)
         if self.sink is not None:
-            self.sink(w, ev, window)
+            try:
+                self.sink(w, ev, window)
+            except Exception as e:  # the sink is the user's; the recorder goes on
+                self._warn("sink", f"the sink raised {type(e).__name__}: {one_line(e)} (window {window}); "
+                                   "later windows still go to it")
+
+    def _score(self, window, lo, steps, rows, gather_ok, reasons, dropped):
+        w = _core.Window(self.stages, self.world, lo, steps, rows, gather_ok, reasons, dropped, self.rank_info)
+        ev = w.evaluate(self.labeler_config)
+        self._diagnose(ev, window)
+        return w, ev
+
+    def _write_window(self, window, ev):
+        """The window's packet (and, first, the reference it made) into out_dir: "" or why not.
+        A failure is said once; the window stays scored and counted."""
+        if not self.out_dir:
+            return ""
+        if self._reference_text is not None:
+            self.reference_unwritten = self._write("reference.json", self._reference_text)
+            self._reference_text = None
+            self._warn_unwritten(self.reference_unwritten)
+        why = self._write(f"window_{window:03d}.json", ev.packet() + "\n")
+        if why:
+            self.packets_unwritten += 1
+            self._warn_unwritten(why)
+        return why
+
+    def _write_metrics(self, ev):
+        """metrics_file rewritten (a temporary file renamed over it); a failure is said once and
+        never stops training (fail-open)."""
+        if not self.metrics_file:
+            return
+        steps = sum(e.steps for _, _, e in self.windows)
+        text = ev.metrics("sf_torch", len(self.windows), steps, -1, self._gather_failures)
+        tmp = self.metrics_file + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.metrics_file)
+        except OSError as e:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            if not self.metrics_unwritten:
+                self.metrics_unwritten = f"cannot write {self.metrics_file}: {_os_reason(e)}"
+                self._warn("metrics", f"metrics could not be written ({self.metrics_unwritten}); training goes on")
+
+    def _warn_unwritten(self, why):
+        if why and not self.write_problem:
+            self.write_problem = why
+        if why:
+            self._warn("write", f"telemetry could not be written ({why}); windows are scored in memory only, "
+                                "their packets marked unwritten")
+
+    def _summarize(self, window, ev, unwritten):
+        """The window's windows.jsonl record, as `sf-testbed run --out` writes it (appended while
+        the file can be written; kept in summaries either way)."""
+        line = ev.summary(window, unwritten)
+        self.summaries.append(json.loads(line))
+        if not self.out_dir or self._out_problem:
+            return
+        path = os.path.join(self.out_dir, "windows.jsonl")
+        try:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+        except OSError as e:
+            # A torn line must stay the file's last: no more lines after a failed one.
+            self._out_problem = f"cannot write {path}: {_os_reason(e)}"
+            self._warn_unwritten(self._out_problem)
+
+    def _diagnose(self, ev, window):
+        """The window's diagnosis against the reference (the cohort until there is one); the first
+        window becomes the reference under reference="first"."""
+        if self.reference is not None:
+            why = ev.diagnose_against(self.reference)
+            if why:
+                self.reference_problem = why
+        elif self._reference_first and window == 0 and ev.steps > 0:
+            # The first window is then itself diagnosed against itself (no change), as `sf-testbed
+            # score dump.jsonl --reference DIR/reference.json` diagnoses it: the packets match.
+            name = f"the first window (steps {self.first_step}..{self.first_step + ev.steps - 1})"
+            self.reference = ev.reference(name)
+            ev.diagnose_against(self.reference)
+            if self.out_dir:
+                self._reference_text = ev.reference_file(name) + "\n"
 
     def _poll_events(self, final):
         """Completed forward event pairs are written into their step's slot; a pair still pending
@@ -560,20 +827,28 @@ class Recorder:
 
     def summary(self):
         """Rank 0, after finish(): all windows as one (sf.stages/1 window over every recorded
-        step) and its evidence, as `sf-testbed run` scores the whole run in run.json."""
+        step) and its evidence, as `sf-testbed run` scores the whole run in run.json; under
+        reference="first", the windows after the first, diagnosed against it."""
         if not self.windows:
             return None, None
         rows, reasons, ok, dropped = [], [], True, 0
-        for index, w, _ in self.windows:
+        # Under reference="first" the first window is the reference: the summary is what it judges.
+        judged = [x for x in self.windows if not (self._reference_first and x[0] == 0 and len(self.windows) > 1)]
+        first = judged[0][0]
+        for index, w, _ in judged:
             r = self._window_rows[index].copy()
-            r[:, 0] += index * self.window_steps
+            r[:, 0] += self._window_lo(index) - self._window_lo(first)
             rows.append(r)
             ok = ok and w.gather_ok
             reasons += [x for x in w.reasons if x not in reasons]
-        steps = self._last_step - self.first_step + 1
-        allw = _core.Window(self.stages, self.world, self.first_step, steps, np.concatenate(rows), ok, reasons,
-                            sum(self._window_dropped_by.values()), self.rank_info)
-        return allw, allw.evaluate(self.labeler_config)
+        lo = self._window_lo(first)
+        steps = self._last_step - lo + 1
+        allw = _core.Window(self.stages, self.world, lo, steps, np.concatenate(rows), ok, reasons,
+                            sum(self._window_dropped_by[i] for i, _, _ in judged), self.rank_info)
+        ev = allw.evaluate(self.labeler_config)
+        if self.reference is not None:
+            ev.diagnose_against(self.reference)
+        return allw, ev
 
 
 class _ForwardEvent:

@@ -8,7 +8,8 @@
   check_ddp.py import  SF REPO DIR                    the run's own torch.profiler traces imported
                                                       with `import kineto` route like the recorder
   check_ddp.py late    SF REPO DIR                    rank 1's telemetry 2.5 deadlines late: training
-                                                      completes, gather_ok=false, telemetry_limited
+                                                      completes, gather_ok=false, telemetry_limited,
+                                                      and rank 0 says so once, in one stderr line
 Torch runs with 1 thread per rank; 2 ranks + 2 DataLoader workers share this machine's cores.
 """
 import json
@@ -31,11 +32,11 @@ def train(repo, out, *args):
     if p.returncode != 0:
         sys.stdout.write(p.stderr[-3000:])
         fail(f"train.py exited {p.returncode}")
-    return json.load(open(os.path.join(out, "run.json")))
+    return json.load(open(os.path.join(out, "run.json"))), p.stderr.splitlines()
 
 
-def score_json(sf, path):
-    p = subprocess.run([sf, "score", "--json", path], capture_output=True, text=True)
+def score_json(sf, path, *args):
+    p = subprocess.run([sf, "score", "--json", path, *args], capture_output=True, text=True)
     if p.returncode != 0:
         fail(f"sf-testbed score --json {path}: exit {p.returncode}: {p.stderr.strip()}")
     return p.stdout
@@ -48,14 +49,16 @@ def main():
         os.makedirs(out, exist_ok=True)
         for f in os.listdir(out):
             os.remove(os.path.join(out, f))
-        run = train(repo, out, "--scenario", scenario, "--delay-ms", delay, "--profile")
+        run, _ = train(repo, out, "--scenario", scenario, "--delay-ms", delay, "--profile")
         v = run["verdict"]
         print(f"verdict: top1 {v['frontier']['top1']} top2 {v['frontier']['top2']} rank hit {v['rank_hit']} "
               f"(suspect {v['suspect']}); contention {run['contention']}")
         if not v["check"]["pass"]:
             fail(f"claim failed: {v['check']['criterion']}")
     elif mode == "packets":
-        lines = score_json(sf, os.path.join(out, "dump.jsonl")).splitlines(keepends=True)
+        # Every window is diagnosed against the first (the trainer's healthy reference steps).
+        lines = score_json(sf, os.path.join(out, "dump.jsonl"), "--reference",
+                           os.path.join(out, "reference.json")).splitlines(keepends=True)
         packets = sorted(f for f in os.listdir(out) if f.startswith("window_"))
         if len(packets) != len(lines) or not packets:
             fail(f"{len(packets)} window packets but score --json gives {len(lines)} windows")
@@ -88,14 +91,19 @@ def main():
         print("agreement: same top-1 stage and suspect rank, both the injected fault")
     elif mode == "late":
         os.makedirs(out, exist_ok=True)
-        run = train(repo, out, "--scenario", "none", "--telemetry-fault", "late", "--gather-deadline", "1")
+        run, err = train(repo, out, "--scenario", "none", "--telemetry-fault", "late", "--gather-deadline", "1")
         labels = run["evidence"]["labels"]
         oks = [w["gather_ok"] for w in run["windows"]]
         print(f"windows gather_ok {oks}, labels {labels}, reasons {run['evidence']['downgrade_reasons']}")
         if any(oks) or "telemetry_limited" not in labels:
             fail("a late rank must give gather_ok=false and telemetry_limited in every window")
-        if run["windows"][-1]["last_step"] != 24:
+        c = run["config"]
+        if run["windows"][-1]["last_step"] != c["warmup"] + c["reference_steps"] + c["steps"] - 1:
             fail("training did not complete all steps")
+        if len(err) != 1 or not err[0].startswith("sf_torch: rank 0: no telemetry from rank 1 for window 0 within "
+                                                  "the 1 s gather deadline; windows are scored without it"):
+            fail(f"rank 0 must say once, in one line, that rank 1's telemetry is late; its stderr: {err}")
+        print(f"one line: {err[0]}")
     else:
         fail(f"unknown mode {mode}")
     print("PASS")

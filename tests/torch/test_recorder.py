@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """sf_torch.Recorder in one process (CTest torch.recorder): the recorder contract and the
 byte-identical packet. Usage: test_recorder.py SF_TESTBED"""
+import io
 import json
 import os
 import subprocess
@@ -36,6 +37,19 @@ def run_steps(rec, n, first=0, fwd_s=0.001, data_s=0.0005, slow=None):
 
 
 class RecorderTest(unittest.TestCase):
+    # A recorder fault is one line on stderr; a test that expects none must see none.
+    def setUp(self):
+        self.stderr, self._stderr = io.StringIO(), sys.stderr
+        sys.stderr = self.stderr
+        self.expect_stderr = []  # regular expressions, one per line
+
+    def tearDown(self):
+        sys.stderr = self._stderr
+        lines = self.stderr.getvalue().splitlines()
+        self.assertEqual(len(lines), len(self.expect_stderr), lines)
+        for line, pattern in zip(lines, self.expect_stderr):
+            self.assertRegex(line, pattern)
+
     def test_schema_is_the_default(self):
         self.assertEqual(STAGES, ["data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall",
                                   "callbacks.cpu_wall", "optim.step_cpu_wall"])
@@ -110,6 +124,23 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown stage 'model.fwd'"):
             rec.stage("model.fwd")
 
+    def test_stages_are_a_list_of_distinct_names(self):
+        self.assertEqual(sf_torch.Recorder(stages=["a", "b"], window_steps=3).stages, ["a", "b"])
+        self.assertEqual(sf_torch.Recorder(stages=("a",), window_steps=3).stages, ["a"])
+        for stages, error, text in [
+                ("abc", TypeError, r"stages is a string \('abc'\); expected a list of stage names"),
+                (b"ab", TypeError, "stages is a string"),
+                ({"a", "b"}, TypeError, "stages has type set; expected a list"),
+                (["a", 3], TypeError, r"stages\[1\] is 3 of type int; expected a stage name"),
+                (["a", None], TypeError, r"stages\[1\] is None of type NoneType"),
+                (["a", "a"], ValueError, "stages: duplicate stage name 'a'"),
+                (["a", "step.other_cpu_wall"], ValueError, "stages: step.other_cpu_wall is the residual stage"),
+                (["a", ""], ValueError, "stages: stage name is empty"),
+                ([], ValueError, "stages: stage list is empty")]:
+            with self.subTest(stages=stages):
+                with self.assertRaisesRegex(error, text):
+                    sf_torch.Recorder(stages=stages, window_steps=3)
+
     def test_packet_is_byte_identical_to_score_json(self):
         with tempfile.TemporaryDirectory() as tmp:
             rec = sf_torch.Recorder(window_steps=6, out_dir=tmp)
@@ -125,6 +156,111 @@ class RecorderTest(unittest.TestCase):
                 self.assertEqual(ev.packet() + "\n", line)
                 with open(os.path.join(tmp, f"window_{index:03d}.json")) as f:
                     self.assertEqual(f.read(), line)
+
+    # ---- fail-open: a telemetry fault downgrades the evidence, never the training loop ----------
+    SUMMARY_KEYS = ["index", "first_step", "last_step", "shares", "labels", "diagnosis", "routing_set",
+                    "median_step_s", "gather_ok", "packet_written"]
+
+    def assert_unwritten(self, ev, summary, why):
+        """A window scored in memory whose packet is not on disk: its summary says why, and its
+        evidence is telemetry_limited with the reason (the gather itself was fine)."""
+        self.assertFalse(summary["packet_written"])
+        self.assertIn(why, summary["packet_error"])
+        p = json.loads(ev.packet())
+        self.assertIn("telemetry_limited", p["labels"])
+        self.assertTrue(p["telemetry"]["gather_ok"])  # the gather was fine
+        self.assertTrue(any("not written" in r and why in r for r in p["downgrade_reasons"]), p["downgrade_reasons"])
+
+    def test_out_dir_that_cannot_be_written_is_said_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "file"), "w").close()
+            out = os.path.join(tmp, "file", "out")  # under a regular file
+            rec = sf_torch.Recorder(window_steps=4, out_dir=out)
+            self.assertEqual(len(rec.warnings), 1)  # at start-up, before the first window
+            run_steps(rec, 12)  # never raises
+            self.expect_stderr = [r"^sf_torch: rank 0: telemetry could not be written \(out_dir .*/file/out: Not a "
+                                  r"directory\); windows are scored in memory only, their packets marked unwritten$"]
+            self.assertEqual(len(rec.windows), 3)
+            self.assertEqual(rec.packets_unwritten, 3)
+            self.assertIn("/file/out: Not a directory", rec.write_problem)  # what a trainer's own files may skip saying
+            for (index, _, ev), summary in zip(rec.windows, rec.summaries):
+                self.assertEqual(summary["index"], index)
+                self.assert_unwritten(ev, summary, "Not a directory")
+
+    def test_a_packet_that_cannot_be_written_is_marked_and_scored(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            os.mkdir(os.path.join(tmp, "window_001.json"))  # that packet's path is a directory
+            rec = sf_torch.Recorder(window_steps=4, out_dir=tmp)
+            run_steps(rec, 12)
+            self.expect_stderr = [r"^sf_torch: rank 0: telemetry could not be written \(cannot write "
+                                  r".*/window_001.json: Is a directory\); windows are scored in memory only"]
+            self.assertEqual([s["packet_written"] for s in rec.summaries], [True, False, True])
+            self.assertRegex(rec.write_problem, r"^cannot write .*/window_001.json: Is a directory$")
+            self.assertEqual(list(rec.summaries[0]), self.SUMMARY_KEYS)  # `run --out`'s windows.jsonl records
+            self.assert_unwritten(rec.windows[1][2], rec.summaries[1], "Is a directory")
+            self.assertNotIn("telemetry_limited", json.loads(rec.windows[0][2].packet())["labels"])
+            with open(os.path.join(tmp, "windows.jsonl")) as f:
+                self.assertEqual([json.loads(line) for line in f], rec.summaries)
+            for index in (0, 2):
+                with open(os.path.join(tmp, f"window_{index:03d}.json")) as f:
+                    self.assertEqual(f.read(), rec.windows[index][2].packet() + "\n")
+            self.assertEqual(sorted(os.listdir(tmp)), ["window_000.json", "window_001.json", "window_002.json",
+                                                       "windows.jsonl"])  # no .tmp left behind
+
+    def test_metrics_file_is_the_latest_window_as_prometheus_reads_it(self):
+        from prometheus_client.parser import text_string_to_metric_families
+        with tempfile.TemporaryDirectory() as tmp:
+            prom = os.path.join(tmp, "sf.prom")
+            rec = sf_torch.Recorder(window_steps=4, metrics_file=prom)
+            run_steps(rec, 12)
+            with open(prom) as f:
+                families = {m.name: m for m in text_string_to_metric_families(f.read())}
+            self.assertEqual(sorted(os.listdir(tmp)), ["sf.prom"])  # renamed over, no .tmp left
+            windows = families["sf_windows"].samples[0]
+            self.assertEqual(windows.value, 3)
+            self.assertEqual(windows.labels["source"], "sf_torch")
+            self.assertEqual(families["sf_steps"].samples[0].value, sum(ev.steps for _, _, ev in rec.windows))
+            last = json.loads(rec.windows[-1][2].packet())
+            share = {s.labels["stage"]: s.value for s in families["sf_stage_share"].samples}
+            self.assertEqual(set(share), set(last["shares"]))
+            for stage, v in last["shares"].items():
+                self.assertAlmostEqual(share[stage], v, places=6)
+            self.assertEqual(families["sf_window_last_step"].samples[0].value, last["window"]["last_step"])
+
+    def test_a_metrics_file_that_cannot_be_written_is_said_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            prom = os.path.join(tmp, "missing", "sf.prom")
+            rec = sf_torch.Recorder(window_steps=4, metrics_file=prom)
+            run_steps(rec, 12)  # never raises
+            self.expect_stderr = [r"^sf_torch: rank 0: metrics could not be written \(cannot write .*/missing/sf.prom: "
+                                  r"No such file or directory\); training goes on$"]
+            self.assertEqual(len(rec.windows), 3)
+        with self.assertRaisesRegex(TypeError, "metrics_file is int; expected a path"):
+            sf_torch.Recorder(window_steps=4, metrics_file=3)
+
+    def test_an_unforeseen_error_stops_the_recorder_not_the_loop(self):
+        rec = sf_torch.Recorder(window_steps=4)
+
+        def broken(window):
+            raise RuntimeError("no room\nin the ring")
+        rec._close_window = broken
+        run_steps(rec, 8)  # never raises
+        self.expect_stderr = [r"^sf_torch: rank 0: the recorder stopped \(RuntimeError: no room\); training continues "
+                              r"unrecorded$"]
+        self.assertEqual(rec.windows, [])
+        self.assertFalse(rec.enabled)
+
+    def test_a_sink_that_raises_is_said_once(self):
+        calls = []
+
+        def sink(w, ev, index):
+            calls.append(index)
+            raise ValueError("sink full")
+        rec = sf_torch.Recorder(window_steps=4, sink=sink)
+        run_steps(rec, 12)
+        self.expect_stderr = [r"^sf_torch: rank 0: the sink raised ValueError: sink full \(window 0\); later windows "
+                              r"still go to it$"]
+        self.assertEqual(calls, [0, 1, 2])
 
     def test_corrupt_contributions_are_judged_not_scored(self):
         rec = sf_torch.Recorder(window_steps=4)
@@ -149,6 +285,28 @@ class RecorderTest(unittest.TestCase):
         self.assertTrue(w.present(0, 0))
         self.assertFalse(w.present(1, 0))
         self.assertFalse(w.gather_ok)
+
+
+class PeersTest(unittest.TestCase):
+    """sf_torch.peers: what a trainer says when a collective fails (train.py's lost-peer line)."""
+    GLOO = ("Got the following error when running the callback: RuntimeError: [./gloo/transport/tcp/pair.cc:598] "
+            "Connection closed by peer [127.0.0.1]:28828\n\nAt:\n  /usr/lib/python3/dist-packages/x.py(1): f")
+
+    def test_one_line_keeps_what_gloo_said(self):
+        one_line = sf_torch.peers.one_line
+        self.assertEqual(one_line(RuntimeError(self.GLOO)), "Connection closed by peer [127.0.0.1]:28828")
+        self.assertEqual(one_line(OSError(30, "Read-only file system")), "Read-only file system")
+        self.assertEqual(one_line(ValueError("")), "ValueError")
+
+    def test_only_a_connection_failure_asks_who_is_gone(self):
+        self.assertTrue(sf_torch.peers.looks_like_lost_peer(RuntimeError(self.GLOO)))
+        self.assertTrue(sf_torch.peers.looks_like_lost_peer(RuntimeError(
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:1: Connection reset by peer")))
+        # The trainer's own error keeps its traceback: no roll call, no "rank R gone".
+        self.assertFalse(sf_torch.peers.looks_like_lost_peer(RuntimeError("mat1 and mat2 shapes cannot be multiplied")))
+
+    def test_no_process_group_no_lost_rank(self):
+        self.assertEqual(sf_torch.lost_ranks(), [])
 
 
 if __name__ == "__main__":
