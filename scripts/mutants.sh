@@ -63,17 +63,25 @@ out=$(mktemp -d)
 declare -A saved=()
 restore() {
   for f in "${!saved[@]}"; do
-    cmp -s "$backup/${saved[$f]}" "$f" || cp "$backup/${saved[$f]}" "$f"
+    cmp -s "$backup/${saved[$f]}" "$f" || put_back "$f"
   done
 }
 trap 'restore; rm -rf "$backup" "$out"' EXIT
 trap 'echo "mutants.sh: interrupted; source tree restored" >&2; exit 130' INT TERM
 
+# Gives a file its original back with its original time (cp -p), so other build trees of the same
+# sources (scripts/test.sh's clang trees) see nothing to rebuild, and removes the file's object
+# from $BUILD, which was compiled from the mutant and is now newer than the source.
+put_back() {
+  local f=$1
+  cp -p "$backup/${saved[$f]}" "$f"
+  find "$BUILD" -path "*/$(dirname "$f")/*" -name "$(basename "$f").o" -delete
+}
 save() {  # keep the original of a file before its first mutant
   local f=$1
   if [ -z "${saved[$f]:-}" ]; then
     saved[$f]=$(echo "$f" | tr '/' '_')
-    cp "$f" "$backup/${saved[$f]}"
+    cp -p "$f" "$backup/${saved[$f]}"
   fi
 }
 
@@ -135,7 +143,7 @@ while IFS=$'\t' read -r name file old new; do
       [ "$ALL" = 1 ] || break
     fi
   done
-  cp "$backup/${saved[$file]}" "$file"
+  put_back "$file"
   if [ -n "$by" ]; then
     killed=$((killed + 1))
     printf 'mutants.sh: %-26s killed by %-28s (%s s)\n' "$name" "$by" "$((SECONDS - m0))"
