@@ -139,6 +139,15 @@ void setup_run(CLI::App& app) {
                 "so rank 0 cannot tell whether you are watching)");
   sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
       ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
+  const std::map<std::string, recorder::GatherMode> gathers{{"flat", recorder::GatherMode::flat},
+                                                            {"node", recorder::GatherMode::node}};
+  sub->add_option("--gather", cfg.gather,
+                  "how windows reach rank 0: node (default; one relay per node collects, checks and forwards its node's "
+                  "contributions: rank 0 receives one message per node) or flat (every rank sends to rank 0)")
+      ->transform(choice(gathers));
+  sub->add_flag("--score-inline", cfg.score_inline,
+                "rank 0 assembles and scores each window in the training thread's safe point instead of on its "
+                "telemetry thread (measures what the thread takes off training)");
   const std::string w = "Workload";
   sub->add_option("--accumulation", cfg.workload.accumulation, "gradient accumulation factor (no-sync microsteps)")
       ->check(CLI::Range(1, 64))->group(w);

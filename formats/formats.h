@@ -45,11 +45,24 @@ struct RankInfo {
 };
 
 /// One window of a stage-matrix file (a header line opens a window; the next header closes it).
+/// How a window's contributions reached rank 0 over the recorder's MPI gather (packets carry it
+/// as "gather"); mode "" when the window was not gathered (read from a file).
+struct GatherStats {
+  std::string mode;        ///< "flat" (every rank to rank 0) or "node" (one relay per node)
+  int nodes = 0;           ///< nodes (shared-memory domains) of the job
+  int messages = 0;        ///< messages rank 0 received for the window
+  std::int64_t bytes = 0;  ///< bytes of those messages
+  /// Rank 0's monotonic clock (ns) when it closed the window (not in the packet): the start of
+  /// its receive-to-scored latency.
+  std::int64_t closed_ns = 0;
+};
+
 struct Window {
   frontier::StageMatrix matrix;
   frontier::TelemetryInput telemetry;
   std::vector<RankInfo> ranks;   ///< empty when the file carries no identity
   std::int64_t header_line = 0;  ///< 1-based line of the window's header (CSV: 1)
+  GatherStats gather;            ///< gathered windows only
 };
 
 /// The largest world size either matrix format can express (ranks are 0..2^24 − 1).

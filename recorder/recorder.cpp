@@ -5,10 +5,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <deque>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <utility>
 
 namespace sf::recorder {
 
@@ -97,6 +103,14 @@ std::vector<std::string> describe_faults(std::uint32_t bits) {
   return out;
 }
 
+const char* gather_mode_name(GatherMode m) { return m == GatherMode::flat ? "flat" : "node"; }
+
+std::optional<GatherMode> parse_gather_mode(std::string_view s) {
+  if (s == "flat") return GatherMode::flat;
+  if (s == "node") return GatherMode::node;
+  return std::nullopt;
+}
+
 std::size_t payload_bytes(const RecorderConfig& cfg, int records) {
   return sizeof(Header) + static_cast<std::size_t>(records) *
                               record_bytes(static_cast<int>(cfg.stages.size()), static_cast<int>(cfg.sync_wait_stages.size()));
@@ -105,6 +119,14 @@ std::size_t payload_bytes(const RecorderConfig& cfg, int records) {
 // ---- root state -----------------------------------------------------------------------------------
 
 std::vector<std::string> default_stages() { return frontier::default_explicit_stages(); }
+
+/// A window whose gather is over (complete, timed out or final), as handed to the assembler.
+struct Recorder::Ready {
+  int window = 0;
+  std::vector<std::optional<Contribution>> got;
+  formats::GatherStats gather;
+  std::vector<std::string> notes;  // the transport's lines on what is missing
+};
 
 struct Recorder::Impl {
   Impl(const RecorderConfig& cfg, WindowSink s, bool is_root)
@@ -119,7 +141,25 @@ struct Recorder::Impl {
     int arrived = 0;
   };
   std::vector<Pending> pending;  // in window order
+  // The telemetry thread (root, with a sink, RecorderConfig::assemble_off_thread): the training
+  // thread queues Ready windows; the thread assembles them and runs the sink, in order.
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Recorder::Ready> queue;
+  bool closing = false;
+  std::exception_ptr error;        // the sink's (or the assembly's) first exception, until rethrown
+  bool failed = false;             // the sink failed once: later windows are dropped
+  double worker_cpu_s = 0;
 };
+
+namespace {
+std::string relay_check(const Contribution& c, std::uint64_t schema_hash, int stages, int n_sync);
+
+/// Past this many queued windows the hand-over waits for the telemetry thread: a bound on the
+/// memory a scorer that cannot keep up may take, far above what scoring a window costs.
+constexpr std::size_t kMaxQueued = 64;
+}  // namespace
 
 Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events, WindowSink sink)
     : cfg_(std::move(cfg)),
@@ -139,9 +179,73 @@ Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events,
   width_ = static_cast<std::size_t>(5 + 3 * S_);
   ring_.assign(static_cast<std::size_t>(pow2) * width_, 0);
   open_window_ = 0;
+  // Node relays check what they forward with the root's own rules (window excepted: a relay
+  // forwards whichever window a contribution belongs to).
+  transport_.set_check([hash = impl_->schema.order_hash(), S = S_, n_sync = static_cast<int>(cfg_.sync_wait_stages.size())](
+                           const Contribution& c) { return relay_check(c, hash, S, n_sync); });
+  if (impl_->root && impl_->sink && cfg_.assemble_off_thread)
+    impl_->worker = std::thread([this] { telemetry_thread(); });
 }
 
-Recorder::~Recorder() = default;
+Recorder::~Recorder() { stop_telemetry_thread(true); }
+
+void Recorder::stop_telemetry_thread(bool drop_queued) noexcept {
+  if (!impl_ || !impl_->worker.joinable()) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->closing = true;
+    if (drop_queued) impl_->queue.clear();  // no finish(): the caller's sink may be going away
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+}
+
+void Recorder::telemetry_thread() {
+  Impl& im = *impl_;
+  for (;;) {
+    Ready r;
+    bool failed = false;
+    {
+      std::unique_lock lock(im.mu);
+      im.cv.wait(lock, [&] { return !im.queue.empty() || im.closing; });
+      if (im.queue.empty()) break;
+      r = std::move(im.queue.front());
+      im.queue.pop_front();
+      failed = im.failed;
+    }
+    im.cv.notify_all();  // a hand-over waiting for room
+    std::exception_ptr error;
+    if (!failed) {  // after the sink failed once, windows are dropped (the error is rethrown)
+      try {
+        assemble(std::move(r));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (error) {
+      std::lock_guard lock(im.mu);
+      im.error = error;
+      im.failed = true;
+    }
+  }
+  std::lock_guard lock(im.mu);
+  im.worker_cpu_s = thread_cpu_s();
+}
+
+void Recorder::rethrow_sink_error() {
+  if (!impl_->worker.joinable()) return;
+  std::exception_ptr e;
+  {
+    std::lock_guard lock(impl_->mu);
+    e = std::exchange(impl_->error, nullptr);
+  }
+  if (e) std::rethrow_exception(e);
+}
+
+double Recorder::telemetry_cpu_s() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->worker_cpu_s;
+}
 
 int Recorder::stage_index(std::string_view name) const {
   const auto i = impl_->schema.index_of(name);
@@ -286,6 +390,7 @@ void Recorder::close_window(std::int64_t window) {
 
 void Recorder::safe_point() {
   if (!cfg_.enabled) return;
+  rethrow_sink_error();
   const double cpu0 = thread_cpu_s();
   poll_events();
   // Close every window whose last step has ended (or that a later step has passed).
@@ -322,6 +427,13 @@ void Recorder::finish() {
   if (impl_->root) pump_root(true);
   transport_.drain(cfg_.gather_deadline_s);
   safe_point_cpu_s_ += thread_cpu_s() - cpu0;
+  // Every window is handed over: the telemetry thread assembles the rest, then stops.
+  const bool threaded = impl_->worker.joinable();
+  stop_telemetry_thread(false);
+  if (threaded) {
+    std::exception_ptr e = std::exchange(impl_->error, nullptr);
+    if (e) std::rethrow_exception(e);
+  }
 }
 
 // ---- root: assembly ---------------------------------------------------------------------------
@@ -335,9 +447,16 @@ struct Decoded {
   const std::byte* records = nullptr;
 };
 
-Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int stages, int n_sync) {
+/// Checks a contribution against the root's rules. relay: a node relay's check, which does not
+/// know the window and does not judge the stage schema (a relay whose own schema differs must
+/// not veto its node; the root judges it): integrity, rank identity and self-consistency only.
+Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int stages, int n_sync, bool relay = false) {
   Decoded d;
   const auto who = "rank " + std::to_string(c.rank) + ": ";
+  if (!c.refused.empty()) {
+    d.why = who + c.refused;
+    return d;
+  }
   if (c.bytes.size() < sizeof(Header)) {
     d.why = who + "corrupt contribution (" + std::to_string(c.bytes.size()) + " bytes, shorter than a header)";
     return d;
@@ -351,17 +470,20 @@ Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int
     d.why = who + "corrupt contribution (bad magic or version)";
   } else if (fnv1a(copy.data(), copy.size()) != d.h.checksum) {
     d.why = who + "corrupt contribution (checksum mismatch)";
-  } else if (d.h.schema_hash != schema_hash || d.h.stages != stages) {
+  } else if (relay && (d.h.stages < 1 || d.h.stages > 65536 || d.h.n_sync < 0 || d.h.n_sync > d.h.stages)) {
+    d.why = who + "inconsistent contribution (stage count)";
+  } else if (!relay && (d.h.schema_hash != schema_hash || d.h.stages != stages)) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "schema mismatch (stage order hash %016llx, %d stages; expected %016llx, %d stages)",
                   static_cast<unsigned long long>(d.h.schema_hash), d.h.stages,
                   static_cast<unsigned long long>(schema_hash), stages);
     d.why = who + buf;
-  } else if (d.h.window != window || d.h.rank != c.rank) {
+  } else if ((!relay && d.h.window != window) || d.h.rank != c.rank) {
     d.why = who + "inconsistent contribution (window " + std::to_string(d.h.window) + ", rank " +
             std::to_string(d.h.rank) + ")";
-  } else if (d.h.n_sync != n_sync || d.h.records < 0 || d.h.records > d.h.steps ||
-             c.bytes.size() != sizeof(Header) + static_cast<std::size_t>(d.h.records) * record_bytes(stages, n_sync)) {
+  } else if ((!relay && d.h.n_sync != n_sync) || d.h.records < 0 || d.h.records > d.h.steps ||
+             c.bytes.size() != sizeof(Header) + static_cast<std::size_t>(d.h.records) *
+                                                    record_bytes(relay ? d.h.stages : stages, relay ? d.h.n_sync : n_sync)) {
     d.why = who + "inconsistent contribution (record count or size)";
   } else {
     d.ok = true;
@@ -370,12 +492,19 @@ Decoded decode(const Contribution& c, std::uint64_t schema_hash, int window, int
   return d;
 }
 
+std::string relay_check(const Contribution& c, std::uint64_t schema_hash, int stages, int n_sync) {
+  Decoded d = decode(c, schema_hash, -1, stages, n_sync, true);
+  if (d.ok) return {};
+  // decode's reason starts with "rank R: "; the relay's line is the contribution's.
+  const auto colon = d.why.find(": ");
+  return colon == std::string::npos ? d.why : d.why.substr(colon + 2);
+}
+
 }  // namespace
 
 void Recorder::pump_root(bool final_pass) {
   auto& pending = impl_->pending;
   const int R = transport_.size();
-  const int n_sync = static_cast<int>(cfg_.sync_wait_stages.size());
   const std::size_t max_bytes = payload_bytes(cfg_, cfg_.window_steps);
   const std::int64_t now = now_ns();
   while (!pending.empty()) {
@@ -389,71 +518,118 @@ void Recorder::pump_root(bool final_pass) {
     if (p.arrived < R && !timed_out && !final_pass) break;
     if (p.arrived < R) transport_.abandon(p.window);
 
-    // Assemble what arrived; every gap or inconsistency becomes a named reason.
-    formats::Window w;
-    frontier::TelemetryInput& tel = w.telemetry;
-    std::vector<Decoded> dec(R);
-    int span = 0;
-    for (int r = 0; r < R; ++r) {
-      if (!p.got[r]) {
-        tel.gather_ok = false;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "rank %d: no contribution within the %.3g s gather deadline", r, cfg_.gather_deadline_s);
-        tel.reasons.emplace_back(buf);
-        continue;
-      }
-      dec[r] = decode(*p.got[r], impl_->schema.order_hash(), p.window, S_, n_sync);
-      if (!dec[r].ok) {
-        tel.gather_ok = false;
-        tel.reasons.push_back(dec[r].why);
-        continue;
-      }
-      span = std::max(span, dec[r].h.steps);
+    Ready r;
+    r.window = p.window;
+    r.got = std::move(p.got);
+    transport_.take_gather_stats(p.window, r.gather);
+    r.gather.closed_ns = p.opened_ns;
+    if (p.arrived < R) {
+      std::vector<int> missing;
+      for (int k = 0; k < R; ++k)
+        if (!r.got[k]) missing.push_back(k);
+      r.notes = transport_.explain_missing(missing);
     }
-    const std::int64_t start = cfg_.first_step + static_cast<std::int64_t>(p.window) * cfg_.window_steps;
-    w.matrix = frontier::StageMatrix(impl_->schema, R, start, std::max(span, 0));
-    std::vector<std::string> roles(R);
-    bool any_role = false;
-    std::vector<double> d(S_);
-    for (int r = 0; r < R; ++r) {
-      formats::RankInfo info{r, 0, 0, ""};
-      if (dec[r].ok) {
-        const Header& h = dec[r].h;
-        info = {r, h.local_rank, h.node_rank, std::string(h.hostname, strnlen(h.hostname, sizeof h.hostname))};
-        roles[r] = std::string(h.role, strnlen(h.role, sizeof h.role));
-        any_role |= !roles[r].empty();
-        tel.dropped_records += h.dropped;
-        if (h.fault_bits != 0)
-          for (const auto& f : describe_faults(h.fault_bits)) tel.reasons.push_back("rank " + std::to_string(r) + ": recorder " + f);
-        const std::byte* q = dec[r].records;
-        for (int i = 0; i < h.records; ++i) {
-          const auto off = get<std::int32_t>(q);
-          const double wall = get<float>(q);
-          for (int s = 0; s < S_; ++s) d[s] = get<float>(q);
-          const auto state = get<std::uint8_t>(q);
-          const double ev = get<float>(q);
-          std::vector<double> sync(n_sync);
-          for (int k = 0; k < n_sync; ++k) sync[k] = get<float>(q);
-          if (off < 0 || off >= w.matrix.steps()) continue;
-          try {
-            w.matrix.set_record(off, r, d, wall);
-            if (state == kEvReady) w.matrix.set_fwd_event(off, r, frontier::EventState::ready, ev);
-            if (state == kEvMissing) w.matrix.set_fwd_event(off, r, frontier::EventState::missing, 0);
-            for (int k = 0; k < n_sync; ++k) w.matrix.set_sync_wait(off, r, cfg_.sync_wait_stages[k], sync[k]);
-          } catch (const std::invalid_argument& e) {
-            tel.gather_ok = false;
-            tel.reasons.push_back("rank " + std::to_string(r) + ": inconsistent record (" + e.what() + ")");
-            w.matrix.clear_record(off, r);
-          }
+    pending.erase(pending.begin());
+    if (!impl_->worker.joinable()) {
+      assemble(std::move(r));
+      continue;
+    }
+    // The hand-over: the telemetry thread assembles and scores it.
+    {
+      std::unique_lock lock(impl_->mu);
+      impl_->cv.wait(lock, [&] { return impl_->queue.size() < kMaxQueued; });
+      impl_->queue.push_back(std::move(r));
+    }
+    impl_->cv.notify_all();
+  }
+}
+
+namespace {
+
+/// Rank 0's assembly of one window (the recorder's and assemble_window's).
+formats::Window assemble_from(const frontier::StageSchema& schema, const RecorderConfig& cfg, int R, int window,
+                              std::vector<std::optional<Contribution>>& got, std::vector<std::string>&& notes) {
+  const int S = schema.explicit_count();
+  const int n_sync = static_cast<int>(cfg.sync_wait_stages.size());
+  // Assemble what arrived; every gap or inconsistency becomes a named reason.
+  formats::Window w;
+  frontier::TelemetryInput& tel = w.telemetry;
+  std::vector<Decoded> dec(R);
+  int span = 0;
+  for (int r = 0; r < R; ++r) {
+    if (!got[r]) {
+      tel.gather_ok = false;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "rank %d: no contribution within the %.3g s gather deadline", r, cfg.gather_deadline_s);
+      tel.reasons.emplace_back(buf);
+      continue;
+    }
+    dec[r] = decode(*got[r], schema.order_hash(), window, S, n_sync);
+    if (!dec[r].ok) {
+      tel.gather_ok = false;
+      tel.reasons.push_back(dec[r].why);
+      continue;
+    }
+    span = std::max(span, dec[r].h.steps);
+  }
+  const std::int64_t start = cfg.first_step + static_cast<std::int64_t>(window) * cfg.window_steps;
+  w.matrix = frontier::StageMatrix(schema, R, start, std::max(span, 0));
+  std::vector<std::string> roles(R);
+  bool any_role = false;
+  std::vector<double> d(S);
+  for (int r = 0; r < R; ++r) {
+    formats::RankInfo info{r, 0, 0, ""};
+    if (dec[r].ok) {
+      const Header& h = dec[r].h;
+      info = {r, h.local_rank, h.node_rank, std::string(h.hostname, strnlen(h.hostname, sizeof h.hostname))};
+      roles[r] = std::string(h.role, strnlen(h.role, sizeof h.role));
+      any_role |= !roles[r].empty();
+      tel.dropped_records += h.dropped;
+      if (h.fault_bits != 0)
+        for (const auto& f : describe_faults(h.fault_bits)) tel.reasons.push_back("rank " + std::to_string(r) + ": recorder " + f);
+      const std::byte* q = dec[r].records;
+      for (int i = 0; i < h.records; ++i) {
+        const auto off = get<std::int32_t>(q);
+        const double wall = get<float>(q);
+        for (int s = 0; s < S; ++s) d[s] = get<float>(q);
+        const auto state = get<std::uint8_t>(q);
+        const double ev = get<float>(q);
+        std::vector<double> sync(n_sync);
+        for (int k = 0; k < n_sync; ++k) sync[k] = get<float>(q);
+        if (off < 0 || off >= w.matrix.steps()) continue;
+        try {
+          w.matrix.set_record(off, r, d, wall);
+          if (state == kEvReady) w.matrix.set_fwd_event(off, r, frontier::EventState::ready, ev);
+          if (state == kEvMissing) w.matrix.set_fwd_event(off, r, frontier::EventState::missing, 0);
+          for (int k = 0; k < n_sync; ++k) w.matrix.set_sync_wait(off, r, cfg.sync_wait_stages[k], sync[k]);
+        } catch (const std::invalid_argument& e) {
+          tel.gather_ok = false;
+          tel.reasons.push_back("rank " + std::to_string(r) + ": inconsistent record (" + e.what() + ")");
+          w.matrix.clear_record(off, r);
         }
       }
-      w.ranks.push_back(std::move(info));
     }
-    if (any_role) w.matrix.set_roles(roles);
-    const int index = p.window;
-    pending.erase(pending.begin());
-    if (impl_->sink) impl_->sink(std::move(w), index);
+    w.ranks.push_back(std::move(info));
   }
+  if (any_role) w.matrix.set_roles(roles);
+  for (auto& n : notes) tel.reasons.push_back(std::move(n));
+  return w;
+}
+
+}  // namespace
+
+void Recorder::assemble(Ready&& rd) {
+  formats::Window w = assemble_from(impl_->schema, cfg_, transport_.size(), rd.window, rd.got, std::move(rd.notes));
+  w.gather = std::move(rd.gather);
+  if (impl_->sink) impl_->sink(std::move(w), rd.window);
+}
+
+formats::Window assemble_window(const RecorderConfig& cfg, int world, int window,
+                                std::vector<std::optional<Contribution>> got, std::vector<std::string> notes) {
+  if (world < 1 || static_cast<int>(got.size()) != world)
+    throw std::invalid_argument("assemble_window: got must hold one entry per rank of the world");
+  const frontier::StageSchema schema(cfg.stages, true, cfg.accumulation);
+  return assemble_from(schema, cfg, world, window, got, std::move(notes));
 }
 
 }  // namespace sf::recorder

@@ -17,9 +17,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sf::formats {
+struct GatherStats;
 struct RankInfo;
 struct Window;
 }  // namespace sf::formats
@@ -73,7 +75,26 @@ public:
 struct Contribution {
   int rank = -1;
   std::vector<std::byte> bytes;
+  /// Set when a node relay checked the contribution and refused to forward it (bytes then
+  /// empty): why, and which relay.
+  std::string refused;
 };
+
+/// The check a node relay applies before it forwards a contribution: "" when it may travel on,
+/// else why not (one phrase). The recorder installs its own: magic, version, checksum, rank
+/// identity and the payload's own consistency. Not the stage schema: a relay whose schema
+/// differs from the root's must not veto its node, so the root judges that.
+using ContributionCheck = std::function<std::string(const Contribution&)>;
+
+/// How windows travel to rank 0.
+enum class GatherMode : std::uint8_t {
+  flat,  ///< every rank sends to rank 0: rank 0 receives R − 1 messages per window
+  node,  ///< one relay per node (shared-memory domain) collects its node's contributions, checks
+         ///< them and forwards one message: rank 0 receives one message per node
+};
+/// "flat" / "node"; parse_gather_mode gives nullopt for anything else.
+const char* gather_mode_name(GatherMode m);
+std::optional<GatherMode> parse_gather_mode(std::string_view s);
 
 /// Moves window payloads from every rank to rank 0. Nothing here may block training: sends are
 /// fire-and-forget, the root polls, and a late contribution is drained and discarded.
@@ -95,6 +116,14 @@ public:
   virtual void drain(double deadline_s) = 0;
   /// Root: contributions that arrived after their window was abandoned.
   virtual std::int64_t late_discarded() const = 0;
+  /// Node relays: the check applied before forwarding (transports without relays ignore it).
+  virtual void set_check(ContributionCheck) {}
+  /// Root: how `window`'s contributions reached it (mode, nodes, messages and bytes received),
+  /// written into `out`, and forgotten; transports that do not count leave `out` as it is.
+  virtual void take_gather_stats(int /*window*/, formats::GatherStats& /*out*/) {}
+  /// Root: one line per node whose relay delivered none of `missing` (ranks with no
+  /// contribution for `window`), naming the relay; empty where there are no relays.
+  virtual std::vector<std::string> explain_missing(const std::vector<int>& /*missing*/) const { return {}; }
 };
 
 /// In-process transport: ranks are objects sharing a hub (unit tests, single-process use).
@@ -116,13 +145,26 @@ struct RecorderConfig {
   double gather_deadline_s = 1.0;
   std::string role;             ///< this rank's parallelism role ("" = homogeneous)
   bool enabled = true;          ///< false: every hot-path call returns at once (recorder "off")
+  /// Root: assemble each gathered window and run the sink on a telemetry thread of the
+  /// recorder's own, so the training thread's boundary work is the receive and the hand-over.
+  /// false: both run in safe_point()/finish(), on the calling thread.
+  bool assemble_off_thread = true;
 };
 
 /// Payload size in bytes of one rank's window contribution (header + records).
 std::size_t payload_bytes(const RecorderConfig& cfg, int records);
 
-/// Root-side sink: receives each gathered window as soon as it is complete or its deadline
-/// passed. Runs on the thread that called safe_point()/finish().
+/// Rank 0's assembly of window `window` of a world of `world` ranks from what reached it
+/// (got[r]: rank r's contribution, or none), exactly as the recorder assembles it before its
+/// sink: every gap or inconsistency becomes a named reason, `notes` are added to them. For
+/// tools that gather contributions by another route and must agree with the recorder.
+formats::Window assemble_window(const RecorderConfig& cfg, int world, int window,
+                                std::vector<std::optional<Contribution>> got, std::vector<std::string> notes = {});
+
+/// Root-side sink: receives each gathered window, in window order, as soon as it is complete or
+/// its deadline passed. Runs on the recorder's telemetry thread (RecorderConfig::
+/// assemble_off_thread), else on the thread that called safe_point()/finish(); never on both.
+/// An exception it throws is rethrown by the next safe_point()/finish() on the training thread.
 using WindowSink = std::function<void(formats::Window&& window, int index)>;
 
 class Recorder {
@@ -165,8 +207,12 @@ public:
   std::uint32_t fault_bits() const { return faults_; }
   std::int64_t windows_closed() const { return windows_closed_; }
   std::int64_t payload_bytes_sent() const { return bytes_sent_; }
-  /// CPU seconds this thread spent in safe points (packing, gather, assembly), for overhead.
+  /// CPU seconds the training thread spent in safe points (packing, the gather's sends and
+  /// receives, the hand-over; and the assembly and sink when they run on this thread).
   double safe_point_cpu_s() const { return safe_point_cpu_s_; }
+  /// CPU seconds the root's telemetry thread spent assembling windows and in the sink (0 when
+  /// there is none). Read after finish().
+  double telemetry_cpu_s() const;
   int stage_index(std::string_view name) const;
 
   /// RAII helpers (each is a pair of hot-path calls).
@@ -207,7 +253,12 @@ private:
   void on_full() noexcept;
   void poll_events();
   void close_window(std::int64_t window);
+  struct Ready;  // a gathered window handed to the assembly
   void pump_root(bool final_pass);
+  void assemble(Ready&& r);
+  void telemetry_thread();
+  void stop_telemetry_thread(bool drop_queued) noexcept;
+  void rethrow_sink_error();
   std::vector<std::byte> pack(std::int64_t window);
 
   struct Impl;  // off the hot path: the stage schema, the sink, the root's pending windows

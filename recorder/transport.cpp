@@ -43,7 +43,7 @@ public:
       ++hub_->late;
       return;
     }
-    hub_->inbox[window].push_back({rank_, std::move(payload)});
+    hub_->inbox[window].push_back({rank_, std::move(payload), {}});
   }
   std::vector<Contribution> receive(int window, std::size_t) override {
     std::lock_guard lock(hub_->mutex);

@@ -51,6 +51,10 @@ public:
   nlohmann::ordered_json summaries() const;
   std::size_t first_packet_bytes() const;
   double scoring_s() const;
+  /// The gather as rank 0 saw it ({"mode", "nodes", "windows", "rank0_messages_per_window",
+  /// "rank0_bytes_per_window", "rank0_close_to_scored_mean_s", "rank0_close_to_scored_max_s"}),
+  /// null when no window came over MPI.
+  nlohmann::ordered_json gather_json() const;
   /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted"}.
   nlohmann::ordered_json rss_json() const;
   /// True when rank 0 keeps whole windows: the rank_median baseline only (--detect and --trace

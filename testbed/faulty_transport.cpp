@@ -46,6 +46,11 @@ public:
     inner_->drain(deadline_s);
   }
   std::int64_t late_discarded() const override { return inner_->late_discarded(); }
+  void set_check(recorder::ContributionCheck check) override { inner_->set_check(std::move(check)); }
+  void take_gather_stats(int window, formats::GatherStats& out) override { inner_->take_gather_stats(window, out); }
+  std::vector<std::string> explain_missing(const std::vector<int>& missing) const override {
+    return inner_->explain_missing(missing);
+  }
 
 private:
   struct Held {

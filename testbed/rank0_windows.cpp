@@ -34,6 +34,12 @@ struct Rank0Windows::Impl {
   int expected;
   int count = 0;
   double scoring_s = 0;
+  // The gather (windows that came over MPI): messages and bytes rank 0 received, and the
+  // latency from rank 0's window close to the window scored and written.
+  std::string gather_mode;
+  int gather_nodes = 0, gathered = 0;
+  std::int64_t gather_messages = 0, gather_bytes = 0;
+  double latency_sum_s = 0, latency_max_s = 0;
   std::size_t first_packet = 0;
   std::string error;
   // streamed files
@@ -177,6 +183,9 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   auto pj = formats::evidence_to_json(e, w.ranks);
   // The window's culprit stability, as run.json's per-window record (and the class so far).
   if (!notes.stability.is_null()) pj["culprit_stability"] = std::move(notes.stability);
+  // How the window reached rank 0 (the only fields a flat and a node gather's packets differ in).
+  if (!w.gather.mode.empty())
+    pj["gather"] = {{"mode", w.gather.mode}, {"nodes", w.gather.nodes}, {"messages", w.gather.messages}, {"bytes", w.gather.bytes}};
   const std::int64_t first = w.matrix.first_step(), last = w.matrix.first_step() + (w.matrix.steps() - 1);
   // Change points go into the packet of the window that holds their step: this one, or one of
   // the last few (rewritten).
@@ -264,7 +273,20 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   }
   if (keeps_windows()) im.kept.push_back(w);
   else im.accumulate(w);
-  im.scoring_s += static_cast<double>(inject::monotonic_ns() - t0) * 1e-9;
+  const std::int64_t t1 = inject::monotonic_ns();
+  im.scoring_s += static_cast<double>(t1 - t0) * 1e-9;
+  if (!w.gather.mode.empty()) {
+    im.gather_mode = w.gather.mode;
+    im.gather_nodes = w.gather.nodes;
+    ++im.gathered;
+    im.gather_messages += w.gather.messages;
+    im.gather_bytes += w.gather.bytes;
+    if (w.gather.closed_ns > 0) {
+      const double lat = static_cast<double>(t1 - w.gather.closed_ns) * 1e-9;
+      im.latency_sum_s += lat;
+      im.latency_max_s = std::max(im.latency_max_s, lat);
+    }
+  }
   im.sample_rss(index);
 }
 
@@ -333,6 +355,19 @@ ordered_json Rank0Windows::summaries() const {
 
 std::size_t Rank0Windows::first_packet_bytes() const { return impl_->first_packet; }
 double Rank0Windows::scoring_s() const { return impl_->scoring_s; }
+
+nlohmann::ordered_json Rank0Windows::gather_json() const {
+  const auto& im = *impl_;
+  if (im.gathered == 0) return nullptr;
+  const double n = im.gathered;
+  return {{"mode", im.gather_mode},
+          {"nodes", im.gather_nodes},
+          {"windows", im.gathered},
+          {"rank0_messages_per_window", static_cast<double>(im.gather_messages) / n},
+          {"rank0_bytes_per_window", static_cast<double>(im.gather_bytes) / n},
+          {"rank0_close_to_scored_mean_s", im.latency_sum_s / n},
+          {"rank0_close_to_scored_max_s", im.latency_max_s}};
+}
 
 ordered_json Rank0Windows::rss_json() const {
   const auto& im = *impl_;

@@ -26,6 +26,9 @@ namespace {
 /// Steps per recorder window for --live when --window is not given.
 constexpr int kLiveWindow = 10;
 
+/// The gather as --gather asks; a node relay waits half the gather deadline for its node.
+recorder::GatherOptions gather_options(const RunConfig& cfg) { return {cfg.gather, 0.5 * cfg.gather_deadline_s}; }
+
 ordered_json costs_json(const sim::StageCosts& c) {
   return {{"data", c.data_ms},         {"loader", c.loader_ms},         {"fwd_host", c.fwd_host_ms},
           {"fwd_device", c.fwd_device_ms}, {"bwd_host", c.bwd_host_ms}, {"bwd_device", c.bwd_device_ms},
@@ -139,7 +142,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   std::optional<formats::Window> reference;
   if (cfg.reference_steps > 0 && cfg.recorder != RecorderMode::off) {
     const int K = cfg.reference_steps;
-    auto ref_transport = recorder::make_mpi_transport(world);
+    auto ref_transport = recorder::make_mpi_transport(world, gather_options(cfg));
     recorder::Recorder ref_rec(detail::recorder_config(run_cfg, -K, K), *ref_transport, nullptr,
                                [&](formats::Window&& w, int) { reference = std::move(w); });
     SF_MPI_CHECK(MPI_Barrier(world));
@@ -154,10 +157,11 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   // goes (one window over the whole run would draw it once, at the end).
   const int window = cfg.window > 0 ? cfg.window : cfg.live ? std::min(cfg.steps, kLiveWindow) : cfg.steps;
   auto rc = detail::recorder_config(run_cfg, cfg.warmup, window);
+  rc.assemble_off_thread = !cfg.score_inline;
   if (cfg.telemetry_fault == inject::TelemetryFault::schema_mismatch && rank == cfg.telemetry_fault_rank)
     rc.stages.push_back("extra.unexpected_stage");  // this rank's schema no longer matches
   const bool faulty = cfg.telemetry_fault != inject::TelemetryFault::none && rank == cfg.telemetry_fault_rank;
-  auto transport = recorder::make_mpi_transport(world);
+  auto transport = recorder::make_mpi_transport(world, gather_options(cfg));
   if (faulty && (cfg.telemetry_fault == inject::TelemetryFault::late || cfg.telemetry_fault == inject::TelemetryFault::corrupt))
     transport = detail::make_faulty_transport(std::move(transport), cfg.telemetry_fault, 2.5 * cfg.gather_deadline_s);
 
@@ -306,7 +310,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"rank_sigma", cfg.workload.variation.rank_sigma},
                       {"reference_steps", cfg.reference_steps},
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
-                      {"gather_deadline_s", cfg.gather_deadline_s}};
+                      {"gather_deadline_s", cfg.gather_deadline_s},
+                      {"gather", recorder::gather_mode_name(cfg.gather)},
+                      {"score_inline", cfg.score_inline}};
   result["truth"] = truth_json(truth);
   if (scenario->site == inject::Site::link)
     result["link_fault"] = {{"host", plan.host},
@@ -432,6 +438,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                            {"dropped_records", dropped_sum},
                            {"late_contributions_discarded", transport->late_discarded()},
                            {"rank0_recorder_safe_point_cpu_s", rec.safe_point_cpu_s()},
+                           {"rank0_telemetry_thread_cpu_s", rec.telemetry_cpu_s()},
+                           {"gather", windows->gather_json()},
                            {"rank0_scoring_s", windows->scoring_s()},
                            {"rank0_rss", windows->rss_json()},
                            {"rank0_windows_kept", windows->kept().size()},

@@ -11,6 +11,7 @@
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
+#include "sf/recorder/recorder.h"
 #include "sf/sim/sim.h"
 #include "sf/verify/verify.h"
 
@@ -65,6 +66,12 @@ struct RunConfig {
   bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
   bool quiet = false;                      ///< no table
   double gather_deadline_s = 2.0;
+  /// --gather: flat (every rank to rank 0) or node (one relay per node; rank 0 receives one
+  /// message per node). Relays wait half the gather deadline for their node.
+  recorder::GatherMode gather = recorder::GatherMode::node;
+  /// --score-inline: rank 0 assembles and scores each window in the training thread's safe point
+  /// (as before the telemetry thread; for measuring what the thread takes off training).
+  bool score_inline = false;
   sim::WorkloadConfig workload;
   /// Microseconds of each host sleep spent spinning; < 0: 100 when the ranks do not outnumber
   /// the cores, else 0 (decided once the world size is known).

@@ -305,7 +305,7 @@ TEST(Evidence, a_reference_file_is_a_dump_or_a_packet) {
   spec.ranks = 4;
   spec.steps = 8;
   const auto m = sf::verify::build_window(spec);
-  formats::Window w{m, {}, {}, 1};
+  formats::Window w{m, {}, {}, 1, {}};
   {
     std::ofstream out(dir + "sf_ref_dump.jsonl");
     formats::write_jsonl(out, w);

@@ -18,6 +18,8 @@ ap.add_argument("--every-gather-failed", action="store_true")
 ap.add_argument("--dump")
 ap.add_argument("--sf")
 ap.add_argument("--overhead", action="store_true")
+ap.add_argument("--blamed-only", type=int, help="every window's 'rank N:' reasons name this rank alone")
+ap.add_argument("--reason-contains", action="append", default=[], help="some window's reasons hold this text")
 ap.add_argument("--unwritten-packet", type=int, help="window I's packet could not be written: windows.jsonl says so")
 a = ap.parse_args()
 d = pathlib.Path(a.dir)
@@ -63,6 +65,20 @@ else:
         for i, w in enumerate(windows):
             if w["gather_ok"]:
                 errors.append(f"window {i} reports gather_ok=true; expected the injected fault's failed gather in every window")
+    if a.blamed_only is not None or a.reason_contains:
+        import re
+        reasons = []
+        for p in sorted(d.glob("window_*.json")):
+            reasons += json.loads(p.read_text())["downgrade_reasons"]
+        if not reasons:
+            errors.append("no window packet with reasons (run with --out)")
+        if a.blamed_only is not None:
+            named = {int(m) for x in reasons for m in re.findall(r"^rank (\d+):", x)}
+            if named != {a.blamed_only}:
+                errors.append(f"reasons name ranks {sorted(named)}, expected rank {a.blamed_only} alone: {reasons[:4]}")
+        for text in a.reason_contains:
+            if not any(text in x for x in reasons):
+                errors.append(f"no reason holds {text!r}: {reasons[:4]}")
     if a.unwritten_packet is not None:
         # windows.jsonl has a line for every window, and each says whether its packet is on disk.
         lines = [json.loads(x) for x in (d / "windows.jsonl").read_text().splitlines() if x]

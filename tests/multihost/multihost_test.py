@@ -12,6 +12,9 @@ CASE:
   teardown            `run` leaves no namespace or state behind, also when its command is killed
   link_slow HOSTS     the `link_slow` scenario on HOSTS x 2 ranks: communication routed, the
                       throttled host named, truth recorded
+  gather HOSTS RANKS  tests/mpi/gather_check on RANKS ranks over HOSTS hosts (needs --gather-check):
+                      every window's packet the same over the node and the flat gather, and
+                      rank 0 receiving HOSTS messages per window over the node gather
 
 Exit 0 pass, 1 fail (one line per failed expectation), 77 skip (this machine cannot make test
 hosts; testhosts.sh says why).
@@ -24,6 +27,7 @@ ap.add_argument("arg", nargs="?")
 ap.add_argument("--sf", required=True)
 ap.add_argument("--hosts", required=True)
 ap.add_argument("--out", required=True)
+ap.add_argument("--gather-check", help="the gather_check binary (case gather)")
 a = ap.parse_args()
 out = pathlib.Path(a.out)
 shutil.rmtree(out, ignore_errors=True)
@@ -204,6 +208,18 @@ elif a.case == "link_slow":
             fail(f"the P2P pass did not name {lf['host']}: {run.get('link_validation', {}).get('attribution')}")
         if lf["host"] not in run["link_validation"]["egress_degraded_hosts"]:
             fail(f"egress_degraded_hosts {run['link_validation']['egress_degraded_hosts']} lacks {lf['host']}")
+
+elif a.case == "gather":
+    hosts, ranks = (int(x) for x in a.arg.split("x"))
+    d = out / "gather"
+    check = pathlib.Path(__file__).resolve().parents[1] / "mpi" / "check_gather.py"
+    cmd = (f"mpirun -np {ranks} '{a.gather_check}' '{d}' --deadline 60 && "
+           f"/usr/bin/python3 '{check}' '{d}' --ranks {ranks} --nodes {hosts} --windows 4")
+    r = hosts_run(hosts, f"mhg{hosts}", cmd, timeout=600, slots=ranks // hosts)
+    print(r.stdout.strip())
+    if r.returncode != 0:
+        fail(f"gather over {hosts} hosts x {ranks // hosts} ranks exited {r.returncode}: "
+             f"{(r.stdout + r.stderr).strip()[-600:]}")
 
 else:
     print(f"unknown case {a.case}")

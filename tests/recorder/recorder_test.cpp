@@ -24,10 +24,13 @@ void busy_ms(double ms) { std::this_thread::sleep_for(std::chrono::microseconds(
 
 /// One or more recorders on an in-process hub; rank 0 collects the gathered windows.
 struct Harness {
+  /// The sink runs on the calling thread (these tests read the windows between safe points);
+  /// TelemetryThread.* test the recorder's own thread.
   explicit Harness(int ranks, RecorderConfig cfg, std::vector<RecorderConfig> per_rank = {}) : hub(recorder::make_loopback_hub(ranks)) {
     for (int r = 0; r < ranks; ++r) {
       transports.push_back(recorder::make_loopback_transport(hub, r, "host" + std::to_string(r / 2)));
-      const auto& c = per_rank.empty() ? cfg : per_rank[r];
+      auto c = per_rank.empty() ? cfg : per_rank[r];
+      c.assemble_off_thread = false;
       recorders.push_back(std::make_unique<Recorder>(c, *transports.back(), nullptr,
                                                      [this](formats::Window&& w, int i) {
                                                        windows.push_back(std::move(w));
@@ -277,6 +280,7 @@ TEST(Recorder, event_channel_is_sampled_polled_and_never_in_the_prefix) {
   cfg.stages = {"fwd"};
   cfg.window_steps = 8;
   cfg.event_q = 0.5;
+  cfg.assemble_off_thread = false;  // reads the window between safe points
   Recorder rec(cfg, *tr, &ev, [&](formats::Window&& w, int) { out.push_back(std::move(w)); });
   for (int t = 0; t < 8; ++t) {
     rec.begin_step(t);
@@ -367,6 +371,7 @@ struct Sut {
     RecorderConfig cfg;
     cfg.stages = {"s0", "s1", "s2"};
     cfg.window_steps = kWindow;
+    cfg.assemble_off_thread = false;  // the model checks the windows after each safe point
     cfg.capacity_steps = kCapacity;
     rec = std::make_unique<Recorder>(cfg, *tr, nullptr, [this](formats::Window&& w, int) { windows.push_back(std::move(w)); });
   }
@@ -526,4 +531,94 @@ RC_GTEST_PROP(RecorderState, matches_its_contract_under_any_call_sequence, ()) {
   rc::state::check(model, sut,
                    rc::state::gen::execOneOfWithArgs<BeginStep, EndStep, BeginStage, EndStage, BeginStage, EndStage,
                                                      Side, SafePoint, SafePoint>());
+}
+
+namespace {
+/// One rank on a loopback hub, `steps` steps of two stages, a safe point after each.
+void drive(Recorder& rec, int steps) {
+  for (int t = 0; t < steps; ++t) {
+    {
+      Recorder::StepScope step(rec, t);
+      Recorder::StageScope a(rec, 0);
+    }
+    rec.safe_point();
+  }
+}
+}  // namespace
+
+TEST(TelemetryThread, the_sink_runs_off_the_training_thread_in_window_order) {
+  RecorderConfig cfg;
+  cfg.stages = {"a", "b"};
+  cfg.window_steps = 2;
+  auto hub = recorder::make_loopback_hub(1);
+  auto tr = recorder::make_loopback_transport(hub, 0);
+  std::vector<std::thread::id> threads;
+  std::vector<int> order;
+  Recorder rec(cfg, *tr, nullptr, [&](formats::Window&& w, int i) {
+    threads.push_back(std::this_thread::get_id());
+    order.push_back(i);
+    EXPECT_EQ(w.matrix.steps(), 2);
+  });
+  drive(rec, 10);
+  rec.finish();  // joins the thread: every window handed over is in
+  ASSERT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
+  for (const auto& id : threads) EXPECT_NE(id, std::this_thread::get_id());
+  EXPECT_GE(rec.telemetry_cpu_s(), 0.0);
+}
+
+TEST(TelemetryThread, off_means_the_sink_runs_in_the_safe_point) {
+  RecorderConfig cfg;
+  cfg.stages = {"a", "b"};
+  cfg.window_steps = 2;
+  cfg.assemble_off_thread = false;
+  auto hub = recorder::make_loopback_hub(1);
+  auto tr = recorder::make_loopback_transport(hub, 0);
+  const auto self = std::this_thread::get_id();
+  std::vector<int> order;
+  bool on_caller = true;
+  Recorder rec(cfg, *tr, nullptr, [&](formats::Window&&, int i) {
+    on_caller = on_caller && std::this_thread::get_id() == self;
+    order.push_back(i);
+  });
+  drive(rec, 4);
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));  // delivered by the safe points already
+  rec.finish();
+  EXPECT_TRUE(on_caller);
+  EXPECT_EQ(rec.telemetry_cpu_s(), 0.0);
+}
+
+TEST(TelemetryThread, a_sink_error_is_rethrown_on_the_training_thread_once) {
+  RecorderConfig cfg;
+  cfg.stages = {"a", "b"};
+  cfg.window_steps = 1;
+  auto hub = recorder::make_loopback_hub(1);
+  auto tr = recorder::make_loopback_transport(hub, 0);
+  std::vector<int> seen;
+  Recorder rec(cfg, *tr, nullptr, [&](formats::Window&&, int i) {
+    seen.push_back(i);
+    if (i == 1) throw std::runtime_error("disk gone");
+  });
+  int errors = 0;
+  for (int t = 0; t < 6; ++t) {
+    {
+      Recorder::StepScope step(rec, t);
+      Recorder::StageScope a(rec, 0);
+    }
+    try {
+      rec.safe_point();
+    } catch (const std::runtime_error& e) {
+      ++errors;
+      EXPECT_STREQ(e.what(), "disk gone");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  try {
+    rec.finish();
+  } catch (const std::runtime_error& e) {
+    ++errors;
+    EXPECT_STREQ(e.what(), "disk gone");
+  }
+  EXPECT_EQ(errors, 1);  // once, on the training thread (a later safe point or finish)
+  // After the failure the sink is not called again: the later windows are dropped.
+  EXPECT_EQ(seen, (std::vector<int>{0, 1}));
 }
