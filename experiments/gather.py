@@ -8,7 +8,7 @@ modelled to 10^5 ranks on 10^3 nodes from the measured points.
 
 measure: for every host count H (--hosts, default 1,2,4) and rank count R (--ranks, default
 8,32,64,128; R/H ranks per host), `sf-testbed run` (the DDP-like step, no fault: data_tail at
-0 ms, --cost-scale 0.05, 40 measured steps in windows of 10) under scripts/testhosts.sh, in three
+0 ms, --cost-scale 0.05, --grad-mib 0.25, 40 measured steps in windows of 10) under scripts/testhosts.sh, in three
 arms:
   flat_inline  every rank sends to rank 0, rank 0 assembles and scores in the training thread's
                safe point: the gather as it was before issue 32
@@ -69,7 +69,7 @@ def measure(a):
                     continue
                 d = runs / f"h{hosts}_r{ranks}_{arm}"
                 args = ["run", "--quiet", "--out", str(d), "--scenario", "data_tail", "--delay-ms", "0", "--cost-scale",
-                        "0.05", "--steps", str(STEPS), "--warmup", "2", "--window", str(WINDOW), "--seed", "1",
+                        "0.05", "--grad-mib", "0.25", "--steps", str(STEPS), "--warmup", "2", "--window", str(WINDOW), "--seed", "1",
                         "--gather-deadline", "30"] + extra
                 cmd = f"rm -rf '{d}' && mpirun -np {ranks} '{a.sf}' " + " ".join(f"'{x}'" for x in args)
                 t0 = time.monotonic()
