@@ -225,6 +225,23 @@ struct StabilityTracker::State {
     std::map<int, std::vector<std::pair<double, double>>> margin;
     int advanced = 0;
     double advance = 0;
+    /// The lead of rank r. The leader is mostly the same rank from step to step, so the last one
+    /// looked up is remembered (std::map's nodes never move): one map lookup per group per step
+    /// was a tenth of what --detect added to sim.
+    RankLead& lead(int r) {
+      if (r != lead_rank_ || lead_ == nullptr) {
+        lead_ = &ranks[r];
+        lead_rank_ = r;
+      }
+      return *lead_;
+    }
+    std::vector<std::pair<double, double>>& margins(int r) {
+      if (r != margin_rank_ || margin_ == nullptr) {
+        margin_ = &margin[r];
+        margin_rank_ = r;
+      }
+      return *margin_;
+    }
     void finish(std::vector<RankLead>& out, std::size_t keep) const {
       out.clear();
       for (const auto& [r, l] : ranks) {
@@ -238,6 +255,11 @@ struct StabilityTracker::State {
       });
       if (out.size() > keep) out.resize(keep);
     }
+
+   private:
+    RankLead* lead_ = nullptr;
+    std::vector<std::pair<double, double>>* margin_ = nullptr;
+    int lead_rank_ = -1, margin_rank_ = -1;
   };
   /// A rank that was a window's culprit in some group: its episodes so far.
   struct Culprit {
@@ -315,18 +337,18 @@ void StabilityTracker::add_step(const frontier::StageMatrix& m, const frontier::
     const int leader = column >= 0 ? m.rank_id(column) : column;
     if (leader >= 0) {
       for (State::Tally* tl : {&st.win[g], &st.run[g]}) {
-        auto& l = tl->ranks[leader];
+        auto& l = tl->lead(leader);
         l.rank = leader;
         ++l.steps_led;
         l.credit_s += a;
       }
-      st.win[g].margin[leader].emplace_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0, a);
+      st.win[g].margins(leader).emplace_back(acc.exposed(t) > 0 ? acc.gap(t, top) / acc.exposed(t) : 0.0, a);
     } else if (leader == frontier::Accounting::kTie) {
       const auto ties = acc.tie_ranks(t, top);
       for (int c : ties)
         for (State::Tally* tl : {&st.win[g], &st.run[g]}) {
           const int r = m.rank_id(c);
-          auto& l = tl->ranks[r];
+          auto& l = tl->lead(r);
           l.rank = r;
           l.credit_s += a / static_cast<double>(ties.size());
         }

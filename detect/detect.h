@@ -112,6 +112,11 @@ struct Transient {
   int direction() const { return median_during > median_before ? +1 : -1; }
 };
 
+/// log Γ(α + ½) − log Γ(α) − ½ log(2απ): the log constant of the Student-t predictive density
+/// (ν = 2α) that the detector evaluates per run length; lgamma below α = 10, Stirling's series
+/// from there (within 2e-14 of a long-double lgamma on both sides of the switch).
+double student_t_log_const(double alpha);
+
 /// Bayesian online change-point detection with a Student-t predictive from a Normal-Gamma prior,
 /// truncated run lengths, held-back outliers and FALCON's verification. Feed one value per step;
 /// step ids must increase (gaps are allowed: a missing step is simply not observed).

@@ -584,3 +584,13 @@ TEST(DetectStability, a_periodic_culprit_is_found_in_short_windows) {
   const auto healthy = sf::detect::culprit_stability(h, sf::frontier::account(h), 0, cfg);
   EXPECT_EQ(healthy.stability, sf::detect::Stability::none) << healthy.evidence;
 }
+
+TEST(Detect, student_t_constant_matches_a_long_double_lgamma_on_both_sides_of_the_switch) {
+  // The series takes over at α = 10; a wrong coefficient or a dropped term shows here.
+  // (Up to α = 1000: past it the long-double reference itself loses digits to cancellation.)
+  for (double alpha : {0.5, 1.0, 2.5, 9.75, 9.999, 10.0, 10.001, 10.5, 12.0, 37.25, 100.0, 130.5, 1e3}) {
+    const long double a = alpha;
+    const long double want = lgammal(a + 0.5L) - lgammal(a) - 0.5L * logl(2 * a * 3.141592653589793238462643383279502884L);
+    EXPECT_NEAR(sf::detect::student_t_log_const(alpha), static_cast<double>(want), 2e-14) << "alpha " << alpha;
+  }
+}
