@@ -219,6 +219,15 @@ def report(a):
                   f"{len(k['windows'])} windows written; {len(after)} of them after the kill, each telemetry_limited: "
                   f"{all(w['telemetry_limited'] for w in after)}; missing ranks {after[0]['missing_ranks'] if after else '-'}; "
                   f"reason: {after[0]['relay_named'][0] if after and after[0]['relay_named'] else '-'}."]
+        if k["check_exit"] != 0:
+            # Seen on 2026-11-27: every rank had finished (rank 0 wrote every window within seconds), but
+            # mpirun, with orte_enable_recovery across two hosts, did not exit; it was stopped by
+            # hand, which also stopped the check after it. One host (CTest mpi.gather.relay_killed)
+            # exits and passes.
+            lines += ["", "The check did not pass: see relay_kill.json. Where every window is on disk and the check "
+                      "did not print, the launcher did not exit after the ranks had finished (mpirun with "
+                      "orte_enable_recovery across namespace hosts) and was stopped by hand, the check with it; "
+                      "on one host (CTest `mpi.gather.relay_killed`) the launcher exits and the check passes."]
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
