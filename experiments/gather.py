@@ -60,6 +60,7 @@ def measure(a):
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     rows = list(done.values())
+    measured = False
     for hosts in [int(x) for x in a.hosts.split(",")]:
         for ranks in [int(x) for x in a.ranks.split(",")]:
             if ranks % hosts:
@@ -73,6 +74,7 @@ def measure(a):
                         "--gather-deadline", "30"] + extra
                 cmd = f"rm -rf '{d}' && mpirun -np {ranks} '{a.sf}' " + " ".join(f"'{x}'" for x in args)
                 t0 = time.monotonic()
+                measured = True
                 r = hosts_run(hosts, "sfgx", ranks // hosts, cmd, 900)
                 wall = time.monotonic() - t0
                 if r.returncode != 0:
@@ -102,7 +104,7 @@ def measure(a):
     kill = out / "relay_kill.json"
     if not kill.exists() and a.gather_check:
         d = runs / "relay_kill"
-        cmd = (f"rm -rf '{d}' && mpirun --mca orte_enable_recovery 1 -np 32 '{a.gather_check}' '{d}' --steps 48 "
+        cmd = (f"rm -rf '{d}' && timeout -k 5 300 mpirun --mca orte_enable_recovery 1 -np 32 '{a.gather_check}' '{d}' --steps 48 "
                f"--window 6 --deadline 4 --die-rank 16 --die-after-window 2; "
                f"/usr/bin/python3 '{ROOT / 'tests/mpi/check_gather.py'}' '{d}' --ranks 32 --nodes 2 --windows 8 "
                f"--dead-rank 16 --node-ranks 16-31 --after 2")
@@ -118,9 +120,12 @@ def measure(a):
         json.dump({"command": cmd, "check_exit": r.returncode, "check_output": r.stdout.strip().splitlines()[-3:],
                    "windows": per, "commit": commit}, kill.open("w"), indent=1)
         print(f"gather.py: relay kill: check exited {r.returncode}: {r.stdout.strip().splitlines()[-1:]}")
-    manifest = {"command": " ".join(sys.argv), "commit": commit, "steps": STEPS, "window": WINDOW,
-                "arms": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
-    json.dump(manifest, (out / "manifest.json").open("w"), indent=1)
+    # The manifest names the commit and date of the rows: a run that only adds the relay kill
+    # (its own commit is in relay_kill.json) keeps them.
+    if measured or not (out / "manifest.json").exists():
+        manifest = {"command": " ".join(sys.argv), "commit": commit, "steps": STEPS, "window": WINDOW,
+                    "arms": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
+        json.dump(manifest, (out / "manifest.json").open("w"), indent=1)
 
 
 def fit(xs, ys):
@@ -214,7 +219,7 @@ def report(a):
         k = json.load(open(kill))
         after = [w for w in k["windows"] if not w["gather_ok"]]
         lines += ["", "## A relay killed mid-run", "",
-                  f"`{k['command']}`", "",
+                  f"`{k['command']}` (commit `{k['commit']}`)", "",
                   f"check exit {k['check_exit']}: {' '.join(k['check_output'])}", "",
                   f"{len(k['windows'])} windows written; {len(after)} of them after the kill, each telemetry_limited: "
                   f"{all(w['telemetry_limited'] for w in after)}; missing ranks {after[0]['missing_ranks'] if after else '-'}; "

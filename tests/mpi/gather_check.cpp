@@ -10,7 +10,8 @@
 //
 // --die-rank: that rank SIGKILLs itself once it has sent window K (a relay dying mid-run; launch
 // with --mca orte_enable_recovery 1 so the other ranks go on). The flat route is then not
-// compared (its windows miss one rank, the node route's the relay's whole node).
+// compared (its windows miss one rank, the node route's the relay's whole node), and the
+// survivors leave without MPI_Finalize (see leave_without_finalize).
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/recorder/mpi_transport.h"
@@ -119,6 +120,24 @@ void write_packet(const std::filesystem::path& dir, int index, const sf::formats
   write(dir / (std::string(name) + ".gather.json"), g.dump());
 }
 
+/// After a rank was killed: Open MPI 4.1's MPI_Finalize fences with every process of the job,
+/// the dead one included, and can wait for it until the launcher is stopped (seen in CI and
+/// across namespace hosts: every rank in ompi_mpi_finalize, every file written). The survivors
+/// wait for rank 0 to have written its files, then leave without it; the launcher reports the
+/// missing finalize and the check that follows reads the files.
+[[noreturn]] void leave_without_finalize(int rank, int size, int dead_rank) {
+  constexpr int kDoneTag = 7007;
+  if (rank == 0) {
+    for (int r = 1; r < size; ++r)
+      if (r != dead_rank) MPI_Send(nullptr, 0, MPI_BYTE, r, kDoneTag, MPI_COMM_WORLD);
+  } else {
+    MPI_Recv(nullptr, 0, MPI_BYTE, 0, kDoneTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: gather_check OUT [--steps N] [--window W] [--deadline S] [--die-rank R --die-after-window K]\n");
@@ -194,6 +213,7 @@ int run(int argc, char** argv) {
     }
     std::printf("gather_check: %zu windows of %d ranks written to %s\n", windows.size(), size, out.c_str());
   }
+  if (die_rank >= 0) leave_without_finalize(rank, size, die_rank);
   return 0;
 }
 
