@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <unordered_map>
 
 namespace sf::detect {
 
@@ -220,14 +221,16 @@ const std::vector<std::pair<double, double>>& it_margins(const Tally& win, int r
 struct StabilityTracker::State {
   /// A rank's lead in one window or over the run.
   struct Tally {
-    std::map<int, RankLead> ranks;
+    /// Hashed, not ordered: in a healthy window the leader is any of the world's ranks from step
+    /// to step, and a tree walk over a thousand ranks per group per step was a tenth of what
+    /// --detect added to sim. Nothing reads them in their order (finish() sorts).
+    std::unordered_map<int, RankLead> ranks;
     /// per rank: (gap / F[t,S], advance credited) at the steps it led (windows only)
-    std::map<int, std::vector<std::pair<double, double>>> margin;
+    std::unordered_map<int, std::vector<std::pair<double, double>>> margin;
     int advanced = 0;
     double advance = 0;
-    /// The lead of rank r. The leader is mostly the same rank from step to step, so the last one
-    /// looked up is remembered (std::map's nodes never move): one map lookup per group per step
-    /// was a tenth of what --detect added to sim.
+    /// The lead of rank r. Under a fault the leader is mostly the same rank from step to step, so
+    /// the last one looked up is remembered (an unordered_map's elements never move).
     RankLead& lead(int r) {
       if (r != lead_rank_ || lead_ == nullptr) {
         lead_ = &ranks[r];

@@ -139,6 +139,10 @@ void Detector::feed(std::int64_t step, double x) {
       eps > 0 ? std::log(eps) - std::log(2 * span) - (x > span ? 2 * std::log(x / span) : 0.0) : 0.0;
   scratch_.resize(n);
   inlier_.assign(n, 1.0);
+  // First the log densities (with contamination: of the inlier part, log((1 − ε) t(x))) and
+  // their largest over the runs that hold mass, then one exp per run: the mixture
+  // (1 − ε) t + ε u scaled by exp(−mx), and the inlier weight as its share. Forming the mixture
+  // in logs took an exp and a log1p more per run length per step.
   double mx = -INFINITY;
   for (std::size_t r = 0; r < n; ++r) {
     const Stats& s = stats_[r];
@@ -146,24 +150,28 @@ void Detector::feed(std::int64_t step, double x) {
     const double scale2 = s.beta * (s.kappa + 1) / (s.alpha * s.kappa);
     const double z2 = (x - s.mu) * (x - s.mu) / scale2;
     const double lc = eps > 0 ? student_t_log_const(s.alpha) : lconst_[r];
-    const double lt = lc - 0.5 * std::log(scale2) - (nu + 1) / 2 * std::log1p(z2 / nu);
-    if (eps > 0) {
-      // log((1 − ε) t(x) + ε u(x)) and the posterior weight of "x is an inlier of run r",
-      // a / (a + b) in densities: one exp and one log1p of the smaller over the larger.
-      const double a = log_in + lt, b = log_out;
-      const double e = std::exp(-std::abs(a - b));  // ≤ 1
-      scratch_[r] = std::max(a, b) + std::log1p(e);
-      // A regime that has seen nothing cannot call its first value an outlier: that value is
-      // where it begins (else a new run far from the prior's mean never learns its level).
-      inlier_[r] = r == 0 ? 1.0 : (a >= b ? 1 / (1 + e) : e / (1 + e));
-    } else {
-      scratch_[r] = lt;
-    }
-    if (post_[r] > 0) mx = std::max(mx, scratch_[r]);
+    scratch_[r] = (eps > 0 ? log_in : 0.0) + lc - 0.5 * std::log(scale2) - (nu + 1) / 2 * std::log1p(z2 / nu);
+    if (post_[r] > 0) mx = std::max({mx, scratch_[r], eps > 0 ? log_out : -INFINITY});
   }
+  const double u = eps > 0 ? std::exp(log_out - mx) : 0.0;  // ε u(x), scaled; mx >= log_out
   double cp = 0;
   for (std::size_t r = 0; r < n; ++r) {
-    scratch_[r] = post_[r] > 0 ? post_[r] * std::exp(scratch_[r] - mx) : 0.0;
+    if (post_[r] > 0) {
+      const double t = std::exp(scratch_[r] - mx);  // <= 1
+      const double p = t + u;
+      // A regime that has seen nothing cannot call its first value an outlier: that value is
+      // where it begins (else a new run far from the prior's mean never learns its level).
+      if (eps > 0 && r > 0) inlier_[r] = p > 0 ? t / p : (scratch_[r] >= log_out ? 1.0 : 0.0);
+      scratch_[r] = post_[r] * p;
+    } else {
+      // A run without mass stays without it; its weight still feeds its statistics, from the
+      // two log densities (its own may lie above mx).
+      if (eps > 0 && r > 0) {
+        const double e = std::exp(-std::abs(scratch_[r] - log_out));
+        inlier_[r] = scratch_[r] >= log_out ? 1 / (1 + e) : e / (1 + e);
+      }
+      scratch_[r] = 0.0;
+    }
     cp += scratch_[r] * h;
   }
   if (n < cap) {
