@@ -59,6 +59,11 @@ def parse():
     p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes per rank")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--gather-deadline", type=float, default=2.0, help="seconds rank 0 waits for a window")
+    p.add_argument("--gather", choices=["node", "flat"], default="node",
+                   help="the window gather: node (one relay per node feeds rank 0) or flat (every rank to rank 0)")
+    p.add_argument("--ranks-per-node", type=int, default=0,
+                   help="group ranks into nodes of this many by rank (node rank // N) instead of by host name: "
+                        "the node gather on one machine")
     p.add_argument("--telemetry-fault", choices=["none", "late", "corrupt"], default="none",
                    help="make rank 1's telemetry late or corrupt (fail-open test)")
     p.add_argument("--kill-rank-at", type=int, nargs=2, default=(-1, -1), metavar=("RANK", "STEP"),
@@ -217,6 +222,11 @@ def main():
             print(f"train.py: --kill-rank-at {a.kill_rank_at[0]} {a.kill_rank_at[1]}: expected a rank in 0..{world - 1} "
                   "and a step >= 0", file=sys.stderr)
         sys.exit(2)
+    if a.ranks_per_node < 0:
+        if rank == 0:
+            print(f"train.py: --ranks-per-node {a.ranks_per_node}: expected 0 (nodes by host name) or a rank count >= 1",
+                  file=sys.stderr)
+        sys.exit(2)
     scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
     delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
     if scen["site"] == "none":
@@ -260,7 +270,8 @@ def main():
     else:
         rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
                                 out_dir=telemetry_out if rank == 0 and telemetry_out else None,
-                                reference_steps=a.reference_steps)
+                                reference_steps=a.reference_steps, gather=a.gather,
+                                node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None)
         if a.telemetry_fault != "none" and rank == 1:
             rec.telemetry_fault = a.telemetry_fault
         entry_delay = (lambda: time.sleep(d) if on() else None) if hit and name == "comm_delay" else None

@@ -31,6 +31,11 @@ _now = time.perf_counter_ns
 
 _MAGIC = 0x5F7045  # first float of every gather payload
 _HEADER = 8        # magic, rank, window, rows, hash hi, hash lo, dropped, fault bits
+# A relay's bundle (node gather): [magic, relay, window (-1: the relay's end marker), slots], then
+# per rank of its node [rank, status] and that rank's payload as it arrived.
+_BUNDLE_MAGIC = 0x5F7042
+_BUNDLE_HEADER = 4
+_PRESENT, _LATE_AT_RELAY, _GONE_AT_RELAY = 0, 1, 2
 # The gather's process group: its timeout bounds creating it (a rendezvous), never a send or a
 # receive. gloo closes every pair of a group when one wait passes the group's timeout, so a rank
 # quiet for longer than that (a long window) would end the gather for the rest of the run: the
@@ -165,12 +170,18 @@ class Recorder:
     stage-matrix dump or evidence packet) or a reference made by Evidence.reference(name).
     reference_steps: > 0 makes window 0 exactly this many steps (a healthy phase the trainer keeps
     free of what it tests) and implies reference="first"; later windows hold window_steps.
+    gather: "node" (default) or "flat". Node: on every node but rank 0's, the node's smallest rank
+    is its relay: it receives its node's contributions, waits at most half the gather deadline
+    after its own window closed for the others, and sends rank 0 one bundle per window, so rank 0
+    receives one message per node (plus one per rank of its own node). Flat: every rank sends to
+    rank 0. node_id: what names this rank's node (default: the host name); ranks that give the
+    same node_id share a relay.
     """
 
     def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
                  overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
                  labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
-                 metrics_file=None):
+                 metrics_file=None, gather="node", node_id=None):
         import torch.distributed as dist
         self.stages = _stage_list(stages)
         self.K = len(self.stages)
@@ -191,6 +202,9 @@ class Recorder:
         self.capacity = int(capacity_steps) or 2 * self._max_window
         self.overflow = OverflowPolicy(overflow)
         self.deadline_s = float(gather_deadline_s)
+        if gather not in ("node", "flat"):
+            raise ValueError(f"gather is {gather!r}; expected \"node\" or \"flat\"")
+        self.gather = gather
         self.out_dir = out_dir
         self.sink = sink
         if metrics_file is not None and not isinstance(metrics_file, (str, os.PathLike)):
@@ -246,26 +260,29 @@ class Recorder:
         self._group = None
         host = socket.gethostname()
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        idents = [(self.rank, local, host)]
+        key = host if node_id is None else str(node_id)
+        idents = [(self.rank, local, host, key)]
         if self.distributed and self.world > 1:
             self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
                 seconds=max(_GROUP_TIMEOUT_MIN_S, 10 * self.deadline_s)))
             idents = [None] * self.world
-            dist.all_gather_object(idents, (self.rank, local, host), group=self._group)
+            dist.all_gather_object(idents, (self.rank, local, host, key), group=self._group)
         nodes = {}
-        for _, _, h in idents:
-            nodes.setdefault(h, len(nodes))
-        self.rank_info = [(r, l, nodes[h], h) for r, l, h in idents]
+        for _, _, _, k in idents:
+            nodes.setdefault(k, len(nodes))
+        self.rank_info = [(r, l, nodes[k], h) for r, l, h, k in idents]
+        self._gather_routes(idents, nodes)
         self._send_q = None          # this rank's payloads, sent by a daemon thread
         self.send_errors = []
         self._recv_q = None          # root: (rank, window, payload) from the receiver threads
         self._recv_threads = []
-        self.unfinished_ranks = []   # root: ranks whose gather had not ended when finish() returned
+        self.unfinished_ranks = []   # root: sources (ranks, relays) whose gather had not ended when finish() returned
         self.drain_s = 3 * self.deadline_s + 1.0
         self._arrived = {}           # root: window -> {rank: payload}
         self._assembled = set()
         self._pending_windows = []   # root: windows awaiting contributions
         self.late_discarded = 0
+        self.gather_messages = {}    # root: window -> messages received for it (payloads and bundles)
         self.windows = []            # root: (index, window, evidence)
         self.telemetry_fault = None  # test hook: "late" or "corrupt" on this rank
         self.safe_point_s = 0.0
@@ -459,7 +476,14 @@ class Recorder:
         collective fails first, and the trainer says so: sf_torch.lost_ranks())."""
         for r, (why, found_at) in list(self._lost.items()):
             if self._safe_points >= found_at + 2:
-                who = "rank 0 (the gather's root)" if r == 0 else f"rank {r}"
+                relay = self._lost_relay.get(r)
+                if relay is not None:
+                    self._warn(f"lost relay {relay}", f"{self._node_text(relay)}: nothing from its relay, rank {relay} "
+                                                      f"(its telemetry connection failed: {why}); windows are scored "
+                                                      "without the node (telemetry_limited)")
+                    continue
+                who = ("rank 0 (the gather's root)" if r == 0 else
+                       f"rank {r} (this node's relay)" if r == self._parent else f"rank {r}")
                 self._warn(f"lost {r}", f"{who} is gone (its telemetry connection failed: {why}); "
                                         + ("windows are scored without it (telemetry_limited)" if self.rank == 0
                                            else "this rank's windows are no longer gathered"))
@@ -472,7 +496,13 @@ class Recorder:
         self._progress(final=True)
         if self.world > 1:
             end = time.monotonic() + self.drain_s
-            if self.rank != 0:
+            if self.is_relay:
+                # Its end marker follows its last window; the forwarder ends the node's gather.
+                self._relay_start()
+                self._relay_q.put((self.rank, None, None))
+                while not self._relay_done.is_set() and time.monotonic() < end:
+                    time.sleep(0.002)
+            elif self.rank != 0:
                 import torch
                 marker = np.zeros(_HEADER + self._max_window * (5 + 2 * self.K))
                 marker[:3] = [_MAGIC, self.rank, -1]
@@ -484,7 +514,138 @@ class Recorder:
                 while any(t.is_alive() for t in self._recv_threads) and time.monotonic() < end:
                     time.sleep(0.002)
                 self._progress(final=False)
-                self.unfinished_ranks = [r for r, t in enumerate(self._recv_threads, 1) if t.is_alive()]
+                self.unfinished_ranks = [r for r, t in zip(self._sources, self._recv_threads) if t.is_alive()]
+
+    # ---- the gather's routes -------------------------------------------------------------------
+    def _gather_routes(self, idents, nodes):
+        """Who sends to whom. Flat: every rank to rank 0. Node: the ranks of rank 0's node send to
+        it; on every other node the smallest rank is the relay its ranks send to."""
+        node_of = {r: nodes[k] for r, _, _, k in idents}
+        members = {}
+        for r in sorted(node_of):
+            members.setdefault(node_of[r], []).append(r)
+        self.nodes = len(members)
+        self._relay_of = {}          # rank -> its node's relay (node gather, nodes other than rank 0's)
+        if self.gather == "node" and self.world > 1:
+            for n, rs in members.items():
+                if n != node_of[0]:
+                    for r in rs:
+                        self._relay_of[r] = rs[0]
+        self._node_members = {relay: members[node_of[relay]] for relay in set(self._relay_of.values())}
+        self._parent = self._relay_of.get(self.rank, 0)
+        self.is_relay = self._parent == self.rank and self.rank != 0
+        if self.is_relay:
+            self._parent = 0
+        # Rank 0's sources: the other ranks of its node and the relays.
+        self._sources = sorted(r for r in range(1, self.world) if r not in self._relay_of or self._relay_of[r] == r)
+        self._relay_q = None
+        self._relay_threads = []
+        self._relay_done = None
+        self.relay_late_discarded = 0  # relay: contributions that came after their window's bundle left
+        self.relay_bundles_sent = 0
+        self._lost_relay = {}        # root: rank -> the relay whose connection failed (its node's ranks)
+
+    def _payload_len(self):
+        return _HEADER + self._max_window * (5 + 2 * self.K)
+
+    def _bundle_len(self, relay):
+        return _BUNDLE_HEADER + len(self._node_members[relay]) * (2 + self._payload_len())
+
+    def _relay_start(self):
+        """Relay: receiver threads for its node's other ranks and the forwarder thread."""
+        if self._relay_q is not None:
+            return
+        import queue
+        import torch
+        self._relay_q = queue.Queue()
+        self._relay_done = threading.Event()
+        n = self._payload_len()
+
+        def receive(src):
+            window = 0
+            while True:
+                t = torch.zeros(n, dtype=torch.float64)
+                try:
+                    self._group.recv([t], src, window).wait(_FOREVER)
+                except Exception as e:  # that rank is gone (its connection closed)
+                    self._relay_q.put((src, None, one_line(e)))
+                    return
+                p = t.numpy()
+                if p[0] == _MAGIC and p[2] == -1:
+                    self._relay_q.put((src, None, None))  # its end marker
+                    return
+                self._relay_q.put((src, window, p))
+                window += 1
+
+        for r in self._node_members[self.rank]:
+            if r != self.rank:
+                th = threading.Thread(target=receive, args=(r,), name=f"sf_torch-relay-recv{r}", daemon=True)
+                th.start()
+                self._relay_threads.append(th)
+        threading.Thread(target=self._forward, name="sf_torch-relay", daemon=True).start()
+
+    def _forward(self):
+        """Relay: one bundle per window to rank 0, in window order, once every rank of the node has
+        given its contribution (or ended, or is gone), or half the gather deadline after the
+        relay's own window closed; then its end marker. Never raises into training."""
+        import queue
+        import torch
+        members = self._node_members[self.rank]
+        n = self._payload_len()
+        wait_s = 0.5 * self.deadline_s
+        got, own_at = {}, {}         # window -> {rank: payload}; window -> when the relay's own closed
+        ended, gone = set(), {}      # ranks past their last window; rank -> why its connection failed
+        window = 0
+        own_end = False
+        try:
+            while True:
+                due = own_at.get(window)
+                timeout = max(0.0, due + wait_s - time.monotonic()) if due is not None else 0.05
+                try:
+                    src, w, p = self._relay_q.get(timeout=timeout)
+                    if w is None:
+                        if src == self.rank:
+                            own_end = True
+                        elif p is None:
+                            ended.add(src)
+                        else:
+                            gone[src] = p
+                    elif w < window:
+                        self.relay_late_discarded += 1
+                    else:
+                        got.setdefault(w, {})[src] = p
+                        if src == self.rank:
+                            own_at[w] = time.monotonic()
+                except queue.Empty:
+                    pass
+                while window in own_at:
+                    have = got.get(window, {})
+                    complete = all(r in have or r in ended or r in gone for r in members)
+                    if not complete and time.monotonic() < own_at[window] + wait_s:
+                        break
+                    b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
+                    b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, window, len(members)]
+                    for i, r in enumerate(members):
+                        at = _BUNDLE_HEADER + i * (2 + n)
+                        status = _PRESENT if r in have else _GONE_AT_RELAY if r in gone else _LATE_AT_RELAY
+                        b[at:at + 2] = [r, status]
+                        if r in have:
+                            b[at + 2:at + 2 + n] = have[r]
+                    got.pop(window, None)
+                    own_at.pop(window)
+                    self._group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
+                    self.relay_bundles_sent += 1
+                    window += 1
+                if own_end and window not in own_at and not any(w >= window for w in own_at):
+                    b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
+                    b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, -1, len(members)]
+                    self._group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
+                    return
+        except Exception as e:  # rank 0 is gone: this node's windows are no longer gathered
+            self.send_errors.append(f"relay, window {window}: {one_line(e)}")
+            self._lost.setdefault(0, (one_line(e), self._safe_points))
+        finally:
+            self._relay_done.set()
 
     # ---- internals -----------------------------------------------------------------------------
     def _window_lo(self, window):
@@ -564,6 +725,11 @@ class Recorder:
         self._faults.clear()
         self._window_dropped = 0
         self.windows_closed += 1
+        if self.is_relay:
+            # Its own contribution goes into its node's bundle (the forwarder thread sends it).
+            self._relay_start()
+            self._relay_q.put((self.rank, window, self._payload(window, rows, reasons)))
+            return
         if self.rank != 0:
             import torch
             tensor = torch.from_numpy(self._payload(window, rows, reasons))
@@ -589,10 +755,10 @@ class Recorder:
                     window, tensor, not_before = self._send_q.get()
                     time.sleep(max(0.0, not_before - time.monotonic()))
                     try:
-                        self._group.send([tensor], 0, window).wait(_FOREVER)
-                    except Exception as e:  # telemetry never stops training: rank 0 is gone
+                        self._group.send([tensor], self._parent, window).wait(_FOREVER)
+                    except Exception as e:  # telemetry never stops training: rank 0 (or the relay) is gone
                         self.send_errors.append(f"window {window}: {one_line(e)}")
-                        self._lost.setdefault(0, (one_line(e), self._safe_points))
+                        self._lost.setdefault(self._parent, (one_line(e), self._safe_points))
                     self._send_q.task_done()
 
             threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
@@ -604,29 +770,63 @@ class Recorder:
         import queue
         import torch
         self._recv_q = queue.Queue()
-        n = _HEADER + self._max_window * (5 + 2 * self.K)
+        n = self._payload_len()
 
         def run(src):
+            relay = src in self._node_members
             window = 0
             while True:
-                t = torch.zeros(n, dtype=torch.float64)
+                t = torch.zeros(self._bundle_len(src) if relay else n, dtype=torch.float64)
                 try:
                     self._group.recv([t], src, window).wait(_FOREVER)
-                except Exception as e:  # that rank is gone (its connection closed)
+                except Exception as e:  # that rank (or relay: its node) is gone (its connection closed)
                     why = one_line(e)
-                    self._lost[src] = (why, self._safe_points)
-                    self._recv_q.put((src, window, why))
+                    for r in self._node_members.get(src, [src]):
+                        if relay:
+                            self._lost_relay[r] = src
+                        self._lost[r] = (why, self._safe_points)
+                        self._recv_q.put((r, window, f"gather failed ({why})"))
                     return
                 p = t.numpy()
+                if relay:
+                    if p[0] != _BUNDLE_MAGIC or int(p[1]) != src:
+                        why = f"corrupt bundle from relay {src}"
+                        for r in self._node_members[src]:
+                            self._recv_q.put((r, window, why))
+                    elif p[2] == -1:
+                        return  # the relay's end marker: its node's last window is in
+                    else:
+                        self._recv_q.put((None, window, None))  # one message for this window
+                        for i in range(int(p[3])):
+                            at = _BUNDLE_HEADER + i * (2 + n)
+                            r, status = int(p[at]), int(p[at + 1])
+                            if r not in self._node_members[src]:
+                                continue  # a slot for a rank of another node is not this relay's to fill
+                            self._recv_q.put((r, window, p[at + 2:at + 2 + n] if status == _PRESENT else
+                                              f"late at its relay, rank {src} (nothing within {0.5 * self.deadline_s:g} s "
+                                              "of the relay's own window)" if status == _LATE_AT_RELAY else
+                                              f"gone (its telemetry connection to relay {src} failed)"))
+                    window += 1
+                    continue
                 if p[0] == _MAGIC and p[2] == -1:
                     return  # the end marker: that rank sent its last window
+                self._recv_q.put((None, window, None))
                 self._recv_q.put((src, window, p))
                 window += 1
 
-        for r in range(1, self.world):
+        for r in self._sources:
             th = threading.Thread(target=run, args=(r,), name=f"sf_torch-recv{r}", daemon=True)
             th.start()
             self._recv_threads.append(th)
+
+    def _take_arrivals(self):
+        """Root: what the receiver threads have queued (payloads, reasons, message counts)."""
+        while self._recv_q is not None and not self._recv_q.empty():
+            src, window, payload = self._recv_q.get_nowait()
+            if src is None:
+                self.gather_messages[window] = self.gather_messages.get(window, 0) + 1
+            else:
+                self._arrived.setdefault(window, {})[src] = payload
 
     def _progress(self, final):
         if final and self._send_q is not None:
@@ -636,17 +836,13 @@ class Recorder:
                 time.sleep(0.002)
         if self.rank != 0:
             return
-        while self._recv_q is not None and not self._recv_q.empty():
-            src, window, payload = self._recv_q.get_nowait()
-            self._arrived.setdefault(window, {})[src] = payload
+        self._take_arrivals()
         while self._pending_windows:
             pw = self._pending_windows[0]
             if final:
                 while not self._complete(pw["window"]) and time.monotonic() < pw["deadline"]:
                     time.sleep(0.002)
-                    while not self._recv_q.empty():
-                        src, window, payload = self._recv_q.get_nowait()
-                        self._arrived.setdefault(window, {})[src] = payload
+                    self._take_arrivals()
             if not self._complete(pw["window"]) and time.monotonic() < pw["deadline"]:
                 break
             self._pending_windows.pop(0)
@@ -654,6 +850,11 @@ class Recorder:
             self._assembled.add(pw["window"])
         for window in [w for w in self._arrived if w in self._assembled]:
             self.late_discarded += len(self._arrived.pop(window))
+
+    def _node_text(self, relay):
+        rs = self._node_members[relay]
+        span = f"{rs[0]}-{rs[-1]}" if rs[-1] - rs[0] == len(rs) - 1 else ",".join(map(str, rs))
+        return f"node {self.rank_info[relay][2]} (ranks {span})"
 
     def _complete(self, window):
         """Every rank's contribution to `window` arrived, or that rank is gone (not waited for)."""
@@ -682,15 +883,22 @@ class Recorder:
         dropped = pw["dropped"]
         rows = list(pw["rows"])
         late = []
+        said = set()  # relays whose node's loss is said (once per node)
         for r in range(1, self.world):
             if r not in arrived:
-                if r in self._lost:
+                relay = self._lost_relay.get(r)
+                if relay is not None:
+                    if relay not in said:
+                        said.add(relay)
+                        reasons.append(f"{self._node_text(relay)}: nothing from its relay, rank {relay} (its telemetry "
+                                       f"connection failed: {self._lost[r][0]})")
+                elif r in self._lost:
                     reasons.append(f"rank {r}: gone (its telemetry connection failed: {self._lost[r][0]})")
                 else:
                     late.append(r)
                 continue
             p = arrived[r]
-            got = self._check(r, p, window) if not isinstance(p, str) else f"gather failed ({p})"
+            got = self._check(r, p, window) if not isinstance(p, str) else p
             if isinstance(got, str):
                 reasons.append(f"rank {r}: {got}")
                 continue
@@ -698,6 +906,12 @@ class Recorder:
                 reasons.append(f"rank {r}: {int(p[7])} recorder fault(s) or dropped step(s) in this window")
             dropped += int(p[6])
             rows.append(got)
+        # A relay's node that sent nothing by the deadline is said as a node, the others by rank.
+        for relay, rs in self._node_members.items():
+            if rs and all(r in late for r in rs):
+                reasons.append(f"gather deadline {self.deadline_s:g} s passed without {self._node_text(relay)}: "
+                               f"nothing from its relay, rank {relay}")
+                late = [r for r in late if r not in rs]
         if late:
             reasons.append(f"gather deadline {self.deadline_s:g} s passed without rank(s) "
                            + ",".join(str(r) for r in late))
