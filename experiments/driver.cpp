@@ -554,8 +554,10 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   s.name = j["name"];
   s.title = j.value("title", s.name);
   s.kind = j.value("kind", "runs");
-  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity" && s.kind != "torch")
-    throw formats::FormatError(path, 0, "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures, sensitivity or torch");
+  if (s.kind != "runs" && s.kind != "overhead" && s.kind != "fixtures" && s.kind != "sensitivity" && s.kind != "torch" &&
+      s.kind != "script")
+    throw formats::FormatError(path, 0,
+                               "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures, sensitivity, torch or script");
   s.per_window = j.value("per_window", false);
   if (j.contains("row_timeout_s")) {
     const auto& t = j["row_timeout_s"];
@@ -586,6 +588,21 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     s.raw["overrides"][key] = base[key];
   }
   if (s.kind == "fixtures") return s;
+  if (s.kind == "script") {
+    // A measurement with a launcher of its own (namespace hosts, a probe binary): the script
+    // measures into the experiment's directory, then makes its table and plots.
+    auto strings = [&](const ordered_json& v, const char* what) {
+      if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_string(); }))
+        throw formats::FormatError(path, 0, std::string("a script spec needs \"") + what + "\": a non-empty list of strings");
+      return v.get<std::vector<std::string>>();
+    };
+    if (!j.contains("script") || !j["script"].is_string()) throw formats::FormatError(path, 0, "a script spec needs a \"script\" path");
+    s.script = j["script"];
+    s.script_args = strings(quick && j.contains("quick") && j["quick"].contains("args") ? j["quick"]["args"] : j.value("args", ordered_json()),
+                            "args");
+    s.report_args = strings(j.value("report_args", ordered_json()), "report_args");
+    return s;  // --set applies to rows; the driver says it does not reach a script
+  }
   if (s.kind == "sensitivity") {
     if (quick && j.contains("quick"))
       for (const auto& [k, v] : j["quick"].items()) s.raw[k] = v;
@@ -677,10 +694,46 @@ int run(const DriverOptions& opt) {
   int failures = 0;
   for (const auto& spec : specs) {
     const std::string dir = opt.out_dir + "/" + spec.name + (opt.tag.empty() ? "" : "-" + opt.tag) + (opt.quick ? "-quick" : "");
-    fs::create_directories(dir + "/rows");
+    fs::create_directories(spec.kind == "script" ? dir : dir + "/rows");
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<ordered_json> csv_rows;
     std::vector<std::string> failed;
+    if (spec.kind == "script") {
+      // {sf}: this binary; {build}: its directory (the probes CTest builds); {out}: the
+      // experiment's directory. A relative script path is relative to the project root.
+      const fs::path root = fs::absolute(opt.specs_dir).parent_path().parent_path();
+      fs::path script = spec.script;
+      if (script.is_relative()) script = root / script;
+      auto expand = [&](std::vector<std::string> args) {
+        for (auto& a : args)
+          for (const auto& [key, value] : {std::pair<std::string, std::string>{"{sf}", opt.self},
+                                           {"{build}", fs::path(opt.self).parent_path().string()},
+                                           {"{out}", dir}})
+            for (auto at = a.find(key); at != std::string::npos; at = a.find(key, at + value.size())) a.replace(at, key.size(), value);
+        args.insert(args.begin(), {opt.python, script.string()});
+        return args;
+      };
+      const int timeout_s = opt.row_timeout_s > 0 ? opt.row_timeout_s : spec.row_timeout_s > 0 ? spec.row_timeout_s : kDefaultRowTimeoutS;
+      if (opt.force) {  // the script keeps finished rows: --force starts it afresh
+        fs::remove_all(dir);
+        fs::create_directories(dir);
+      }
+      if (!opt.overrides.empty())
+        std::fprintf(stderr, "[%s] --set does not reach a script experiment (its options are the spec's \"args\")\n", spec.name.c_str());
+      std::fprintf(stderr, "[%s] %s (log: %s/log.txt)\n", spec.name.c_str(), script.string().c_str(), dir.c_str());
+      int rc = spawn(expand(spec.script_args), dir + "/log.txt", timeout_s, [] {});
+      if (rc == 0) rc = spawn(expand(spec.report_args), dir + "/report.log", 600, [] {});
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rc != 0) {
+        std::fprintf(stderr, "[%s] %s (%s), see %s/log.txt and report.log\n", spec.name.c_str(),
+                     rc == -1 ? ("killed at the timeout of " + std::to_string(timeout_s) + " s").c_str() : ("exit " + std::to_string(rc)).c_str(),
+                     hms(elapsed).c_str(), dir.c_str());
+        ++failures;
+      } else {
+        std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(), dir.c_str());
+      }
+      continue;
+    }
     if (spec.kind == "fixtures") {
       const auto seed = spec.raw.value("seed", 1);
       const int windows = opt.quick ? 200 : spec.raw.value("windows", 20000);

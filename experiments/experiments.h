@@ -24,12 +24,16 @@ struct Row {
 
 struct Spec {
   std::string name, title;
-  std::string kind;               ///< "runs", "overhead" or "fixtures"
+  std::string kind;               ///< "runs", "overhead", "fixtures", "sensitivity", "torch" or "script"
   bool per_window = false;        ///< one CSV line per recorder window (A/B/A)
   /// "row_timeout_s": seconds before a row is killed when --row-timeout is not given (0:
   /// kDefaultRowTimeoutS); a soak whose rows run for half an hour says so in its spec.
   int row_timeout_s = 0;
   std::vector<Row> rows;
+  /// kind "script": the script (relative to the project root), its arguments (quick: the
+  /// "quick" list) and its report's, with {sf}, {build} and {out} filled in by the driver.
+  std::string script;
+  std::vector<std::string> script_args, report_args;
   nlohmann::ordered_json raw;     ///< the spec file, for the report
 };
 

@@ -945,6 +945,8 @@ REPORTS = {"detect": report_detect, "fixtures": report_fixtures, "routing": repo
            "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic,
            "events": report_events, "sensitivity": report_sensitivity, "torch_routing": report_torch_routing,
            "soak": report_soak}
+# Experiments whose own script writes table.md and summary.json (kind "script" specs).
+SCRIPTED = ["gather"]
 
 
 def report(d):
@@ -968,7 +970,7 @@ def index(results):
            "one experiment with `build/sf-testbed experiment NAME`. Runs are real `mpirun` processes with the host-stream "
            "device model (no GPU here); GPU rows are in `gpu/` where a GPU session produced them.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
-    for name in REPORTS:
+    for name in [*REPORTS, *SCRIPTED]:
         s = results / name / "summary.json"
         if not s.exists():
             out.append(f"| {name} | not run yet | | |")
@@ -976,7 +978,7 @@ def index(results):
         j = json.loads(s.read_text())
         out.append(f"| [{name}]({name}/table.md) | {j['headline']} | {j['paper']} | {notes.get(name, '')} |")
     out.append("")
-    for name in REPORTS:
+    for name in [*REPORTS, *SCRIPTED]:
         s = results / name / "summary.json"
         if s.exists():
             j = json.loads(s.read_text())
