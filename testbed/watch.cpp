@@ -164,6 +164,27 @@ struct Watch::State {
     return frontier::evaluate(m, opt.label);
   }
 
+  /// The same as pending_evidence, in the segment scope from the held steps' own accounting
+  /// when every pending step in [lo, hi] is observe_step's (what side_of reads is the same:
+  /// property segment_equals_window); a whole evaluate() of a matrix of those steps was a tenth
+  /// of what --detect added to a 2000-step sim.
+  std::optional<frontier::Evidence> pending_segment(std::int64_t lo, std::int64_t hi) const {
+    if (pending.empty() || hi < lo) return std::nullopt;
+    const bool held = streaming && std::all_of(pending.begin(), pending.end(), [&](const Pending& p) {
+      const std::int64_t id = p.m->step_id(p.t);
+      return id < lo || id > hi || p.held != nullptr;
+    });
+    if (!held) return pending_evidence(lo, hi);
+    const auto& m0 = *pending.front().m;
+    frontier::StreamingAccumulator acc(m0.schema(), m0.world_size(), opt.label, m0.rank_ids(),
+                                       frontier::StreamingAccumulator::Scope::segment);
+    acc.bound_medians(opt.exact_median_steps);
+    for (const auto& p : pending)
+      if (const std::int64_t id = p.m->step_id(p.t); id >= lo && id <= hi) acc.add_accounted_step(p.held->m, p.held->facts);
+    if (acc.steps_seen() == 0) return std::nullopt;
+    return acc.finish();
+  }
+
   /// observe()'s work on the rows of an accounted window: the series, stability, trace, the
   /// detectors and the pending steps (`held`: observe_step's copy of its one step).
   std::vector<ConfirmedChange> observe_rows(const std::shared_ptr<const frontier::StageMatrix>& mp,
@@ -187,7 +208,7 @@ struct Watch::State {
       if (!diagnoses.empty() && diagnoses.back().change.step == segment_first) diagnoses.back().after = d.before;
       // The segment after: from the change to the latest step (it grows until the next change).
       if (!pending.empty()) {
-        if (auto e = pending_evidence(c.step, pending.back().m->step_id(pending.back().t))) d.after = detail::side_of(*e);
+        if (auto e = pending_segment(c.step, pending.back().m->step_id(pending.back().t))) d.after = detail::side_of(*e);
         new_segment(*pending.front().m);
       }
       segment_first = c.step;
