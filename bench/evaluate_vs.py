@@ -18,10 +18,16 @@ import subprocess
 import sys
 
 
+REPETITIONS = 5
+
+
 def run(binary):
-    out = subprocess.run([binary, "--benchmark_filter=BM_(evaluate|memcpy)", "--benchmark_format=json"],
+    """Each case's median over REPETITIONS repetitions in one process: the 16384-rank cases run one
+    iteration per repetition (their minimum time is one call), and a single call is a cold one."""
+    out = subprocess.run([binary, "--benchmark_filter=BM_(evaluate|memcpy)", "--benchmark_format=json",
+                          f"--benchmark_repetitions={REPETITIONS}", "--benchmark_report_aggregates_only=true"],
                          capture_output=True, text=True, check=True).stdout
-    return {b["name"]: b["real_time"] for b in json.loads(out)["benchmarks"]}
+    return {b["run_name"]: b["real_time"] for b in json.loads(out)["benchmarks"] if b.get("aggregate_name") == "median"}
 
 
 def commit_of(binary):
@@ -56,7 +62,8 @@ def main():
              f"- command: `/usr/bin/python3 bench/evaluate_vs.py {a.old} {a.new} --rounds {a.rounds} --out {a.out}`",
              f"- old: `{commit_of(a.old)}`, new: `{commit_of(a.new)}`; {datetime.datetime.utcnow():%Y-%m-%dT%H:%M:%SZ}; "
              f"{os.cpu_count()} CPUs, {platform.machine()}; load after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
-             "- per round: new evaluate / old evaluate, run back to back (order alternating); median over rounds; "
+             f"- per round: new evaluate / old evaluate, run back to back (order alternating), each the median of {REPETITIONS} "
+             "repetitions in its process; median over rounds; "
              "the memcpy yardstick's same ratio beside it", "",
              "| ranks x steps | evaluate new / old (median) | per round | memcpy new / old (median) |", "|---|--:|---|--:|"]
     for case, r, v in rows:
