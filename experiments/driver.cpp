@@ -667,6 +667,14 @@ std::vector<std::string> list_specs(const std::string& dir) {
   return names;
 }
 
+namespace {
+/// Seconds before a row (or a script experiment) is killed: --row-timeout, else the spec's, else
+/// kDefaultRowTimeoutS.
+int row_timeout(const DriverOptions& opt, const Spec& spec) {
+  return opt.row_timeout_s > 0 ? opt.row_timeout_s : spec.row_timeout_s > 0 ? spec.row_timeout_s : kDefaultRowTimeoutS;
+}
+}  // namespace
+
 int run(const DriverOptions& opt) {
   std::vector<std::string> names = opt.names;
   if (names.size() == 1 && names[0] == "all") names = list_specs(opt.specs_dir);
@@ -713,7 +721,7 @@ int run(const DriverOptions& opt) {
         args.insert(args.begin(), {opt.python, script.string()});
         return args;
       };
-      const int timeout_s = opt.row_timeout_s > 0 ? opt.row_timeout_s : spec.row_timeout_s > 0 ? spec.row_timeout_s : kDefaultRowTimeoutS;
+      const int timeout_s = row_timeout(opt, spec);
       if (opt.force) {  // the script keeps finished rows: --force starts it afresh
         fs::remove_all(dir);
         fs::create_directories(dir);
@@ -750,9 +758,7 @@ int run(const DriverOptions& opt) {
       }
     }
     const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
-    const int row_timeout_s = opt.row_timeout_s > 0    ? opt.row_timeout_s
-                              : spec.row_timeout_s > 0 ? spec.row_timeout_s
-                                                       : kDefaultRowTimeoutS;
+    const int row_timeout_s = row_timeout(opt, spec);
     std::size_t done_now = 0;
     double spent = 0;
     for (std::size_t i = 0; i < n; ++i) {

@@ -102,14 +102,22 @@ struct Watch::State {
     }
   }
 
+  /// An accumulator of m's layout in the segment scope. Throws std::invalid_argument for a
+  /// baseline that needs the whole window (rank_median).
+  frontier::StreamingAccumulator segment_scope(const frontier::StageMatrix& m) const {
+    frontier::StreamingAccumulator acc(m.schema(), m.world_size(), opt.label, m.rank_ids(),
+                                       frontier::StreamingAccumulator::Scope::segment);
+    acc.bound_medians(opt.exact_median_steps);
+    return acc;
+  }
+
   void new_segment(const frontier::StageMatrix& m) {
     segment.reset();
     if (!streaming) return;
     try {
       // The segment scope: the fields a change's diagnosis reads, at a fraction of the full cost
       // per step (property segment_equals_window).
-      segment.emplace(m.schema(), m.world_size(), opt.label, m.rank_ids(), frontier::StreamingAccumulator::Scope::segment);
-      segment->bound_medians(opt.exact_median_steps);
+      segment.emplace(segment_scope(m));
     } catch (const std::invalid_argument&) {
       streaming = false;  // rank_median: the report reads the whole matrix the caller keeps
     }
@@ -175,10 +183,7 @@ struct Watch::State {
       return id < lo || id > hi || p.held != nullptr;
     });
     if (!held) return pending_evidence(lo, hi);
-    const auto& m0 = *pending.front().m;
-    frontier::StreamingAccumulator acc(m0.schema(), m0.world_size(), opt.label, m0.rank_ids(),
-                                       frontier::StreamingAccumulator::Scope::segment);
-    acc.bound_medians(opt.exact_median_steps);
+    auto acc = segment_scope(*pending.front().m);
     for (const auto& p : pending)
       if (const std::int64_t id = p.m->step_id(p.t); id >= lo && id <= hi) acc.add_accounted_step(p.held->m, p.held->facts);
     if (acc.steps_seen() == 0) return std::nullopt;

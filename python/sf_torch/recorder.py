@@ -551,6 +551,12 @@ class Recorder:
     def _bundle_len(self, relay):
         return _BUNDLE_HEADER + len(self._node_members[relay]) * (2 + self._payload_len())
 
+    def _bundle(self, window):
+        """Relay: an empty bundle for `window` (-1: the end marker), its header filled in."""
+        b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
+        b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, window, len(self._node_members[self.rank])]
+        return b
+
     def _relay_start(self):
         """Relay: receiver threads for its node's other ranks and the forwarder thread."""
         if self._relay_q is not None:
@@ -623,8 +629,7 @@ class Recorder:
                     complete = all(r in have or r in ended or r in gone for r in members)
                     if not complete and time.monotonic() < own_at[window] + wait_s:
                         break
-                    b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
-                    b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, window, len(members)]
+                    b = self._bundle(window)
                     for i, r in enumerate(members):
                         at = _BUNDLE_HEADER + i * (2 + n)
                         status = _PRESENT if r in have else _GONE_AT_RELAY if r in gone else _LATE_AT_RELAY
@@ -637,8 +642,7 @@ class Recorder:
                     self.relay_bundles_sent += 1
                     window += 1
                 if own_end and window not in own_at and not any(w >= window for w in own_at):
-                    b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
-                    b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, -1, len(members)]
+                    b = self._bundle(-1)
                     self._group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
                     return
         except Exception as e:  # rank 0 is gone: this node's windows are no longer gathered
