@@ -120,7 +120,7 @@ int run_sim(SimOptions& o) {
   const auto& ref_e = ref_scored.evidence;
   // The diagnosis: the change against the healthy reference (for a run without a fault, itself).
   testbed::apply_reference(e, frontier::make_reference(ref_e, "the healthy reference (same seed, no fault)"));
-  const auto vr = testbed::verdict_report(plan, e, gap, &ref_e);
+  const auto vr = testbed::verdict_report(plan, e, gap, &ref_e, cfg.seed);
   const std::string scoring = whole ? std::string("whole matrix")
                                     : "streamed, " + std::to_string(scored.threads) + " thread(s)";
   // The matrix itself only where an answer reads it (--dump, --trace, --detect on the whole matrix).

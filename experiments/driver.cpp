@@ -205,6 +205,7 @@ ordered_json row_columns(const ordered_json& result, const Row& row, const Spec&
   base["experiment"] = spec.name;
   base["row"] = row.id;
   base["group"] = row.params.value("group", "");
+  base["arm"] = row.params.value("_arm", "fault");
   base["ranks"] = row.ranks;
   for (const auto& [k, v] : row.params.items())
     if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
@@ -237,20 +238,57 @@ void add_diagnosis_columns(ordered_json& base, const ordered_json& evidence, con
   }
 }
 
+/// The paper's absolute verdict (frontier rule) against the expected stage and ranks.
+void add_verdict_columns(ordered_json& base, const ordered_json& v) {
+  if (v.contains("expected")) {
+    base["expected_stage"] = v["expected"].value("stage", "");
+    std::string ranks;
+    for (const auto& r : v["expected"].value("ranks", ordered_json::array())) ranks += (ranks.empty() ? "" : ";") + r.dump();
+    base["truth_ranks"] = ranks;
+  }
+  base["top1"] = v["frontier"]["top1"];
+  base["tie"] = v["frontier"].value("top1_tie", false);
+  base["top2"] = v["frontier"]["top2"];
+  base["cand_hit"] = v["frontier"].value("candidate_hit", false);
+  base["cand_size"] = v["frontier"].value("candidate_size", 0);
+  base["outcome"] = v.value("outcome", "");
+  base["misroute"] = v.value("misroute", false);
+  base["rank_hit"] = v.value("rank_hit", false);
+}
+
+/// The shuffled-target arm: the fault row's own evidence judged against the verdict's shuffled
+/// truth (testbed::verdict_report), as a CSV line of its own beside the fault row.
+void add_shuffled_row(std::vector<ordered_json>& out, const ordered_json& verdict) {
+  const ordered_json& base = out.front();
+  if (base.value("arm", "") != "fault" || !verdict.contains("shuffled")) return;
+  const auto& sh = verdict["shuffled"];
+  ordered_json r = base;
+  r["arm"] = "shuffled";
+  add_verdict_columns(r, sh);
+  for (const char* k : {"absorbed_stage", "absorbed_share", "absorbed_basis", "check_pass"}) r.erase(k);
+  const auto& d = sh["diagnosis"];
+  r["diag_outcome"] = d.value("outcome", "");
+  r["diag_correct"] = d.value("correct", false);
+  r["diag_stage_hit"] = d.value("stage_hit", false);
+  r["diag_rank_hit"] = d.value("rank_hit", false);
+  r["diag_exposed"] = d.value("exposed", false);
+  out.push_back(std::move(r));
+}
+
 /// One CSV line of a `sim --json` row: the row's parameters, the verdict and --detect's fields.
 std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row, const Spec& spec) {
   ordered_json base = row_columns(sim, row, spec);
   base["tool"] = "sim";
   if (sim.contains("evidence") && sim["evidence"].contains("median_step_s"))
     base["median_step_ms"] = sim["evidence"].value("median_step_s", 0.0) * 1e3;
-  if (sim.contains("verdict") && sim["verdict"].contains("frontier")) {
-    base["top1"] = sim["verdict"]["frontier"]["top1"];
-    base["top2"] = sim["verdict"]["frontier"]["top2"];
-    base["rank_hit"] = sim["verdict"].value("rank_hit", false);
-  }
+  if (sim.contains("verdict") && sim["verdict"].contains("frontier")) add_verdict_columns(base, sim["verdict"]);
   if (sim.contains("evidence") && sim.contains("verdict")) add_diagnosis_columns(base, sim["evidence"], sim["verdict"]);
+  if (sim.contains("evidence") && sim["evidence"].contains("shares") && sim["evidence"]["shares"].is_object())
+    for (const auto& [stage, v] : sim["evidence"]["shares"].items()) base["share:" + stage] = v;
   add_detect_columns(base, sim);
-  return {base};
+  std::vector<ordered_json> out{base};
+  if (sim.contains("verdict")) add_shuffled_row(out, sim["verdict"]);
+  return out;
 }
 
 std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
@@ -279,11 +317,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
   base["co_critical_stages"] = join(e["co_critical_stages"]);
   if (run.contains("verdict")) {
     const auto& v = run["verdict"];
-    base["top1"] = v["frontier"]["top1"];
-    base["tie"] = v["frontier"].value("top1_tie", false);
-    base["top2"] = v["frontier"]["top2"];
-    base["outcome"] = v.value("outcome", "");
-    base["misroute"] = v.value("misroute", false);
+    add_verdict_columns(base, v);
     if (v.contains("absorbed")) {
       const auto& a = v["absorbed"];
       base["absorbed_stage"] = a["stage"].is_string() ? a["stage"] : ordered_json("");
@@ -291,9 +325,6 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
       base["absorbed_basis"] = a["basis"];
       base["exposed_ms_per_step"] = a["exposed_ms_per_step"];
     }
-    base["cand_hit"] = v["frontier"]["candidate_hit"];
-    base["cand_size"] = v["frontier"]["candidate_size"];
-    base["rank_hit"] = v["rank_hit"];
     base["suspect_rank"] = v["suspect"]["rank"];
     base["suspect_basis"] = v["suspect"]["basis"];
     base["check_pass"] = v["check"]["pass"];
@@ -326,7 +357,11 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     base["rank0_rss_windows_fitted"] = t["rank0_rss"]["windows_fitted"];
     base["windows"] = run.contains("windows") ? run["windows"].size() : 0;
   }
-  if (!spec.per_window) return {base};
+  if (!spec.per_window) {
+    std::vector<ordered_json> out{base};
+    if (run.contains("verdict")) add_shuffled_row(out, run["verdict"]);
+    return out;
+  }
   std::vector<ordered_json> out;
   for (const auto& w : run["windows"]) {
     ordered_json r = base;
@@ -559,6 +594,10 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     throw formats::FormatError(path, 0,
                                "\"kind\" is " + s.kind + ", expected runs, overhead, fixtures, sensitivity, torch or script");
   s.per_window = j.value("per_window", false);
+  if (j.contains("sham") && !j["sham"].is_boolean()) throw formats::FormatError(path, 0, "\"sham\" must be true or false");
+  s.sham = j.value("sham", false);
+  if (s.sham && s.kind != "runs" && s.kind != "torch")
+    throw formats::FormatError(path, 0, "\"sham\" applies to runs and torch specs, not " + s.kind);
   if (j.contains("row_timeout_s")) {
     const auto& t = j["row_timeout_s"];
     if (!t.is_number_integer() || t.get<std::int64_t>() < 10 || t.get<std::int64_t>() > 86400)
@@ -624,7 +663,7 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     params.push_back(std::move(p));
   }
   std::set<std::string> ids;
-  auto add_row = [&](const ordered_json& p, const ordered_json& from, const std::string& tool) {
+  auto add_row = [&](const ordered_json& p, const ordered_json& from, const std::string& tool, const std::string& prefix = "") {
     Row row;
     row.params = p;
     row.tool = tool;
@@ -633,11 +672,26 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     row.ranks = p["ranks"];
     row.args = to_args(p);
     if (tool == "sim") row.args.insert(row.args.begin(), {"--ranks", std::to_string(row.ranks)});
-    row.id = (tool == "sim" ? "sim-" : "") + row_id(p, from);
+    row.id = (tool == "sim" ? "sim-" : "") + prefix + row_id(p, from);
     if (!ids.insert(row.id).second) throw formats::FormatError(path, 0, "duplicate row " + row.id);
     s.rows.push_back(std::move(row));
   };
+  // The sham arm: each row with a fault again with delay 0 (same seed, hence the same hidden
+  // target and cost draws, same settings). Rows that differ only in the delay share one sham.
+  auto add_sham_rows = [&](const std::vector<ordered_json>& rows, const ordered_json& from, const std::string& tool) {
+    for (const auto& p : rows) {
+      if (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate")) continue;
+      if (p.contains("delay_ms") && p["delay_ms"].is_number() && p["delay_ms"].get<double>() == 0) continue;
+      ordered_json sham = p;
+      sham["delay_ms"] = 0;
+      sham["_arm"] = "sham";
+      const std::string tool_prefix = tool == "sim" ? "sim-" : "";
+      if (ids.count(tool_prefix + "sham-" + row_id(sham, from)) || ids.count(tool_prefix + row_id(sham, from))) continue;
+      add_row(sham, from, tool, "sham-");
+    }
+  };
   for (const auto& p : params) add_row(p, base, "run");
+  if (s.sham) add_sham_rows(params, base, "run");
   // "sim": the same sweep shape on model-driven ranks (`sf-testbed sim --json`, no MPI), for
   // rank counts no machine here can launch; its own base, matrix and rows; "quick" may replace it.
   ordered_json sim = j.value("sim", ordered_json());
@@ -654,6 +708,7 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
       sp.push_back(std::move(p));
     }
     for (const auto& p : sp) add_row(p, sbase, "sim");
+    if (s.sham) add_sham_rows(sp, sbase, "sim");
   }
   return s;
 }

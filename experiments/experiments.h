@@ -26,6 +26,10 @@ struct Spec {
   std::string name, title;
   std::string kind;               ///< "runs", "overhead", "fixtures", "sensitivity", "torch" or "script"
   bool per_window = false;        ///< one CSV line per recorder window (A/B/A)
+  /// "sham": true adds the null arms (issue 27): every row with a fault gets a twin with delay 0
+  /// (same seed, target and settings: arm "sham"), and every fault row's verdict against a
+  /// shuffled truth is a CSV line of its own (arm "shuffled").
+  bool sham = false;
   /// "row_timeout_s": seconds before a row is killed when --row-timeout is not given (0:
   /// kDefaultRowTimeoutS); a soak whose rows run for half an hour says so in its spec.
   int row_timeout_s = 0;

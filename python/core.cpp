@@ -233,9 +233,9 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "verdict",
       [](const std::string& scenario, double delay_ms, const std::vector<int>& ranks, const Scored& s, double makespan_gap,
-         std::int64_t onset, std::int64_t offset, int every) {
+         std::int64_t onset, std::int64_t offset, int every, std::uint64_t seed) {
         const auto vr = testbed::verdict_report(make_plan(scenario, delay_ms, ranks, onset, offset, every), s.evidence,
-                                                makespan_gap);
+                                                makespan_gap, nullptr, seed);
         py::dict d;
         d["json"] = vr.json.dump();
         d["claim_pass"] = vr.claim_pass;
@@ -245,8 +245,8 @@ PYBIND11_MODULE(_core, m) {
         return d;
       },
       py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("evidence"), py::arg("makespan_gap"),
-      py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1,
-      "testbed::verdict_report: the verdict against the truth and the scenario's claim");
+      py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1, py::arg("seed") = 0,
+      "testbed::verdict_report: the verdict against the truth and the scenario's claim (seed: the shuffled-target null's draw)");
   m.def("provenance", [](const std::string& schema, const std::vector<std::string>& argv, const std::string& commit) {
     return testbed::provenance_json(schema, argv, commit).dump();
   });

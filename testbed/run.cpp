@@ -373,7 +373,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     const auto e = windows->run_evidence(mk, all_ranks);
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
     const auto [wall_sum, gap] = mk;
-    const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr);
+    const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr, cfg.seed);
     if (ref_e) {
       line = frontier::strprintf("# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
                     ref_e->steps, ref_e->median_step_s * 1e3);

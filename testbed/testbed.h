@@ -161,9 +161,11 @@ struct VerdictReport {
 };
 /// `reference` (optional): the healthy reference window's evidence (same configuration, no
 /// fault); with it the verdict says how much of the delay reached the step and which stage took
-/// it, and can call a confident misroute.
+/// it, and can call a confident misroute. The JSON's "shuffled" is the same evidence judged
+/// against a truth drawn from `shuffle_seed` among the stages and ranks the plan does not name
+/// (the shuffled-target null arm of the experiments; docs/experiments.md).
 VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
-                             const frontier::Evidence* reference = nullptr);
+                             const frontier::Evidence* reference = nullptr, std::uint64_t shuffle_seed = 0);
 
 /// e's diagnosis against ref (frontier::diagnose_against) when the two can be compared; otherwise
 /// e keeps its cohort diagnosis. Returns "" or why the reference was not used.

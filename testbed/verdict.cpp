@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 
 namespace sf::testbed {
 
@@ -18,6 +19,36 @@ ordered_json rule_json(const verify::RuleVerdict& v) {
           {"top2", v.top2},
           {"candidate_hit", v.candidate_hit},
           {"candidate_size", v.candidate_size}};
+}
+
+ordered_json diagnosis_json(const verify::DiagnosisVerdict& d) {
+  return {{"outcome", verify::to_string(d.outcome)}, {"correct", d.correct()},   {"stage_hit", d.stage_hit},
+          {"rank_hit", d.rank_hit},                  {"fault", d.fault},         {"exposed", d.exposed}};
+}
+
+/// The shuffled-target null (issue 27): the truth's stage replaced by another reporting group and
+/// its ranks by as many other ranks, drawn from `seed`, everything else kept. The same evidence
+/// judged against it scores what an answer unrelated to the fault would score.
+verify::Expected shuffled_expected(const verify::Expected& x, const frontier::Evidence& e, std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ULL + 0x27);
+  verify::Expected s = x;
+  std::vector<std::string> stages;
+  for (const auto& g : e.schema.groups())
+    if (g != x.stage) stages.push_back(g);
+  if (!stages.empty()) s.stage = stages[std::uniform_int_distribution<std::size_t>(0, stages.size() - 1)(rng)];
+  std::vector<int> others;
+  // Ranks 0..R-1 of the window (R: the ranks that recorded anything; a truth rank past them counts).
+  int world = e.observed_ranks;
+  for (int r : x.ranks) world = std::max(world, r + 1);
+  for (int r = 0; r < world; ++r)
+    if (std::find(x.ranks.begin(), x.ranks.end(), r) == x.ranks.end()) others.push_back(r);
+  if (!others.empty()) {
+    std::shuffle(others.begin(), others.end(), rng);
+    others.resize(std::min(others.size(), std::max<std::size_t>(x.ranks.size(), 1)));
+    std::sort(others.begin(), others.end());
+    s.ranks = others;
+  }
+  return s;
 }
 
 /// Fraction of the window's steps in which the plan is active on its first target.
@@ -106,7 +137,7 @@ std::vector<double> advance_per_step(const frontier::Evidence& e) {
 }
 
 VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
-                             const frontier::Evidence* reference) {
+                             const frontier::Evidence* reference, std::uint64_t shuffle_seed) {
   const auto& scenario = *plan.scenario;
   const auto truth = inject::truth(plan);
   VerdictReport out;
@@ -198,12 +229,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
 
   auto& j = out.json;
   j["expected"] = {{"stage", scenario.stage}, {"ranks", plan.ranks}, {"should_route", scenario.should_route}};
-  j["diagnosis"] = {{"outcome", verify::to_string(v.diagnosis.outcome)},
-                    {"correct", v.diagnosis.correct()},
-                    {"stage_hit", v.diagnosis.stage_hit},
-                    {"rank_hit", v.diagnosis.rank_hit},
-                    {"fault", v.diagnosis.fault},
-                    {"exposed", v.diagnosis.exposed}};
+  j["diagnosis"] = diagnosis_json(v.diagnosis);
   j["outcome"] = verify::to_string(v.outcome);
   j["frontier"] = rule_json(v.frontier);
   j["rank_hit"] = v.rank_hit;
@@ -223,6 +249,17 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
     bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
   j["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
+  if (!scenario.stage.empty()) {
+    const verify::Expected sx = shuffled_expected(x, e, shuffle_seed);
+    const verify::Verdict sv = verify::score(e, sx);
+    j["shuffled"] = {{"expected", {{"stage", sx.stage}, {"ranks", sx.ranks}}},
+                     {"seed", shuffle_seed},
+                     {"diagnosis", diagnosis_json(sv.diagnosis)},
+                     {"outcome", verify::to_string(sv.outcome)},
+                     {"frontier", rule_json(sv.frontier)},
+                     {"rank_hit", sv.rank_hit},
+                     {"misroute", sv.misroute}};
+  }
   return out;
 }
 

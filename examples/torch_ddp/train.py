@@ -426,7 +426,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
     allw, ev = rec.summary()
     makespan_gap = allw.makespan_check(ev)[1]
     onset = a.warmup + a.reference_steps
-    vr = _core.verdict(a.scenario, delay_ms, targets, ev, makespan_gap, onset)
+    vr = _core.verdict(a.scenario, delay_ms, targets, ev, makespan_gap, onset, seed=a.seed)
     contention = {"ranks": world, "cores": cores, "torch_threads_per_rank": a.threads,
                   "dataloader_workers_per_rank": a.workers,
                   "processes_per_core": round(world * (1 + a.workers) / cores, 2),
