@@ -534,6 +534,34 @@ std::vector<ordered_json> sensitivity_rows(const Spec& spec, const std::string& 
         r.threshold_top1_ms && r.backward_advance_ms > 0 ? ordered_json(*r.threshold_top1_ms / r.backward_advance_ms) : ordered_json(nullptr);
     o["threshold_over_step"] =
         r.threshold_top1_ms && r.median_step_ms > 0 ? ordered_json(*r.threshold_top1_ms / r.median_step_ms) : ordered_json(nullptr);
+    // The prediction (docs/testbed.md): from the healthy window, and from the faulty window at the
+    // measured threshold (the largest grid delay when none was reached), where the competitor is
+    // what the injected rank's own stage became.
+    auto on_grid = [&](double d) {
+      for (double g : opt.delays_ms)
+        if (g >= d) return ordered_json(g);
+      return ordered_json(nullptr);
+    };
+    std::size_t at = opt.delays_ms.size() - 1;
+    if (r.threshold_top1_ms)
+      at = static_cast<std::size_t>(std::find(opt.delays_ms.begin(), opt.delays_ms.end(), *r.threshold_top1_ms) - opt.delays_ms.begin());
+    const double pred_h = testbed::predicted_threshold_ms(r.competitor_healthy_ms, r.target_base_ms, r.healthy_total_ms, r.eta_a);
+    const double rest_f = r.total_faulty_ms[at] - r.target_faulty_ms[at] + r.target_base_ms;
+    const double pred_f = testbed::predicted_threshold_ms(r.competitor_faulty_ms[at], r.target_base_ms, rest_f, r.eta_a);
+    o["competitor"] = r.competitor;
+    o["eta_a"] = r.eta_a;
+    o["target_base_ms"] = r.target_base_ms;
+    o["healthy_total_ms"] = r.healthy_total_ms;
+    o["competitor_healthy_ms"] = r.competitor_healthy_ms;
+    o["prediction_at_ms"] = opt.delays_ms[at];
+    o["competitor_faulty_ms"] = r.competitor_faulty_ms[at];
+    o["exposed_fraction"] = (r.target_faulty_ms[at] - r.target_base_ms) / opt.delays_ms[at];
+    o["predicted_ms"] = pred_h;
+    o["predicted_grid_ms"] = on_grid(pred_h);
+    o["predicted_faulty_ms"] = pred_f;
+    o["predicted_faulty_grid_ms"] = on_grid(pred_f);
+    o["residual_ms"] = r.threshold_top1_ms ? ordered_json(*r.threshold_top1_ms - pred_h) : ordered_json(nullptr);
+    o["residual_faulty_ms"] = r.threshold_top1_ms ? ordered_json(*r.threshold_top1_ms - pred_f) : ordered_json(nullptr);
     o["delays_ms"] = grid;
     o["top1_by_delay"] = counts(r.top1);
     o["ties_by_delay"] = counts(r.ties);

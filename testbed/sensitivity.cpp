@@ -57,7 +57,11 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
   out.ties.assign(D, 0);
   out.top2.assign(D, 0);
   out.misroutes.assign(D, 0);
-  std::vector<double> steps_ms, bwd_ms;
+  std::vector<double> steps_ms, bwd_ms, target_ms, total_ms, comp_ms;
+  std::vector<std::vector<double>> comp_f(D), target_f(D), total_f(D);
+  const std::string target_stage = sim::model_plan(base).scenario->stage;
+  // The competitor: the strongest stage other than the injected one in the healthy window of seed 1.
+  int competitor = -1;
   for (int seed = 1; seed <= opt.seeds; ++seed) {
     // The healthy reference of this seed: same ranks and cost draws, no fault.
     sim::ModelConfig healthy = base;
@@ -72,6 +76,16 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
     steps_ms.push_back(he.median_step_s * 1e3);
     if (const auto g = he.schema.group_index("model.backward_cpu_wall"); g && static_cast<std::size_t>(*g) < ref.size())
       bwd_ms.push_back(ref[static_cast<std::size_t>(*g)] * 1e3);
+    const auto tg = he.schema.group_index(target_stage);
+    if (competitor < 0)
+      for (int g = 0; g < static_cast<int>(ref.size()); ++g)
+        if ((!tg || g != *tg) && (competitor < 0 || ref[g] > ref[competitor])) competitor = g;
+    if (competitor >= 0 && out.competitor.empty()) out.competitor = he.group_name(competitor);
+    double total = 0;
+    for (double a : ref) total += a;
+    total_ms.push_back(total * 1e3);
+    target_ms.push_back(tg && static_cast<std::size_t>(*tg) < ref.size() ? ref[*tg] * 1e3 : 0.0);
+    if (competitor >= 0) comp_ms.push_back(ref[competitor] * 1e3);
     for (std::size_t i = 0; i < D; ++i) {
       sim::ModelConfig cfg = base;
       cfg.seed = static_cast<std::uint64_t>(seed);
@@ -84,17 +98,40 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
       x.eta_a = e.config.eta_a;
       if (e.schema == he.schema) x.reference_advance_s = ref;
       const auto v = verify::score(e, x);
+      if (e.schema == he.schema) {
+        const auto adv = advance_per_step(e);
+        double total = 0;
+        for (double a : adv) total += a;
+        total_f[i].push_back(total * 1e3);
+        const auto tg = e.schema.group_index(target_stage);
+        target_f[i].push_back(tg ? adv[*tg] * 1e3 : 0.0);
+        if (competitor >= 0) comp_f[i].push_back(adv[competitor] * 1e3);
+      }
       out.top1[i] += v.frontier.top1 ? 1 : 0;
       out.ties[i] += v.frontier.top1_tie ? 1 : 0;
       out.top2[i] += v.frontier.top2 ? 1 : 0;
       out.misroutes[i] += v.misroute ? 1 : 0;
     }
   }
+  out.eta_a = opt.label.eta_a;
+  out.target_base_ms = median(target_ms);
+  out.healthy_total_ms = median(total_ms);
+  out.competitor_healthy_ms = median(comp_ms);
+  for (std::size_t i = 0; i < D; ++i) {
+    out.competitor_faulty_ms.push_back(median(comp_f[i]));
+    out.target_faulty_ms.push_back(median(target_f[i]));
+    out.total_faulty_ms.push_back(median(total_f[i]));
+  }
   out.median_step_ms = median(steps_ms);
   out.backward_advance_ms = median(bwd_ms);
   out.threshold_top1_ms = threshold(opt.delays_ms, out.top1, opt.min_hits);
   out.threshold_top2_ms = threshold(opt.delays_ms, out.top2, opt.min_hits);
   return out;
+}
+
+double predicted_threshold_ms(double competitor_ms, double target_base_ms, double rest_ms, double eta_a) {
+  // Top-1: (target_base + d) − competitor > eta_A · (rest + d), rest = the step without d.
+  return std::max(0.0, (competitor_ms - target_base_ms + eta_a * rest_ms) / (1.0 - eta_a));
 }
 
 }  // namespace sf::testbed

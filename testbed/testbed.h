@@ -203,7 +203,18 @@ struct SensitivityResult {
   /// empty when the grid never gets there.
   std::optional<double> threshold_top1_ms, threshold_top2_ms;
   std::vector<int> top1, ties, top2, misroutes;  ///< per grid delay: seeds with that outcome
+  /// The prediction's inputs (docs/testbed.md, "The threshold, predicted"): the injected stage's
+  /// and the whole step's healthy advance per step, and its strongest other stage (the
+  /// competitor) healthy and, per grid delay, in the faulty window; medians over seeds.
+  std::string competitor;
+  double target_base_ms = 0, healthy_total_ms = 0, competitor_healthy_ms = 0;
+  std::vector<double> competitor_faulty_ms, target_faulty_ms, total_faulty_ms;
+  double eta_a = 0.05;
 };
+/// The smallest delay d at which the injected stage leads its competitor by more than eta_A of
+/// the step, when all of d reaches the injected stage: (competitor − target_base + eta_A·rest) /
+/// (1 − eta_A), with rest the step's advance without the delay. Never below 0.
+double predicted_threshold_ms(double competitor_ms, double target_base_ms, double rest_ms, double eta_a);
 /// Runs the timeline model (sim::model_window) for every delay and seed of one setting and
 /// scores each window against its truth and a healthy reference of the same seed. Throws
 /// std::invalid_argument with one line on a bad profile or setting.
