@@ -3,6 +3,7 @@
 
     report.py results/NAME            writes results/NAME/table.md and results/NAME/*.png
     report.py --index results         writes results/README.md from every experiment's summary
+    report.py --moved COMMIT results  writes results/moved.json: the re-run experiments' counts at COMMIT and now
 
 Called by `sf-testbed experiment`; safe to re-run by hand. Every table puts the paper's figure
 (arXiv 2606.06751) beside ours, and says so where a row cannot be reproduced on CPU ranks.
@@ -16,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import scipy.stats  # noqa: E402
 
 RULES = ["per_stage_max", "per_stage_avg", "raw_spread", "slowest_rank", "rank0_total"]
 RULE_NAMES = {"frontier": "StageFrontier", "per_stage_max": "Per-stage max", "per_stage_avg": "Per-stage average",
@@ -133,6 +135,139 @@ def figure_note(picture, sentence):
     return f"\n![{picture.removesuffix('.png')}]({picture})\n\n{sentence}\n"
 
 
+# ---- null arms (issue 27) -------------------------------------------------------------------
+# A spec with "sham": true runs every fault row again with delay 0 (arm "sham": same seed, hidden
+# target and settings) and judges every fault row's evidence against a shuffled truth (arm
+# "shuffled": another stage, other ranks). A hit count means something only beside what these
+# nulls score: lift = hit rate - null hit rate, with Newcombe's 95 % interval for a difference of
+# two proportions (hybrid Wilson score, method 10; pairs are treated as independent, which makes the
+# interval conservative).
+
+MEASURES = [("top-1", "top1"), ("top-2", "top2"), ("rank", "rank_hit"), ("diagnosis", "diag_hit")]
+
+
+def arm_of(df):
+    return df["arm"].fillna("fault") if "arm" in df else pd.Series("fault", index=df.index)
+
+
+def split_arms(df):
+    """(fault, sham, shuffled) rows, each with diag_hit = the diagnosis named the expected stage on an expected
+    rank (for a sham row: what it would have named had the fault been there)."""
+    df = df.copy()
+    if "diag_stage_hit" in df:
+        df["diag_hit"] = (b(df["diag_stage_hit"]) & b(df["diag_rank_hit"])).astype(int)
+    else:
+        df["diag_hit"] = float("nan")
+    a = arm_of(df)
+    with_fault = df["scenario"].fillna("none") != "none" if "scenario" in df else pd.Series(True, index=df.index)
+    return df[(a == "fault") & with_fault], df[a == "sham"], df[a == "shuffled"]
+
+
+def wilson(k, n):
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = scipy.stats.binomtest(int(k), int(n)).proportion_ci(0.95, method="wilson")
+    return ci.low, ci.high
+
+
+def newcombe(k1, n1, k0, n0):
+    """Difference of two proportions k1/n1 - k0/n0 and its 95 % interval (Newcombe 1998, method 10)."""
+    if n1 == 0 or n0 == 0:
+        return float("nan"), float("nan"), float("nan")
+    p1, p0 = k1 / n1, k0 / n0
+    l1, u1 = wilson(k1, n1)
+    l0, u0 = wilson(k0, n0)
+    d = p1 - p0
+    return d, d - ((p1 - l1) ** 2 + (u0 - p0) ** 2) ** 0.5, d + ((u1 - p1) ** 2 + (p0 - l0) ** 2) ** 0.5
+
+
+def lift_text(k1, n1, k0, n0):
+    d, lo, hi = newcombe(k1, n1, k0, n0)
+    return "n/a" if d != d else f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def null_match(rows, g, keys):
+    """The null rows that belong to fault group g: equal on every key but the delay."""
+    m = pd.Series(True, index=rows.index)
+    for k in keys:
+        if k != "delay_ms" and k in rows:
+            m &= rows[k] == g[k].iloc[0]
+    return rows[m]
+
+
+def count(rows, col):
+    return int(b(rows[col]).sum()) if col in rows and len(rows) else 0
+
+
+def lift_table(df, keys, names=None, measures=None):
+    """Per group of fault rows (keys) and measure: hits, sham null hits, lift over sham [95 % CI], shuffled
+    hits, lift over shuffled. names: {key: function(value) -> cell}; measures: names out of MEASURES."""
+    fault, sham, shuf = split_arms(df)
+    out = []
+    for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        s = null_match(sham, g, keys)
+        sh = shuf[shuf["row"].isin(g["row"])]
+        for m, col in MEASURES:
+            if measures and m not in measures:
+                continue
+            if g[col].isna().all():
+                continue
+            k1, n1 = count(g, col), len(g)
+            row = {k: (names or {}).get(k, lambda x: x)(v) for k, v in zip(keys, vals)}
+            row.update({"measure": m, "fault": frac(k1, n1), "sham": frac(count(s, col), len(s)) if len(s) else "-",
+                        "lift over sham [95% CI]": lift_text(k1, n1, count(s, col), len(s)) if len(s) else "-",
+                        "shuffled": frac(count(sh, col), len(sh)) if len(sh) else "-",
+                        "lift over shuffled": lift_text(k1, n1, count(sh, col), len(sh)) if len(sh) else "-"})
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def pooled(df, col, sel=None):
+    """(fault k, n, sham k, n, shuffled k, n, lift, lo, hi) over every row (sel: a filter on the rows)."""
+    fault, sham, shuf = split_arms(df)
+    if sel is not None:
+        fault, sham, shuf = fault[sel(fault)], sham[sel(sham)], shuf[sel(shuf)]
+    k1, n1, k0, n0 = count(fault, col), len(fault), count(sham, col), len(sham)
+    d, lo, hi = newcombe(k1, n1, k0, n0)
+    return {"k": k1, "n": n1, "k0": k0, "n0": n0, "ks": count(shuf, col), "ns": len(shuf), "lift": d, "lo": lo, "hi": hi}
+
+
+def with_null(p, what):
+    """'what k/n (sham k0/n0, lift +x [lo, hi]; shuffled ks/ns)': a hit count with what a no-op scores beside it."""
+    if p["n0"] == 0:
+        return f"{what} {p['k']}/{p['n']} (no sham arm)"
+    return (f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}, lift {p['lift']:+.2f} [{p['lo']:+.2f}, {p['hi']:+.2f}]; "
+            f"shuffled {p['ks']}/{p['ns']})")
+
+
+def informative(df, keys, col, names=None):
+    """Groups whose lift over sham on col has a 95 % interval above 0, and those whose does not."""
+    fault, sham, _ = split_arms(df)
+    yes, no = [], []
+    for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        s = null_match(sham, g, keys)
+        _, lo, _ = newcombe(count(g, col), len(g), count(s, col), len(s))
+        label = " ".join(str((names or {}).get(k, lambda x: x)(v)) for k, v in zip(keys, vals))
+        (yes if lo == lo and lo > 0 else no).append(label)
+    return yes, no
+
+
+def arms_section(df, keys, names=None, title="Against the null arms", measures=None):
+    """The table every routing-type experiment carries, with a paragraph saying what the arms are."""
+    fault, sham, shuf = split_arms(df)
+    if not len(sham) and not len(shuf):
+        return ""
+    text = (f"## {title}\n\nEach fault row beside its sham twin (same seed, hidden target and settings, delay 0: "
+            f"{len(sham)} rows) and beside its own evidence judged against a shuffled truth (another stage and other "
+            f"ranks drawn from the seed: {len(shuf)} rows). A hit in a sham row is what the method names with no fault "
+            "injected; lift = hit rate - null hit rate, 95 % interval by Newcombe's hybrid score method. Measures: the "
+            "paper's absolute verdict (top-1 strict, top-2, the rank it names for the stage) and the diagnosis "
+            "(stage and rank named, docs/diagnosis.md).\n\n")
+    return text + md_table(lift_table(df, keys, names, measures)) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------
 
 def report_fixtures(d, df):
@@ -157,30 +292,102 @@ def report_fixtures(d, df):
                 f"sync-wait fixture frontier {df.set_index('metric').loc['sync_wait:frontier', 'ours']:.0%} vs max "
                 f"{df.set_index('metric').loc['sync_wait:per_stage_max', 'ours']:.0%} / avg {df.set_index('metric').loc['sync_wait:per_stage_avg', 'ours']:.0%}, "
                 f"{int(props.ours.sum())}/{len(props)} properties hold")
-    return text, headline, "fixtures.png", "paper: 8.88e-16, 0 violations, 100% vs 0%"
+    m = df.set_index("metric")["ours"]
+    differ = (f"Stability ratio reaches {m['stability_max_observed_over_bound']:.4g} where the paper reports at most 0.9998: the "
+              "generator also puts every measurement error at +eps or -eps together, the construction that makes "
+              f"Proposition 3's bound tight; reaching a bound is not a violation ({int(m['prop1_violations'] + m['prop2_violations'])} "
+              "violations).")
+    return text, headline, "fixtures.png", "paper: 8.88e-16, 0 violations, 100% vs 0%", differ
+
+
+def real_rows(df):
+    """Rows of real mpirun processes (not the timeline model's `sim` rows)."""
+    return df[df["tool"].fillna("") != "sim"] if "tool" in df else df
+
+
+def sim_rows(df):
+    return df[df["tool"].fillna("") == "sim"] if "tool" in df else df.iloc[0:0]
+
+
+def scen_name(x):
+    return SCEN_NAMES.get(x, x)
+
+
+def lift_prose(df, keys, names=None, what="scenario"):
+    """Generated prose: what the nulls score, and which groups carry information (lift above 0)."""
+    parts = []
+    for m, col in [("top-1", "top1"), ("top-2", "top2"), ("diagnosis", "diag_hit")]:
+        p = pooled(df, col)
+        if p["n"] == 0 or p["n0"] == 0:
+            continue
+        yes, no = informative(df, keys, col, names)
+        parts.append(with_null(p, m) + (f"; lift above 0 (95 %) for {', '.join(yes)}" if yes else "; no " + what + " with a lift above 0 (95 %)")
+                     + (f", not for {', '.join(no)}" if yes and no else ""))
+    return ". ".join(parts) + "." if parts else ""
+
+
+def rule_hits_with_sham(fault, sham):
+    t = rule_hits(fault)
+    for rule, i in zip(["frontier"] + RULES, range(len(t))):
+        p = "" if rule == "frontier" else rule + "_"
+        t.loc[i, "sham top-1/top-2"] = (f"{count(sham, p + 'top1')}/{len(sham)}, {count(sham, p + 'top2')}/{len(sham)}"
+                                        if len(sham) else "-")
+    return t
+
+
+def profile_section(df, keys, title, measures=None):
+    """The timeline model's rows per cost profile (docs/testbed.md): the same arms, model-driven."""
+    sim = sim_rows(df)
+    if not len(sim):
+        return "", ""
+    text = (f"## {title}\n\nModel-driven rows (`sf-testbed sim`, the timeline model of the same step) for three cost "
+            "profiles: `paper-like` (inputs taken from the paper's outputs: its 207.8 ms step, callbacks at 1.75 %, a "
+            "1.2 ms data wait), `paper-implied` (backward derived from Figure 3b's competing stage; docs/testbed.md) and "
+            "`torch-mlp-cpu` (measured from real DDP). Per profile, the healthy backward share is the sham arm's median; "
+            "every count has its sham and shuffled nulls beside it.\n\n")
+    fault, sham, _ = split_arms(sim)
+    rows = []
+    for prof, g in sham.groupby("profile", sort=False):
+        shares = g[[c for c in g.columns if c.startswith("share:")]].astype(float).median()
+        top = shares.idxmax().removeprefix("share:") if len(shares) else "-"
+        rows.append({"profile": prof, "sham rows": len(g), "healthy leader (median share)": f"{top} ({shares.max():.2f})",
+                     "healthy p50 step ms": f"{g.median_step_ms.astype(float).median():.1f}"})
+    text += md_table(pd.DataFrame(rows)) + "\n"
+    text += md_table(lift_table(sim, keys, {"scenario": scen_name}, measures)) + "\n"
+    prose = []
+    for prof, g in sim.groupby("profile", sort=False):
+        p1, p2 = pooled(g, "top1"), pooled(g, "diag_hit")
+        prose.append(f"{prof}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
+    return text, "Profiles (timeline model) - " + " | ".join(prose) + "."
 
 
 def report_routing(d, df):
     text, m = header(d, "E3 hidden-rank routing at 120 ms")
-    p50 = p50_by_ranks(df)
-    main = df[df["group"].fillna("") == ""].copy()
+    real = real_rows(df)
+    p50 = p50_by_ranks(real)
+    fault, sham, _ = split_arms(real[real["group"].fillna("") == ""])
+    main = real[real["group"].fillna("") == ""]
     text += "## Table 4: routing on the same matrices, per scoring rule\n\n"
-    t = rule_hits(main)
+    t = rule_hits_with_sham(fault, sham)
     paper = {"StageFrontier": ("40/50", "50/50", "50/50", "2.00", "2"), "Per-stage max": ("22/50", "50/50", "50/50", "2.40", "3"),
              "Per-stage average": ("20/50", "40/50", "40/50", "2.30", "3"), "Raw rank spread": ("40/50", "40/50", "50/50", "2.20", "3"),
              "Slowest-rank breakdown": ("20/50", "40/50", "46/50", "2.40", "3"), "Rank-0 local total": ("20/50", "40/50", "40/50", "2.16", "3")}
     t["paper top-1/top-2/cand/avg/max"] = t["method"].map(lambda x: " / ".join(paper[x]))
     text += md_table(t)
     text += ("\nOur rows run on the host-stream device model (no GPU): forward device work is queued on a worker "
-             "thread and becomes host-visible at the backward synchronisation, as on a GPU.\n\n")
+             "thread and becomes host-visible at the backward synchronisation, as on a GPU. `sham top-1/top-2`: the same "
+             "rule on the delay-0 twins of the same rows, scored against the same hidden targets.\n\n")
     text += "## Table 14: per scenario and rank count\n\n"
     rows = []
-    for (sc, r), g in main.groupby(["scenario", "ranks"], sort=False):
+    for (sc, r), g in fault.groupby(["scenario", "ranks"], sort=False):
+        s = null_match(sham, g, ["scenario", "ranks"])
         dp = g["delay_ms"].iloc[0] / p50.get(int(r), float("nan"))
         rows.append({"scenario": SCEN_NAMES[sc], "ranks": int(r), "delay": f"{g['delay_ms'].iloc[0]:.0f} ms",
                      "Delay/p50": f"{dp:.2f}", "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)), **honest(g),
                      "top-2": frac(b(g.top2).sum(), len(g)), "cand. hit": frac(b(g.cand_hit).sum(), len(g)),
                      "cand. size": f"{g.cand_size.astype(float).mean():.1f}", "rank hit": frac(b(g.rank_hit).sum(), len(g)),
+                     "diagnosis hit": frac(count(g, "diag_hit"), len(g)),
+                     "sham top-1/top-2": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}" if len(s) else "-",
                      "paper top-1/top-2": "0/5, 5/5" if sc == "fwd_device" else "5/5, 5/5"})
     text += md_table(pd.DataFrame(rows))
     text += ("\nTop-1 counts only a lead of more than eta_A over the runner-up (the labeler's tie tolerance); a lead "
@@ -188,64 +395,120 @@ def report_routing(d, df):
              "step (against a healthy reference recorded before the warm-up), most of it went to one other stage, and the "
              "frontier named that stage first by more than eta_A.\n")
     text += f"\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + " (paper: 207.8 ms at 8 ranks).\n\n"
-    spot = df[df["group"] == "spot"]
-    if len(spot):
-        text += "## Spot checks beyond 32 ranks\n\n"
-        st = spot[["scenario", "ranks", "delay_ms", "top1", "top2", "cand_size", "rank_hit", "median_step_ms"]].copy()
-        text += md_table(st)
-        text += "\nPaper: 64/128-rank comm and 180 ms data-tail rows route top-2; the 120 ms data row at 128 ranks falls below the threshold.\n"
+    text += arms_section(main, ["scenario", "ranks"], {"scenario": scen_name})
+    ptext, pprose = profile_section(df, ["profile", "scenario"], "Profiles: the same scenarios on the timeline model")
+    text += ptext
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    n = len(main)
+    n = len(fault)
     for i, key in enumerate(["top-1", "top-2", "cand. hit"]):
         vals = [int(x.split("/")[0]) for x in t[key]]
         ax.bar([j + (i - 1) * 0.27 for j in range(len(t))], vals, 0.27, label=key)
+    for j, cell in enumerate(t["sham top-1/top-2"]):
+        if cell != "-":
+            k1, k2 = (int(x.strip().split("/")[0]) for x in cell.split(","))
+            ax.plot([j - 0.4, j - 0.14], [k1, k1], c="black", lw=1.3, label="sham (no fault)" if j == 0 else None)
+            ax.plot([j - 0.13, j + 0.13], [k2, k2], c="black", lw=1.3)
     ax.set_xticks(range(len(t)), ["SF" if x == "StageFrontier" else x.split()[0].lower() for x in t.method], fontsize=8)
     ax.set_ylabel(f"count out of {n}")
-    ax.set_title("routing counts by scoring rule (paper Fig. 3a)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title("routing counts by scoring rule (paper Fig. 3a); black: the same rule on the sham arm", fontsize=9)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(d / "routing.png", dpi=120)
-    sf = t.iloc[0]
-    headline = f"StageFrontier top-1 {sf['top-1']}, top-2 {sf['top-2']}, candidate hit {sf['cand. hit']} (avg size {sf['avg cand.']})"
-    return text, headline, "routing.png", "paper: 40/50, 50/50, 50/50, size 2.00"
+    plt.close(fig)
+    text += figure_note("routing.png", "Bars: top-1, top-2 and candidate hits per scoring rule on the fault rows; black "
+                        "marks: the same rule's top-1 and top-2 on the sham rows, where no fault was injected.")
+    headline = (with_null(pooled(main, "top1"), "StageFrontier top-1") + "; " + with_null(pooled(main, "top2"), "top-2")
+                + "; " + with_null(pooled(main, "diag_hit"), "diagnosis"))
+    differ = ("Real mpirun rows, paper-like profile, " + ", ".join(str(int(x)) for x in sorted(fault.ranks.unique()))
+              + f" ranks, {int(fault.steps.iloc[0])} steps. " + lift_prose(main, ["scenario", "ranks"], {"scenario": scen_name})
+              + " " + pprose)
+    return text, headline, "routing.png", "paper: 40/50, 50/50, 50/50, size 2.00", differ
+
+
+def first_delay(g, col="top1"):
+    """The smallest delay from which every larger delay of g has col set in every row (None: never)."""
+    ok = g.groupby("delay_ms")[col].apply(lambda x: bool(b(x).all())).sort_index()
+    first = None
+    for delay, v in ok[::-1].items():
+        if not v:
+            break
+        first = delay
+    return first
 
 
 def report_detectability(d, df):
     text, _ = header(d, "Data-tail detectability (Figure 3b)")
-    p50 = p50_by_ranks(df)
-    dt = df[df.scenario == "data_tail"].copy()
+    real = real_rows(df)
+    p50 = p50_by_ranks(real)
+    fault, sham, _ = split_arms(real)
+    dt = fault[fault.scenario == "data_tail"].copy()
     rows = []
-    paper = {12: "0.06", 120: "0.43"}
     for (r, delay), g in dt.groupby(["ranks", "delay_ms"]):
         share = g["share:data.next_wait"].astype(float)
+        s = null_match(sham, g, ["ranks"])
         rows.append({"ranks": int(r), "delay": f"{delay:.0f} ms", "Delay/p50": f"{delay / p50.get(int(r), float('nan')):.2f}",
                      "mean data share": f"{share.mean():.3f}", "top-1": frac(b(g.top1).sum(), len(g)), **honest(g),
                      "top-2": frac(b(g.top2).sum(), len(g)), "cand. hit": frac(b(g.cand_hit).sum(), len(g)),
                      "avg cand. size": f"{g.cand_size.astype(float).mean():.1f}",
                      "compact routed (hit, size ≤ 2)": frac(((b(g.cand_hit) == 1) & (g.cand_size.astype(float) <= 2)).sum(), len(g)),
-                     "paper data share (8 ranks)": paper.get(int(delay), "") if int(r) == 8 else ""})
+                     "diagnosis hit": frac(count(g, "diag_hit"), len(g)),
+                     "sham top-1/top-2/diagnosis": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}, {count(s, 'diag_hit')}/{len(s)}"})
     text += md_table(pd.DataFrame(rows))
+    text += ("\nThe sham column is the same ranks' and seeds' delay-0 twins scored against the same hidden targets: what "
+             "each count would read with no data tail at all. The paper's data shares (0.06 at 12 ms, 0.43 at 120 ms, 8 "
+             "ranks) are not compared here: the `paper-like` profile took its 1.2 ms data wait from the first and the "
+             "`paper-implied` profile its backward from the second, so both are inputs, not agreements.\n\n")
+    text += arms_section(real, ["ranks", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"})
+    sim = sim_rows(df)
+    ptext = ""
+    if len(sim):
+        sf, ss, _ = split_arms(sim)
+        prow = []
+        for (prof, r), g in sf.groupby(["profile", "ranks"], sort=False):
+            s = null_match(ss, g, ["profile", "ranks"])
+            t1, dg = first_delay(g, "top1"), first_delay(g, "diag_hit")
+            share = {int(k): v for k, v in g.groupby("delay_ms")["share:data.next_wait"].mean().items()}
+            prow.append({"profile": prof, "ranks": int(r), "seeds": g.seed.nunique(),
+                         "data share at 12 / 120 ms": f"{share.get(12, float('nan')):.3f} / {share.get(120, float('nan')):.3f}",
+                         "top-1 in every seed from": f"{t1:.0f} ms" if t1 is not None else "never",
+                         "diagnosis hit in every seed from": f"{dg:.0f} ms" if dg is not None else "never",
+                         "sham top-1 / diagnosis": f"{count(s, 'top1')}/{len(s)}, {count(s, 'diag_hit')}/{len(s)}"})
+        ptext = ("## Profiles: the same sweep on the timeline model\n\nModel-driven rows (`sf-testbed sim`) for `paper-like`, "
+                 "`paper-implied` (backward from the paper's implied competitor, docs/testbed.md) and `torch-mlp-cpu` "
+                 "(measured). Thresholds per profile, then every delay against its nulls.\n\n" + md_table(pd.DataFrame(prow)) + "\n"
+                 + md_table(lift_table(sim, ["profile", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, ["top-1", "diagnosis"])) + "\n")
+    text += ptext
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for r, g in dt.groupby("ranks"):
         s = g.groupby("delay_ms")["share:data.next_wait"].mean()
-        ax.plot(s.index, s.values, marker="o", label=f"{int(r)} ranks")
-    ax.axhline(0.43, ls=":", c="gray", label="paper's cutoff (0.43)")
+        ax.plot(s.index, s.values, marker="o", label=f"{int(r)} ranks (mpirun)")
+    if len(sim):
+        sf = split_arms(sim)[0]
+        for prof, g in sf[sf.ranks == sf.ranks.min()].groupby("profile", sort=False):
+            s = g.groupby("delay_ms")["share:data.next_wait"].mean()
+            ax.plot(s.index, s.values, ls="--", marker=".", label=f"{prof}, {int(sf.ranks.min())} ranks (model)")
+    for r, g in sham.groupby("ranks"):
+        ax.axhline(g["share:data.next_wait"].astype(float).mean(), ls=":", lw=0.8, c="gray")
+    ax.axhline(0.43, ls="-.", c="black", lw=0.8, label="paper: 0.43 at 120 ms (an input of paper-implied)")
     ax.set_xscale("log")
     ax.set_xlabel("injected data-tail delay (ms)")
     ax.set_ylabel("data.next_wait frontier share")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(d / "detectability.png", dpi=120)
-    text += ("\nThe transition is data entering the *compact* candidate set (hit with at most two stages): below it, "
-             "data can still appear as the third member of a larger set, which the cand. hit column alone would overstate.\n")
+    plt.close(fig)
+    text += figure_note("detectability.png", "The data stage's frontier share against the injected delay, on real ranks "
+                        "and per profile on the timeline model; dotted: the sham arm's data share (no fault).")
     dt["compact"] = (b(dt.cand_hit) == 1) & (dt.cand_size.astype(float) <= 2)
     parts = []
     for r, g in dt.groupby("ranks"):
-        ok = g.groupby("delay_ms").compact.all()
-        first = ok[ok].index.min() if ok.any() else None
-        parts.append(f"{int(r)} ranks {first:.0f} ms" if first is not None else f"{int(r)} ranks never")
-    headline = "compact routing (data in a ≤ 2-stage set) in every seed from: " + ", ".join(parts)
-    return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms"
+        t1, cp = first_delay(g, "top1"), first_delay(g, "compact")
+        parts.append(f"{int(r)} ranks: compact set from {cp:.0f} ms" if cp is not None else f"{int(r)} ranks: compact set never")
+        parts[-1] += f", strict top-1 from {t1:.0f} ms" if t1 is not None else ", strict top-1 never"
+    headline = "; ".join(parts) + "; " + with_null(pooled(real, "top1"), "top-1 over all delays")
+    differ = (f"Real mpirun rows ({int(dt.steps.iloc[0])} steps). " + lift_prose(real, ["ranks", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
+              + " The data-share figures of the paper are inputs of two profiles, never counted as agreement.")
+    return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms", differ
 
 
 def report_callback(d, df):
@@ -254,20 +517,29 @@ def report_callback(d, df):
     paper = {("callback_sync_tail", 60): "0/3, 3/3", ("callback_sync_tail", 120): "0/3, 3/3",
              ("callback_sync_tail", 180): "3/3, 3/3", ("callback_sync_tail", 240): "3/3, 3/3",
              ("callback_host_tail", 120): "0/3, 0/3"}
+    full = df
+    df, sham, _ = split_arms(df)
     for (sc, delay), g in df.groupby(["scenario", "delay_ms"], sort=False):
+        s = null_match(sham, g, ["scenario"])
         rows.append({"scenario": SCEN_NAMES[sc], "delay": f"{delay:.0f} ms", "rows": len(g),
                      "callback share": f"{g['share:callbacks.cpu_wall'].astype(float).mean():.3f}",
                      "top-1": frac(b(g.top1).sum(), len(g)), **honest(g), "top-2": frac(b(g.top2).sum(), len(g)),
                      "routed": frac(b(g.cand_hit).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
                      "delay went to (runs, mean share)": absorbed(g),
+                     "sham top-1/top-2/routed": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}, {count(s, 'cand_hit')}/{len(s)}",
                      "paper top-1, top-2": paper.get((sc, int(delay)), "")})
     text += md_table(pd.DataFrame(rows))
+    text += "\n" + arms_section(full, ["scenario", "delay_ms"], {"scenario": scen_name, "delay_ms": lambda x: f"{x:.0f} ms"})
     sync = df[df.scenario == "callback_sync_tail"]
     host = df[df.scenario == "callback_host_tail"]
     top1_from = sync.groupby("delay_ms").top1.apply(lambda x: b(x).all())
     first = top1_from[top1_from].index.min() if top1_from.any() else None
+    sync_all = full[full.scenario == "callback_sync_tail"]
     headline = (f"sync callback top-1 in every seed from {first:.0f} ms" if first is not None else "sync callback never top-1") + \
-        f"; host-only routed {b(host.cand_hit).sum()}/{len(host)}"
+        "; " + with_null(pooled(sync_all, "top2"), "sync top-2") + f"; host-only routed {b(host.cand_hit).sum()}/{len(host)}"
+    differ = ("Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
+              + f" Host-only control: routed {b(host.cand_hit).sum()}/{len(host)}, confident misroutes {b(host.misroute).sum()}/{len(host)}"
+              + (f" (delay went to {absorbed(host)})" if len(host) else "") + ".")
     share = "share:callbacks.cpu_wall"
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1, 1.2]})
     if len(sync):
@@ -301,7 +573,7 @@ def report_callback(d, df):
     plt.close(fig)
     text += figure_note("callback.png", "The figure plots the callback stage's frontier share (left) and the top-1/top-2 rate "
                         "(right) against the injected delay, with the host-only control shaded and the paper's counts as dashed caps.")
-    return text, headline, "callback.png", "paper: top-1 from 180 ms; host-only never routed"
+    return text, headline, "callback.png", "paper: top-1 from 180 ms; host-only never routed", differ
 
 
 def report_overhead(d, df):
@@ -362,7 +634,17 @@ def report_overhead(d, df):
     headline = f"largest 95% CI upper bound {worst:.3f}%; bottom-up recorder cost ≤ {bu:.4f}% of a step"
     if has_aa:
         headline += f"; A/A CI [{df.aa_ci_low_pct.min():+.3f}, {df.aa_ci_high_pct.max():+.3f}]%"
-    return text, headline, "overhead.png", "paper: ≤ 0.181% (CPU), ≤ 0.043% (event); goal ≤ 0.05%"
+    differ = ""
+    if has_aa:
+        aa0 = ((df.aa_ci_low_pct <= 0) & (df.aa_ci_high_pct >= 0)).sum()
+        rec0 = ((df.overhead_ci_low_pct <= 0) & (df.overhead_ci_high_pct >= 0)).sum()
+        width = (df.aa_ci_high_pct - df.aa_ci_low_pct) / 2
+        differ = (f"A/A-controlled method: the A/A interval contains 0 in {aa0}/{len(df)} rows and is +-{width.min():.2f} to "
+                  f"+-{width.max():.2f} % wide: that is this VM's resolution, so the paper's 0.05 % cannot be shown here. "
+                  f"{rec0}/{len(df)} recorder intervals contain 0. Bottom-up, the recorder's own CPU is "
+                  f"{df.recorder_cpu_us_per_step.min():.1f}-{df.recorder_cpu_us_per_step.max():.1f} us per step on rank 0, at most "
+                  f"{bu:.4f} % of a step. Our gather is MPI point-to-point, not NCCL; no GPU rows.")
+    return text, headline, "overhead.png", "paper: ≤ 0.181% (CPU), ≤ 0.043% (event); goal ≤ 0.05%", differ
 
 
 def report_aba(d, df):
@@ -374,35 +656,69 @@ def report_aba(d, df):
         rows.append({"seed": int(seed), "window": names.get(int(w), str(w)), "median step ms": f"{r.window_median_step_ms:.2f}",
                      "callback share": f"{float(r['window_share:callbacks.cpu_wall']):.4f}", "labels": r.window_labels})
     text += md_table(pd.DataFrame(rows))
+    # Recovery per seed: A2 against A1 of the same seed, and |A2 - A1| against the paper's 8.63 ms tolerance.
+    per = []
+    for seed, g in df.groupby("seed"):
+        w = g.groupby("window").window_median_step_ms.first()
+        if {0, 2} <= set(w.index.astype(int)):
+            per.append({"seed": int(seed), "A1 ms": w.loc[0], "A2 ms": w.loc[2], "recovery A2/A1": w.loc[2] / w.loc[0],
+                        "A2 - A1 (abs) ms": abs(w.loc[2] - w.loc[0])})
+    per = pd.DataFrame(per)
+    headline, differ = "quick run", ""
+    if len(per):
+        tol = 8.63
+        within = int((per["A2 - A1 (abs) ms"] <= tol).sum())
+        text += ("\n## Recovery per seed\n\n" + md_table(per.assign(**{
+            "A1 ms": per["A1 ms"].map(lambda x: f"{x:.2f}"), "A2 ms": per["A2 ms"].map(lambda x: f"{x:.2f}"),
+            "recovery A2/A1": per["recovery A2/A1"].map(lambda x: f"{x:.3f}"),
+            "A2 - A1 (abs) ms": per["A2 - A1 (abs) ms"].map(lambda x: f"{x:.1f}"),
+            "within the paper's 8.63 ms": (per["A2 - A1 (abs) ms"] <= tol).map({True: "yes", False: "no"})}))
+            + "\nPaper: 207.81 → 294.12 → 208.02 ms, 1.75% → 41.06% → 1.75%, A2 within 0.21 ms of A1 (recovery 0.998, "
+            "tolerance 8.63 ms). A ratio of medians across seeds would hide a seed that did not recover; each seed is "
+            "judged on its own.\n")
+        agg = df.groupby("window").agg(share=("window_share:callbacks.cpu_wall", "median"))
+        headline = ("recovery A2/A1 per seed " + ", ".join(f"{x:.3f}" for x in per["recovery A2/A1"])
+                    + f"; {within}/{len(per)} seeds within the paper's 8.63 ms; callback share "
+                    + " → ".join(f"{x:.1%}" for x in agg.share))
+        differ = ("Per seed, A2 differs from A1 by " + ", ".join(f"{x:.1f} ms" for x in per["A2 - A1 (abs) ms"])
+                  + f" ({within}/{len(per)} within the paper's 8.63 ms tolerance); the B window's callback share is lower than "
+                  "the paper's because the bucketed step's longer backward competes with it.")
     agg = df.groupby("window").agg(step=("window_median_step_ms", "median"), share=("window_share:callbacks.cpu_wall", "median"))
-    rec = agg.step.iloc[2] / agg.step.iloc[0] if len(agg) >= 3 else float("nan")
-    text += (f"\nMedian over seeds: step {agg.step.iloc[0]:.2f} → {agg.step.iloc[1]:.2f} → {agg.step.iloc[2]:.2f} ms, callback share "
-             f"{agg.share.iloc[0]:.4f} → {agg.share.iloc[1]:.4f} → {agg.share.iloc[2]:.4f}; recovery ratio A2/A1 = {rec:.4f}. "
-             "Paper: 207.81 → 294.12 → 208.02 ms, 1.75% → 41.06% → 1.75%, recovery 0.998.\n") if len(agg) >= 3 else ""
     fig, ax = plt.subplots(1, 2, figsize=(7, 3))
-    ax[0].bar(["A1", "B", "A2"][: len(agg)], agg.step)
+    for seed, g in df.groupby("seed"):
+        w = g.groupby("window").first()
+        ax[0].plot(["A1", "B", "A2"][: len(w)], w.window_median_step_ms, marker="o", label=f"seed {int(seed)}")
+        ax[1].plot(["A1", "B", "A2"][: len(w)], w["window_share:callbacks.cpu_wall"], marker="o", label=f"seed {int(seed)}")
     ax[0].set_ylabel("median step (ms)")
-    ax[1].bar(["A1", "B", "A2"][: len(agg)], agg.share)
     ax[1].set_ylabel("callback frontier share")
+    ax[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(d / "aba.png", dpi=120)
-    headline = (f"step {agg.step.iloc[0]:.1f} → {agg.step.iloc[1]:.1f} → {agg.step.iloc[2]:.1f} ms, callback share "
-                f"{agg.share.iloc[0]:.1%} → {agg.share.iloc[1]:.1%} → {agg.share.iloc[2]:.1%}, recovery {rec:.3f}") if len(agg) >= 3 else "quick run"
-    return text, headline, "aba.png", "paper: 207.8 → 294.1 → 208.0 ms, 1.75% → 41% → 1.75%"
+    plt.close(fig)
+    return text, headline, "aba.png", "paper: 207.8 → 294.1 → 208.0 ms, 1.75% → 41% → 1.75%", differ
 
 
 def report_accumulation(d, df):
     text, _ = header(d, "E7 gradient accumulation x4")
+    full = df
+    df, sham, _ = split_arms(df)
     rows = []
     for sc, g in df.groupby("scenario", sort=False):
+        s = null_match(sham, g, ["scenario"])
         rows.append({"scenario": SCEN_NAMES[sc], "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)), **honest(g),
+                     "sham top-1/top-2": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}",
+                     "diagnosis hit": frac(count(g, "diag_hit"), len(g)),
                      "top-2": frac(b(g.top2).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
                      "gradient_accumulation_ambiguous": frac(g.labels.fillna("").astype(str).str.contains("gradient_accumulation_ambiguous").sum(), len(g)),
                      "paper": "top-2 (co-critical with backward)" if sc == "fwd_device" else "top-1 and top-2 on all rows"})
     text += md_table(pd.DataFrame(rows))
     text += "\nStages are unfolded per microstep (`data.next_wait#0..3`, ...) and grouped only after the frontier is taken.\n"
-    pos = df[df.scenario != "fwd_device"]
-    headline = f"data/backward top-1 {b(pos.top1).sum()}/{len(pos)}, top-2 {b(pos.top2).sum()}/{len(pos)}"
+    text += "\n" + arms_section(full, ["scenario"], {"scenario": scen_name})
+    pos = full[full.scenario != "fwd_device"]
+    headline = with_null(pooled(pos, "top1"), "data/backward top-1") + "; " + with_null(pooled(pos, "top2"), "top-2")
+    differ = lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
+        f" gradient_accumulation_ambiguous fired on {df.labels.fillna('').astype(str).str.contains('gradient_accumulation_ambiguous').sum()}"
+        f"/{len(df)} fault rows: each microstep's stages are unfolded before the frontier is taken.")
     groups, series, paper = [], {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}, {"top-1": [], "top-2": []}
     for sc, g in df.groupby("scenario", sort=False):
         groups.append(f"{SCEN_NAMES[sc]}\n({len(g)} run{'s' if len(g) != 1 else ''})")
@@ -423,24 +739,33 @@ def report_accumulation(d, df):
     plt.close(fig)
     text += figure_note("accumulation.png", "The figure shows the top-1, top-2, rank-hit and ambiguity-label rates per scenario, with "
                         "the paper's outcome as dashed caps (top-1 and top-2 for data and backward, top-2 for forward/device).")
-    return text, headline, "accumulation.png", "paper: data and backward top-1/top-2 on all rows"
+    return text, headline, "accumulation.png", "paper: data and backward top-1/top-2 on all rows", differ
 
 
 def report_sharded(d, df):
     text, _ = header(d, "E8 sharded step")
+    full = df
+    df, sham, _ = split_arms(df)
     rows = []
     for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
+        s = null_match(sham, g, ["scenario", "ranks"])
         rows.append({"scenario": SCEN_NAMES[sc], "ranks": int(r), "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
+                     "sham top-1/top-2/routed": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}, {count(s, 'cand_hit')}/{len(s)}",
                      **honest(g), "top-2": frac(b(g.top2).sum(), len(g)), "routed": frac(b(g.cand_hit).sum(), len(g)),
                      "rank hit": frac(b(g.rank_hit).sum(), len(g)), "delay went to (runs, mean share)": absorbed(g)})
     text += md_table(pd.DataFrame(rows))
+    pos_all = full[full.scenario != "optim_host_local"]
     pos = df[df.scenario != "optim_host_local"]
     ctl = df[df.scenario == "optim_host_local"]
-    text += (f"\nPositive rows: top-2 {b(pos.top2).sum()}/{len(pos)}, top-1 {b(pos.top1).sum()}/{len(pos)} "
+    text += (f"\nPositive rows: {with_null(pooled(pos_all, 'top2'), 'top-2')}, {with_null(pooled(pos_all, 'top1'), 'top-1')} "
              f"(paper, FSDP FULL_SHARD and ZeRO-1 on GPUs: 90/90 top-2, 87/90 top-1). Host-local optimizer control routed "
              f"{b(ctl.cand_hit).sum()}/{len(ctl)} (paper 0/18). Ours is one sharded data-parallel step (all-gather of "
              "parameter shards in forward, reduce-scatter of gradients in backward), not FSDP or ZeRO themselves.\n")
-    headline = f"top-2 {b(pos.top2).sum()}/{len(pos)}, top-1 {b(pos.top1).sum()}/{len(pos)}; optimizer control routed {b(ctl.cand_hit).sum()}/{len(ctl)}"
+    text += "\n" + arms_section(full, ["scenario", "ranks"], {"scenario": scen_name})
+    headline = (with_null(pooled(pos_all, "top2"), "top-2") + "; " + with_null(pooled(pos_all, "top1"), "top-1")
+                + f"; optimizer control routed {b(ctl.cand_hit).sum()}/{len(ctl)}")
+    differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
+              + f" Host-local optimizer control: routed {b(ctl.cand_hit).sum()}/{len(ctl)}, confident misroutes {b(ctl.misroute).sum()}/{len(ctl)}.")
     groups, series, paper, scen = [], {"top-1": [], "top-2": [], "routed": []}, {"routed": []}, []
     for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
         groups.append(f"{int(r)}")
@@ -477,7 +802,7 @@ def report_sharded(d, df):
     plt.close(fig)
     text += figure_note("sharded.png", "The figure shows the top-1, top-2 and routed rates per scenario and rank count against "
                         "the paper's pooled 87/90 and 90/90, and the optimizer control (shaded), which must stay at 0 routed.")
-    return text, headline, "sharded.png", "paper: 90/90 top-2, 87/90 top-1; control 0/18"
+    return text, headline, "sharded.png", "paper: 90/90 top-2, 87/90 top-1; control 0/18", differ
 
 
 def report_periodic(d, df):
@@ -505,8 +830,12 @@ def report_periodic(d, df):
              "frontier 24% exposed-makespan share, routed to the callback.\n")
     headline = (f"p50 {t['p50 as % of median step'].iloc[0]} of a step, frontier share {t['frontier callback share'].iloc[0]}, "
                 f"routed {sum(t['routed to callbacks'] == 'yes')}/{len(t)}") if len(t) else "no rows"
+    differ = (f"p50 of the callback is {t['p50 as % of median step'].min()}-{t['p50 as % of median step'].max()} of a step here "
+              "(paper 0.13 %) because our callback stage holds a barrier on every step; the point stands: p50 calls the stage "
+              f"small while the frontier gives it {t['frontier callback share'].min()}-{t['frontier callback share'].max()} of the "
+              f"exposed time (paper 24 %) and routes to it in {sum(t['routed to callbacks'] == 'yes')}/{len(t)} seeds.") if len(t) else ""
     if not series:
-        return text, headline, None, "paper: p50 0.13%, frontier 24%, routed"
+        return text, headline, None, "paper: p50 0.13%, frontier 24%, routed", differ
     r, cb, step = series[0]
     fig, ax = plt.subplots(1, 2, figsize=(9.5, 3.6), gridspec_kw={"width_ratios": [2.2, 1]})
     ax[0].plot(step.index, step.values * 1e3, c="0.6", lw=1, label="step wall time (slowest rank)")
@@ -540,21 +869,27 @@ def report_periodic(d, df):
     plt.close(fig)
     text += figure_note("periodic.png", f"The figure traces seed {int(r.seed)}'s per-step callback time (slowest rank) with its p50, "
                         "beside the p50 and frontier views of the callback stage, ours against the paper's.")
-    return text, headline, "periodic.png", "paper: p50 0.13%, frontier 24%, routed"
+    return text, headline, "periodic.png", "paper: p50 0.13%, frontier 24%, routed", differ
 
 
 def report_events(d, df):
     text, m = header(d, "E5 forward event side channel (Table 5)")
     device = m["spec"].get("overrides", {}).get("device", m["spec"]["base"].get("device", "host"))
     rows = []
+    full = df
+    df, sham, _ = split_arms(df)
     for (sc, delay, q), g in df.groupby(["scenario", "delay_ms", "event_q"], sort=False):
-        def count(label):
-            return frac(g.labels.fillna("").str.contains(label).sum(), len(g))
+        s = null_match(sham, g, ["scenario", "event_q"])
+
+        def fires(label, rows_=g):
+            return frac(rows_.labels.fillna("").str.contains(label).sum(), len(rows_))
         rows.append({"scenario": SCEN_NAMES[sc], "delay": f"{delay:.0f} ms", "q": q, "rows": len(g),
                      "CPU-wall top-1": frac(b(g.top1).sum(), len(g)), "CPU-wall top-2": frac(b(g.top2).sum(), len(g)),
-                     "forward_device_supported": count("forward_device_supported"),
-                     "forward_host_overhead_suspected": count("forward_host_overhead_suspected"),
-                     "forward_spillover_suspected": count("forward_spillover_suspected"),
+                     "sham top-1/top-2": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}",
+                     "forward_device_supported": fires("forward_device_supported"),
+                     "forward_host_overhead_suspected": fires("forward_host_overhead_suspected"),
+                     "forward_spillover_suspected": fires("forward_spillover_suspected"),
+                     "sham: device_supported / host_overhead": f"{fires('forward_device_supported', s)}, {fires('forward_host_overhead_suspected', s)}",
                      "ready ratio": f"{g.events_ready_ratio.astype(float).mean():.2f}"})
     text += md_table(pd.DataFrame(rows))
     text += (f"\nDevice backend: `{device}`"
@@ -563,11 +898,19 @@ def report_events(d, df):
              + "\n\nPaper (Table 5): forward/device is not claimed top-1 (0/10) but is top-2 (10/10) and emits "
              "forward_device_supported on event-enabled rows; forward/host is top-1 and top-2 (10/10) and emits "
              "forward_host_overhead_suspected when CPU-wall is high and event time is low.\n")
+    text += "\n" + arms_section(full, ["scenario", "delay_ms", "event_q"], {"scenario": scen_name, "delay_ms": lambda x: f"{x:.0f} ms"},
+                                 measures=["top-1", "top-2", "diagnosis"])
     dev = df[(df.scenario == "fwd_device") & (df.event_q > 0)]
     host = df[(df.scenario == "fwd_host") & (df.event_q > 0)]
-    headline = (f"fwd_device top-2 {b(df[df.scenario == 'fwd_device'].top2).sum()}/{len(df[df.scenario == 'fwd_device'])}, "
+    shq = sham[sham.event_q > 0]
+    differ = (lift_prose(full, ["scenario", "delay_ms", "event_q"], {"scenario": scen_name, "delay_ms": lambda x: f"{x:.0f} ms",
+                                                                     "event_q": lambda x: f"q={x:g}"})
+              + " On the sham rows with events (q > 0) forward_device_supported fired "
+              + f"{shq.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(shq)} and forward_host_overhead_suspected "
+              + f"{shq.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(shq)}. Host-stream device model, no GPU.")
+    headline = (with_null(pooled(full[full.scenario == "fwd_device"], "top2"), "fwd_device top-2") + ", "
                 f"forward_device_supported {dev.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(dev)} (q > 0); "
-                f"fwd_host top-1 {b(df[df.scenario == 'fwd_host'].top1).sum()}/{len(df[df.scenario == 'fwd_host'])}, "
+                + with_null(pooled(full[full.scenario == "fwd_host"], "top1"), "fwd_host top-1") + ", "
                 f"forward_host_overhead_suspected {host.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(host)}")
     labels = ["forward_device_supported", "forward_host_overhead_suspected", "forward_spillover_suspected"]
     expect = {"fwd_device": {"top-1": 0.0, "top-2": 1.0, "forward_device_supported": 1.0},
@@ -599,7 +942,7 @@ def report_events(d, df):
     plt.close(fig)
     text += figure_note("events.png", "The figure shows, per scenario, delay and q, the CPU-wall top-1/top-2 rates and how often "
                         "each forward label fires, with the paper's Table 5 outcome as dashed caps (labels on q > 0 rows only).")
-    return text, headline, "events.png", "paper: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead"
+    return text, headline, "events.png", "paper: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead", differ
 
 
 def report_sensitivity(d, df):
@@ -633,13 +976,20 @@ def report_sensitivity(d, df):
     base = df[(df.scenario == "data_tail") & (df.backward_scale == 1) & (df.ranks == df.ranks.min()) &
               (df.comm_gib_s == df.comm_gib_s.max())]
     pts = [f"{r.overlap}, jitter {r.jitter_sigma:g}: {cell(r, 'threshold_ms')}" for _, r in base.iterrows()]
+    dt = df[df.scenario == "data_tail"]
+    # How far jitter and rank count move the threshold with everything else held.
+    held = ["scenario", "backward_scale", "overlap", "comm_gib_s"]
+    jit = dt.groupby(held + ["ranks"]).threshold_ms.agg(lambda x: x.max() - x.min())
+    rnk = dt.groupby(held + ["jitter_sigma"]).threshold_ms.agg(lambda x: x.max() - x.min())
     text += ("\n## The paper's 120 ms as one point\n\nThe paper reports the data-tail transition at 120 ms on its 207.8 ms "
              f"step. On this curve the paper-like profile (backward x1, {int(df.ranks.min())} ranks, fast transport) gives "
-             + "; ".join(pts) + " ms. Across the sweep the threshold tracks the competing backward advance (ratio "
-             f"{(df[df.scenario == 'data_tail'].threshold_over_backward).min():.2f}-"
-             f"{(df[df.scenario == 'data_tail'].threshold_over_backward).max():.2f}), rises with a slow transport when "
-             "the collective is not overlapped (single) and less when buckets hide it behind backward, and moves by "
-             "10-30 ms with jitter and rank count. The paper's 120 ms is where one particular backward cost puts it.\n")
+             + "; ".join(pts) + " ms. Across the sweep the threshold is "
+             f"{dt.threshold_over_backward.min():.2f}-{dt.threshold_over_backward.max():.2f} x the healthy backward advance; "
+             f"with everything else held, jitter moves it by up to {jit.max():.0f} ms (median {jit.median():.0f}) and the rank "
+             f"count by up to {rnk.max():.0f} ms (median {rnk.median():.0f}). The paper's 120 ms is where one particular "
+             "backward cost puts it.\n")
+    if "predicted_ms" in df:
+        text += prediction_section(df)
 
     panels = [(sc, c) for sc in ["data_tail", "callback_sync_tail", "comm_delay"] if sc in set(df.scenario)
               for c in sorted(df.comm_gib_s.unique(), reverse=True)][:3]
@@ -664,47 +1014,147 @@ def report_sensitivity(d, df):
     text += figure_note("sensitivity.png", "The figure plots the top-1 threshold against the healthy backward advance "
                         "(backward x0.5 to x2), one line per overlap mode and jitter, with Delay = backward advance dotted "
                         "and the paper's 120 ms as a horizontal line (the paper does not report its backward advance).")
-    dt = df[df.scenario == "data_tail"]
-    headline = (f"data-tail top-1 threshold {fmt(dt.threshold_ms.min())}-{fmt(dt.threshold_ms.max())} ms over {len(dt)} "
-                f"settings, {dt.threshold_over_backward.min():.2f}-{dt.threshold_over_backward.max():.2f} x the backward "
+    reached = dt.threshold_ms.notna().sum()
+    headline = (f"data-tail top-1 threshold {fmt(dt.threshold_ms.min())}-{fmt(dt.threshold_ms.max())} ms, reached in {reached} of "
+                f"{len(dt)} settings, {dt.threshold_over_backward.min():.2f}-{dt.threshold_over_backward.max():.2f} x the backward "
                 "advance; moves with backward cost, transport and overlap")
-    return text, headline, "sensitivity.png", "paper: one point, 120 ms on a 207.8 ms step"
+    differ = ""
+    if "predicted_ms" in df:
+        hit_h = int((dt.threshold_ms == dt.predicted_grid_ms).sum())
+        hit_f = int((dt.threshold_ms == dt.predicted_faulty_grid_ms).sum())
+        headline += f"; predicted grid point hit {hit_f}/{len(dt)} with the faulty window's competitor ({hit_h}/{len(dt)} with the healthy one)"
+        nj = dt[dt.jitter_sigma == 0]
+        differ = (f"The threshold follows d* = (B - data_base + eta_A S)/(1 - eta_A): without jitter the measured threshold is "
+                  f"the predicted grid point in {int((nj.threshold_ms == nj.predicted_grid_ms).sum())}/{len(nj)} settings. "
+                  f"With jitter, B must come from the faulty window (the injected rank's own backward): "
+                  f"{hit_f}/{len(dt)} settings hit with it, {hit_h}/{len(dt)} with the healthy backward. Where it still misses, the "
+                  "measured threshold is mostly above the prediction: the formula is one window's condition, while the "
+                  "threshold needs 4 of 5 seeds to route every larger delay (the residual table and prediction.png).")
+    return text, headline, "sensitivity.png", "paper: one point, 120 ms on a 207.8 ms step", differ
+
+
+def prediction_section(df):
+    """Measured thresholds against d* predicted from the healthy and from the faulty window (issue 27), with residuals."""
+    text = ("\n## The threshold, predicted\n\nFor the injected stage to lead its competitor by more than eta_A of the step, "
+            "(base + d) - C > eta_A (S + d), so d* = (C - base + eta_A S)/(1 - eta_A), with C the competitor's advance per "
+            "step, base the injected stage's healthy advance and S the step without the delay. Predicted from the healthy "
+            "window (C healthy) and from the faulty window at the measured threshold (C as the injected rank's own stage "
+            "became; S likewise); the grid point is the smallest grid delay at or above d*. Residual = measured - predicted. "
+            "`exposed` is the part of the delay that reached the injected stage in that window.\n\n")
+    rows = []
+    for (sc, jit), g in df.groupby(["scenario", "jitter_sigma"], sort=False):
+        reached = g[g.threshold_ms.notna()]
+        rows.append({"scenario": SCEN_NAMES.get(sc, sc), "jitter": f"{jit:g}", "settings": len(g), "reached": len(reached),
+                     "grid hit (healthy C)": frac((g.threshold_ms == g.predicted_grid_ms).sum(), len(g)),
+                     "grid hit (faulty C)": frac((g.threshold_ms == g.predicted_faulty_grid_ms).sum(), len(g)),
+                     "median residual healthy / faulty ms": f"{reached.residual_ms.median():+.1f} / {reached.residual_faulty_ms.median():+.1f}",
+                     "largest residual healthy / faulty ms": f"{reached.residual_ms.abs().max():.1f} / {reached.residual_faulty_ms.abs().max():.1f}",
+                     "median C healthy / faulty ms": f"{g.competitor_healthy_ms.median():.1f} / {g.competitor_faulty_ms.median():.1f}",
+                     "median exposed": f"{g.exposed_fraction.median():.3f}"})
+    text += md_table(pd.DataFrame(rows))
+    miss = df[(df.threshold_ms != df.predicted_faulty_grid_ms)]
+    if len(miss):
+        over = miss[miss.threshold_ms > miss.predicted_faulty_grid_ms]
+        text += (f"\nWhere the faulty-window prediction misses the grid point ({len(miss)} of {len(df)} settings): "
+                 f"{len(over)} measure a higher threshold than predicted, {int(miss.threshold_ms.isna().sum())} never reach one on "
+                 f"the grid, the rest a lower one; {int((miss.jitter_sigma > 0).sum())} of the misses have jitter. The formula "
+                 "is the condition of one window; the threshold needs 4 of 5 seeds to route every larger delay, so with "
+                 "jitter the seed whose competitor draws long sets it, above the median window's d*.\n")
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
+    for a, col, name in [(ax[0], "predicted_ms", "healthy window"), (ax[1], "predicted_faulty_ms", "faulty window")]:
+        for jit, g in df[df.threshold_ms.notna()].groupby("jitter_sigma"):
+            a.scatter(g[col], g.threshold_ms, s=10, label=f"jitter {jit:g}")
+        lim = [0, float(df.threshold_ms.max()) * 1.05]
+        a.plot(lim, lim, c="gray", lw=0.8, ls=":", label="measured = predicted")
+        a.set_xlabel(f"predicted d* from the {name} (ms)")
+        a.set_title(f"C from the {name}", fontsize=9)
+    ax[0].set_ylabel("measured top-1 threshold (ms)")
+    ax[0].legend(fontsize=7)
+    fig.suptitle("Measured threshold vs the predicted d*, every setting (timeline model)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(df.attrs["dir"] / "prediction.png", dpi=120)
+    plt.close(fig)
+    text += figure_note("prediction.png", "Each setting's measured threshold against d* predicted from the healthy window (left) "
+                        "and from the faulty window (right); on the dotted line the prediction is exact.")
+    return text
+def advances_ms(g):
+    """Median advance per step (ms) of every stage over rows g: share x exposed makespan / scored steps."""
+    total = g.exposed_makespan_s.astype(float) * 1e3 / g.steps.astype(float)
+    return {c.removeprefix("share:"): float((g[c].astype(float) * total).median()) for c in g.columns if c.startswith("share:")}
+
+
+def predicted_ms(healthy, target, eta_a=0.05):
+    """d* = (competitor - target_base + eta_A * S) / (1 - eta_A) from per-stage advances (docs/testbed.md)."""
+    others = {k: v for k, v in healthy.items() if k != target and v == v}
+    if not others:
+        return float("nan"), "-"
+    comp = max(others, key=others.get)
+    return max(0.0, (others[comp] - healthy.get(target, 0.0) + eta_a * sum(v for v in healthy.values() if v == v)) / (1 - eta_a)), comp
+
+
 def report_torch_routing(d, df):
-    """E3 on real PyTorch DDP beside the synthetic E3 (results/routing) and the paper."""
+    """E3 on real PyTorch DDP beside its null arms, a delay sweep and the threshold predicted from its own healthy step."""
     text, m = header(d, "E3 on real PyTorch DDP (sf_torch, gloo on CPU)")
-    main = df[df["group"].fillna("") == ""].copy()
     p50 = p50_by_ranks(df)
+    full = df[df["group"].fillna("") == ""]
+    fault, sham, _ = split_arms(full)
     contention = {}
     for _, r in df.iterrows():
         rj = d / "rows" / r["row"] / "run.json"
         if rj.exists():
-            c = json.loads(rj.read_text()).get("contention", {})
-            contention[int(r["ranks"])] = c
-    synth_path = d.parent / "routing" / "rows.csv"
-    synth = pd.read_csv(synth_path) if synth_path.exists() else None
-    if synth is not None:
-        synth = synth[synth["group"].fillna("") == ""]
+            contention[int(r["ranks"])] = json.loads(rj.read_text()).get("contention", {})
     text += ("Real trainer: `examples/torch_ddp/train.py` (a 4-layer MLP, DataLoader with worker processes, DDP with "
              "its default buckets, SGD), faults injected the real way on a hidden target rank drawn from the seed; "
-             "scored by the C++ engine through `sf_torch._core`. Synthetic: `results/routing` (the project's own "
-             "workload, 8 ranks). Paper: Table 14 (5/5 top-2 for every E3 scenario; forward/device top-1 0/5).\n\n")
+             "scored by the C++ engine through `sf_torch._core` with the current labeler and the diagnosis. Every fault row "
+             "has a sham twin (delay 0, same seed and target) and its verdict against a shuffled truth. Paper: Table 14 "
+             "(5/5 top-2 for every E3 scenario; forward/device top-1 0/5).\n\n")
     text += "## Per scenario and rank count\n\n"
     rows = []
-    for (sc, r), g in main.groupby(["scenario", "ranks"], sort=False):
+    for (sc, r), g in fault.groupby(["scenario", "ranks"], sort=False):
+        s = null_match(sham, g, ["scenario", "ranks"])
         share = g["share:" + STAGE[sc]].astype(float)
-        row = {"scenario": SCEN_NAMES[sc], "ranks": int(r), "delay": f"{g['delay_ms'].iloc[0]:.0f} ms",
-               "Delay/p50": f"{g['delay_ms'].iloc[0] / p50.get(int(r), float('nan')):.2f}", "rows": len(g),
-               "top-1": frac(b(g.top1).sum(), len(g)), "top-2": frac(b(g.top2).sum(), len(g)),
-               "cand. hit": frac(b(g.cand_hit).sum(), len(g)), "rank hit": frac(b(g.rank_hit).sum(), len(g)),
-               "share of the faulty stage": f"{share.median():.2f}", "steal": f"{g.vm_steal_fraction.astype(float).median() * 100:.0f}%"}
-        if synth is not None:
-            sg = synth[synth["scenario"] == sc]
-            row["synthetic E3 (8 ranks) top-2, rank hit"] = (f"{frac(b(sg[sg.ranks == 8].top2).sum(), len(sg[sg.ranks == 8]))}, "
-                                                         f"{frac(b(sg[sg.ranks == 8].rank_hit).sum(), len(sg[sg.ranks == 8]))}")
-        row["paper top-1/top-2"] = "0/5, 5/5" if sc == "fwd_device" else "5/5, 5/5"
-        rows.append(row)
+        rows.append({"scenario": SCEN_NAMES[sc], "ranks": int(r), "delay": f"{g['delay_ms'].iloc[0]:.0f} ms",
+                     "Delay/p50": f"{g['delay_ms'].iloc[0] / p50.get(int(r), float('nan')):.2f}", "rows": len(g),
+                     "top-1": frac(b(g.top1).sum(), len(g)), **honest(g), "top-2": frac(b(g.top2).sum(), len(g)),
+                     "rank hit": frac(b(g.rank_hit).sum(), len(g)), "diagnosis hit": frac(count(g, "diag_hit"), len(g)),
+                     "sham top-1/top-2/diagnosis": f"{count(s, 'top1')}/{len(s)}, {count(s, 'top2')}/{len(s)}, {count(s, 'diag_hit')}/{len(s)}",
+                     "share of the faulty stage": f"{share.median():.2f}", "labels (rows)": labels_seen(g),
+                     "paper top-1/top-2": "0/5, 5/5" if sc == "fwd_device" else "5/5, 5/5"})
     text += md_table(pd.DataFrame(rows))
     text += ("\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + ".\n\n")
+    text += arms_section(full, ["scenario", "ranks"], {"scenario": scen_name})
+    # The delay sweep: data tail at every delay, the real threshold beside the one predicted from the measured step.
+    sweep_f, sweep_s, _ = split_arms(df[df.scenario == "data_tail"])
+    sweep_text, pred_parts = "", []
+    if sweep_f.delay_ms.nunique() > 1:
+        srows = []
+        for (r, delay), g in sweep_f.groupby(["ranks", "delay_ms"]):
+            srows.append({"ranks": int(r), "delay": f"{delay:.0f} ms", "rows": len(g), "top-1": frac(b(g.top1).sum(), len(g)),
+                          **honest(g), "top-2": frac(b(g.top2).sum(), len(g)), "diagnosis hit": frac(count(g, "diag_hit"), len(g)),
+                          "data share": f"{g['share:data.next_wait'].astype(float).median():.2f}"})
+        sweep_text = "## Delay sweep: the real DDP threshold and its prediction\n\n" + md_table(pd.DataFrame(srows)) + "\n"
+        prow = []
+        for r, g in sweep_f.groupby("ranks"):
+            h = advances_ms(null_match(sweep_s, g, ["ranks"]))
+            pred, comp = predicted_ms(h, "data.next_wait")
+            t1 = first_delay(g, "top1")
+            # From the faulty window at the measured threshold (the largest delay when none): the competitor as the
+            # injected rank's own stage became.
+            at = t1 if t1 is not None else g.delay_ms.max()
+            f = advances_ms(g[g.delay_ms == at])
+            rest = sum(v for k, v in f.items() if k != "data.next_wait") + h.get("data.next_wait", 0.0)
+            pred_f = max(0.0, (f.get(comp, 0.0) - h.get("data.next_wait", 0.0) + 0.05 * rest) / 0.95)
+            prow.append({"ranks": int(r), "competitor": comp, "healthy competitor ms": f"{h.get(comp, float('nan')):.1f}",
+                         "predicted d* (healthy) ms": f"{pred:.0f}", f"faulty competitor ms (at {at:.0f} ms)": f"{f.get(comp, float('nan')):.1f}",
+                         "predicted d* (faulty) ms": f"{pred_f:.0f}",
+                         "measured: top-1 in every row from": f"{t1:.0f} ms" if t1 is not None else "not on the grid"})
+            pred_parts.append(f"{int(r)} ranks: measured top-1 from " + (f"{t1:.0f} ms" if t1 is not None else "no swept delay")
+                              + f", predicted {pred:.0f} ms from the healthy step and {pred_f:.0f} ms from the faulty one")
+        sweep_text += ("The prediction is the sensitivity experiment's d* = (competitor - data_base + eta_A S) / (1 - eta_A) "
+                       "with this trainer's own advances per step: healthy from its sham rows, faulty from the rows at the "
+                       "measured threshold. Timeline-model thresholds of the measured `torch-mlp-cpu` profile at the same rank "
+                       "counts are in results/detectability (group torch_ddp_scale).\n\n" + md_table(pd.DataFrame(prow)) + "\n")
+    text += sweep_text
     text += "## Contention (reported, not hidden)\n\n"
     for r, c in sorted(contention.items()):
         text += (f"- {r} ranks: {c.get('torch_threads_per_rank')} torch thread(s) and {c.get('dataloader_workers_per_rank')} "
@@ -714,46 +1164,40 @@ def report_torch_routing(d, df):
                  + ".\n")
     text += ("\n`fwd_device` (the fifth E3 scenario) needs CUDA: on a GPU host add it to the matrix "
              "(train.py then uses NCCL and `torch.cuda._sleep` in forward); this CPU machine cannot run it.\n\n")
-    text += "## Where real DDP differs from the synthetic step\n\n"
-    by = {(sc, int(r)): g["share:" + STAGE[sc]].astype(float).median() for (sc, r), g in main.groupby(["scenario", "ranks"])}
-    rk = sorted(main["ranks"].unique())
-    if len(rk) >= 2:
-        lo, hi = int(rk[0]), int(rk[-1])
-        text += ("- Contention: from " + str(lo) + " to " + str(hi) + " ranks on " + str(contention.get(hi, {}).get("cores", "?"))
-                 + " cores the faulty stage's median share falls: "
-                 + ", ".join(f"{SCEN_NAMES[sc]} {by[(sc, lo)]:.2f} → {by[(sc, hi)]:.2f}"
-                             for sc in dict.fromkeys(main["scenario"]) if (sc, lo) in by and (sc, hi) in by)
-                 + ". Time-slicing stretches every rank's compute stages, so the injected delay is a smaller part "
-                 "of the step; the no-fault p50 grows with it. Every run still routes here: this MLP is small and the "
-                 "faults are 120 ms. A compute-bound model at 4 ranks on 2 cores was reported to smear a data stall "
-                 "below the routing threshold (issue 13: data share 0.19); this experiment does not include one.\n")
-    text += ("- Bucketed all-reduce overlaps backward: a rank that is late before backward (data, forward) makes "
-             "the others wait inside `loss.backward()` (DDP's reducer waits for its buckets), so the waiting ranks' "
-             "backward share grows and the frontier still routes the stage where the late rank lost the time. For "
-             "faults inside backward (`bwd_compute`, `comm_delay`) every rank leaves the collective together; the "
-             "comm hook's time inside the all-reduce names the rank (`sync_wait_side_evidence`).\n\n")
-    scen = list(dict.fromkeys(main["scenario"]))
-    series = {}
-    for r in sorted(main["ranks"].unique()):
-        g = main[main.ranks == r]
-        series[f"real DDP {r} ranks top-2"] = [rate(g[g.scenario == sc].top2) for sc in scen]
-        series[f"real DDP {r} ranks rank hit"] = [rate(g[g.scenario == sc].rank_hit) for sc in scen]
-    if synth is not None:
-        s8 = synth[synth.ranks == 8]
-        series["synthetic 8 ranks top-2"] = [rate(s8[s8.scenario == sc].top2) for sc in scen]
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    grouped_bars(ax, [SCEN_NAMES[sc] for sc in scen], series,
-                 paper={next(iter(series)): [1.0 for _ in scen]})
-    ax.set_title("E3 on real PyTorch DDP vs the synthetic step (paper: 5/5 top-2 each)", fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
+    scen = list(dict.fromkeys(fault["scenario"]))
+    series, paper = {}, {}
+    for r in sorted(fault["ranks"].unique()):
+        g, s = fault[fault.ranks == r], sham[sham.ranks == r]
+        series[f"{r} ranks top-2"] = [rate(g[g.scenario == sc].top2) for sc in scen]
+        series[f"{r} ranks sham top-2"] = [rate(s[s.scenario == sc].top2) for sc in scen]
+        series[f"{r} ranks diagnosis"] = [rate(g[g.scenario == sc].diag_hit) for sc in scen]
+        series[f"{r} ranks sham diagnosis"] = [rate(s[s.scenario == sc].diag_hit) for sc in scen]
+    paper = {next(iter(series)): [1.0 for _ in scen]} if series else {}
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    grouped_bars(ax, [SCEN_NAMES[sc] for sc in scen], series, paper=paper)
+    ax.set_title("E3 on real PyTorch DDP: fault rows beside their sham twins (paper: 5/5 top-2 each)", fontsize=9)
+    ax.legend(fontsize=6, ncol=4)
     fig.tight_layout()
     fig.savefig(d / "torch_routing.png", dpi=120)
-    top2 = b(main.top2).sum()
-    rank_hit = b(main.rank_hit).sum()
-    headline = f"real DDP top-2 {frac(top2, len(main))}, rank named {frac(rank_hit, len(main))}"
-    text += figure_note("torch_routing.png", "Bars: rate of runs with the faulty stage in the top-2 and with the "
-                        "target rank named, per scenario, for real DDP at each rank count and the synthetic E3; dashed: paper.")
-    return text, headline, "torch_routing.png", "paper: 5/5 top-2 per scenario (Table 14)"
+    plt.close(fig)
+    headline = (with_null(pooled(full, "top2"), "real DDP top-2") + "; " + with_null(pooled(full, "top1"), "top-1") + "; "
+                + with_null(pooled(full, "diag_hit"), "diagnosis"))
+    differ = ("Real PyTorch DDP (gloo, CPU), " + ", ".join(str(int(x)) for x in sorted(fault.ranks.unique())) + " ranks. "
+              + lift_prose(full, ["scenario", "ranks"], {"scenario": scen_name}) + (" Delay sweep: " + "; ".join(pred_parts) + "." if pred_parts else ""))
+    text += figure_note("torch_routing.png", "Bars: rate of fault rows with the faulty stage in the top-2 and with the "
+                        "diagnosis naming the stage and rank, beside the same rates on the sham twins; dashed: paper.")
+    return text, headline, "torch_routing.png", "paper: 5/5 top-2 per scenario (Table 14)", differ
+
+
+def labels_seen(g):
+    """Labels on these rows, with how many rows carry each."""
+    seen = {}
+    for x in g.labels.fillna("").astype(str):
+        for lab in filter(None, x.split(";")):
+            seen[lab] = seen.get(lab, 0) + 1
+    return ", ".join(f"{k} {v}" for k, v in sorted(seen.items())) or "-"
+
+
 def report_soak(d, df):
     text, _ = header(d, "Soak: rank 0's resident memory over many windows")
     rows = []
@@ -766,8 +1210,7 @@ def report_soak(d, df):
     text += md_table(pd.DataFrame(rows))
     text += ("\nRank 0 streams each window's packet, summary and dump lines to disk as it is scored and folds its steps "
              "into a run-level StreamingAccumulator (docs/testbed.md). The growth column is the least-squares slope of "
-             "rank 0's resident memory after each window, over the windows past the first quarter; before this change "
-             "a 3000-step run at 8 ranks (window 100) grew ~101 KB per window. The run-level medians (step time, "
+             "rank 0's resident memory after each window, over the windows past the first quarter. The run-level medians (step time, "
              "forward-event samples) are exact up to --exact-median-steps (4096) and then kept in log2 bins within "
              "0.034 %, whose number follows the spread of the values, not their count (frontier MedianKeeper), so "
              "nothing on rank 0 grows with the number of steps.\n")
@@ -781,7 +1224,10 @@ def report_soak(d, df):
     plt.close(fig)
     head = "; ".join(f"{r.rank0_rss_growth_kb_per_window:+.2f} KiB/window over {int(r.windows)} windows "
                      f"({int(r.steps_completed_min)} steps, cost x{r.get('cost_scale', 1.0)})" for _, r in df.iterrows())
-    return text, f"rank-0 RSS growth {head}", "soak.png", "(not in the paper)"
+    differ = ("Rank 0 streams window packets and summaries to disk and keeps bounded run-level aggregates: its fitted growth is "
+              + ", ".join(f"{r.rank0_rss_growth_kb_per_window:+.2f} KiB/window" for _, r in df.iterrows())
+              + f" (commits {', '.join(sorted(set(df.commit.astype(str))))}; see soak/README.md).")
+    return text, f"rank-0 RSS growth {head}", "soak.png", "(not in the paper)", differ
 
 
 def detect_rows(g):
@@ -937,7 +1383,15 @@ def report_detect(d, df):
     headline = (f"live: {found}/{total} A/B/A transitions found; sim (to {int(sim.ranks.max()) if len(sim) else 0} ranks): "
                 f"{sfound}/{stotal}; {alarms} false alarms on live runs; healthy: {fa_a} in {fa_steps} live steps, "
                 f"{sfa_a} in {sfa_steps} model steps")
-    return text, headline, "detect.png", "FALCON BOCD+V: 100% (compute) / 99.1% (comm) accuracy, 0% FPR"
+    lat = pd.concat([aba[c] for c in aba.columns if c.startswith("cp_steps_to_detect_")]).dropna() if len(aba) else pd.Series(dtype=float)
+    differ = ("Rule 4 (docs/detect.md): a change is confirmed only once its new level has held K steps; shorter excursions "
+              f"are reported as transients. Live A/B/A: {found}/{total} transitions found"
+              + (f", median {lat.median():.0f} steps after each (the hold's latency)" if len(lat) else "")
+              + f". Healthy live runs: {fa_a} change points in {fa_steps} steps"
+              + (f" ({fa_a / fa_steps * 1e4:.1f} per 10^4), culprit stability {', '.join(sorted(set(fa.stability_class.astype(str))))}" if fa_steps else "")
+              + "; FALCON's 0 % FPR is on dedicated nodes, this VM is shared. A change under FALCON's 10 % verification "
+              "threshold is not reported, by design.")
+    return text, headline, "detect.png", "FALCON BOCD+V: 100% (compute) / 99.1% (comm) accuracy, 0% FPR", differ
 
 
 REPORTS = {"detect": report_detect, "fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
@@ -953,22 +1407,107 @@ def report(d):
     d = pathlib.Path(d)
     name = d.name.removesuffix("-quick").split("-")[0]
     df = pd.read_csv(d / "rows.csv")
-    text, headline, picture, paper = REPORTS[name](d, df)
+    df.attrs["dir"] = d
+    text, headline, picture, paper, *rest = REPORTS[name](d, df)
+    differ = rest[0] if rest else ""
     (d / "table.md").write_text(text)
-    (d / "summary.json").write_text(json.dumps({"headline": headline, "picture": picture, "paper": paper}, indent=2) + "\n")
+    (d / "summary.json").write_text(json.dumps({"headline": headline, "picture": picture, "paper": paper, "differ": differ},
+                                               indent=2) + "\n")
     print(f"{d}/table.md: {headline}")
 
 
-def index(results):
+# The experiments a re-run of issue 27 touched, and the columns "what moved" compares.
+RERUN = ["routing", "detectability", "callback", "accumulation", "sharded", "events", "torch_routing"]
+
+
+def fault_counts(df):
+    """Fault-arm counts of a rows.csv (old rows have no arm column: every row with a fault is a fault row)."""
+    if "tool" in df:
+        df = df[df["tool"].fillna("") != "sim"]
+    fault, _, _ = split_arms(df)
+    out = {"rows": len(fault), "steps": sorted(int(x) for x in fault.steps.dropna().unique()) if "steps" in fault else [],
+           "seeds": sorted(int(x) for x in fault.seed.dropna().unique()),
+           "ranks": sorted(int(x) for x in fault.ranks.dropna().unique()),
+           "commits": sorted(set(fault.commit.dropna().astype(str)))}
+    for m, col in MEASURES + [("tie", "tie")]:
+        if col in fault and fault[col].notna().any():
+            out[m] = int(b(fault[col]).sum())
+    return out
+
+
+def moved(old_commit, results):
+    """results/moved.json: per re-run experiment, the fault-arm counts at old_commit's rows.csv and now."""
+    import subprocess
+    import io
     results = pathlib.Path(results)
-    notes_path = results / "NOTES.json"
-    notes = json.loads(notes_path.read_text()) if notes_path.exists() else {}
+    out = {"old_commit": old_commit, "experiments": {}}
+    for name in RERUN:
+        new_csv = results / name / "rows.csv"
+        try:
+            old_text = subprocess.run(["git", "show", f"{old_commit}:results/{name}/rows.csv"], capture_output=True, text=True,
+                                      check=True, cwd=results).stdout
+        except subprocess.CalledProcessError:
+            continue
+        if not new_csv.exists():
+            continue
+        out["experiments"][name] = {"old": fault_counts(pd.read_csv(io.StringIO(old_text))), "new": fault_counts(pd.read_csv(new_csv))}
+    (results / "moved.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{results}/moved.json")
+
+
+def moved_text(results):
+    """The index's 'what moved' section, from moved.json (old rows) and the rows now: counts and the differences in
+    what was run that explain them."""
+    p = results / "moved.json"
+    if not p.exists():
+        return []
+    j = json.loads(p.read_text())
+    out = [f"## What moved in the re-run with null arms (issue 27), against the rows at {j['old_commit']}\n",
+           "Counts are fault rows of real processes (the timeline model's profile rows are new). Why they moved: the "
+           "differences in what was run, listed per experiment, and the scorer (the labeler of issue 28 and the diagnosis "
+           "of issue 26 came after the old rows).\n"]
+    for name, e in j["experiments"].items():
+        o, n = e["old"], e["new"]
+        counts = "; ".join(f"{m} {o[m]}/{o['rows']} → {n[m]}/{n['rows']}" if m in o else f"{m} (not scored) → {n[m]}/{n['rows']}"
+                           for m in ["top-1", "tie", "top-2", "rank", "diagnosis"] if m in n)
+        why = []
+        for k, what in [("steps", "scored steps"), ("seeds", "seeds"), ("ranks", "ranks")]:
+            if o[k] != n[k]:
+                why.append(f"{what} {','.join(map(str, o[k]))} → {','.join(map(str, n[k]))}")
+        why.append(f"commit {','.join(c[:7] for c in o['commits'])} → {','.join(c[:7] for c in n['commits'])}")
+        out.append(f"- **{name}**: {counts} ({'; '.join(why)}).")
+    return out + [""]
+
+
+# Results made by their own commands, linked from the index without quoting them (their own READMEs hold the numbers).
+OTHER = [("bench/README.md", "speed of evaluate(), account(), the CSV reader and the recorder boundary against yardsticks in the same run"),
+         ("scale/README.md", "sim to 10^6 ranks: wall time and memory"),
+         ("labels/table.md", "how often every label fires on healthy and faulty windows"),
+         ("profiles/torch-mlp-cpu.json", "the measured real DDP step behind the torch-mlp-cpu profile"),
+         ("multihost/README.md", "namespace hosts with a real link throttle, validate's P2P pass, change points on a link fault"),
+         ("hardening/README.md", "hostile inputs, fuzzing and sanitizer job times, a killed rank"),
+         ("kineto_import/README.md", "real profiler traces imported and scored")]
+
+
+def index_text(results):
+    results = pathlib.Path(results)
+    mans = {}
+    for name in [*REPORTS, *SCRIPTED]:
+        mp = results / name / "manifest.json"
+        if mp.exists():
+            mans[name] = json.loads(mp.read_text())
+    elapsed = {k: float(m.get("elapsed_s", 0)) for k, m in mans.items()}
+    longest = sorted(elapsed.items(), key=lambda kv: -kv[1])[:2]
     out = ["# sf-testbed results beside the StageFrontier paper\n",
-           "Every directory holds `rows.csv` (one line per run, with seed and commit), `table.md` (the paper's layout with "
-           "its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
-           "Regenerate everything with `build/sf-testbed experiment all` (about 2.5 h on the project's 2-core VM: detect alone 24 min, routing 22 min); "
-           "one experiment with `build/sf-testbed experiment NAME`. Runs are real `mpirun` processes with the host-stream "
-           "device model (no GPU here); GPU rows are in `gpu/` where a GPU session produced them.\n",
+           "Every directory holds `rows.csv` (one line per run, with seed, commit and arm), `table.md` (the paper's layout "
+           "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
+           "Every number below is computed from the rows by `experiments/report.py` (CTest `results.claims` recomputes "
+           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all` (the "
+           f"recorded runs took {sum(elapsed.values()) / 3600:.1f} h in all on the project's 2-core VM; longest: "
+           + ", ".join(f"{k} {v / 60:.0f} min" for k, v in longest) + "); one experiment with `build/sf-testbed experiment "
+           "NAME`. Runs are real `mpirun` processes with the host-stream device model (no GPU here); GPU rows are in `gpu/` "
+           "where a GPU session produced them. A routing count is quoted with what the sham arm (the same rows with no "
+           "fault) scores beside it and the lift over it, with its 95 % interval.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED]:
         s = results / name / "summary.json"
@@ -976,7 +1515,7 @@ def index(results):
             out.append(f"| {name} | not run yet | | |")
             continue
         j = json.loads(s.read_text())
-        out.append(f"| [{name}]({name}/table.md) | {j['headline']} | {j['paper']} | {notes.get(name, '')} |")
+        out.append(f"| [{name}]({name}/table.md) | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
     out.append("")
     for name in [*REPORTS, *SCRIPTED]:
         s = results / name / "summary.json"
@@ -984,24 +1523,24 @@ def index(results):
             j = json.loads(s.read_text())
             if j.get("picture"):
                 out.append(f"### {name}\n\n![{name}]({name}/{j['picture']})\n")
-    changes = notes.get("_changes", {})
-    if changes:
-        out.append("## What changed with the DDP-like step and the honest scorer (issue 11)\n")
-        if changes.get("_intro"):
-            out.append(changes["_intro"] + "\n")
-        out += [f"- **{name}**: {changes[name]}" for name in REPORTS if name in changes]
-        out.append("")
-    extra = notes.get("_extra", [])
-    if extra:
-        out.append("## Other recorded figures\n")
-        out += [f"- {x}" for x in extra]
-    (results / "README.md").write_text("\n".join(out) + "\n")
+    out += moved_text(results)
+    others = [f"- [{path}]({path}): {what}" for path, what in OTHER if (results / path).exists()]
+    if others:
+        out += ["## Other recorded results\n"] + others
+    return "\n".join(out) + "\n"
+
+
+def index(results):
+    results = pathlib.Path(results)
+    (results / "README.md").write_text(index_text(results))
     print(f"{results}/README.md")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--index":
         index(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "--moved":
+        moved(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 2:
         report(sys.argv[1])
     else:

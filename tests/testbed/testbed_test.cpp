@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 namespace sf {
 namespace {
@@ -61,6 +62,53 @@ TEST(Verdict, names_the_rank_and_checks_the_claim_on_a_model_window) {
   wrong.scenario = inject::find_scenario("optim_host_local");
   const auto bad = testbed::verdict_report(wrong, e, mk.gap);
   EXPECT_FALSE(bad.verdict.frontier.top1);
+}
+
+// The shuffled-target null: the same evidence judged against another stage and other ranks,
+// drawn from the seed: deterministic, never the truth, and scored by the same verify::score.
+TEST(Verdict, shuffled_truth_is_another_stage_and_other_ranks_scored_the_same_way) {
+  sim::ModelConfig mc;
+  mc.scenario = "data_tail";
+  mc.ranks = 16;
+  mc.steps = 30;
+  mc.delay_ms = 150;
+  mc.seed = 7;
+  const auto plan = sim::model_plan(mc);
+  const auto w = sim::model_window(mc, plan);
+  const auto e = frontier::evaluate(w.matrix);
+  const auto mk = testbed::makespan_check(e, w.matrix);
+  std::set<std::string> stages;
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    const auto vr = testbed::verdict_report(plan, e, mk.gap, nullptr, seed);
+    ASSERT_TRUE(vr.json.contains("shuffled"));
+    const auto& sh = vr.json["shuffled"];
+    const std::string stage = sh["expected"]["stage"];
+    const auto ranks = sh["expected"]["ranks"].get<std::vector<int>>();
+    EXPECT_NE(stage, "data.next_wait");
+    ASSERT_EQ(ranks.size(), plan.ranks.size());
+    for (int r : ranks) {
+      EXPECT_GE(r, 0);
+      EXPECT_LT(r, 16);
+      EXPECT_EQ(std::count(plan.ranks.begin(), plan.ranks.end(), r), 0);
+    }
+    stages.insert(stage);
+    // Same seed, same draw; and the verdict is verify::score's against that truth.
+    EXPECT_EQ(testbed::verdict_report(plan, e, mk.gap, nullptr, seed).json["shuffled"], sh);
+    verify::Expected x{stage, ranks, true};
+    x.delay_s = plan.delay_ms * 1e-3;
+    x.active_fraction = 1;
+    x.eta_a = e.config.eta_a;
+    const auto v = verify::score(e, x);
+    EXPECT_EQ(sh["frontier"]["top1"], v.frontier.top1);
+    EXPECT_EQ(sh["frontier"]["top2"], v.frontier.top2);
+    EXPECT_EQ(sh["rank_hit"], v.rank_hit);
+    EXPECT_EQ(sh["diagnosis"]["outcome"], std::string(verify::to_string(v.diagnosis.outcome)));
+  }
+  EXPECT_GE(stages.size(), 3u);  // the draw reaches several stages, not one fixed substitute
+  // The real truth scores the fault; no shuffled truth names the data stage on the target rank.
+  const auto vr = testbed::verdict_report(plan, e, mk.gap, nullptr, 1);
+  EXPECT_TRUE(vr.verdict.rank_hit);
+  EXPECT_FALSE(vr.json["shuffled"]["rank_hit"].get<bool>());
 }
 
 // ---- watching over time (--detect, --trace) ----------------------------------------------------
