@@ -1486,7 +1486,7 @@ OTHER = [("bench/README.md", "speed of evaluate(), account(), the CSV reader and
          ("profiles/torch-mlp-cpu.json", "the measured real DDP step behind the torch-mlp-cpu profile"),
          ("multihost/README.md", "namespace hosts with a real link throttle, validate's P2P pass, change points on a link fault"),
          ("hardening/README.md", "hostile inputs, fuzzing and sanitizer job times, a killed rank"),
-         ("kineto_import/README.md", "real profiler traces imported and scored")]
+         ("kineto_import/agreement.md", "real profiler traces imported and scored against the same runs recorded by sf_torch")]
 
 
 def index_text(results):

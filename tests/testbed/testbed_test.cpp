@@ -39,17 +39,28 @@ TEST(Validate, rejects_bad_run_options_with_one_line) {
   EXPECT_NE(testbed::validate(c), "");
 }
 
+/// A 16-rank model window with a 150 ms data tail on the rank seed 7 draws, scored.
+struct DataTailWindow {
+  inject::FaultPlan plan;
+  frontier::Evidence e;
+  testbed::MakespanCheck mk;
+  DataTailWindow() {
+    sim::ModelConfig mc;
+    mc.scenario = "data_tail";
+    mc.ranks = 16;
+    mc.steps = 30;
+    mc.delay_ms = 150;
+    mc.seed = 7;
+    plan = sim::model_plan(mc);
+    const auto w = sim::model_window(mc, plan);
+    e = frontier::evaluate(w.matrix);
+    mk = testbed::makespan_check(e, w.matrix);
+  }
+};
+
 TEST(Verdict, names_the_rank_and_checks_the_claim_on_a_model_window) {
-  sim::ModelConfig mc;
-  mc.scenario = "data_tail";
-  mc.ranks = 16;
-  mc.steps = 30;
-  mc.delay_ms = 150;
-  mc.seed = 7;
-  const auto plan = sim::model_plan(mc);
-  const auto w = sim::model_window(mc, plan);
-  const auto e = frontier::evaluate(w.matrix);
-  const auto mk = testbed::makespan_check(e, w.matrix);
+  const DataTailWindow win;
+  const auto& [plan, e, mk] = win;
   const auto vr = testbed::verdict_report(plan, e, mk.gap);
   EXPECT_TRUE(vr.verdict.frontier.top2);
   EXPECT_TRUE(vr.verdict.rank_hit);
@@ -67,16 +78,8 @@ TEST(Verdict, names_the_rank_and_checks_the_claim_on_a_model_window) {
 // The shuffled-target null: the same evidence judged against another stage and other ranks,
 // drawn from the seed: deterministic, never the truth, and scored by the same verify::score.
 TEST(Verdict, shuffled_truth_is_another_stage_and_other_ranks_scored_the_same_way) {
-  sim::ModelConfig mc;
-  mc.scenario = "data_tail";
-  mc.ranks = 16;
-  mc.steps = 30;
-  mc.delay_ms = 150;
-  mc.seed = 7;
-  const auto plan = sim::model_plan(mc);
-  const auto w = sim::model_window(mc, plan);
-  const auto e = frontier::evaluate(w.matrix);
-  const auto mk = testbed::makespan_check(e, w.matrix);
+  const DataTailWindow win;
+  const auto& [plan, e, mk] = win;
   std::set<std::string> stages;
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     const auto vr = testbed::verdict_report(plan, e, mk.gap, nullptr, seed);
