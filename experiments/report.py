@@ -199,7 +199,7 @@ def count(rows, col):
     return int(b(rows[col]).sum()) if col in rows and len(rows) else 0
 
 
-def lift_table(df, keys, names=None, measures=None):
+def lift_table(df, keys, names=None, measures=None, extra_measures=()):
     """Per group of fault rows (keys) and measure: hits, sham null hits, lift over sham [95 % CI], shuffled
     hits, lift over shuffled. names: {key: function(value) -> cell}; measures: names out of MEASURES."""
     fault, sham, shuf = split_arms(df)
@@ -208,7 +208,7 @@ def lift_table(df, keys, names=None, measures=None):
         vals = vals if isinstance(vals, tuple) else (vals,)
         s = null_match(sham, g, keys)
         sh = shuf[shuf["row"].isin(g["row"])]
-        for m, col in MEASURES:
+        for m, col in [*MEASURES, *extra_measures]:
             if measures and m not in measures:
                 continue
             if g[col].isna().all():
@@ -249,12 +249,13 @@ def informative(df, keys, col, names=None):
         vals = vals if isinstance(vals, tuple) else (vals,)
         s = null_match(sham, g, keys)
         _, lo, _ = newcombe(count(g, col), len(g), count(s, col), len(s))
-        label = " ".join(str((names or {}).get(k, lambda x: x)(v)) for k, v in zip(keys, vals))
+        default = {"ranks": lambda x: f"{int(x)} ranks", "delay_ms": lambda x: f"{x:.0f} ms"}
+        label = " ".join(str({**default, **(names or {})}.get(k, lambda x: x)(v)) for k, v in zip(keys, vals))
         (yes if lo == lo and lo > 0 else no).append(label)
     return yes, no
 
 
-def arms_section(df, keys, names=None, title="Against the null arms", measures=None):
+def arms_section(df, keys, names=None, title="Against the null arms", measures=None, extra_measures=()):
     """The table every routing-type experiment carries, with a paragraph saying what the arms are."""
     fault, sham, shuf = split_arms(df)
     if not len(sham) and not len(shuf):
@@ -265,7 +266,7 @@ def arms_section(df, keys, names=None, title="Against the null arms", measures=N
             "injected; lift = hit rate - null hit rate, 95 % interval by Newcombe's hybrid score method. Measures: the "
             "paper's absolute verdict (top-1 strict, top-2, the rank it names for the stage) and the diagnosis "
             "(stage and rank named, docs/diagnosis.md).\n\n")
-    return text + md_table(lift_table(df, keys, names, measures)) + "\n"
+    return text + md_table(lift_table(df, keys, names, measures, extra_measures)) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1077,6 +1078,13 @@ def prediction_section(df):
     text += figure_note("prediction.png", "Each setting's measured threshold against d* predicted from the healthy window (left) "
                         "and from the faulty window (right); on the dotted line the prediction is exact.")
     return text
+def threshold_cell(t1, smallest):
+    """A measured threshold as a cell: at the smallest swept delay it is an upper bound."""
+    if t1 is None:
+        return "no swept delay"
+    return f"{t1:.0f} ms or less (the smallest swept delay)" if t1 == smallest else f"{t1:.0f} ms"
+
+
 def advances_ms(g):
     """Median advance per step (ms) of every stage over rows g: share x exposed makespan / scored steps."""
     total = g.exposed_makespan_s.astype(float) * 1e3 / g.steps.astype(float)
@@ -1147,8 +1155,8 @@ def report_torch_routing(d, df):
             prow.append({"ranks": int(r), "competitor": comp, "healthy competitor ms": f"{h.get(comp, float('nan')):.1f}",
                          "predicted d* (healthy) ms": f"{pred:.0f}", f"faulty competitor ms (at {at:.0f} ms)": f"{f.get(comp, float('nan')):.1f}",
                          "predicted d* (faulty) ms": f"{pred_f:.0f}",
-                         "measured: top-1 in every row from": f"{t1:.0f} ms" if t1 is not None else "not on the grid"})
-            pred_parts.append(f"{int(r)} ranks: measured top-1 from " + (f"{t1:.0f} ms" if t1 is not None else "no swept delay")
+                         "measured: top-1 in every row from": threshold_cell(t1, g.delay_ms.min())})
+            pred_parts.append(f"{int(r)} ranks: measured top-1 from " + threshold_cell(t1, g.delay_ms.min())
                               + f", predicted {pred:.0f} ms from the healthy step and {pred_f:.0f} ms from the faulty one")
         sweep_text += ("The prediction is the sensitivity experiment's d* = (competitor - data_base + eta_A S) / (1 - eta_A) "
                        "with this trainer's own advances per step: healthy from its sham rows, faulty from the rows at the "
@@ -1400,7 +1408,7 @@ REPORTS = {"detect": report_detect, "fixtures": report_fixtures, "routing": repo
            "events": report_events, "sensitivity": report_sensitivity, "torch_routing": report_torch_routing,
            "soak": report_soak}
 # Experiments whose own script writes table.md and summary.json (kind "script" specs).
-SCRIPTED = ["gather"]
+SCRIPTED = ["gather", "link_fault"]
 
 
 def report(d):
