@@ -1155,13 +1155,17 @@ def report_torch_routing(d, df):
             prow.append({"ranks": int(r), "competitor": comp, "healthy competitor ms": f"{h.get(comp, float('nan')):.1f}",
                          "predicted d* (healthy) ms": f"{pred:.0f}", f"faulty competitor ms (at {at:.0f} ms)": f"{f.get(comp, float('nan')):.1f}",
                          "predicted d* (faulty) ms": f"{pred_f:.0f}",
+                         "part of the delay in the data stage there": f"{(f.get('data.next_wait', 0.0) - h.get('data.next_wait', 0.0)) / at:.2f}",
                          "measured: top-1 in every row from": threshold_cell(t1, g.delay_ms.min())})
             pred_parts.append(f"{int(r)} ranks: measured top-1 from " + threshold_cell(t1, g.delay_ms.min())
                               + f", predicted {pred:.0f} ms from the healthy step and {pred_f:.0f} ms from the faulty one")
         sweep_text += ("The prediction is the sensitivity experiment's d* = (competitor - data_base + eta_A S) / (1 - eta_A) "
                        "with this trainer's own advances per step: healthy from its sham rows, faulty from the rows at the "
                        "measured threshold. Timeline-model thresholds of the measured `torch-mlp-cpu` profile at the same rank "
-                       "counts are in results/detectability (group torch_ddp_scale).\n\n" + md_table(pd.DataFrame(prow)) + "\n")
+                       "counts are in results/detectability (group torch_ddp_scale). d* assumes the whole delay reaches "
+                       "the data stage; where the measured threshold sits above it, the column 'part of the delay in the "
+                       "data stage' shows how much of it did (the DataLoader's worker prefetches while the step runs, so "
+                       "part of a data tail is hidden).\n\n" + md_table(pd.DataFrame(prow)) + "\n")
     text += sweep_text
     text += "## Contention (reported, not hidden)\n\n"
     for r, c in sorted(contention.items()):
