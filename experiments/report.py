@@ -1161,8 +1161,10 @@ def report_torch_routing(d, df):
                               + f", predicted {pred:.0f} ms from the healthy step and {pred_f:.0f} ms from the faulty one")
         sweep_text += ("The prediction is the sensitivity experiment's d* = (competitor - data_base + eta_A S) / (1 - eta_A) "
                        "with this trainer's own advances per step: healthy from its sham rows, faulty from the rows at the "
-                       "measured threshold. Timeline-model thresholds of the measured `torch-mlp-cpu` profile at the same rank "
-                       "counts are in results/detectability (group torch_ddp_scale). d* assumes the whole delay reaches "
+                       "measured threshold. The timeline model's thresholds for the `torch-mlp-cpu` profile at the same rank "
+                       "counts are in results/detectability (group torch_ddp_scale); that profile was measured on a larger "
+                       "MLP (scripts/measure_torch_ddp.py) and scaled to a ~250 ms step, so they describe that step, not this "
+                       "trainer's, whose own advances give the d* here. d* assumes the whole delay reaches "
                        "the data stage; where the measured threshold sits above it, the column 'part of the delay in the "
                        "data stage' shows how much of it did (the DataLoader's worker prefetches while the step runs, so "
                        "part of a data tail is hidden).\n\n" + md_table(pd.DataFrame(prow)) + "\n")
