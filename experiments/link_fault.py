@@ -94,7 +94,8 @@ def measure(a):
             pd.DataFrame(rows).to_csv(rows_path, index=False)
             print(f"link_fault.py: {hosts}x{per} seed {seed} {arm}: step {j['measured']['median_step_s'] * 1e3:.0f} ms, "
                   f"P2P names the host: {p2p_names(j, j['link_fault']['host'])}", flush=True)
-    json.dump({"command": " ".join(sys.argv), "commit": commit, "steps": STEPS, "onset": ONSET, "window": WINDOW,
+    binaries = sorted({str(r["commit"]) for r in rows})
+    json.dump({"command": " ".join(sys.argv).replace(str(ROOT) + "/", ""), "commit": commit, "binary_commits": binaries, "steps": STEPS, "onset": ONSET, "window": WINDOW,
                "arms_mbit": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"},
               (out / "manifest.json").open("w"), indent=1)
 
@@ -103,8 +104,8 @@ def report_table(d):
     d = pathlib.Path(d)
     df = pd.read_csv(d / "rows.csv")
     m = json.loads((d / "manifest.json").read_text())
-    text = (f"# The link fault beside its sham\n\nRegenerate: `{m['command']}` (commit `{m['commit']}`, {m['date']}, "
-            f"{m['machine']}). Rows: `rows.csv`; runs under `runs/`.\n\n`link_slow`: from step {m['onset']} the target "
+    text = (f"# The link fault beside its sham\n\nRegenerate: `{m['command']}` (commit `{m['commit']}`, sf-testbed built at "
+            f"`{', '.join(m.get('binary_commits', []))}`, {m['date']}, {m['machine']}). Rows: `rows.csv`; runs under `runs/`.\n\n`link_slow`: from step {m['onset']} the target "
             f"host's egress is limited with `tc tbf` to {m['arms_mbit']['fault']} Mbit/s (fault) or "
             f"{m['arms_mbit']['sham']} Mbit/s (sham: the same qdisc, set where no link reaches it); {m['steps']} steps, windows "
             f"of {m['window']}. The truth is the target host's ranks and the stage holding the bucket all-reduces; "

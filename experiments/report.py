@@ -260,7 +260,8 @@ def arms_section(df, keys, names=None, title="Against the null arms", measures=N
     fault, sham, shuf = split_arms(df)
     if not len(sham) and not len(shuf):
         return ""
-    text = (f"## {title}\n\nEach fault row beside its sham twin (same seed, hidden target and settings, delay 0: "
+    text = (f"## {title}\n\nEach fault row beside its sham twin (same seed, hidden target and settings, the fault switched "
+            "off: delay 0, or for a link limit a rate no link reaches; "
             f"{len(sham)} rows) and beside its own evidence judged against a shuffled truth (another stage and other "
             f"ranks drawn from the seed: {len(shuf)} rows). A hit in a sham row is what the method names with no fault "
             "injected; lift = hit rate - null hit rate, 95 % interval by Newcombe's hybrid score method. Measures: the "
