@@ -30,16 +30,10 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import report  # noqa: E402
+from gather import hosts_run  # noqa: E402  (scripts/testhosts.sh: bring hosts up, run, take them down)
 
-HOSTS_SH = ROOT / "scripts" / "testhosts.sh"
 ARMS = {"fault": 200, "sham": 1000000}  # Mbit/s
 STEPS, WARMUP, ONSET, WINDOW = 24, 2, 10, 6
-
-
-def hosts_run(n, prefix, slots, cmd, timeout):
-    subprocess.run(["bash", str(HOSTS_SH), "down", "--prefix", prefix], capture_output=True, text=True, timeout=60)
-    return subprocess.run(["bash", str(HOSTS_SH), "run", str(n), "--prefix", prefix, "--slots", str(slots), "--timeout",
-                           str(timeout), "--", "sh", "-c", cmd], capture_output=True, text=True, timeout=timeout + 60)
 
 
 def p2p_names(j, host):
