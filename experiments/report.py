@@ -1101,13 +1101,18 @@ def advances_ms(g):
     return {c.removeprefix("share:"): float((g[c].astype(float) * total).median()) for c in g.columns if c.startswith("share:")}
 
 
-def predicted_ms(healthy, target, eta_a=0.05):
-    """d* = (competitor - target_base + eta_A * S) / (1 - eta_A) from per-stage advances (docs/testbed.md)."""
+def d_star(competitor, target_base, rest, eta_a=0.05):
+    """d* = (competitor - target_base + eta_A * rest) / (1 - eta_A), never below 0: testbed::predicted_threshold_ms."""
+    return max(0.0, (competitor - target_base + eta_a * rest) / (1 - eta_a))
+
+
+def predicted_ms(healthy, target):
+    """d* from a healthy window's per-stage advances, and the competitor it assumed (its strongest other stage)."""
     others = {k: v for k, v in healthy.items() if k != target and v == v}
     if not others:
         return float("nan"), "-"
     comp = max(others, key=others.get)
-    return max(0.0, (others[comp] - healthy.get(target, 0.0) + eta_a * sum(v for v in healthy.values() if v == v)) / (1 - eta_a)), comp
+    return d_star(others[comp], healthy.get(target, 0.0), sum(v for v in healthy.values() if v == v)), comp
 
 
 def report_torch_routing(d, df):
@@ -1161,7 +1166,7 @@ def report_torch_routing(d, df):
             at = t1 if t1 is not None else g.delay_ms.max()
             f = advances_ms(g[g.delay_ms == at])
             rest = sum(v for k, v in f.items() if k != "data.next_wait") + h.get("data.next_wait", 0.0)
-            pred_f = max(0.0, (f.get(comp, 0.0) - h.get("data.next_wait", 0.0) + 0.05 * rest) / 0.95)
+            pred_f = d_star(f.get(comp, 0.0), h.get("data.next_wait", 0.0), rest)
             prow.append({"ranks": int(r), "competitor": comp, "healthy competitor ms": f"{h.get(comp, float('nan')):.1f}",
                          "predicted d* (healthy) ms": f"{pred:.0f}", f"faulty competitor ms (at {at:.0f} ms)": f"{f.get(comp, float('nan')):.1f}",
                          "predicted d* (faulty) ms": f"{pred_f:.0f}",
