@@ -320,9 +320,14 @@ Differential compare(const Evidence& e, const Reference& ref, const DiagnosisCon
   d.rank_deltas.assign(G, {});
   // Under the null hypothesis (the window is the reference's process) both means have the
   // reference's step-to-step spread.
+  // Two periods of one healthy run differ by more than their step-to-step spread says: the machine
+  // drifts (a neighbour, steal time, contention in the collectives), and what it moves is mostly
+  // the largest stage. The drift term scales with the stage's own reference time; the exposed
+  // step's floor has none, since it decides only whether a fault reached the step at all.
   for (int g = 0; g < G; ++g) {
     d.delta_advance_s[g] = e.advances_s[g] / N - ref.advance_mean_s[g];
-    d.noise_floor_s[g] = floor_of(ref.advance_sd_s[g], ref.steps, N, ref.exposed_mean_s, cfg);
+    d.noise_floor_s[g] = std::max(floor_of(ref.advance_sd_s[g], ref.steps, N, ref.exposed_mean_s, cfg),
+                                  cfg.drift * std::max(0.0, ref.advance_mean_s[g]));
   }
   d.delta_exposed_s = e.exposed_makespan_s / N - ref.exposed_mean_s;
   d.exposed_noise_floor_s = floor_of(ref.exposed_sd_s, ref.steps, N, ref.exposed_mean_s, cfg);

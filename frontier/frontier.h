@@ -357,11 +357,15 @@ std::optional<Label> label_from_string(std::string_view s);
 bool is_strong(Label l);
 
 /// The diagnosis' thresholds (docs/diagnosis.md): a change or an excess is named only when it
-/// passes its noise floor, max(z standard errors, min_effect of the step).
+/// passes its noise floor, max(z standard errors, min_effect of the step); a change against a
+/// reference also past drift of the stage's own reference time.
 struct DiagnosisConfig {
   double z = 3.0;             ///< standard errors a change must exceed (differential, lag) or robust
                               ///< deviations (1.4826 MAD) a rank's excess must exceed (cohort)
   double min_effect = 0.02;   ///< and at least this fraction of the (reference) step
+  double drift = 0.05;        ///< and (against a reference) this fraction of the stage's own reference
+                              ///< advance: what a stage moves between two healthy periods of one run
+                              ///< on a shared machine, which no step-to-step spread shows
 };
 
 /// Gates of Table 13 with the paper's defaults, plus the few thresholds the paper names
@@ -449,7 +453,7 @@ struct Differential {
   double reference_step_s = 0;             ///< F_ref / N_ref: the reference's exposed step
   std::vector<double> delta_advance_s;     ///< per group: a_g/N − a_g^ref/N_ref
   double delta_exposed_s = 0;              ///< F/N − F_ref/N_ref
-  std::vector<double> noise_floor_s;       ///< per group: max(z·SE of the difference, min_effect·step)
+  std::vector<double> noise_floor_s;       ///< per group: max(z·SE of the difference, min_effect·step, drift·a_g^ref/N_ref)
   double exposed_noise_floor_s = 0;
   /// Per group: the ranks that stand out in the window, with the change of their own work per step
   /// against the reference (their own mean there, or the reference cohort's median), largest first.

@@ -75,18 +75,55 @@ TEST(Differential, a_healthy_window_against_a_healthy_reference_is_no_change) {
   }
 }
 
-TEST(Differential, the_noise_floor_is_the_larger_of_z_standard_errors_and_min_effect) {
+TEST(Differential, the_noise_floor_is_the_largest_of_z_standard_errors_min_effect_and_the_stage_drift) {
   const Reference ref = healthy_reference(8);
   const Evidence e = evaluate(window(8, -1, 0, 0.0, 9));
   DiagnosisConfig cfg;
   const auto d = compare(e, ref, cfg);
+  int drift_sets_it = 0;
   for (std::size_t g = 0; g < d.noise_floor_s.size(); ++g) {
     const double se = ref.advance_sd_s[g] * std::sqrt(1.0 / ref.steps + 1.0 / e.steps);
-    EXPECT_DOUBLE_EQ(d.noise_floor_s[g], std::max(cfg.z * se, cfg.min_effect * ref.exposed_mean_s));
+    const double drift = cfg.drift * ref.advance_mean_s[g];
+    EXPECT_DOUBLE_EQ(d.noise_floor_s[g], std::max({cfg.z * se, cfg.min_effect * ref.exposed_mean_s, drift}));
+    drift_sets_it += drift > std::max(cfg.z * se, cfg.min_effect * ref.exposed_mean_s);
   }
+  EXPECT_GT(drift_sets_it, 0) << "no stage of this window is large enough for its drift term to matter";
   cfg.min_effect = 0;
   cfg.z = 0;
+  cfg.drift = 0;
   for (double f : compare(e, ref, cfg).noise_floor_s) EXPECT_EQ(f, 0.0);
+}
+
+TEST(Differential, a_common_drift_of_the_largest_stage_is_not_a_fault_and_a_larger_change_is) {
+  // Every rank's backward (the step's largest stage, 0.10 s of 0.17 s) 4 ms slower: past 2 % of the
+  // step (3.4 ms) and, with no step-to-step spread, past any number of standard errors, but inside
+  // 5 % of backward's own time, as a busy machine moves it between two healthy periods.
+  auto uniform = [](double bwd_extra) {
+    const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+    StageMatrix m(schema, 8, 0, 12);
+    for (int t = 0; t < 12; ++t)
+      for (int r = 0; r < 8; ++r) {
+        const std::vector<double> d = {0.010, 0.040, 0.100 + bwd_extra, 0.020};
+        m.set_record(t, r, d, std::nullopt);
+      }
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(uniform(0.0)), "healthy");
+  Evidence drifted = evaluate(uniform(0.004));
+  diagnose_against(drifted, ref);
+  EXPECT_NEAR(drifted.differential->delta_advance_s[2], 0.004, 1e-12);
+  EXPECT_GT(drifted.differential->delta_advance_s[2], 0.02 * ref.exposed_mean_s);
+  EXPECT_FALSE(drifted.diagnosis.significant());
+  EXPECT_EQ(drifted.diagnosis.group, -1);
+  // Twice the drift is a change of the stage (a slow link slows every rank's collective alike).
+  Evidence slower = evaluate(uniform(0.012));
+  diagnose_against(slower, ref);
+  EXPECT_EQ(slower.group_name(slower.diagnosis.group), "model.backward_cpu_wall");
+  // With the drift term off, the 4 ms is named: the term is what keeps it quiet.
+  Evidence strict = evaluate(uniform(0.004));
+  strict.config.diagnosis.drift = 0;
+  diagnose_against(strict, ref);
+  EXPECT_EQ(strict.group_name(strict.diagnosis.group), "model.backward_cpu_wall");
 }
 
 TEST(Differential, a_reference_of_other_stages_is_refused) {
