@@ -152,19 +152,31 @@ class MLP(nn.Module):
 class SlowBatchSampler(torch.utils.data.Sampler):
     """data_tail: the batch sampler runs in the main process inside DataLoader.__next__ (it hands
     the next batch's indices to a worker), so a slow one stalls next() itself, where both the
-    recorder and the profiler's DataLoader __next__ event see it."""
+    recorder and the profiler's DataLoader __next__ event see it. With workers the loader asks for
+    indices ahead of the batch next() returns (prefetch_depth), so the sampler's batch
+    first_slow + depth is drawn inside step first_slow's next(): set first_slow to the step."""
 
     def __init__(self, n, batch, seconds, first_slow=0):
         self.n, self.batch, self.seconds, self.first_slow = n, batch, seconds, first_slow
+        self.depth = 0
 
     def __iter__(self):
-        for step, i in enumerate(range(0, self.n, self.batch)):
-            if self.seconds and step >= self.first_slow:
+        for drawn, i in enumerate(range(0, self.n, self.batch)):
+            if self.seconds and drawn >= self.first_slow + self.depth:
                 time.sleep(self.seconds)
             yield list(range(i, min(i + self.batch, self.n)))
 
     def __len__(self):
         return (self.n + self.batch - 1) // self.batch
+
+
+def prefetch_depth(loader):
+    """How many batches ahead of the one next() returns the DataLoader draws from its sampler:
+    with workers, torch primes prefetch_factor index requests per worker when the iterator starts
+    and refills one inside each next() after its batch arrives; without workers, none."""
+    if loader.num_workers == 0:
+        return 0
+    return loader.num_workers * (loader.prefetch_factor if loader.prefetch_factor is not None else 2)
 
 
 def launch(nproc):
@@ -260,6 +272,7 @@ def main():
     sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0, first_slow=fault_start)
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=a.workers,
                                          persistent_workers=a.workers > 0)
+    sampler.depth = prefetch_depth(loader)  # the fault starts at fault_start, not depth steps into the reference
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

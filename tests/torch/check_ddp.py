@@ -55,6 +55,23 @@ def main():
               f"(suspect {v['suspect']}); contention {run['contention']}")
         if not v["check"]["pass"]:
             fail(f"claim failed: {v['check']['criterion']}")
+        if scenario == "data_tail":
+            # The healthy reference must be healthy: the DataLoader draws batches ahead of the step
+            # (prefetch), so a slow sampler keyed on the batch drawn starts its delay inside the
+            # reference steps unless it counts the prefetch depth.
+            ref = json.load(open(os.path.join(out, "reference.json")))
+            ref = ref.get("evidence", ref)
+            d_s = float(delay) / 1e3
+            ref_data = ref["advances_s"]["data.next_wait"] / ref["window"]["steps"]
+            win = run["evidence"]
+            win_data = win["advances_s"]["data.next_wait"] / win["window"]["steps"]
+            print(f"data.next_wait per step: reference {ref_data * 1e3:.1f} ms, faulty window {win_data * 1e3:.1f} ms "
+                  f"(delay {float(delay):.0f} ms)")
+            if not ref_data < 0.1 * d_s:
+                fail(f"the reference's data wait is {ref_data * 1e3:.1f} ms a step, past a tenth of the {delay} ms delay: "
+                     "the fault started inside the healthy reference")
+            if not win_data > 0.5 * d_s:
+                fail(f"the faulty window's data wait is {win_data * 1e3:.1f} ms a step, under half the {delay} ms delay")
     elif mode == "packets":
         # Every window is diagnosed against the first (the trainer's healthy reference steps).
         lines = score_json(sf, os.path.join(out, "dump.jsonl"), "--reference",
