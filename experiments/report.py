@@ -1181,8 +1181,8 @@ def report_torch_routing(d, df):
                        "MLP (scripts/measure_torch_ddp.py) and scaled to a ~250 ms step, so they describe that step, not this "
                        "trainer's, whose own advances give the d* here. d* assumes the whole delay reaches "
                        "the data stage; where the measured threshold sits above it, the column 'part of the delay in the "
-                       "data stage' shows how much of it did (the DataLoader's worker prefetches while the step runs, so "
-                       "part of a data tail is hidden).\n\n" + md_table(pd.DataFrame(prow)) + "\n")
+                       "data stage' shows how much of it did, measured as the faulty rows' data advance over the sham "
+                       "rows' per step of delay.\n\n" + md_table(pd.DataFrame(prow)) + "\n")
     text += sweep_text
     text += "## Contention (reported, not hidden)\n\n"
     for r, c in sorted(contention.items()):
