@@ -69,6 +69,11 @@ def parse():
     p.add_argument("--kill-rank-at", type=int, nargs=2, default=(-1, -1), metavar=("RANK", "STEP"),
                    help="rank RANK kills itself (SIGKILL) as step STEP begins: a lost peer (fail-open test)")
     p.add_argument("--profile", action="store_true", help="torch.profiler trace per rank into --out")
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+                   help="process group backend (auto: gloo on CPU; on CUDA nccl where every local rank has its own "
+                        "GPU or NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL >= 2.30 lets ranks share one, else gloo)")
+    p.add_argument("--event-q", type=float, default=0.0,
+                   help="CUDA: sampled fraction of steps with a forward CUDA-event pair (sf_torch's event channel)")
     p.add_argument("--check", action="store_true", help="exit 1 when the scenario's claim fails")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--nproc-per-node", type=int, default=0,
@@ -81,6 +86,12 @@ def parse():
         bad = "--steps must be >= 1, --warmup, --window and --reference-steps >= 0"
     elif a.delay_ms is not None and not (0 <= a.delay_ms <= 60000):
         bad = f"--delay-ms {a.delay_ms}: expected 0..60000"
+    elif not (0.0 <= a.event_q <= 1.0):
+        bad = f"--event-q {a.event_q}: expected a fraction in 0..1"
+    elif a.event_q > 0 and not torch.cuda.is_available():
+        bad = "--event-q needs CUDA (the forward event pair is a CUDA event pair); this torch has no CUDA device"
+    elif a.backend == "nccl" and not torch.cuda.is_available():
+        bad = "--backend nccl needs CUDA; this torch has no CUDA device"
     elif a.scenario == "fwd_device" and not torch.cuda.is_available():
         bad = "--scenario fwd_device needs CUDA (device work queued in forward); this torch has no CUDA device"
     elif a.no_recorder and (a.scenario == "comm_delay" or a.check or a.telemetry_fault != "none"):
@@ -179,6 +190,41 @@ def prefetch_depth(loader):
     return loader.num_workers * (loader.prefetch_factor if loader.prefetch_factor is not None else 2)
 
 
+def nccl_version():
+    """torch's NCCL as (major, minor, patch), or None."""
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # a torch without NCCL
+        return None
+    return tuple(v) if isinstance(v, tuple) else (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+
+
+def choose_backend(asked, cuda):
+    """The process group backend, and a line saying why where it is not the one asked for or the
+    obvious one. NCCL <= 2.29 refuses two ranks of a communicator on one GPU ("Duplicate GPU
+    detected"); NCCL 2.30's NCCL_MULTI_RANK_GPU_ENABLE=1 permits it (../shared/TOOLCHAIN.md)."""
+    if not cuda:
+        return "gloo", ""
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    shared = local_ranks > torch.cuda.device_count()
+    if not shared:
+        return ("gloo", "") if asked == "gloo" else ("nccl", "")
+    v = nccl_version()
+    multi = os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1" and v is not None and v >= (2, 30, 0)
+    if asked == "gloo":
+        return "gloo", ""
+    if multi:
+        return "nccl", (f"{local_ranks} ranks share {torch.cuda.device_count()} GPU(s): NCCL "
+                        f"{'.'.join(map(str, v))} with NCCL_MULTI_RANK_GPU_ENABLE=1")
+    why = (f"{local_ranks} ranks share {torch.cuda.device_count()} GPU(s) and NCCL "
+           f"{'.'.join(map(str, v)) if v else '(none)'} "
+           + ("refuses that below 2.30" if v is None or v < (2, 30, 0) else "needs NCCL_MULTI_RANK_GPU_ENABLE=1 for it"))
+    if asked == "nccl":
+        print(f"train.py: --backend nccl: {why}", file=sys.stderr)
+        sys.exit(2)
+    return "gloo", why + ": gloo on CUDA tensors instead"
+
+
 def launch(nproc):
     """Runs `nproc` local ranks of this script with the env:// rendezvous torch.distributed.run
     would set up. (Debian's torch 1.13 launcher fails on Python 3.11 with its default
@@ -222,11 +268,15 @@ def main():
     if a.nproc_per_node > 0:
         launch(a.nproc_per_node)
     cuda = torch.cuda.is_available()
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", "0"))
+    backend, why_backend = choose_backend(a.backend, cuda)
+    dist.init_process_group(backend=backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0 and why_backend:
+        print(f"train.py: {why_backend}", file=sys.stderr)
     torch.set_num_threads(a.threads)
-    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    # Several local ranks may share one GPU (local rank modulo the devices present).
+    device = torch.device("cuda", local % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
     if a.kill_rank_at[0] >= world or (a.kill_rank_at[0] >= 0) != (a.kill_rank_at[1] >= 0):
@@ -283,7 +333,7 @@ def main():
     else:
         rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
                                 out_dir=telemetry_out if rank == 0 and telemetry_out else None,
-                                reference_steps=a.reference_steps, gather=a.gather,
+                                reference_steps=a.reference_steps, gather=a.gather, event_q=a.event_q,
                                 node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None)
         if a.telemetry_fault != "none" and rank == 1:
             rec.telemetry_fault = a.telemetry_fault
@@ -448,7 +498,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
     result["config"] = {"scenario": a.scenario, "delay_ms": delay_ms, "ranks": world, "steps": a.steps,
                         "warmup": a.warmup, "reference_steps": a.reference_steps, "window": rec.window_steps,
                         "seed": a.seed,
-                        "comm": "nccl" if cuda else "gloo", "device": "cuda" if cuda else "cpu",
+                        "comm": dist.get_backend(), "device": "cuda" if cuda else "cpu", "event_q": a.event_q,
                         "trainer": "examples/torch_ddp/train.py (torch " + torch.__version__ + ", DDP MLP)",
                         "recorder": "sf_torch", "gather_deadline_s": rec.deadline_s,
                         "telemetry_fault": a.telemetry_fault}
@@ -470,7 +520,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
              f"# scenario {a.scenario}: " + next(s["injects"] for s in _core.scenarios() if s["name"] == a.scenario),
              f"# ranks {world}  steps {a.steps} (+{a.warmup} warm-up, +{a.reference_steps} healthy reference)  "
              f"window {rec.window_steps}  seed {a.seed}  "
-             f"comm {'nccl' if cuda else 'gloo'}  device {'cuda' if cuda else 'cpu'}  torch {torch.__version__}",
+             f"comm {dist.get_backend()}  device {'cuda' if cuda else 'cpu'}  torch {torch.__version__}",
              f"# contention: {world} ranks x {a.threads} torch thread(s) + {a.workers} DataLoader worker(s) each "
              f"on {cores} core(s), load average {contention['loadavg_1min']:.1f}" + (" (oversubscribed: CPU contention is part of this measurement)"
                                       if contention["oversubscribed"] or world * (1 + a.workers) > cores else ""),
