@@ -191,33 +191,29 @@ def prefetch_depth(loader):
 
 
 def nccl_version():
-    """torch's NCCL as (major, minor, patch), or None."""
+    """torch's NCCL as (major, minor, patch), or None. Older torch returns the code as one int
+    (major * 10000 + minor * 100 + patch since NCCL 2.9)."""
     try:
         v = torch.cuda.nccl.version()
     except Exception:  # a torch without NCCL
         return None
-    return tuple(v) if isinstance(v, tuple) else (v // 10000, v // 100 % 100, v % 100) if v >= 10000 else (v // 1000, v // 100 % 10, v % 100)
+    return tuple(v) if isinstance(v, tuple) else (v // 10000, v // 100 % 100, v % 100)
 
 
 def choose_backend(asked, cuda):
     """The process group backend, and a line saying why where it is not the one asked for or the
     obvious one. NCCL <= 2.29 refuses two ranks of a communicator on one GPU ("Duplicate GPU
     detected"); NCCL 2.30's NCCL_MULTI_RANK_GPU_ENABLE=1 permits it (../shared/TOOLCHAIN.md)."""
-    if not cuda:
+    if not cuda or asked == "gloo":
         return "gloo", ""
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    shared = local_ranks > torch.cuda.device_count()
-    if not shared:
-        return ("gloo", "") if asked == "gloo" else ("nccl", "")
+    local_ranks, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+    if local_ranks <= gpus:
+        return "nccl", ""
     v = nccl_version()
-    multi = os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1" and v is not None and v >= (2, 30, 0)
-    if asked == "gloo":
-        return "gloo", ""
-    if multi:
-        return "nccl", (f"{local_ranks} ranks share {torch.cuda.device_count()} GPU(s): NCCL "
-                        f"{'.'.join(map(str, v))} with NCCL_MULTI_RANK_GPU_ENABLE=1")
-    why = (f"{local_ranks} ranks share {torch.cuda.device_count()} GPU(s) and NCCL "
-           f"{'.'.join(map(str, v)) if v else '(none)'} "
+    shown = ".".join(map(str, v)) if v else "(none)"
+    if v is not None and v >= (2, 30, 0) and os.environ.get("NCCL_MULTI_RANK_GPU_ENABLE") == "1":
+        return "nccl", f"{local_ranks} ranks share {gpus} GPU(s): NCCL {shown} with NCCL_MULTI_RANK_GPU_ENABLE=1"
+    why = (f"{local_ranks} ranks share {gpus} GPU(s) and NCCL {shown} "
            + ("refuses that below 2.30" if v is None or v < (2, 30, 0) else "needs NCCL_MULTI_RANK_GPU_ENABLE=1 for it"))
     if asked == "nccl":
         print(f"train.py: --backend nccl: {why}", file=sys.stderr)
