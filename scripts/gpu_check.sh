@@ -121,7 +121,10 @@ DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 CUDA_V=$( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -1)
 NCCL_V=$(nccl_version)
-COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+# The device machine's copy of the tree may come without .git: GPU_CHECK_COMMIT names the commit it
+# was made from (the build bakes it into every run.json through SF_BUILD_COMMIT).
+COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${GPU_CHECK_COMMIT:-unknown}")
+export SF_BUILD_COMMIT=$COMMIT
 HEADER="# device=${DEVICE:-none} driver=${DRIVER:-none} cuda=${CUDA_V:-none} nccl=${NCCL_V:-none} commit=$COMMIT date=$(date -u +%Y-%m-%dT%H:%M:%SZ) host=$(hostname)"
 {
   echo "$HEADER"
@@ -146,7 +149,10 @@ run_part() {
   esac
   echo "$name,$status,$(($(date +%s) - t0)),$budget" >> "$OUT/env.txt"
   echo "gpu_check: $name: $status ($(($(date +%s) - t0)) s); log $WORK/$name.log"
-  [ "$status" = ok ] || tail -5 "$WORK/$name.log" | sed "s/^/  $name: /"
+  if [ "$status" != ok ]; then  # why, in env.txt too (the part logs stay on the machine)
+    tail -5 "$WORK/$name.log" | sed "s/^/  $name: /"
+    tail -15 "$WORK/$name.log" | sed "s/^/# $name: /" >> "$OUT/env.txt"
+  fi
   return 0
 }
 
@@ -156,12 +162,31 @@ part_bundle() {
 }
 
 part_build() {
-  local nr pyb
+  local nr pyb gen=() nccl=()
   nr=$(nccl_root)
   pyb=$("$PY" -m pybind11 --cmakedir 2>/dev/null)
-  cmake --preset cuda -DNCCL_ROOT="$nr" -DPython3_EXECUTABLE="$(command -v "$PY")" ${pyb:+-Dpybind11_DIR=$pyb} \
-    -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build "$BUILD" -j16 --target sf-testbed gpu_test sf_torch_core
+  # The preset leaves the generator to CMake (Makefiles); a machine with ninja and no make gets Ninja.
+  if ! command -v make >/dev/null && command -v ninja >/dev/null; then gen=(-G Ninja); fi
+  echo "# tools: $(cmake --version | head -1); make $(command -v make || echo none); ninja $(command -v ninja || echo none);" \
+    "c++ $(c++ --version 2>/dev/null | head -1); NCCL_ROOT ${nr:-none}; pybind11 ${pyb:-none}" | tee -a "$OUT/env.txt"
+  configure() {
+    cmake --preset cuda "${gen[@]}" -DNCCL_ROOT="$nr" -DPython3_EXECUTABLE="$(command -v "$PY")" \
+      ${pyb:+-Dpybind11_DIR=$pyb} -DCMAKE_BUILD_TYPE=Release "${nccl[@]}" > "$WORK/configure.log" 2>&1
+  }
+  if ! configure; then
+    # Without NCCL the CUDA device and every MPI part still run; the nccl part then says why.
+    echo "# configure with NCCL failed ($(grep -m1 -i 'error' "$WORK/configure.log")); again with SF_WITH_NCCL=OFF" >> "$OUT/env.txt"
+    rm -rf "$BUILD"
+    nccl=(-DSF_WITH_NCCL=OFF)
+    configure || { tail -20 "$WORK/configure.log"; exit 1; }
+  fi
+  cmake --build "$BUILD" -j16 --target sf-testbed gpu_test || exit 1
+  # sf_torch's module exists only where the Python development files and pybind11 were found.
+  if grep -q 'sf_torch: building' "$WORK/configure.log"; then
+    cmake --build "$BUILD" -j16 --target sf_torch_core || echo "# sf_torch_core failed to build: the torch part cannot run" >> "$OUT/env.txt"
+  else
+    echo "# sf_torch: $(grep -m1 'sf_torch:' "$WORK/configure.log")" >> "$OUT/env.txt"
+  fi
 }
 
 part_gpu_tests() {
