@@ -176,7 +176,7 @@ part_build() {
   if ! configure; then
     # Without NCCL the CUDA device and every MPI part still run; the nccl part then says why.
     echo "# configure with NCCL failed ($(grep -m1 -i 'error' "$WORK/configure.log")); again with SF_WITH_NCCL=OFF" >> "$OUT/env.txt"
-    rm -rf "$BUILD"
+    rm -rf "$BUILD/CMakeCache.txt" "$BUILD/CMakeFiles"  # not $BUILD: the part logs live in it
     nccl=(-DSF_WITH_NCCL=OFF)
     configure || { tail -20 "$WORK/configure.log"; exit 1; }
   fi
@@ -206,8 +206,11 @@ sf_run() {  # DIR RANKS ARGS...: one `sf-testbed run`, its stdout kept beside it
   shift 2
   rm -rf "$dir"
   mkdir -p "$dir"
+  local rc
   mpirun -np "$np" "$SF" run --out "$dir" "$@" > "$dir/stdout.txt" 2>&1
-  echo "$(basename "$dir"): exit $?"
+  rc=$?
+  echo "$(basename "$dir"): exit $rc"
+  [ "$rc" -eq 0 ] || head -3 "$dir/stdout.txt"
 }
 
 part_events() {
@@ -285,7 +288,10 @@ part_torch() {
   local args
   read -r -a args <<<"$TORCH_RUN_ARGS"
   SF_TORCH_CORE_DIR="$BUILD/python/sf_torch" "$PY" "$ROOT/examples/torch_ddp/train.py" --nproc-per-node 2 \
-    "${args[@]}" --steps 16 --warmup 3 --seed 1 --out "$d" 2>&1 | tail -15
+    "${args[@]}" --steps 16 --warmup 3 --seed 1 --out "$d" > "$WORK/torch_stdout.txt" 2>&1
+  echo "train.py: exit $?"
+  tail -15 "$WORK/torch_stdout.txt"
+  cp "$WORK/torch_stdout.txt" "$d/stdout.txt"
   runs_rows torch "$d"
 }
 

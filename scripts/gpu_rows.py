@@ -33,12 +33,24 @@ def load(path):
         return None, f"missing: {os.path.basename(path)}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
 
 
+def why_not(d):
+    """The run's own line of why it wrote no JSON (the first `sf-testbed`/Error line of stdout.txt)."""
+    try:
+        with open(os.path.join(d, "stdout.txt"), errors="replace") as f:
+            for line in f:
+                if line.startswith(("sf-testbed", "Error", "RuntimeError", "train.py")) or "Error:" in line:
+                    return "; " + line.strip()[:200]
+    except OSError:
+        pass
+    return ""
+
+
 def run_line(part, d):
     row = dict.fromkeys(RUN_COLUMNS, "")
     row.update(part=part, dir=os.path.basename(d.rstrip("/")))
     j, why = load(os.path.join(d, "run.json"))
     if j is None:
-        row["status"] = why
+        row["status"] = why + why_not(d)
         return row
     c, v, e = j.get("config", {}), j.get("verdict", {}), j.get("evidence", {})
     fr, diag, ev = v.get("frontier", {}), v.get("diagnosis", {}), e.get("events", {})
