@@ -121,9 +121,17 @@ DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 CUDA_V=$( (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version 2>/dev/null) | sed -n 's/.*release \([0-9.]*\).*/\1/p' | head -1)
 NCCL_V=$(nccl_version)
-# The device machine's copy of the tree may come without .git: GPU_CHECK_COMMIT names the commit it
-# was made from (the build bakes it into every run.json through SF_BUILD_COMMIT).
-COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${GPU_CHECK_COMMIT:-unknown}")
+# The commit the tree was made from. The device machine's copy may have no .git, or (as on the first
+# H200 run) a .git whose HEAD is the session's starting commit with the submitted tree as changes:
+# GPU_CHECK_COMMIT, when given, wins; else HEAD, marked -dirty when tracked files differ from it.
+# The build bakes the same name into every run.json (SF_BUILD_COMMIT, cmake/BuildInfo.cmake).
+if [ -n "${GPU_CHECK_COMMIT:-}" ]; then
+  COMMIT=$GPU_CHECK_COMMIT
+elif COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null); then
+  [ -z "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] || COMMIT="$COMMIT-dirty"
+else
+  COMMIT=unknown
+fi
 export SF_BUILD_COMMIT=$COMMIT
 HEADER="# device=${DEVICE:-none} driver=${DRIVER:-none} cuda=${CUDA_V:-none} nccl=${NCCL_V:-none} commit=$COMMIT date=$(date -u +%Y-%m-%dT%H:%M:%SZ) host=$(hostname)"
 {

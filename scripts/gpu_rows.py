@@ -19,7 +19,12 @@ import sys
 RUN_COLUMNS = ["part", "dir", "status", "scenario", "delay_ms", "ranks", "seed", "device", "comm", "recorder",
                "event_q", "median_step_ms", "labels", "expected_stage", "top1", "top2", "rank_hit", "suspect_rank",
                "diag_stage", "diag_rank", "diag_outcome", "events_sampled", "events_ready", "events_max_rank",
-               "check_pass"]
+               "check_pass",
+               # What the forward labels were decided on (docs/labeler.md), so a label that did not fire says why:
+               # forward's share against gamma_A, its leading rank's CPU-wall forward, the largest rank's event median
+               # against the cohort's (high when the gap is >= gamma_event x the median step), and the labeler's notes.
+               "fwd_share", "gamma_a", "fwd_leader_rank", "fwd_leader_cpu_ms", "event_max_ms", "event_cohort_ms",
+               "gamma_event", "event_low_ratio", "notes"]
 OVERHEAD_COLUMNS = ["part", "dir", "status", "ranks", "mode", "window_steps", "blocks", "median_step_ms_off",
                     "median_step_ms", "overhead_mean_pct", "overhead_ci_low_pct", "overhead_ci_high_pct",
                     "aa_mean_pct", "aa_ci_low_pct", "aa_ci_high_pct"]
@@ -66,7 +71,30 @@ def run_line(part, d):
                diag_outcome=diag.get("outcome", ""), events_sampled=ev.get("sampled", ""),
                events_ready=ev.get("ready", ""), events_max_rank="" if ev.get("max_rank") is None else ev["max_rank"],
                check_pass=(v.get("check") or {}).get("pass", ""))
+    row.update(forward_decision(e))
     return row
+
+
+def ms(x):
+    return round(1e3 * x, 3) if isinstance(x, (int, float)) else ""
+
+
+def forward_decision(e):
+    """The numbers the forward labels were decided on, from the packet's evidence."""
+    cfg, ev = e.get("config", {}), e.get("events", {})
+    fwd = cfg.get("forward_group", "")
+    leaders = (e.get("leaders") or {}).get(fwd) or []
+    lead = leaders[0].get("rank") if leaders else None
+    cpu = ""
+    for r in ((e.get("cohort") or {}).get(fwd) or {}).get("ranks", []):
+        if r.get("rank") == lead:
+            cpu = ms(r.get("own_mean_s"))
+    share = (e.get("shares") or {}).get(fwd, "")
+    return dict(fwd_share=round(share, 4) if isinstance(share, (int, float)) else "", gamma_a=cfg.get("gamma_a", ""),
+                fwd_leader_rank="" if lead is None else lead, fwd_leader_cpu_ms=cpu,
+                event_max_ms=ms(ev.get("max_rank_median_s")), event_cohort_ms=ms(ev.get("cohort_median_s")),
+                gamma_event=cfg.get("gamma_event", ""), event_low_ratio=cfg.get("event_low_ratio", ""),
+                notes=" | ".join(e.get("downgrade_reasons") or []))
 
 
 def overhead_lines(part, d):

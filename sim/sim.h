@@ -41,7 +41,10 @@ public:
   /// the device buffer is copied to this host mirror around host-side collectives).
   virtual float* host_grads() = 0;
   virtual std::size_t grad_floats() const = 0;
+  /// Device buffer -> host mirror; returns once the mirror holds the values.
   virtual void grads_to_host() {}
+  /// Host mirror -> device buffer, queued in stream order and asynchronous: the mirror must not
+  /// change until synchronize() (or later work on the stream) has passed the copy.
   virtual void grads_from_host() {}
   /// Runs `fn` once the work queued so far has finished (a host callback in stream order, like
   /// cudaLaunchHostFunc): how a bucket's gradients announce that backward has produced them.

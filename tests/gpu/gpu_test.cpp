@@ -62,6 +62,9 @@ TEST(CudaDevice, gradients_round_trip_through_the_host_mirror) {
   float* h = dev->host_grads();
   for (std::size_t i = 0; i < dev->grad_floats(); ++i) h[i] = static_cast<float>(i % 7);
   dev->grads_from_host();
+  // The copy is asynchronous (from pinned memory, in stream order): the mirror may change only
+  // after synchronize(). The first H200 run (results/gpu) wrote -1 before the copy had read it.
+  dev->synchronize();
   for (std::size_t i = 0; i < dev->grad_floats(); ++i) h[i] = -1;
   dev->grads_to_host();
   for (std::size_t i = 0; i < dev->grad_floats(); i += 997) EXPECT_EQ(h[i], static_cast<float>(i % 7));
