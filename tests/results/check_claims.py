@@ -80,6 +80,16 @@ def check(results):
             for f in ["table.md", "summary.json"]:
                 if (p := first_difference(d / f, (d / f).read_text(), (copy / f).read_text())):
                     problems.append(p)
+    for name in report.GPU:  # the files of a real GPU run (issue 43), not rows.csv
+        d = results / name
+        if not (d / "env.txt").exists():
+            continue
+        text, headline, picture, paper, *rest = report.report_gpu(d)
+        summary = {"headline": headline, "picture": picture, "paper": paper, "differ": rest[0] if rest else ""}
+        for path, regenerated in [(d / "table.md", text), (d / "summary.json", json.dumps(summary, indent=2) + "\n")]:
+            committed = path.read_text() if path.exists() else ""
+            if (p := first_difference(path, committed, regenerated)):
+                problems.append(p)
     readme = results / "README.md"
     if (p := first_difference(readme, readme.read_text() if readme.exists() else "", report.index_text(results))):
         problems.append(p)
@@ -99,6 +109,9 @@ def self_test(results):
             if (copy / name / "rows.csv").exists():
                 subprocess.run([sys.executable, str(HERE.parent.parent / "experiments" / f"{name}.py"), "report", str(copy / name)],
                                check=True, capture_output=True)
+        for name in report.GPU:
+            if (copy / name / "env.txt").exists():
+                report.report(copy / name)
         report.index(copy)
         if (before := check(copy)):
             print(f"self-test FAILED: the regenerated copy does not agree with itself: {before}")
