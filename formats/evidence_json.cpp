@@ -45,6 +45,38 @@ ordered_json names(const Evidence& e, const std::vector<int>& groups) {
 
 ordered_json group_or_null(const Evidence& e, int g) { return g >= 0 ? ordered_json(e.group_name(g)) : ordered_json(nullptr); }
 
+/// A number, or null where the engine keeps −1 for "unknown".
+ordered_json known(double x) { return x >= 0 ? ordered_json(x) : ordered_json(nullptr); }
+
+ordered_json culprits_json(const Evidence& e) {
+  ordered_json a = ordered_json::array();
+  for (const auto& c : e.diagnosis.culprits) {
+    ordered_json by = ordered_json::object();
+    for (int g = 0; g < static_cast<int>(c.by_group_s.size()); ++g) by[e.group_name(g)] = c.by_group_s[g];
+    a.push_back({{"rank", c.rank},
+                 {"stage", group_or_null(e, c.group)},
+                 {"excess_s", c.excess_s},
+                 {"floor_s", c.floor_s},
+                 {"arrival_s", c.arrival_s},
+                 {"by_stage_s", by}});
+  }
+  return a;
+}
+
+ordered_json standing_json(const frontier::Standing& st) {
+  ordered_json ranks = ordered_json::array();
+  for (const auto& x : st.ranks)
+    ranks.push_back({{"rank", x.rank}, {"mean_s", x.mean_s}, {"sd_s", known(x.sd_s)}, {"steps", x.steps}});
+  return {{"median_s", st.median_s}, {"spread_s", st.spread_s}, {"complete", st.complete}, {"waits_off", st.waits_off},
+          {"ranks", ranks}};
+}
+
+ordered_json deltas_json(const std::vector<frontier::Differential::RankDelta>& v) {
+  ordered_json a = ordered_json::array();
+  for (const auto& x : v) a.push_back({{"rank", x.rank}, {"delta_s", x.delta_s}, {"floor_s", x.floor_s}});
+  return a;
+}
+
 ordered_json diagnosis_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
   const auto& d = e.diagnosis;
   ordered_json j = {{"stage", group_or_null(e, d.group)},
@@ -58,6 +90,8 @@ ordered_json diagnosis_json(const Evidence& e, const std::vector<RankInfo>& rank
                     {"reference", d.reference.empty() ? ordered_json(nullptr) : ordered_json(d.reference)},
                     {"coverage", d.coverage},
                     {"confidence", d.confidence},
+                    {"common", d.common},
+                    {"culprits", culprits_json(e)},
                     {"line", diagnosis_line(e, ranks)}};
   if (!ranks.empty() && d.rank >= 0)
     for (const auto& r : ranks)
@@ -69,10 +103,7 @@ ordered_json differential_json(const Evidence& e) {
   if (!e.differential) return nullptr;
   const auto& d = *e.differential;
   ordered_json deltas = ordered_json::object();
-  for (int g = 0; g < static_cast<int>(d.rank_deltas.size()); ++g) {
-    auto& a = deltas[e.group_name(g)] = ordered_json::array();
-    for (const auto& x : d.rank_deltas[g]) a.push_back({{"rank", x.rank}, {"delta_s", x.delta_s}});
-  }
+  for (int g = 0; g < static_cast<int>(d.rank_deltas.size()); ++g) deltas[e.group_name(g)] = deltas_json(d.rank_deltas[g]);
   return {{"reference", d.reference},
           {"reference_steps", d.reference_steps},
           {"reference_step_s", d.reference_step_s},
@@ -80,7 +111,10 @@ ordered_json differential_json(const Evidence& e) {
           {"delta_exposed_s", d.delta_exposed_s},
           {"noise_floor_s", per_group(e, d.noise_floor_s)},
           {"exposed_noise_floor_s", d.exposed_noise_floor_s},
-          {"rank_deltas_s", deltas}};
+          {"needed_reference_steps", d.needed_reference_steps},
+          {"cohort_delta_s", per_group(e, d.cohort_delta_s)},
+          {"rank_deltas_s", deltas},
+          {"arrival_deltas_s", deltas_json(d.arrival_deltas)}};
 }
 
 }  // namespace
@@ -274,7 +308,12 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   j["advances_s"] = per_group(e, e.advances_s);
   j["shares"] = e.shares_valid ? per_group(e, e.shares) : ordered_json(nullptr);
   j["static_gain"] = per_group(e, e.static_gain);
-  j["step_spread"] = {{"advance_sd_s", per_group(e, e.advance_sd_s)}, {"exposed_sd_s", e.exposed_sd_s}};
+  ordered_json robust = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(e.advance_robust_sd_s.size()); ++g) robust[e.group_name(g)] = known(e.advance_robust_sd_s[g]);
+  j["step_spread"] = {{"advance_sd_s", per_group(e, e.advance_sd_s)},
+                      {"exposed_sd_s", e.exposed_sd_s},
+                      {"advance_robust_sd_s", robust},
+                      {"exposed_robust_sd_s", known(e.exposed_robust_sd_s)}};
   j["gain_baseline"] = frontier::to_string(e.gain_baseline);
   j["routing_set"] = names(e, e.routing_set);
   j["routing_set_size"] = e.routing_set.size();
@@ -321,6 +360,14 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
                                          {"ranks", ordered_json::array()}};
     for (const auto& x : e.rank_excess[g])
       c["ranks"].push_back({{"rank", x.rank}, {"own_mean_s", x.own_mean_s}, {"excess_s", x.excess_s}});
+  }
+  if (!e.standing.empty()) {
+    auto& st = j["standing"] = {{"stages", ordered_json::object()}};
+    const int G = static_cast<int>(e.standing.size()) - 1;
+    for (int g = 0; g < G; ++g) st["stages"][e.group_name(g)] = standing_json(e.standing[g]);
+    st["step"] = standing_json(e.standing[G]);
+  } else {
+    j["standing"] = nullptr;
   }
   auto& base = j["baselines"] = ordered_json::object();
   for (auto rule : frontier::kBaselineRules) {

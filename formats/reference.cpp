@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 namespace sf::formats {
 
@@ -49,6 +50,62 @@ double number(const json& p, const char* key, const std::string& name, double lo
   return it->get<double>();
 }
 
+/// A seconds value or null (unknown: −1); anything else is refused.
+double known_seconds(const json& obj, const char* key, const std::string& name) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return -1.0;
+  if (!it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() <= frontier::kMaxWindowSeconds))
+    throw FormatError(name, 0, std::string("evidence packet's \"") + key + "\" is not seconds >= 0 or null");
+  return it->get<double>();
+}
+
+std::vector<double> robust_per_group(const json& obj, const char* key, const std::vector<std::string>& groups,
+                                     const std::string& name) {
+  std::vector<double> out(groups.size(), -1.0);
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_object()) return out;
+  for (std::size_t g = 0; g < groups.size(); ++g) out[g] = known_seconds(*it, groups[g].c_str(), name);
+  return out;
+}
+
+frontier::Standing one_standing(const json& j, const std::string& name) {
+  frontier::Standing st;
+  if (!j.is_object()) throw FormatError(name, 0, "evidence packet's \"standing\" entry is not an object");
+  const double lim = frontier::kMaxWindowSeconds;
+  st.median_s = number(j, "median_s", name, -lim, lim);
+  st.spread_s = number(j, "spread_s", name, 0, lim);
+  st.complete = j.contains("complete") && j["complete"].is_boolean() && j["complete"].get<bool>();
+  st.waits_off = j.contains("waits_off") && j["waits_off"].is_boolean() && j["waits_off"].get<bool>();
+  if (!j.contains("ranks") || !j["ranks"].is_array()) throw FormatError(name, 0, "evidence packet's standing has no \"ranks\" list");
+  for (const auto& x : j["ranks"]) {
+    if (!x.is_object() || !x.contains("rank") || !x["rank"].is_number_integer())
+      throw FormatError(name, 0, "evidence packet's standing lists a rank without an integer \"rank\"");
+    frontier::RankStanding rs;
+    rs.rank = x["rank"].get<int>();
+    rs.mean_s = number(x, "mean_s", name, -lim, lim);
+    rs.sd_s = known_seconds(x, "sd_s", name);
+    rs.steps = static_cast<int>(number(x, "steps", name, 0, 1e9));
+    st.ranks.push_back(rs);
+  }
+  return st;
+}
+
+/// The packet's standings (per group, then the whole step), or none when it has none.
+std::vector<frontier::Standing> standing_from(const json& p, const std::vector<std::string>& groups, const std::string& name) {
+  std::vector<frontier::Standing> out;
+  const auto it = p.find("standing");
+  if (it == p.end() || it->is_null()) return out;
+  if (!it->is_object() || !it->contains("stages") || !(*it)["stages"].is_object() || !it->contains("step"))
+    throw FormatError(name, 0, "evidence packet's \"standing\" has no \"stages\" and \"step\"");
+  for (const auto& g : groups) {
+    const auto s = (*it)["stages"].find(g);
+    if (s == (*it)["stages"].end()) throw FormatError(name, 0, "evidence packet's standing has no stage " + g);
+    out.push_back(one_standing(*s, name));
+  }
+  out.push_back(one_standing((*it)["step"], name));
+  return out;
+}
+
 }  // namespace
 
 frontier::Reference reference_from_packet(const json& p, const std::string& name) {
@@ -64,10 +121,11 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
   if (!p.is_object() || !p.contains("schema") || !p["schema"].is_string())
     throw FormatError(name, 0, "not an evidence packet (no \"schema\"); expected an sf.evidence packet or a stage-matrix dump");
   const std::string schema = p["schema"].get<std::string>();
-  const bool v3 = schema == frontier::Evidence::kSchema;
+  const bool v4 = schema == frontier::Evidence::kSchema;
+  const bool v3 = v4 || schema == "sf.evidence/3";
   if (!v3 && schema != "sf.evidence/2")
     throw FormatError(name, 0, "packet schema \"" + schema + "\"; expected " + std::string(frontier::Evidence::kSchema) +
-                                   " or sf.evidence/2");
+                                   ", sf.evidence/3 or sf.evidence/2");
   frontier::Reference r;
   r.name = name;
   if (!p.contains("stages") || !p["stages"].is_array())
@@ -86,6 +144,11 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
   r.exposed_mean_s = r.steps > 0 ? exposed / r.steps : 0.0;
   r.advance_sd_s = per_group(p, "step_spread.advance_sd_s", r.groups, name, v3);
   if (v3) r.exposed_sd_s = number(p["step_spread"], "exposed_sd_s", name, 0, frontier::kMaxWindowSeconds);
+  if (v4) {
+    r.advance_robust_sd_s = robust_per_group(p["step_spread"], "advance_robust_sd_s", r.groups, name);
+    r.exposed_robust_sd_s = known_seconds(p["step_spread"], "exposed_robust_sd_s", name);
+    r.standing = standing_from(p, r.groups, name);
+  }
   if (p.contains("cohort") && p["cohort"].is_object()) {
     r.rank_excess.assign(r.groups.size(), {});
     r.cohort_own_median_s.assign(r.groups.size(), 0.0);
@@ -111,6 +174,53 @@ nlohmann::ordered_json reference_to_json(const frontier::Evidence& e, const std:
   j["evidence"] = evidence_to_json(e);
   return j;
 }
+
+namespace {
+
+/// Standings of several windows of one run as one: per rank, the mean over its steps in all of
+/// them and the SD of those steps (within-window spread plus the spread of the windows' means).
+std::vector<frontier::Standing> pool_standing(const std::vector<frontier::Evidence>& parts) {
+  std::vector<frontier::Standing> out;
+  for (const auto& e : parts)
+    if (e.standing.empty()) return out;
+  const std::size_t K = parts.front().standing.size();
+  out.assign(K, {});
+  for (std::size_t k = 0; k < K; ++k) {
+    struct Acc { double n = 0, sum = 0, ss = 0; };  // steps, Σ x, Σ (n_i − 1) s_i² + n_i m_i²
+    std::map<int, Acc> acc;
+    double median = 0, spread = 0, weight = 0;
+    bool complete = true, waits_off = true;
+    for (const auto& e : parts) {
+      if (e.standing.size() != K) return {};
+      const auto& st = e.standing[k];
+      complete = complete && st.complete;
+      waits_off = waits_off && st.waits_off;
+      median += st.median_s * e.steps;
+      spread += st.spread_s * e.steps;
+      weight += e.steps;
+      for (const auto& x : st.ranks) {
+        Acc& a = acc[x.rank];
+        a.n += x.steps;
+        a.sum += x.mean_s * x.steps;
+        a.ss += std::max(0.0, x.sd_s) * std::max(0.0, x.sd_s) * std::max(0, x.steps - 1) + x.steps * x.mean_s * x.mean_s;
+      }
+    }
+    auto& st = out[k];
+    st.median_s = weight > 0 ? median / weight : 0.0;
+    st.spread_s = weight > 0 ? spread / weight : 0.0;
+    st.complete = complete;
+    st.waits_off = waits_off;
+    for (const auto& [rank, a] : acc) {
+      frontier::RankStanding rs{rank, a.n > 0 ? a.sum / a.n : 0.0, -1.0, static_cast<int>(a.n)};
+      if (a.n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (a.ss - a.n * rs.mean_s * rs.mean_s) / (a.n - 1)));
+      st.ranks.push_back(rs);
+    }
+    std::stable_sort(st.ranks.begin(), st.ranks.end(), [](const auto& a, const auto& b) { return a.mean_s > b.mean_s; });
+  }
+  return out;
+}
+
+}  // namespace
 
 frontier::Reference read_reference(const std::string& path, const frontier::LabelConfig& cfg) {
   std::ifstream in(path, std::ios::binary);
@@ -158,6 +268,10 @@ frontier::Reference read_reference(const std::string& path, const frontier::Labe
   }
   r.exposed_mean_s = steps > 0 ? exposed / steps : 0.0;
   r.exposed_sd_s = std::sqrt(exposed_ss / dof);
+  // Pooled windows have no quartiles of their own: their SDs (pooled above) are the spreads.
+  r.advance_robust_sd_s.clear();
+  r.exposed_robust_sd_s = -1;
+  r.standing = pool_standing(parts);
   return r;
 }
 

@@ -36,6 +36,36 @@ std::string where(const Evidence& e, const std::vector<RankInfo>& ranks) {
   return out.empty() ? e.group_name(d.group) : out + " " + e.group_name(d.group);
 }
 
+/// "fwd +12.0, bwd +30.1" over the groups where a culprit's change is at least 1 ms/step.
+std::string by_stage(const Evidence& e, const frontier::Diagnosis::Culprit& c) {
+  std::string out;
+  for (int g = 0; g < static_cast<int>(c.by_group_s.size()); ++g)
+    if (c.by_group_s[g] >= 1e-3) out += line("%s%s %+.1f", out.empty() ? "" : ", ", e.group_name(g).c_str(), c.by_group_s[g] * 1e3);
+  return out;
+}
+
+/// The culprits after the named one: "; also rank 40 data.next_wait +59.8 ms/step, ...".
+std::string others(const Evidence& e) {
+  const auto& c = e.diagnosis.culprits;
+  if (c.size() < 2) return "";
+  constexpr std::size_t kShown = 3;
+  std::string out = "; also ";
+  for (std::size_t i = 1; i < c.size() && i <= kShown; ++i)
+    out += (i > 1 ? ", " : "") + std::string("rank ") + std::to_string(c[i].rank) + " " +
+           (c[i].group >= 0 ? e.group_name(c[i].group) + " " : std::string()) + ms(c[i].excess_s);
+  if (c.size() > kShown + 1) out += line(" and %zu more", c.size() - kShown - 1);
+  return out;
+}
+
+/// For a rank named by its arrival: where its own work grew, stage by stage.
+std::string arrival_detail(const Evidence& e) {
+  const auto& d = e.diagnosis;
+  if (d.rank_basis != "arrival" || d.culprits.empty() || d.culprits.front().rank != d.rank) return "";
+  const std::string by = by_stage(e, d.culprits.front());
+  return line("; it reaches the step's end %.1f ms/step later against its peers", d.culprits.front().arrival_s * 1e3) +
+         (by.empty() ? std::string() : " (" + by + ")");
+}
+
 }  // namespace
 
 std::string diagnosis_line(const Evidence& e, const std::vector<RankInfo>& ranks) {
@@ -63,25 +93,41 @@ std::string diagnosis_line(const Evidence& e, const std::vector<RankInfo>& ranks
         }
         return "no significant change against " + d.reference + largest;
       }
+      if (d.common)
+        return "common slowdown on every rank: " + e.group_name(d.group) + " " + ms(d.excess_s) + " (+" + pct +
+               " of the step) against " + d.reference + "; no rank's change stands out from its peers'" + conf;
       return where(e, ranks) + " " + ms(d.excess_s) + " (+" + pct + " of the step) against " + d.reference + surfaces +
-             norank + conf;
+             arrival_detail(e) + norank + others(e) + conf;
     case Basis::lag_origin:
       return where(e, ranks) + " opens a lag of " + ms(d.excess_s) + " (" + pct + " of the step) on its cohort" + surfaces +
-             " (no reference: lag origin)" + norank + conf;
+             " (no reference: lag origin)" + norank + others(e) + conf;
     case Basis::cohort:
       if (d.group < 0)
         return "no significant excess against the cohort (no reference)" +
                (d.excess_s > 0 ? ": largest " + ms(d.excess_s) + ", inside its noise floor " +
                                      line("%.1f ms/step", d.noise_floor_s * 1e3)
                                : std::string());
-      return where(e, ranks) + " " + ms(d.excess_s) + " above its cohort's median (" + pct +
-             " of the step; no reference)" + surfaces + norank + conf;
+      return where(e, ranks) + " " + ms(d.excess_s) + " above " +
+             (e.standing.empty() ? std::string("its cohort's median") : std::string("its peers'")) + " (" + pct +
+             " of the step; no reference)" + surfaces + arrival_detail(e) + norank + others(e) + conf;
     case Basis::frontier:
       if (d.group < 0) return "nothing exposed";
       return "no reference and one rank observed: " + e.group_name(d.group) + " takes " + pct +
              " of the exposed step (where the time goes, not what changed)";
   }
   return "";
+}
+
+std::string reference_advice(const frontier::Differential& d) {
+  if (d.needed_reference_steps == 0 || !(d.reference_step_s > 0)) return "";
+  const double pct = d.exposed_noise_floor_s / d.reference_step_s * 100;
+  if (d.needed_reference_steps < 0)
+    return line("# reference too noisy: changes under %.1f ms/step (%.1f %% of the step) cannot be judged, and no number of "
+                "reference steps brings that under 3 %% with a window this short: score longer windows\n",
+                d.exposed_noise_floor_s * 1e3, pct);
+  return line("# reference too noisy: changes under %.1f ms/step (%.1f %% of the step) cannot be judged; 3 %% needs a "
+              "reference of >= %d steps (run: --reference-steps %d)\n",
+              d.exposed_noise_floor_s * 1e3, pct, d.needed_reference_steps, d.needed_reference_steps);
 }
 
 std::string evidence_table(const Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks) {
@@ -122,6 +168,7 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
     out += line("# change per step against %s (%d steps, %.1f ms/step): %s; exposed %+.1f ms (floor %.1f)\n",
                 d->reference.c_str(), d->reference_steps, d->reference_step_s * 1e3, deltas.c_str(),
                 d->delta_exposed_s * 1e3, d->exposed_noise_floor_s * 1e3);
+    out += reference_advice(*d);
   }
   const double ex = e.exposed_makespan_s;
   out += line("# exposed makespan   %12.4f s  (sum_t F[t,S]; median step %.4f s)\n", ex, e.median_step_s);

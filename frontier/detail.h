@@ -95,6 +95,9 @@ public:
   double median() const;
   /// Bins in use (0 while exact).
   std::size_t bins() const { return bins_.size() + (zeros_ > 0 ? 1 : 0); }
+  /// (Q3 − Q1) / 1.349, quartiles interpolated between order statistics (bin midpoints once
+  /// binned): a Gaussian's SD read without the tails; −1 below four values.
+  double robust_sd() const;
 
 private:
   double kth(std::size_t k) const;  // binned: the k-th smallest value's bin midpoint
@@ -236,6 +239,11 @@ private:
   void add_forward(const StageMatrix& m, int t, const PresentStep& d);
   /// Presence per rank, missing records, residual, overlap and wall sums.
   void add_telemetry(const StageMatrix& m, int t, const PresentStep& d);
+  /// Each present rank's standing per group and for the whole step: its own work minus the median
+  /// of the other ranks' own work in this step (leave-one-out), summed and squared per rank.
+  void add_standing(const StageMatrix& m, int t, const PresentStep& d);
+  /// e's standing from those sums.
+  void standings(Evidence& e) const;
   /// e's rank_excess, cohort_own_median_s and cohort_own_spread_s from the own-work sums.
   void cohort_excess(Evidence& e) const;
   /// Adds x to rank r's credit in group g, listing r the first time its credit turns > 0.
@@ -265,6 +273,14 @@ private:
   std::vector<double> step_adv_, step_lag_inc_;         // per group, this step (scratch)
   ZeroArray<double> own_sum_;                            // G × R: Σ_t (d − sync wait) over the group's stages
   ZeroArray<int> rank_n_;                                // R: steps each rank was present in
+  std::vector<MedianKeeper> adv_keep_;                   // per group: the per-step advances (robust spread)
+  // Standings (Evidence::standing), kept up to Evidence::kStandingMaxRanks columns: (G + 1) × R
+  // sums of the per-step standing and of its square (the last row: the whole step), and per rank
+  // the steps that had a peer to compare with.
+  bool standing_on_ = false;
+  ZeroArray<double> st_sum_, st_sq_;
+  ZeroArray<int> st_n_;
+  std::vector<double> step_own_, loo_buf_;               // per-step scratch: (G + 1) × n own work; one column
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
   ZeroArray<double> credit_, conf_credit_;               // G × R

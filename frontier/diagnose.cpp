@@ -31,6 +31,33 @@ double floor_of(double sd, int n_ref, int n, double step_s, const DiagnosisConfi
   return std::max(cfg.z * se, cfg.min_effect * step_s);
 }
 
+/// The reference's step-to-step spread of a quantity: its robust spread where known (four steps
+/// or more: one stalled step of six no longer sets the floor), else its SD.
+double spread_of(double sd, double robust_sd) { return robust_sd >= 0 ? robust_sd : sd; }
+
+/// Robust deviation of a list (1.4826 × MAD); 0 when empty.
+double robust_deviation(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  const double med = median_inplace(v);
+  for (double& x : v) x = std::abs(x - med);
+  return 1.4826 * median_inplace(v);
+}
+
+/// Ranks a cross-rank spread needs before it says anything: with fewer, a rank's noise is read
+/// from its own steps alone.
+constexpr int kSpreadRanks = 8;
+
+/// Whether group g's standings are evidence against a rank: the recorder took the waits off, or
+/// the group is not where the ranks wait for the one behind (the frontier's lag closes there by
+/// at least min_effect of the step). Where they wait and no wait was measured, the rank that
+/// waited longest would stand out (the paper's W = 0 cannot tell waiting from work).
+bool standing_usable(const Evidence& e, int g, const DiagnosisConfig& cfg) {
+  if (g >= static_cast<int>(e.standing.size()) - 1) return true;  // the whole step
+  if (e.standing[g].waits_off) return true;
+  const double closes = g < static_cast<int>(e.lag_increment_mean_s.size()) ? -e.lag_increment_mean_s[g] : 0.0;
+  return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s);
+}
+
 const Suspect* stage_suspect(const Evidence& e, int g) {
   for (const auto& s : e.stage_suspects)
     if (s.group == g) return &s;
@@ -43,24 +70,40 @@ struct RankChoice {
   double support = 0;  // in [0, 1]
 };
 
-/// The rank behind an excess of `excess_s` in group g: the standing-out rank whose own extra work
-/// explains at least half of it (support: its share of the top two), else the rank the labeler's
-/// evidence names for g (frontier leader, sync-wait side evidence).
-RankChoice choose_rank(const Evidence& e, int g, const std::vector<Differential::RankDelta>& deltas, double excess_s) {
+/// A change that passes its own floor (floor 0: none known, any positive change).
+bool passes(const Differential::RankDelta& x) { return x.delta_s > 0 && x.delta_s > x.floor_s; }
+
+/// The rank whose own extra work explains at least half of an excess of `excess_s` (support: its
+/// share of the top two), when its change passes its own floor; else none.
+RankChoice own_work_rank(const std::vector<Differential::RankDelta>& deltas, double excess_s, const char* basis) {
   RankChoice c;
-  if (!deltas.empty() && deltas[0].delta_s > 0 && deltas[0].delta_s >= 0.5 * excess_s) {
+  if (!deltas.empty() && passes(deltas[0]) && deltas[0].delta_s >= 0.5 * excess_s) {
     c.rank = deltas[0].rank;
-    c.basis = "own_work_excess";
+    c.basis = basis;
     const double second = deltas.size() > 1 ? std::max(0.0, deltas[1].delta_s) : 0.0;
     c.support = deltas[0].delta_s / (deltas[0].delta_s + second);
-    return c;
   }
+  return c;
+}
+
+/// The rank the labeler's evidence names for g (frontier leader, sync-wait side evidence).
+RankChoice suspect_rank(const Evidence& e, int g) {
+  RankChoice c;
   if (const Suspect* s = stage_suspect(e, g); s && s->rank >= 0) {
     c.rank = s->rank;
     c.basis = s->basis;
     c.support = clamp01(s->confidence);
   }
   return c;
+}
+
+/// The rank behind an excess of `excess_s` in group g: the standing-out rank whose own extra work
+/// explains at least half of it, else (without per-rank floors: no standings to read) the rank
+/// the labeler's evidence names for g.
+RankChoice choose_rank(const Evidence& e, int g, const std::vector<Differential::RankDelta>& deltas, double excess_s,
+                       bool standing) {
+  if (RankChoice c = own_work_rank(deltas, excess_s, "own_work_excess"); c.rank >= 0 || standing) return c;
+  return suspect_rank(e, g);
 }
 
 /// The cohort's view of group g: its standing-out ranks with their excess over the median.
@@ -105,7 +148,7 @@ void finish_confidence(Diagnosis& d, double competing_s, double rank_support) {
 int own_stage_witness(const Evidence& e, const std::vector<std::vector<Differential::RankDelta>>& deltas, double excess_s) {
   int best_g = -1;
   for (int h = 0; h < static_cast<int>(deltas.size()); ++h)
-    if (!in(e.wait_groups, h) && !deltas[h].empty() && deltas[h][0].delta_s >= 0.5 * excess_s &&
+    if (!in(e.wait_groups, h) && !deltas[h].empty() && passes(deltas[h][0]) && deltas[h][0].delta_s >= 0.5 * excess_s &&
         (best_g < 0 || deltas[h][0].delta_s > deltas[best_g][0].delta_s))
       best_g = h;
   return best_g;
@@ -116,14 +159,76 @@ int own_stage_witness(const Evidence& e, const std::vector<std::vector<Different
 /// by at least half of it is where the wait was born (a host-local optimizer or callback delay on
 /// one rank surfaces in the next step's all-reduce).
 bool follow_wait(const Evidence& e, const std::vector<std::vector<Differential::RankDelta>>& deltas, Diagnosis& d,
-                 RankChoice& rc) {
+                 RankChoice& rc, bool standing) {
   if (!in(e.wait_groups, d.group)) return false;
   const int best_g = own_stage_witness(e, deltas, d.excess_s);
   if (best_g < 0) return false;
   d.surfaces_group = d.group;
   d.group = best_g;
-  rc = choose_rank(e, best_g, deltas[best_g], d.excess_s);
+  rc = choose_rank(e, best_g, deltas[best_g], d.excess_s, standing);
   return true;
+}
+
+/// Every rank whose change passes its floor in some group or over the whole step (its arrival),
+/// one entry per rank: the group of its largest change past its floor (else `fallback_group`, where
+/// the step's change showed), largest excess first.
+std::vector<Diagnosis::Culprit> collect_culprits(const std::vector<std::vector<Differential::RankDelta>>& deltas,
+                                                 const std::vector<Differential::RankDelta>& arrival, int fallback_group) {
+  const int G = static_cast<int>(deltas.size());
+  std::vector<Diagnosis::Culprit> out;
+  auto entry = [&](int rank) -> Diagnosis::Culprit& {
+    for (auto& c : out)
+      if (c.rank == rank) return c;
+    Diagnosis::Culprit c;
+    c.rank = rank;
+    c.by_group_s.assign(G, 0.0);
+    out.push_back(std::move(c));
+    return out.back();
+  };
+  for (int g = 0; g < G; ++g)
+    for (const auto& x : deltas[g])
+      if (passes(x)) entry(x.rank);
+  for (const auto& x : arrival)
+    if (passes(x)) entry(x.rank);
+  for (auto& c : out) {
+    for (int g = 0; g < G; ++g)
+      for (const auto& x : deltas[g])
+        if (x.rank == c.rank) {
+          c.by_group_s[g] = x.delta_s;
+          if (passes(x) && (c.group < 0 || x.delta_s > c.excess_s)) {
+            c.group = g;
+            c.excess_s = x.delta_s;
+            c.floor_s = x.floor_s;
+          }
+        }
+    for (const auto& x : arrival)
+      if (x.rank == c.rank) {
+        c.arrival_s = x.delta_s;
+        if (c.group < 0 && passes(x)) {
+          c.group = fallback_group;
+          c.excess_s = x.delta_s;
+          c.floor_s = x.floor_s;
+        }
+      }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.excess_s > b.excess_s; });
+  return out;
+}
+
+/// The named rank first (its entry's group is the named stage), the others by excess.
+void put_named_first(Diagnosis& d) {
+  if (d.rank < 0) return;
+  const auto it = std::find_if(d.culprits.begin(), d.culprits.end(), [&](const auto& c) { return c.rank == d.rank; });
+  if (it == d.culprits.end()) return;
+  std::rotate(d.culprits.begin(), it, it + 1);
+  d.culprits.front().group = d.group;
+}
+
+/// The rank that arrives late at the step's end, against its peers, by at least half of the
+/// stage's change: a rank slowed everywhere (starved of CPU, paused) whose loss is spread over
+/// its stages, so that no one stage's own work explains the change.
+RankChoice arrival_rank(const std::vector<Differential::RankDelta>& arrival, double excess_s) {
+  return own_work_rank(arrival, excess_s, "arrival");
 }
 
 /// A device origin: the named stage follows forward, and the named rank's sampled forward device
@@ -153,17 +258,59 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   d.share_of_step = diff.reference_step_s > 0 ? delta[top] / diff.reference_step_s : 0.0;
   if (!(delta[top] > diff.noise_floor_s[top])) return d;  // no significant change
   d.group = top;
-  RankChoice rc = choose_rank(e, top, diff.rank_deltas[top], delta[top]);
-  if (!follow_wait(e, diff.rank_deltas, d, rc)) d.surfaces_group = surfaces_in(e, top);
+  // With standings on both sides a rank is named only by its own change against its peers' (the
+  // difference in differences); when none explains the stage's change, every rank changed alike.
+  const bool standing = !diff.arrival_deltas.empty();
+  RankChoice rc = choose_rank(e, top, diff.rank_deltas[top], delta[top], standing);
+  if (!follow_wait(e, diff.rank_deltas, d, rc, standing)) d.surfaces_group = surfaces_in(e, top);
+  if (rc.rank < 0 && standing) rc = arrival_rank(diff.arrival_deltas, delta[top]);
+  d.common = standing && rc.rank < 0;
+  if (d.common) rc.basis = "common";
   d.rank = rc.rank;
   follow_device(e, d, rc);
   d.rank_basis = rc.basis;
-  finish_confidence(d, runner_up(delta, top), rc.support);
+  if (!d.common) {
+    d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, top);
+    put_named_first(d);
+  }
+  finish_confidence(d, runner_up(delta, top), d.common ? 1.0 : rc.support);
   return d;
 }
 
 /// The step a cohort excess is measured against: the window's median exposed step.
 double cohort_step(const Evidence& e) { return e.median_step_s; }
+
+/// Without a reference: each rank's standing (its own work above its peers' median, step by step)
+/// as a delta with the floor it must pass, per group and for the whole step (arrival): z standard
+/// errors of its mean over the window's steps, z robust deviations of the ranks' standings (with
+/// enough ranks to have one), min_effect of the step.
+struct CohortDeltas {
+  std::vector<std::vector<Differential::RankDelta>> groups;
+  std::vector<Differential::RankDelta> arrival;
+};
+CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
+  CohortDeltas out;
+  const int K = static_cast<int>(e.standing.size());
+  for (int k = 0; k < K; ++k) {
+    const Standing& st = e.standing[k];
+    std::vector<Differential::RankDelta> list;
+    if (!standing_usable(e, k, cfg)) {
+      out.groups.push_back({});
+      continue;
+    }
+    for (const auto& x : st.ranks) {
+      // A rank's noise from its own steps; the ranks' scatter where there are enough ranks to
+      // read one, or where the rank's own steps cannot say (one step).
+      const bool temporal = x.sd_s >= 0 && x.steps > 1;
+      const double se = temporal ? x.sd_s / std::sqrt(static_cast<double>(x.steps)) : 0.0;
+      const bool scatter = e.observed_ranks >= kSpreadRanks || (!temporal && e.observed_ranks >= 3);
+      list.push_back({x.rank, x.mean_s, std::max({cfg.z * se, scatter ? cfg.z * st.spread_s : 0.0, cfg.min_effect * cohort_step(e)})});
+    }
+    if (k + 1 < K) out.groups.push_back(std::move(list));
+    else out.arrival = std::move(list);
+  }
+  return out;
+}
 
 Diagnosis lag_origin_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   // The frontier's top stage holds a collective: the lag that surfaces there opened upstream, at
@@ -187,8 +334,19 @@ Diagnosis lag_origin_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   d.share_of_step = cohort_step(e) > 0 ? open / cohort_step(e) : 0.0;
   d.surfaces_group = s1;
   d.coverage = coverage_of(e);
-  const RankChoice rc = choose_rank(e, origin, cohort_deltas(e, origin), open);
-  d.rank = rc.rank;
+  RankChoice rc;
+  if (!e.standing.empty()) {
+    const CohortDeltas cd = standing_excess(e, cfg);
+    rc = own_work_rank(cd.groups[origin], open, "own_work_excess");
+    if (rc.rank < 0) rc = arrival_rank(cd.arrival, open);
+    if (rc.rank < 0) rc = suspect_rank(e, origin);
+    d.rank = rc.rank;
+    d.culprits = collect_culprits(cd.groups, cd.arrival, origin);
+    put_named_first(d);
+  } else {
+    rc = choose_rank(e, origin, cohort_deltas(e, origin), open, false);
+    d.rank = rc.rank;
+  }
   d.rank_basis = rc.basis;
   std::vector<double> opened(e.lag_increment_mean_s.size(), 0.0);
   for (int g = 0; g < s1; ++g) opened[g] = e.lag_increment_mean_s[g];
@@ -196,9 +354,72 @@ Diagnosis lag_origin_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   return d;
 }
 
+/// Without a reference, by standing: every rank whose own work stands above its peers' past its
+/// floor is a culprit; the largest is named, in the stage of its largest excess (a stage without a
+/// collective that holds at least half of it, where the largest sits in a wait).
+Diagnosis standing_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
+  Diagnosis d;
+  d.basis = Diagnosis::Basis::cohort;
+  d.coverage = coverage_of(e);
+  const CohortDeltas cd = standing_excess(e, cfg);
+  const int G = static_cast<int>(cd.groups.size());
+  const int s1 = e.share_order.empty() ? 0 : e.share_order[0];
+  d.culprits = collect_culprits(cd.groups, cd.arrival, s1);
+  if (d.culprits.empty()) {
+    // Nothing passes: say the largest excess and its floor.
+    auto consider = [&](const std::vector<Differential::RankDelta>& v) {
+      if (!v.empty() && v[0].delta_s > d.excess_s) {
+        d.excess_s = v[0].delta_s;
+        d.noise_floor_s = v[0].floor_s;
+      }
+    };
+    for (const auto& v : cd.groups) consider(v);
+    d.share_of_step = cohort_step(e) > 0 ? d.excess_s / cohort_step(e) : 0.0;
+    return d;
+  }
+  const Diagnosis::Culprit top = d.culprits.front();
+  d.group = top.group;
+  d.rank = top.rank;
+  d.excess_s = top.excess_s;
+  d.noise_floor_s = top.floor_s;
+  RankChoice rc;
+  rc.rank = top.rank;
+  rc.basis = top.group >= 0 && top.group < G && top.by_group_s[top.group] == top.excess_s ? "standing" : "arrival";
+  const auto& own = cd.groups;
+  if (in(e.wait_groups, d.group))
+    if (const int h = own_stage_witness(e, own, d.excess_s); h >= 0) {
+      d.surfaces_group = d.group;
+      d.group = h;
+      d.excess_s = own[h][0].delta_s;
+      d.noise_floor_s = own[h][0].floor_s;
+      d.rank = own[h][0].rank;
+      rc.rank = d.rank;
+      rc.basis = "standing";
+    }
+  // Support: the named rank's share of the two largest excesses in its stage.
+  if (d.group < G && !own[d.group].empty() && own[d.group][0].rank == d.rank) {
+    const double second = own[d.group].size() > 1 ? std::max(0.0, own[d.group][1].delta_s) : 0.0;
+    rc.support = own[d.group][0].delta_s / (own[d.group][0].delta_s + second);
+  } else {
+    rc.support = d.culprits.size() > 1 ? d.excess_s / (d.excess_s + std::max(0.0, d.culprits[1].excess_s)) : 1.0;
+  }
+  d.share_of_step = cohort_step(e) > 0 ? d.excess_s / cohort_step(e) : 0.0;
+  if (d.surfaces_group < 0) d.surfaces_group = surfaces_in(e, d.group);
+  follow_device(e, d, rc);
+  d.rank_basis = rc.basis;
+  put_named_first(d);
+  std::vector<double> tops(G, 0.0);
+  for (int g = 0; g < G; ++g)
+    for (const auto& x : own[g])
+      if (x.rank == d.rank) tops[g] = std::max(0.0, x.delta_s);
+  finish_confidence(d, runner_up(tops, d.group), rc.support);
+  return d;
+}
+
 Diagnosis cohort_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   // The rank whose own work (time minus its collectives' waits) most exceeds its cohort's median,
   // past z robust deviations and min_effect of the step.
+  if (!e.standing.empty()) return standing_diagnosis(e, cfg);
   Diagnosis d;
   d.basis = Diagnosis::Basis::cohort;
   d.coverage = coverage_of(e);
@@ -232,7 +453,7 @@ Diagnosis cohort_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
       d.excess_s = all[h][0].delta_s;
     }
   }
-  RankChoice rc = choose_rank(e, best, cohort_deltas(e, best), d.excess_s);
+  RankChoice rc = choose_rank(e, best, cohort_deltas(e, best), d.excess_s, false);
   d.rank = rc.rank;
   if (d.surfaces_group < 0) d.surfaces_group = surfaces_in(e, best);
   follow_device(e, d, rc);
@@ -287,8 +508,11 @@ Reference make_reference(const Evidence& e, std::string name) {
   }
   r.exposed_mean_s = e.steps > 0 ? e.exposed_makespan_s / e.steps : 0.0;
   r.exposed_sd_s = e.exposed_sd_s;
+  r.advance_robust_sd_s = e.advance_robust_sd_s;
+  r.exposed_robust_sd_s = e.exposed_robust_sd_s;
   r.rank_excess = e.rank_excess;
   r.cohort_own_median_s = e.cohort_own_median_s;
+  r.standing = e.standing;
   return r;
 }
 
@@ -307,6 +531,66 @@ std::string reference_problem(const Evidence& e, const Reference& ref) {
   return "";
 }
 
+namespace {
+
+/// Reference steps K with z·sd·sqrt(1/K + 1/n) within 3 % of the step (0: the floor already is;
+/// −1: no K is enough with a window of n steps).
+int needed_reference_steps(double sd, int n_ref, int n, double step_s, const DiagnosisConfig& cfg) {
+  constexpr double kTarget = 0.03;
+  if (!(step_s > 0) || n_ref <= 0 || n <= 0) return 0;
+  const double allowed = kTarget * step_s / (cfg.z * sd);  // sqrt(1/K + 1/n) must stay under it
+  if (!(sd > 0) || std::sqrt(1.0 / n_ref + 1.0 / n) <= allowed) return 0;
+  const double inv_k = allowed * allowed - 1.0 / n;
+  if (!(inv_k > 0)) return -1;
+  return static_cast<int>(std::min(1e9, std::ceil(1.0 / inv_k)));
+}
+
+/// The difference in differences (docs/diagnosis.md): per group and for the whole step, each
+/// standing-out rank's standing in the window minus its standing in the reference. A drift of the
+/// machine moves every rank's own work and its peers' median alike and cancels; what is left is
+/// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
+/// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
+/// changes where there are enough ranks, min_effect of the reference step.
+void standing_deltas(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg, Differential& d) {
+  const int K = static_cast<int>(e.standing.size());
+  const int G = K - 1;
+  const double effect = cfg.min_effect * ref.exposed_mean_s;
+  for (int k = 0; k < K; ++k) {
+    const Standing& w = e.standing[k];
+    const Standing& r = ref.standing[k];
+    std::vector<Differential::RankDelta> list;
+    std::vector<double> changes;
+    if (!standing_usable(e, k, cfg)) continue;  // no evidence: an empty list
+    for (const auto& x : w.ranks) {
+      double base = r.median_s, base_sd = x.sd_s;
+      int base_n = ref.steps;
+      for (const auto& y : r.ranks)
+        if (y.rank == x.rank) {
+          base = y.mean_s;
+          if (y.sd_s >= 0) base_sd = y.sd_s;
+          base_n = y.steps;
+        }
+      const double change = x.mean_s - base;
+      double var = 0;
+      if (x.sd_s >= 0 && x.steps > 0) var += x.sd_s * x.sd_s / x.steps;
+      if (base_sd >= 0 && base_n > 0) var += base_sd * base_sd / base_n;
+      list.push_back({x.rank, change, std::max(cfg.z * std::sqrt(var), effect)});
+      changes.push_back(change);
+    }
+    // How far ranks' changes scatter with no fault: robustly over the listed ranks when every
+    // rank is listed on both sides; else the wider of the two sides' spreads of standing.
+    if (e.observed_ranks >= kSpreadRanks) {
+      const double spread = w.complete && r.complete ? robust_deviation(changes) : std::max(w.spread_s, r.spread_s);
+      for (auto& x : list) x.floor_s = std::max(x.floor_s, cfg.z * spread);
+    }
+    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.delta_s > b.delta_s; });
+    if (k < G) d.rank_deltas[k] = std::move(list);
+    else d.arrival_deltas = std::move(list);
+  }
+}
+
+}  // namespace
+
 Differential compare(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg) {
   if (const auto why = reference_problem(e, ref); !why.empty()) throw std::invalid_argument(why);
   Differential d;
@@ -324,13 +608,29 @@ Differential compare(const Evidence& e, const Reference& ref, const DiagnosisCon
   // drifts (a neighbour, steal time, contention in the collectives), and what it moves is mostly
   // the largest stage. The drift term scales with the stage's own reference time; the exposed
   // step's floor has none, since it decides only whether a fault reached the step at all.
+  // The spreads are the reference's robust ones where it has them (four steps or more).
+  const auto robust = [&](int g) {
+    return g < static_cast<int>(ref.advance_robust_sd_s.size()) ? spread_of(ref.advance_sd_s[g], ref.advance_robust_sd_s[g])
+                                                                 : ref.advance_sd_s[g];
+  };
   for (int g = 0; g < G; ++g) {
     d.delta_advance_s[g] = e.advances_s[g] / N - ref.advance_mean_s[g];
-    d.noise_floor_s[g] = std::max(floor_of(ref.advance_sd_s[g], ref.steps, N, ref.exposed_mean_s, cfg),
+    d.noise_floor_s[g] = std::max(floor_of(robust(g), ref.steps, N, ref.exposed_mean_s, cfg),
                                   cfg.drift * std::max(0.0, ref.advance_mean_s[g]));
   }
   d.delta_exposed_s = e.exposed_makespan_s / N - ref.exposed_mean_s;
-  d.exposed_noise_floor_s = floor_of(ref.exposed_sd_s, ref.steps, N, ref.exposed_mean_s, cfg);
+  const double exposed_sd = spread_of(ref.exposed_sd_s, ref.exposed_robust_sd_s);
+  d.exposed_noise_floor_s = floor_of(exposed_sd, ref.steps, N, ref.exposed_mean_s, cfg);
+  d.needed_reference_steps = needed_reference_steps(exposed_sd, ref.steps, N, ref.exposed_mean_s, cfg);
+  d.cohort_delta_s.assign(G, 0.0);
+  for (int g = 0; g < G && g < static_cast<int>(e.cohort_own_median_s.size()) &&
+                  g < static_cast<int>(ref.cohort_own_median_s.size());
+       ++g)
+    d.cohort_delta_s[g] = e.cohort_own_median_s[g] - ref.cohort_own_median_s[g];
+  if (!e.standing.empty() && e.standing.size() == ref.standing.size() && static_cast<int>(ref.standing.size()) == G + 1) {
+    standing_deltas(e, ref, cfg, d);
+    return d;
+  }
   for (int g = 0; g < G && g < static_cast<int>(e.rank_excess.size()); ++g) {
     for (const auto& x : e.rank_excess[g]) {
       // The rank's own work in the reference: its own mean where the reference listed it, else
@@ -352,6 +652,10 @@ Diagnosis diagnose(const Evidence& e, const Reference* ref, const DiagnosisConfi
   if (e.steps == 0) return {};
   if (ref != nullptr) return differential_diagnosis(e, compare(e, *ref, cfg));
   if (e.observed_ranks <= 1) return frontier_diagnosis(e);
+  // Standings read each rank's own work against its peers' with the waits taken off: the origin of
+  // a wait is where its rank's standing grew, with no lag (whose median over two ranks is their
+  // mean) to follow back.
+  if (!e.standing.empty()) return standing_diagnosis(e, cfg);
   if (Diagnosis d = lag_origin_diagnosis(e, cfg); d.group >= 0) return d;
   return cohort_diagnosis(e, cfg);
 }

@@ -446,6 +446,29 @@ struct RankExcess {
   double excess_s = 0;     ///< own_mean_s − the cohort median of the ranks' own means
 };
 
+/// A rank's standing in a stage group (docs/diagnosis.md, "Standing"): in each step, its own
+/// work there (the group's time minus the time inside its collectives) minus the median of the
+/// other ranks' own work in the same step (leave-one-out, so two ranks compare with each other),
+/// with its mean and sample SD over the window's steps. Summed over every group it is how late the
+/// rank arrives at the step's end: its whole step minus the time it waited for the others.
+struct RankStanding {
+  int rank = -1;
+  double mean_s = 0;   ///< per step
+  double sd_s = -1;    ///< sample SD over steps; −1 when unknown (fewer than two steps)
+  int steps = 0;       ///< steps with at least one peer present
+};
+/// One group's standings (or the whole step's: Evidence::standing's last entry).
+struct Standing {
+  double median_s = 0;    ///< median over ranks of their mean standing
+  double spread_s = 0;    ///< 1.4826 × MAD over ranks of their mean standing
+  bool complete = false;  ///< every observed rank is listed (else the kStandingTop largest)
+  /// The recorder measured the ranks' waits inside the group's collectives and took them off (for
+  /// the whole step: in some group). Without that, own work in a stage where ranks wait for each
+  /// other is mostly waiting, and a rank that waited longest stands out there.
+  bool waits_off = false;
+  std::vector<RankStanding> ranks;  ///< largest mean first (ties: lower rank first)
+};
+
 /// The change of a window against a reference, per step (docs/diagnosis.md): Σ_g Δa_g = ΔF.
 struct Differential {
   std::string reference;                   ///< what the window was compared with
@@ -456,12 +479,28 @@ struct Differential {
   std::vector<double> noise_floor_s;       ///< per group: max(z·SE of the difference, min_effect·step, drift·a_g^ref/N_ref)
   double exposed_noise_floor_s = 0;
   /// Per group: the ranks that stand out in the window, with the change of their own work per step
-  /// against the reference (their own mean there, or the reference cohort's median), largest first.
+  /// against the reference, largest first. With standings on both sides (the usual case) the
+  /// change is a difference in differences: the rank's standing (own work minus its peers' median
+  /// in the same steps) in the window minus its standing in the reference, so that a drift of the
+  /// whole machine cancels; floor_s is what it must pass (z standard errors of the two means of
+  /// its per-step standing, z robust deviations of the ranks' changes, min_effect of the step).
+  /// Without standings: the rank's own mean minus its own mean there (or the reference cohort's
+  /// median), floor_s 0.
   struct RankDelta {
     int rank;
     double delta_s;
+    double floor_s = 0;
   };
   std::vector<std::vector<RankDelta>> rank_deltas;
+  /// The same for the whole step (the standings summed over groups): how much later than before,
+  /// against its peers, the rank reaches the end of its step (its arrival at the collectives).
+  std::vector<RankDelta> arrival_deltas;
+  /// Per group: the change of the cohort's median own work per step, the part every rank shares
+  /// (a common slowdown; 0 without per-rank facts in the reference).
+  std::vector<double> cohort_delta_s;
+  /// Reference steps that would bring the exposed step's floor within 3 % of the step with this
+  /// window (0: it is already; −1: no number of reference steps would, the window is too short).
+  int needed_reference_steps = 0;
 };
 
 /// What went wrong: the stage and rank that got slower against a reference (or their cohort),
@@ -480,12 +519,27 @@ struct Diagnosis {
   std::string reference;            ///< what the window was compared with ("" for cohort / frontier)
   double coverage = 1;              ///< ranks observed / world size
   double confidence = 0;            ///< falls with coverage, noise and ties (docs/diagnosis.md)
+  /// The stage changed alike on every rank (no rank's change stands out from its peers'): a common
+  /// slowdown of the machine or of a collective all ranks share; rank is −1.
+  bool common = false;
+  /// Every rank whose change (or excess over its peers, without a reference) passes its floor,
+  /// the named rank first, then by excess. A rank slower in several stages is one culprit; its
+  /// `by_group_s` says how much in each (its arrival at the step's end, `arrival_s`, sums them).
+  struct Culprit {
+    int rank = -1;
+    int group = -1;                   ///< the group of its largest change past its floor (or the named stage)
+    double excess_s = 0;              ///< per step
+    double floor_s = 0;
+    double arrival_s = 0;             ///< the whole step's change (standing summed over groups)
+    std::vector<double> by_group_s;   ///< per group: the rank's change there (0 where not listed)
+  };
+  std::vector<Culprit> culprits;
   bool significant() const { return group >= 0 && basis != Basis::frontier; }
 };
 std::string_view to_string(Diagnosis::Basis b);
 
 struct Evidence {
-  static constexpr std::string_view kSchema = "sf.evidence/3";
+  static constexpr std::string_view kSchema = "sf.evidence/4";
   StageSchema schema;
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;              ///< steps scored (at least one record)
@@ -505,6 +559,10 @@ struct Evidence {
   std::vector<double> static_gain;  ///< per group, with config.gain_baseline
   std::vector<double> advance_sd_s; ///< per group: sample SD over scored steps of the per-step advance
   double exposed_sd_s = 0;          ///< sample SD over scored steps of F[t,S]
+  /// The same spreads read robustly: (Q3 − Q1) / 1.349 of the per-step values (a Gaussian's SD,
+  /// unmoved by one stalled step); −1 below four steps, where quartiles say nothing.
+  std::vector<double> advance_robust_sd_s;
+  double exposed_robust_sd_s = -1;
   GainBaseline gain_baseline = GainBaseline::cohort_median;
   std::vector<double> lag_mean_s;           ///< per group, mean_t L at the group's last stage
   std::vector<double> lag_increment_mean_s; ///< per group, mean_t Σ ΔL over the group's stages
@@ -523,6 +581,13 @@ struct Evidence {
   std::vector<std::vector<RankExcess>> rank_excess;
   std::vector<double> cohort_own_median_s;
   std::vector<double> cohort_own_spread_s;
+  /// Per group, then one more entry for the whole step: each rank's standing against its peers
+  /// (leave-one-out medians per step). Empty past kStandingMaxRanks columns, where the cohort
+  /// excess of own-work levels (rank_excess) is the rank evidence.
+  std::vector<Standing> standing;
+  static constexpr int kStandingMaxRanks = 65536;
+  static constexpr int kStandingAll = 64;          ///< up to this many ranks, every one is listed
+  static constexpr std::size_t kStandingTop = 16;  ///< past it, the largest standings
   /// Groups that hold a collective: the declared wait model (config.wait_model) and every group
   /// in which the recorder measured a sync wait.
   std::vector<int> wait_groups;
@@ -613,10 +678,15 @@ struct Reference {
   std::vector<double> advance_mean_s;     ///< per group, per step
   std::vector<double> advance_sd_s;       ///< per group, sample SD over steps (0 when unknown)
   double exposed_mean_s = 0, exposed_sd_s = 0;
+  /// Robust spreads (Evidence::advance_robust_sd_s); empty / −1 when unknown: the SD is used.
+  std::vector<double> advance_robust_sd_s;
+  double exposed_robust_sd_s = -1;
   /// Per group: own-work means of the ranks that stood out there, and the cohort median (the
   /// reference of every other rank's own work); empty when unknown (an accounting-only reference).
   std::vector<std::vector<RankExcess>> rank_excess;
   std::vector<double> cohort_own_median_s;
+  /// Each rank's standing against its peers (Evidence::standing); empty when unknown.
+  std::vector<Standing> standing;
 };
 /// A reference made from a scored window's evidence.
 Reference make_reference(const Evidence& e, std::string name);

@@ -395,17 +395,21 @@ void event_labels(Pass& p, const Top& top, bool diagnose) {
   const int f = *gf, s1 = top.s1;
   const double ev = side.fwd_event_median_s[hi_rank];
   // "High" is high against the cohort (Table 12: "high sampled CUDA-event forward time"): the
-  // deciding rank's median exceeds the median over the eligible ranks' medians by at least
-  // gamma_event of a median step. Against the step alone every healthy forward counted as high.
+  // deciding rank's median exceeds the median over the other eligible ranks' medians by at least
+  // gamma_event of a median step. Against the step alone every healthy forward counted as high;
+  // a cohort that includes the rank itself halves its excess at two ranks (leave-one-out).
   std::vector<double> medians;
   for (int r = 0; r < side.ranks; ++r)
-    if (eligible(r)) medians.push_back(side.fwd_event_median_s[r]);
-  const double cohort = median_inplace(medians);
-  const bool ev_high = e.median_step_s > 0 && ev - cohort >= cfg.gamma_event * e.median_step_s;
+    if (eligible(r) && r != hi_rank) medians.push_back(side.fwd_event_median_s[r]);
+  const double cohort = medians.empty() ? ev : median_inplace(medians);
+  const bool ev_high = e.median_step_s > 0 && !medians.empty() && ev - cohort >= cfg.gamma_event * e.median_step_s;
   if (!ev_high)
-    p.why("forward event time of rank " + std::to_string(side.rank_id(hi_rank)) + " (median " + fmt(ev) + " s) exceeds the cohort median " +
-          fmt(cohort) + " s of " + std::to_string(medians.size()) + " eligible rank(s) by less than gamma_event " +
-          fmt(cfg.gamma_event) + " x median step " + fmt(e.median_step_s) + " s: not high");
+    p.why(medians.empty() ? "forward event time of rank " + std::to_string(side.rank_id(hi_rank)) +
+                                " has no other eligible rank to compare with: not high"
+                          : "forward event time of rank " + std::to_string(side.rank_id(hi_rank)) + " (median " + fmt(ev) +
+                                " s) exceeds the median " + fmt(cohort) + " s of its cohort, the other " +
+                                std::to_string(medians.size()) + " eligible rank(s), by less than gamma_event " +
+                                fmt(cfg.gamma_event) + " x median step " + fmt(e.median_step_s) + " s: not high");
   if (ev_high && (s1 == f || top.s2 == f)) p.set(Label::forward_device_supported);
   // Spillover: the device time is high, forward's own exposed time per step stays well below
   // it, and an explicit stage downstream of forward leads.

@@ -170,6 +170,25 @@ double MedianKeeper::kth(std::size_t k) const {
   return bin_value(bins_.rbegin()->first);
 }
 
+double MedianKeeper::robust_sd() const {
+  if (n_ < 4) return -1.0;
+  // The p-quantile at h = p (n − 1), between the order statistics floor(h) and floor(h) + 1.
+  std::vector<double> sorted;
+  if (!binned_) {
+    sorted = values_;
+    std::sort(sorted.begin(), sorted.end());
+  }
+  auto at = [&](std::size_t k) { return binned_ ? kth(k) : sorted[k]; };
+  auto quantile = [&](double p) {
+    const double h = p * static_cast<double>(n_ - 1);
+    const auto lo = static_cast<std::size_t>(h);
+    const double frac = h - static_cast<double>(lo);
+    const double a = at(lo);
+    return lo + 1 < n_ ? a + frac * (at(lo + 1) - a) : a;
+  };
+  return (quantile(0.75) - quantile(0.25)) / 1.349;
+}
+
 double MedianKeeper::median() const {
   if (n_ == 0) return 0.0;
   if (!binned_) {

@@ -313,6 +313,14 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   step_lag_inc_.assign(G_, 0.0);
   own_sum_ = ZeroArray<double>(gr);
   rank_n_ = ZeroArray<int>(R);
+  adv_keep_.assign(G_, MedianKeeper());
+  standing_on_ = world_ <= Evidence::kStandingMaxRanks;
+  if (standing_on_) {
+    const auto rows = static_cast<std::size_t>(G_ + 1) * world_;
+    st_sum_ = ZeroArray<double>(rows);
+    st_sq_ = ZeroArray<double>(rows);
+    st_n_ = ZeroArray<int>(R);
+  }
   cf_adv_.assign(static_cast<std::size_t>(G_) * G_, 0.0);
   cf_denom_.assign(G_, 0.0);
   cf_seen_.assign(G_, 0);
@@ -330,6 +338,7 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
 void WindowStats::bound_medians(std::size_t exact_cap) {
   if (steps_ > 0) throw std::logic_error("bound_medians after the first step");
   exposed_ = MedianKeeper(exact_cap);
+  adv_keep_.assign(G_, MedianKeeper(exact_cap));
   ev_cap_ = exact_cap;
 }
 
@@ -346,6 +355,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   add_gains(f, exposed, counterfactual_groups);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
+  add_standing(m, t, d);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -365,6 +375,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   add_lag(step_lag_);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
+  add_standing(m, t, d);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -407,7 +418,10 @@ double WindowStats::add_frontier_totals(const StepFrontier& f) {
     adv_[schema_.group_of(s)] += f.advance[s];
     step_adv_[schema_.group_of(s)] += f.advance[s];
   }
-  for (int g = 0; g < G_; ++g) adv_spread_[g].add(step_adv_[g]);
+  for (int g = 0; g < G_; ++g) {
+    adv_spread_[g].add(step_adv_[g]);
+    adv_keep_[g].add(std::max(0.0, step_adv_[g]));
+  }
   return exposed;
 }
 
@@ -745,6 +759,108 @@ void WindowStats::cohort_excess(Evidence& e) const {
   }
 }
 
+namespace {
+
+/// For each of a step's values, the median of the others (leave-one-out), from three order
+/// statistics of the n values: with n = 2k the others (2k − 1 of them) have a middle value, a[k]
+/// or a[k−1]; with n = 2k + 1 they have two, and the upper one is taken (of a[k], a[k+1]), so that
+/// among few peers one slow rank cannot make another look slow by pulling a mean of two down.
+/// With two ranks each one's peer is the other. Classifying by value gives the same result as by
+/// position when values tie.
+class LeaveOneOutMedian {
+public:
+  /// buf: scratch, overwritten. n >= 2.
+  LeaveOneOutMedian(std::span<const double> x, std::vector<double>& buf) : n_(x.size()) {
+    buf.assign(x.begin(), x.end());
+    const std::size_t k = n_ / 2;
+    std::nth_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k), buf.end());
+    mid_ = buf[k];
+    lo_ = *std::max_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k));
+    if (n_ % 2 == 1) hi_ = *std::min_element(buf.begin() + static_cast<std::ptrdiff_t>(k) + 1, buf.end());
+  }
+  double of(double v) const {
+    if (n_ % 2 == 0) return v <= lo_ ? mid_ : lo_;  // a[k − 1] = lo_, a[k] = mid_
+    return v > mid_ ? mid_ : hi_;                    // the others' upper middle: a[k] or a[k + 1]
+  }
+
+private:
+  std::size_t n_;
+  double lo_ = 0, mid_ = 0, hi_ = 0;
+};
+
+}  // namespace
+
+void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d) {
+  const int n = d.size();
+  if (!standing_on_ || n < 2) return;  // a rank alone has no peers to stand against
+  const auto N = static_cast<std::size_t>(n);
+  step_own_.assign(static_cast<std::size_t>(G_ + 1) * N, 0.0);
+  for (int s = 0; s < S_; ++s) {
+    double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
+    const double* x = d.stage(s).data();
+    for (int i = 0; i < n; ++i) own[i] += x[i];
+  }
+  if (m.has_sync_wait())
+    for (int s = 0; s < S_; ++s)
+      if (const float* col = m.sync_wait_column(t, s)) {
+        double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
+        for (int i = 0; i < n; ++i)
+          if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
+      }
+  double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
+  for (int g = 0; g < G_; ++g)
+    for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
+  for (int k = 0; k <= G_; ++k) {
+    const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
+    const LeaveOneOutMedian peers({own, N}, loo_buf_);
+    double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
+    double* sq = st_sq_.data() + static_cast<std::size_t>(k) * world_;
+    for (int i = 0; i < n; ++i) {
+      const double x = own[i] - peers.of(own[i]);
+      sum[d.rank(i)] += x;
+      sq[d.rank(i)] += x * x;
+    }
+  }
+  for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+}
+
+void WindowStats::standings(Evidence& e) const {
+  e.standing.clear();
+  if (!standing_on_) return;
+  std::vector<int> cols;
+  for (int c = 0; c < world_; ++c)
+    if (st_n_[c] > 0) cols.push_back(c);
+  e.standing.assign(G_ + 1, {});
+  if (cols.empty()) return;
+  std::vector<double> means(cols.size()), dev;
+  for (int k = 0; k <= G_; ++k) {
+    Standing& out = e.standing[k];
+    const double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
+    const double* sq = st_sq_.data() + static_cast<std::size_t>(k) * world_;
+    for (std::size_t i = 0; i < cols.size(); ++i) means[i] = sum[cols[i]] / st_n_[cols[i]];
+    dev = means;
+    out.median_s = median_inplace(dev);
+    for (std::size_t i = 0; i < cols.size(); ++i) dev[i] = std::abs(means[i] - out.median_s);
+    out.spread_s = 1.4826 * median_inplace(dev);
+    bool any_waits = false;
+    for (int g = 0; g < G_; ++g) any_waits = any_waits || sync_seen_[g];
+    out.waits_off = k < G_ ? sync_seen_[k] != 0 : any_waits;
+    std::vector<int> order(cols.size());
+    std::iota(order.begin(), order.end(), 0);
+    out.complete = static_cast<int>(cols.size()) <= Evidence::kStandingAll;
+    const auto keep = out.complete ? order.size() : std::min(Evidence::kStandingTop, order.size());
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                      [&](int a, int b) { return means[a] > means[b] || (means[a] == means[b] && a < b); });
+    for (std::size_t j = 0; j < keep; ++j) {
+      const int c = cols[order[j]];
+      const int n = st_n_[c];
+      RankStanding rs{rank_ids_.empty() ? c : rank_ids_[c], means[order[j]], -1.0, n};
+      if (n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (sq[c] - n * rs.mean_s * rs.mean_s) / (n - 1)));
+      out.ranks.push_back(rs);
+    }
+  }
+}
+
 int WindowStats::top_group() const {
   const RankedStages ranked = rank_stages(adv_, cfg_.tau_c);
   return ranked.order.empty() || adv_[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
@@ -788,7 +904,11 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.exposed_sd_s = exposed_spread_.sd();
   e.lag_increment_sd_s.assign(G_, 0.0);
   for (int g = 0; g < G_; ++g) e.lag_increment_sd_s[g] = lag_inc_spread_[g].sd();
+  e.advance_robust_sd_s.assign(G_, -1.0);
+  for (int g = 0; g < G_; ++g) e.advance_robust_sd_s[g] = adv_keep_[g].robust_sd();
+  e.exposed_robust_sd_s = exposed_.robust_sd();
   cohort_excess(e);
+  standings(e);
   e.lag_mean_s.assign(G_, 0.0);
   e.lag_increment_mean_s.assign(G_, 0.0);
   e.gap_mean_s.assign(G_, 0.0);
@@ -836,20 +956,24 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     rank_medians.assign(world_, kNaN);
     side.fwd_event_ready.assign(world_, 0);
   }
-  std::vector<double> present_medians;
   for (int r = 0; r < world_; ++r) {
     if (ev_slot_[r] == 0) continue;
     const MedianKeeper& k = ev_keepers_[ev_slot_[r] - 1];
     side.fwd_event_ready[r] = static_cast<int>(k.count());
     e.medians_exact = e.medians_exact && k.exact();
     rank_medians[r] = k.median();
-    present_medians.push_back(rank_medians[r]);
     if (e.events.max_rank < 0 || rank_medians[r] > e.events.max_rank_median_s) {
       e.events.max_rank_median_s = rank_medians[r];
       e.events.max_rank = r;
     }
   }
-  if (!present_medians.empty()) e.events.cohort_median_s = median_inplace(present_medians);
+  // The largest rank's cohort is the other ranks (leave-one-out: with two ranks, the other one;
+  // a median including the rank itself would halve its excess there). Alone, it is its own.
+  std::vector<double> others;
+  for (int r = 0; r < world_; ++r)
+    if (ev_slot_[r] != 0 && r != e.events.max_rank) others.push_back(rank_medians[r]);
+  if (!others.empty()) e.events.cohort_median_s = median_inplace(others);
+  else if (e.events.max_rank >= 0) e.events.cohort_median_s = e.events.max_rank_median_s;
 
   // Telemetry facts.
   e.has_wall = has_wall_;

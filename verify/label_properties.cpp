@@ -350,11 +350,11 @@ LabelOracle label_oracle(const GenLabelCase& c) {
   set(Label::forward_event_scope_limited, scope);
   const bool device = sampled > 0 && !scope && hi >= 0 && diagnose;
   const double evh = hi >= 0 ? median(ev[hi]) : 0;
-  std::vector<double> medians;  // the cohort: every eligible rank's median
+  std::vector<double> medians;  // the cohort: every other eligible rank's median (leave-one-out)
   for (int r = 0; r < R; ++r)
-    if (eligible(r)) medians.push_back(median(ev[r]));
-  const double cohort = medians.empty() ? 0 : median(medians);
-  const bool ev_high = device && x.median_step > 0 && evh - cohort >= cfg.gamma_event * x.median_step;
+    if (eligible(r) && r != hi) medians.push_back(median(ev[r]));
+  const double cohort = medians.empty() ? evh : median(medians);
+  const bool ev_high = device && !medians.empty() && x.median_step > 0 && evh - cohort >= cfg.gamma_event * x.median_step;
   set(Label::forward_device_supported, ev_high && (s1 == kFwd || s2 == kFwd));
   set(Label::forward_spillover_suspected, ev_high && s1 > kFwd && s1 != schema.residual_index() &&
                                               x.adv[kFwd] / x.steps <= cfg.event_low_ratio * evh);

@@ -105,7 +105,10 @@ struct WindowSpec {
   int slow_rank = -1;           ///< −1: no slow rank
   int slow_stage = 0;           ///< explicit stage index 0..4
   double delay_s = 0;           ///< added to the slow rank's slow stage, every step
+  std::vector<int> also_slow;   ///< more ranks with the same delay in the same stage
+  double slow_scale = 1;        ///< the slow rank's every stage × this (a rank starved of CPU, slowed everywhere)
   bool sync_backward = true;    ///< ranks leave backward together (the gradient all-reduce)
+  bool record_sync_wait = false;///< and the recorder measured each rank's wait there (sync-wait side evidence)
   double residual_rel = 0.01;   ///< wall = Σ d × (1 + residual_rel × uniform[0.5, 1.5])
   std::uint64_t seed = 1;
 };

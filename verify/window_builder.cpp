@@ -14,16 +14,21 @@ void build_step(const WindowSpec& spec, SplitMix64& rng, frontier::StageMatrix& 
   double sync_at = 0;
   for (int r = 0; r < R; ++r) {
     for (int s = 0; s < 5; ++s) x[r][s] = spec.base_s[s] * rng.uniform(1 - spec.jitter_rel, 1 + spec.jitter_rel);
-    if (r == spec.slow_rank) x[r][spec.slow_stage] += spec.delay_s;
+    if (r == spec.slow_rank)
+      for (int s = 0; s < 5; ++s) x[r][s] *= spec.slow_scale;
+    if (r == spec.slow_rank || std::find(spec.also_slow.begin(), spec.also_slow.end(), r) != spec.also_slow.end())
+      x[r][spec.slow_stage] += spec.delay_s;
     sync_at = std::max(sync_at, x[r][kData] + x[r][kFwd] + x[r][kBwd]);
   }
   for (int r = 0; r < R; ++r) {
     std::array<double, 5> d = x[r];
     // Host-visible wait in backward: every rank leaves the collective when the last arrives.
-    if (spec.sync_backward) d[kBwd] += sync_at - (x[r][kData] + x[r][kFwd] + x[r][kBwd]);
+    const double wait = spec.sync_backward ? sync_at - (x[r][kData] + x[r][kFwd] + x[r][kBwd]) : 0.0;
+    d[kBwd] += wait;
     double sum = 0;
     for (double v : d) sum += v;
     m.set_record(t, r, d, sum * (1 + spec.residual_rel * rng.uniform(0.5, 1.5)));
+    if (spec.record_sync_wait && spec.sync_backward) m.set_sync_wait(t, r, kBwd, wait);
   }
 }
 

@@ -82,7 +82,9 @@ TEST(Differential, the_noise_floor_is_the_largest_of_z_standard_errors_min_effec
   const auto d = compare(e, ref, cfg);
   int drift_sets_it = 0;
   for (std::size_t g = 0; g < d.noise_floor_s.size(); ++g) {
-    const double se = ref.advance_sd_s[g] * std::sqrt(1.0 / ref.steps + 1.0 / e.steps);
+    // The reference's robust spread where it has four steps or more (it has 20 here).
+    ASSERT_GE(ref.advance_robust_sd_s[g], 0.0);
+    const double se = ref.advance_robust_sd_s[g] * std::sqrt(1.0 / ref.steps + 1.0 / e.steps);
     const double drift = cfg.drift * ref.advance_mean_s[g];
     EXPECT_DOUBLE_EQ(d.noise_floor_s[g], std::max({cfg.z * se, cfg.min_effect * ref.exposed_mean_s, drift}));
     drift_sets_it += drift > std::max(cfg.z * se, cfg.min_effect * ref.exposed_mean_s);
@@ -150,20 +152,31 @@ TEST(Diagnosis, cohort_names_a_straggler_without_a_reference) {
 }
 
 TEST(Diagnosis, lag_origin_follows_the_wait_back_from_the_collective) {
-  // Backward holds the all-reduce (declared) and leads by share; the lag opened at data.
+  // Backward holds the all-reduce (declared) and leads by share; the lag opened at data. No wait
+  // was measured, so the waiting ranks' own work in backward (where the lag closes) is no evidence
+  // against them: the straggler stands out in data, where the wait was born.
   LabelConfig cfg;
   cfg.wait_model = {"model.backward_cpu_wall"};
   const Evidence e = evaluate(window(8, 6, 0, 0.060), cfg);
   ASSERT_EQ(e.group_name(e.share_order[0]), "model.backward_cpu_wall");
-  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::lag_origin);
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::cohort);
   EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
   EXPECT_EQ(e.diagnosis.rank, 6);
   ASSERT_GE(e.diagnosis.surfaces_group, 0);
   EXPECT_EQ(e.group_name(e.diagnosis.surfaces_group), "model.backward_cpu_wall");
-  // Two ranks: the cohort cannot tell which is abnormal; the lag origin still can.
+  EXPECT_EQ(e.diagnosis.culprits.size(), 1u);
+  // Two ranks: each compares with the other; the waiting one is not named for its wait.
   const Evidence two = evaluate(window(2, 1, 0, 0.060), cfg);
-  EXPECT_EQ(two.diagnosis.basis, Diagnosis::Basis::lag_origin);
   EXPECT_EQ(two.diagnosis.rank, 1);
+  EXPECT_EQ(two.group_name(two.diagnosis.group), "data.next_wait");
+  EXPECT_EQ(two.diagnosis.culprits.size(), 1u);
+  // Without standings (a packet of an older schema, or past kStandingMaxRanks ranks) the lag
+  // origin still names it.
+  Evidence old = e;
+  old.standing.clear();
+  const Diagnosis d = diagnose(old, nullptr, old.config.diagnosis);
+  EXPECT_EQ(d.basis, Diagnosis::Basis::lag_origin);
+  EXPECT_EQ(d.rank, 6);
 }
 
 TEST(Diagnosis, a_host_local_delay_is_named_where_it_was_born_not_where_it_surfaces) {
@@ -309,4 +322,182 @@ TEST(RunningSpread, values_up_to_the_window_limit_give_a_finite_sd) {
   EXPECT_EQ(zeros.sd(), 0.0);
   EXPECT_EQ(one.sd(), 0.0);
   EXPECT_EQ(one.mean(), 5.0);
+}
+
+// ---- Standings, the difference in differences, several culprits (issue 38) ----
+
+namespace {
+
+StageMatrix spec_window(sf::verify::WindowSpec spec) { return sf::verify::build_window(spec); }
+
+sf::verify::WindowSpec base_spec(int ranks, std::uint64_t seed, int steps = 20) {
+  sf::verify::WindowSpec spec;
+  spec.ranks = ranks;
+  spec.steps = steps;
+  spec.seed = seed;
+  spec.jitter_rel = 0.02;
+  spec.record_sync_wait = true;
+  return spec;
+}
+
+}  // namespace
+
+TEST(Standing, two_ranks_compare_with_each_other_not_with_a_median_that_includes_themselves) {
+  // Rank 1 sleeps 40 ms more in forward every step; with two ranks a median of both would call it
+  // 20 ms, and a robust spread over two ranks is half their gap: nothing would pass.
+  auto spec = base_spec(2, 4);
+  spec.slow_rank = 1;
+  spec.slow_stage = 1;
+  spec.delay_s = 0.040;
+  const Evidence e = evaluate(spec_window(spec));
+  ASSERT_EQ(e.standing.size(), 7u);  // six groups and the whole step
+  const auto& fwd = e.standing[1];
+  ASSERT_EQ(fwd.ranks.size(), 2u);
+  EXPECT_EQ(fwd.ranks[0].rank, 1);
+  EXPECT_NEAR(fwd.ranks[0].mean_s, 0.040, 0.004);
+  EXPECT_NEAR(fwd.ranks[1].mean_s, -fwd.ranks[0].mean_s, 1e-12);
+  EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::cohort);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "model.fwd_loss_cpu_wall");
+  EXPECT_EQ(e.diagnosis.rank, 1);
+  EXPECT_NEAR(e.diagnosis.excess_s, 0.040, 0.004);
+  // The same job healthy: nothing stands out.
+  spec.slow_rank = -1;
+  EXPECT_FALSE(evaluate(spec_window(spec)).diagnosis.significant());
+}
+
+TEST(Standing, a_fault_that_starts_mid_run_at_two_ranks_is_named_against_the_first_window) {
+  auto spec = base_spec(2, 5);
+  const Reference first = make_reference(evaluate(spec_window(spec)), "the first window");
+  spec.seed = 6;
+  spec.slow_rank = 1;
+  spec.slow_stage = 1;
+  spec.delay_s = 0.040;
+  Evidence later = evaluate(spec_window(spec));
+  diagnose_against(later, first);
+  EXPECT_EQ(later.diagnosis.basis, Diagnosis::Basis::differential);
+  EXPECT_EQ(later.diagnosis.rank, 1);
+  EXPECT_EQ(later.group_name(later.diagnosis.group), "model.fwd_loss_cpu_wall");
+  ASSERT_FALSE(later.diagnosis.culprits.empty());
+  EXPECT_EQ(later.diagnosis.culprits[0].rank, 1);
+}
+
+TEST(Differential, a_slowdown_of_every_rank_alike_is_common_and_names_no_rank) {
+  auto spec = base_spec(16, 7);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 8;
+  spec.slow_rank = 0;
+  spec.slow_stage = 0;
+  spec.delay_s = 0.060;
+  for (int r = 1; r < 16; ++r) spec.also_slow.push_back(r);
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_TRUE(e.diagnosis.common);
+  EXPECT_EQ(e.diagnosis.rank, -1);
+  EXPECT_TRUE(e.diagnosis.culprits.empty());
+  EXPECT_EQ(e.diagnosis.rank_basis, "common");
+}
+
+TEST(Differential, every_faulty_rank_is_a_culprit) {
+  auto spec = base_spec(64, 9);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 10;
+  spec.slow_rank = 11;
+  spec.also_slow = {40};
+  spec.slow_stage = 0;
+  spec.delay_s = 0.060;
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  ASSERT_EQ(e.diagnosis.culprits.size(), 2u);
+  std::vector<int> named = {e.diagnosis.culprits[0].rank, e.diagnosis.culprits[1].rank};
+  std::sort(named.begin(), named.end());
+  EXPECT_EQ(named, (std::vector<int>{11, 40}));
+  EXPECT_EQ(e.diagnosis.culprits[0].rank, e.diagnosis.rank);  // the named rank first
+  for (const auto& c : e.diagnosis.culprits) {
+    EXPECT_EQ(e.group_name(c.group), "data.next_wait");
+    EXPECT_NEAR(c.excess_s, 0.060, 0.006);
+    EXPECT_GT(c.excess_s, c.floor_s);
+  }
+  EXPECT_FALSE(e.diagnosis.common);
+}
+
+TEST(Differential, a_rank_slowed_in_every_stage_is_named_by_its_arrival) {
+  // Rank 3 runs every stage 25 % slower (starved of CPU): no single stage's change is half of the
+  // step's, but it reaches the collective late by the sum, and the others wait for it there.
+  auto spec = base_spec(8, 11);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 12;
+  spec.slow_rank = 3;
+  spec.slow_scale = 1.25;
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  ASSERT_TRUE(e.diagnosis.significant());
+  EXPECT_EQ(e.diagnosis.rank, 3);
+  ASSERT_FALSE(e.diagnosis.culprits.empty());
+  const auto& c = e.diagnosis.culprits[0];
+  EXPECT_EQ(c.rank, 3);
+  // Its arrival is the sum of its stages' changes: 25 % of its 193 ms of own work.
+  EXPECT_NEAR(c.arrival_s, 0.25 * 0.193, 0.01);
+  double sum = 0;
+  for (double x : c.by_group_s) sum += x;
+  EXPECT_NEAR(sum, c.arrival_s, 0.003);
+  EXPECT_EQ(e.diagnosis.culprits.size(), 1u);
+}
+
+TEST(Differential, a_drift_of_the_whole_machine_cancels_in_the_difference_in_differences) {
+  // Every rank 12 % slower in every stage (a busy machine): the step changed, no rank did against
+  // its peers. Without standings the labeler's frontier leader would have been named.
+  auto spec = base_spec(8, 13);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 14;
+  spec.base_s = {0.012 * 1.12, 0.045 * 1.12, 0.110 * 1.12, 0.006 * 1.12, 0.020 * 1.12};
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  ASSERT_TRUE(e.diagnosis.significant());
+  EXPECT_TRUE(e.diagnosis.common);
+  EXPECT_EQ(e.diagnosis.rank, -1);
+}
+
+TEST(Differential, the_window_step_count_enters_the_standard_error) {
+  // floor = z · sd · sqrt(1/N_ref + 1/N): with N = N_ref the window's own term doubles the variance.
+  StageSchema schema({"data.next_wait", "model.backward_cpu_wall"}, false);
+  auto make = [&](int steps, double wobble) {
+    StageMatrix m(schema, 4, 0, steps);
+    for (int t = 0; t < steps; ++t)
+      for (int r = 0; r < 4; ++r) m.set_record(t, r, std::vector<double>{0.010, 0.100 + (t % 2 ? wobble : -wobble)}, std::nullopt);
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(make(8, 0.004)), "ref");
+  const Evidence e = evaluate(make(8, 0.004));
+  DiagnosisConfig cfg;
+  cfg.min_effect = 0;
+  cfg.drift = 0;
+  const auto d = compare(e, ref, cfg);
+  const double sd = ref.advance_robust_sd_s[1];
+  ASSERT_GT(sd, 0.0);
+  EXPECT_NEAR(d.noise_floor_s[1], cfg.z * sd * std::sqrt(1.0 / 8 + 1.0 / 8), 1e-12);
+}
+
+TEST(Differential, a_noisy_reference_says_how_many_steps_would_judge_three_percent) {
+  // Six reference steps whose exposed step swings by ±15 %: the floor is far above 3 % of the step.
+  StageSchema schema({"data.next_wait", "model.backward_cpu_wall"}, false);
+  auto make = [&](int steps, double swing) {
+    StageMatrix m(schema, 4, 0, steps);
+    for (int t = 0; t < steps; ++t)
+      for (int r = 0; r < 4; ++r) m.set_record(t, r, std::vector<double>{0.010, 0.190 * (1 + swing * std::sin(1.7 * t))}, std::nullopt);
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(make(6, 0.15)), "ref");
+  const Evidence e = evaluate(make(200, 0.15));
+  const DiagnosisConfig cfg;
+  const auto d = compare(e, ref, cfg);
+  ASSERT_GT(d.exposed_noise_floor_s, 0.03 * ref.exposed_mean_s);
+  ASSERT_GT(d.needed_reference_steps, ref.steps);
+  // With that many reference steps the floor is within 3 % of the step, and one fewer is not.
+  const double sd = ref.exposed_robust_sd_s;
+  const int k = d.needed_reference_steps;
+  EXPECT_LE(cfg.z * sd * std::sqrt(1.0 / k + 1.0 / e.steps), 0.03 * ref.exposed_mean_s * (1 + 1e-12));
+  EXPECT_GT(cfg.z * sd * std::sqrt(1.0 / (k - 1) + 1.0 / e.steps), 0.03 * ref.exposed_mean_s);
+  // A window too short for any reference: −1.
+  EXPECT_EQ(compare(evaluate(make(2, 0.15)), ref, cfg).needed_reference_steps, -1);
 }

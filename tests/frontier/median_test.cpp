@@ -212,3 +212,13 @@ TEST(ZeroArray, empty_and_moved) {
   EXPECT_EQ(b[999], 7);
   EXPECT_EQ(b[0], 0);
 }
+
+TEST(MedianKeeperRobust, one_stalled_step_of_six_does_not_set_the_spread) {
+  MedianKeeper k;
+  for (double x : {0.200, 0.201, 0.199, 0.200, 0.202, 0.900}) k.add(x);
+  EXPECT_GT(k.robust_sd(), 0.0);
+  EXPECT_LT(k.robust_sd(), 0.003);
+  MedianKeeper three;
+  for (double x : {0.2, 0.3, 0.4}) three.add(x);
+  EXPECT_EQ(three.robust_sd(), -1.0);
+}

@@ -422,8 +422,9 @@ def label(w, cfg_in=None):
         elif eligible and diagnose and fwd >= 0:
             hi = max(eligible, key=lambda r: (med[r], -r))
             ev = med[hi]
-            cohort_ev = median([med[r] for r in eligible])
-            high = median_step > 0 and dec.ge(ev - cohort_ev, cfg["gamma_event"] * median_step, "event high")
+            others = [med[r] for r in eligible if r != hi]  # leave-one-out: the other ranks
+            cohort_ev = median(others) if others else ev
+            high = bool(others) and median_step > 0 and dec.ge(ev - cohort_ev, cfg["gamma_event"] * median_step, "event high")
             if high and fwd in (s1, s2):
                 labels.add("forward_device_supported")
             if high and s1 > fwd and w.groups[s1] != RESIDUAL and \
