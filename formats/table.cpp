@@ -139,8 +139,15 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
               static_cast<long long>(e.first_step), static_cast<long long>(e.last_step), e.steps, e.missing_steps,
               e.world_size, e.schema.accumulation());
   out += line("# schema: %d ordered stages, order hash %s\n", e.schema.size(), e.schema.order_hash_hex().c_str());
-  std::string wait = c.wait_model.empty() ? "none (W=0)" : "";
-  for (std::size_t i = 0; i < c.wait_model.size(); ++i) wait += (i ? "," : "") + c.wait_model[i];
+  // The wait model the window was read with: the declared groups and those where the recorder
+  // measured waits inside collectives (the same set the diagnosis follows waits through).
+  std::string wait;
+  for (int g : e.wait_groups) {
+    bool declared = false;
+    for (const auto& w : c.wait_model) declared = declared || w == e.group_name(g);
+    wait += (wait.empty() ? "" : ",") + e.group_name(g) + (declared ? "" : " (measured)");
+  }
+  if (wait.empty()) wait = "none (W=0)";
   out += line("# gates: tau_C %.2f  gamma_A %.2f  gamma_G %.2f  eta_A %.2f  eta_G %.2f  gain baseline %s  wait model %s\n",
               c.tau_c, c.gamma_a, c.gamma_g, c.eta_a, c.eta_g, std::string(frontier::to_string(c.gain_baseline)).c_str(),
               wait.c_str());

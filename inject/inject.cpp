@@ -59,7 +59,7 @@ const std::vector<Scenario>& catalogue() {
        "the target host's link is rate-limited (tc tbf) while the gradient all-reduce moves a real buffer; "
        "needs test hosts or SF_LINK_DEV (docs/cluster.md)"},
       {"fwd_device", Site::forward_device, FaultKind::device_compute, "model.fwd_loss_cpu_wall", false, false, 120, true,
-       "extra device compute queued in forward; it becomes host-visible later, in backward"},
+       "extra device compute queued in forward; it becomes host-visible later, in backward", "model.backward_cpu_wall"},
       {"fwd_host", Site::forward_host, FaultKind::host_delay, "model.fwd_loss_cpu_wall", false, false, 120, true,
        "host-side forward overhead on the target rank"},
       {"callback_sync_tail", Site::callbacks, FaultKind::host_delay, "callbacks.cpu_wall", true, true, 120, true,

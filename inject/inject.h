@@ -39,6 +39,10 @@ struct Scenario {
   double default_delay_ms;
   bool should_route;         ///< false: a correct frontier leaves the stage unrouted
   std::string injects;       ///< one sentence for `sf-testbed scenarios`
+  /// Where a correct diagnosis names the fault when the evidence cannot see its own stage: device
+  /// work queued in forward is host-visible only where the host waits for the device (backward),
+  /// unless CUDA-event pairs time forward ("" for every other scenario).
+  std::string surfaces_without_events = "";
 };
 
 const std::vector<Scenario>& catalogue();

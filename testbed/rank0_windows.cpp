@@ -208,9 +208,15 @@ void Rank0Windows::add(formats::Window&& win, int index) {
     // The window's line in the run's table.
     const int top = e.share_order.empty() ? -1 : e.share_order[0];
     const auto& d = e.diagnosis;
-    const std::string diag = d.significant() ? (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string()) +
-                                                   e.group_name(d.group) + frontier::strprintf(" %+.1f ms", d.excess_s * 1e3)
-                                             : std::string("no significant change");
+    std::string diag = !d.significant() ? std::string("no significant change")
+                       : d.common ? "common slowdown: " + e.group_name(d.group) + frontier::strprintf(" %+.1f ms", d.excess_s * 1e3)
+                                  : (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string()) + e.group_name(d.group) +
+                                        frontier::strprintf(" %+.1f ms", d.excess_s * 1e3);
+    if (d.significant()) {
+      diag += frontier::strprintf(" (confidence %.2f", d.confidence);
+      if (d.culprits.size() > 1) diag += frontier::strprintf("; %zu culprits", d.culprits.size());
+      diag += ")";
+    }
     std::string line = frontier::strprintf("  %5d %7lld..%-7lld %9.1f  %-26s %6s  %s", index,
                                            static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
                                            e.median_step_s * 1e3, top >= 0 ? e.group_name(top).c_str() : "-",

@@ -218,8 +218,10 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       const auto& changes = notes.changes;
       for (const auto& c : changes) {
         last_change = c.line;
-        // The diagnosis window opened at this safe point: one line now (the live view shows it too).
-        if (cfg.live ? !live_tty : !cfg.quiet) std::printf("%s%s\n", cfg.live ? "live: " : "# ", c.line.c_str());
+        // The diagnosis window opened at this safe point. Under --live, one line now (the redrawn
+        // view shows it itself); otherwise the change is said once, in the report at the end,
+        // with the after-window the run finished with.
+        if (cfg.live && !live_tty) std::printf("live: %s\n", c.line.c_str());
       }
       if (cfg.live) {
         detail::LiveState ls{cfg.scenario, size, index + 1, w->matrix.first_step() + w->matrix.steps() - cfg.warmup, cfg.steps,

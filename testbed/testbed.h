@@ -173,6 +173,9 @@ std::string apply_reference(frontier::Evidence& e, const frontier::Reference& re
 
 /// Per reporting group: advance seconds per scored step (the reference a verdict compares with).
 std::vector<double> advance_per_step(const frontier::Evidence& e);
+/// The reference's advance per step that e was diagnosed against (e.differential set): e's own
+/// minus its change.
+std::vector<double> reference_advance(const frontier::Evidence& e);
 
 // ---- sensitivity of the detectability threshold (model-driven, no MPI) ---------------------------
 

@@ -62,8 +62,15 @@ std::string_view to_string(DiagnosisOutcome o) {
     case DiagnosisOutcome::quiet: return "quiet";
     case DiagnosisOutcome::not_exposed: return "not_exposed";
     case DiagnosisOutcome::false_alarm: return "false_alarm";
+    case DiagnosisOutcome::common: return "common";
+    case DiagnosisOutcome::unexplained: return "unexplained";
+    case DiagnosisOutcome::common_not_rank: return "common_not_rank";
   }
   return "?";
+}
+
+bool exposed_in(const frontier::Evidence& e) {
+  return !e.differential || e.differential->delta_exposed_s > e.differential->exposed_noise_floor_s;
 }
 
 DiagnosisVerdict judge_diagnosis(const Evidence& e, const Expected& x) {
@@ -71,17 +78,33 @@ DiagnosisVerdict judge_diagnosis(const Evidence& e, const Expected& x) {
   const auto& d = e.diagnosis;
   const auto g = e.schema.group_index(x.stage);
   const bool named = d.significant();
-  v.stage_hit = named && g && d.group == *g;
-  v.rank_hit = named && d.rank >= 0 && std::find(x.ranks.begin(), x.ranks.end(), d.rank) != x.ranks.end();
-  v.fault = !x.stage.empty() && (x.delay_s > 0 || x.rate_fault) && x.active_fraction > 0;
-  // Exposed: the window's exposed step grew past its noise floor against the reference. Without
-  // a reference nothing says the fault did not reach the step.
-  v.exposed = v.fault && (!e.differential || e.differential->delta_exposed_s > e.differential->exposed_noise_floor_s);
+  const bool rank_named = named && d.rank >= 0;
+  auto injected = [&](int r) { return std::find(x.ranks.begin(), x.ranks.end(), r) != x.ranks.end(); };
+  const auto also = x.also_stage.empty() ? std::nullopt : e.schema.group_index(x.also_stage);
+  v.stage_hit = named && (x.any_stage || (g && d.group == *g) || (also && d.group == *also));
+  v.rank_hit = rank_named && injected(d.rank);
+  v.fault = (x.any_stage || !x.stage.empty()) && (x.delay_s > 0 || x.rate_fault) && x.active_fraction > 0;
+  // Exposed: the window's exposed step grew past its noise floor against the reference (the rule
+  // the run's text prints), or the diagnosis found the injected change itself past its floor.
+  // Without a reference nothing says the fault did not reach the step.
+  v.exposed = v.fault && (exposed_in(e) || (v.stage_hit && v.rank_hit));
+  // Every culprit against every injected rank.
+  std::vector<int> culprits;
+  for (const auto& c : d.culprits) culprits.push_back(c.rank);
+  if (rank_named && std::find(culprits.begin(), culprits.end(), d.rank) == culprits.end()) culprits.push_back(d.rank);
+  v.culprits_named = static_cast<int>(culprits.size());
+  v.culprits_true = static_cast<int>(std::count_if(culprits.begin(), culprits.end(), injected));
+  if (v.culprits_named > 0) v.precision = static_cast<double>(v.culprits_true) / v.culprits_named;
+  if (v.fault && !x.ranks.empty()) v.recall = static_cast<double>(v.culprits_true) / static_cast<double>(x.ranks.size());
+  // A fault every rank shares: every rank of the window injected, or a link they all cross.
+  const bool shared = x.rate_fault || (x.world > 0 && static_cast<int>(x.ranks.size()) >= x.world);
   using O = DiagnosisOutcome;
-  if (!v.fault) v.outcome = named ? O::false_alarm : O::quiet;
+  if (!v.fault) v.outcome = !named ? O::quiet : d.common ? O::common : O::unexplained;
+  else if (d.common && named) v.outcome = !v.exposed ? O::false_alarm : shared && v.stage_hit ? O::common : O::common_not_rank;
   else if (v.stage_hit && v.rank_hit) v.outcome = O::hit;
   else if (!v.exposed) v.outcome = named ? O::false_alarm : O::not_exposed;
   else if (!named) v.outcome = O::unnamed;
+  else if (x.any_stage) v.outcome = O::miss;  // a straggler's truth is its rank: any other is a miss
   else v.outcome = v.stage_hit ? O::stage_only : v.rank_hit ? O::rank_only : O::miss;
   return v;
 }

@@ -179,7 +179,19 @@ struct Expected {
   /// reference window); empty when unknown. Where the injected delay went is measured against it.
   std::vector<double> reference_advance_s{};
   double eta_a = 0.05;      ///< share tie tolerance (the labeler's η_A)
+  /// A straggler from outside the step (a rank starved of CPU, paused): the truth is the rank,
+  /// and the stage is wherever its loss surfaced (stage names the group it is scored against
+  /// only for the paper's verdict, when set).
+  bool any_stage = false;
+  /// Ranks of the window (0..world−1): a fault on every one of them is a common slowdown.
+  int world = 0;
+  /// A second stage the diagnosis may name for a hit (fwd_device without events: backward, where
+  /// the host waits for the device); "" for none.
+  std::string also_stage;
 };
+/// Whether the window's exposed step grew past its floor against the reference (true without one:
+/// nothing then says the fault did not reach the step).
+bool exposed_in(const frontier::Evidence& e);
 
 struct RuleVerdict {
   bool top1 = false;       ///< first, ahead of the runner-up by more than η_A of share
@@ -196,19 +208,29 @@ enum class Outcome { top1, tie, top2, unrouted, misrouted, routed };
 std::string_view to_string(Outcome o);
 
 /// How the diagnosis (frontier::Diagnosis) ended against the truth. Correct: hit, quiet (no fault,
-/// nothing named), not_exposed (the fault never reached the step, nothing named). Wrong:
-/// stage_only (the stage without the rank), rank_only (the rank, another stage), miss (neither),
-/// unnamed (an exposed fault, nothing named), false_alarm (something named where no fault reached
-/// the step).
-enum class DiagnosisOutcome { hit, stage_only, rank_only, miss, unnamed, quiet, not_exposed, false_alarm };
+/// nothing named), not_exposed (the fault never reached the step, nothing named), common (a common
+/// slowdown where the fault was on every rank or on a link they all share, or where no fault was
+/// injected and no rank was named). Wrong: stage_only (the stage without the rank), rank_only
+/// (the rank, another stage), miss (neither), unnamed (an exposed fault, nothing named),
+/// false_alarm (something named where an injected fault never reached the step), unexplained (a
+/// culprit named where nothing was injected: a straggler the testbed did not make, or a false
+/// alarm), common_not_rank (a common slowdown where one rank was at fault).
+enum class DiagnosisOutcome {
+  hit, stage_only, rank_only, miss, unnamed, quiet, not_exposed, false_alarm, common, unexplained, common_not_rank
+};
 std::string_view to_string(DiagnosisOutcome o);
 struct DiagnosisVerdict {
   DiagnosisOutcome outcome = DiagnosisOutcome::quiet;
   bool stage_hit = false, rank_hit = false;
   bool fault = false;    ///< a fault with a delay was active in the window
   bool exposed = false;  ///< and it reached the step (ΔF past its floor; assumed without a reference)
+  /// The culprits' ranks against the injected ranks (several targets): named ∩ truth over named
+  /// (precision; 1 when none named) and over truth (recall; 1 when no fault).
+  int culprits_named = 0, culprits_true = 0;
+  double precision = 1, recall = 1;
   bool correct() const {
-    return outcome == DiagnosisOutcome::hit || outcome == DiagnosisOutcome::quiet || outcome == DiagnosisOutcome::not_exposed;
+    return outcome == DiagnosisOutcome::hit || outcome == DiagnosisOutcome::quiet ||
+           outcome == DiagnosisOutcome::not_exposed || outcome == DiagnosisOutcome::common;
   }
 };
 /// Judges e.diagnosis against the truth: a hit needs the injected stage and one of the injected ranks.

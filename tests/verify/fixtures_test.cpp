@@ -178,3 +178,93 @@ TEST(Truth, a_control_whose_delay_another_stage_took_is_a_misroute) {
   EXPECT_FALSE(s.misroute);
   EXPECT_EQ(s.outcome, v::Outcome::unrouted);
 }
+
+namespace {
+
+/// A window's evidence diagnosed against a healthy one of the same spec (seeds 21 and 22).
+sf::frontier::Evidence judged_window(v::WindowSpec spec) {
+  v::WindowSpec healthy = spec;
+  healthy.slow_rank = -1;
+  healthy.also_slow.clear();
+  healthy.seed = 21;
+  spec.seed = 22;
+  auto e = sf::frontier::evaluate(v::build_window(healthy));
+  const auto ref = sf::frontier::make_reference(e, "healthy");
+  e = sf::frontier::evaluate(v::build_window(spec));
+  sf::frontier::diagnose_against(e, ref);
+  return e;
+}
+
+v::WindowSpec straggler_spec(int ranks, int slow, std::vector<int> also = {}) {
+  v::WindowSpec s;
+  s.ranks = ranks;
+  s.steps = 20;
+  s.jitter_rel = 0.02;
+  s.record_sync_wait = true;
+  s.slow_rank = slow;
+  s.also_slow = std::move(also);
+  s.slow_stage = 0;
+  s.delay_s = 0.06;
+  return s;
+}
+
+}  // namespace
+
+TEST(Truth, several_faulty_ranks_are_scored_by_precision_and_recall) {
+  const auto e = judged_window(straggler_spec(32, 5, {17}));
+  v::Expected both{"data.next_wait", {5, 17}, true};
+  both.delay_s = 0.06;
+  both.world = 32;
+  const auto a = v::judge_diagnosis(e, both);
+  EXPECT_EQ(a.outcome, v::DiagnosisOutcome::hit);
+  EXPECT_EQ(a.culprits_named, 2);
+  EXPECT_EQ(a.culprits_true, 2);
+  EXPECT_DOUBLE_EQ(a.precision, 1.0);
+  EXPECT_DOUBLE_EQ(a.recall, 1.0);
+  // Told of only one of them, the other is a culprit nobody injected: precision 1/2.
+  v::Expected one{"data.next_wait", {5}, true};
+  one.delay_s = 0.06;
+  one.world = 32;
+  const auto b = v::judge_diagnosis(e, one);
+  EXPECT_DOUBLE_EQ(b.precision, 0.5);
+  EXPECT_DOUBLE_EQ(b.recall, 1.0);
+}
+
+TEST(Truth, a_common_slowdown_is_right_for_a_fault_on_every_rank_and_wrong_for_one) {
+  std::vector<int> rest;
+  for (int r = 1; r < 8; ++r) rest.push_back(r);
+  const auto e = judged_window(straggler_spec(8, 0, rest));
+  ASSERT_TRUE(e.diagnosis.common);
+  v::Expected all{"data.next_wait", {0, 1, 2, 3, 4, 5, 6, 7}, true};
+  all.delay_s = 0.06;
+  all.world = 8;
+  EXPECT_EQ(v::judge_diagnosis(e, all).outcome, v::DiagnosisOutcome::common);
+  EXPECT_TRUE(v::judge_diagnosis(e, all).correct());
+  v::Expected one{"data.next_wait", {3}, true};
+  one.delay_s = 0.06;
+  one.world = 8;
+  EXPECT_EQ(v::judge_diagnosis(e, one).outcome, v::DiagnosisOutcome::common_not_rank);
+  EXPECT_FALSE(v::judge_diagnosis(e, one).correct());
+}
+
+TEST(Truth, a_culprit_where_nothing_was_injected_is_unexplained_and_a_straggler_is_scored_by_its_rank) {
+  const auto e = judged_window(straggler_spec(8, 6));
+  const v::Expected none{"", {}, true};
+  EXPECT_EQ(v::judge_diagnosis(e, none).outcome, v::DiagnosisOutcome::unexplained);
+  EXPECT_FALSE(v::judge_diagnosis(e, none).correct());
+  // A straggler from outside the step: the rank is the truth, any stage.
+  v::Expected straggler{"", {6}, true};
+  straggler.any_stage = true;
+  straggler.delay_s = 0.06;
+  EXPECT_EQ(v::judge_diagnosis(e, straggler).outcome, v::DiagnosisOutcome::hit);
+  v::Expected other{"", {2}, true};
+  other.any_stage = true;
+  other.delay_s = 0.06;
+  EXPECT_EQ(v::judge_diagnosis(e, other).outcome, v::DiagnosisOutcome::miss);
+  // A second stage a hit may name (fwd_device without events: where the host waits for it).
+  v::Expected elsewhere{"model.fwd_loss_cpu_wall", {6}, true};
+  elsewhere.delay_s = 0.06;
+  EXPECT_EQ(v::judge_diagnosis(e, elsewhere).outcome, v::DiagnosisOutcome::rank_only);
+  elsewhere.also_stage = "data.next_wait";
+  EXPECT_EQ(v::judge_diagnosis(e, elsewhere).outcome, v::DiagnosisOutcome::hit);
+}
