@@ -22,6 +22,8 @@ struct RunOptions {
   DetectOptions detect;
   TraceCliOptions trace;
   bool single_process = false;
+  std::string straggler;
+  std::optional<double> straggler_strength;
 };
 
 /// True when an MPI launcher started this process (Open MPI, MPICH/Hydra, PMIx, Slurm's srun).
@@ -36,6 +38,9 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
   cfg.argv = argv;
   cfg.commit = git_commit();
   if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
+  cfg.straggler_strength = o.straggler_strength;
+  for (auto k : inject::straggler_kinds())
+    if (inject::to_string(k) == o.straggler) cfg.straggler = k;
   for (auto f : {inject::TelemetryFault::none, inject::TelemetryFault::late, inject::TelemetryFault::corrupt,
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     if (inject::to_string(f) == o.telemetry_fault) cfg.telemetry_fault = f;
@@ -104,6 +109,20 @@ void setup_run(CLI::App& app) {
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
   add_fault_options(sub, cfg, o->delay_ms);
+  std::map<std::string, std::string> kinds;
+  std::string meanings;
+  for (auto k : inject::straggler_kinds()) {
+    kinds[std::string(inject::to_string(k))] = std::string(inject::to_string(k));
+    meanings += std::string(meanings.empty() ? "" : "; ") + std::string(inject::to_string(k)) + ": " +
+                std::string(inject::straggler_strength_meaning(k)) + " (default " +
+                std::to_string(inject::default_strength(k)).substr(0, 4) + ")";
+  }
+  sub->add_option("--straggler", o->straggler,
+                  "slow the target rank's whole process from outside, its stages untouched (issue 38): cpu_share "
+                  "(busy processes on its core), pause (SIGSTOP/SIGCONT bursts), cgroup (a CPU quota; skipped where "
+                  "the machine has no writable cpu controller). Implies --scenario none")
+      ->transform(choice(kinds));
+  sub->add_option("--straggler-strength", o->straggler_strength, "the straggler's strength: " + meanings);
   sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();
@@ -191,6 +210,8 @@ void setup_run(CLI::App& app) {
         if (opt->get_name().empty()) continue;
         argv.push_back(opt->get_name(false, true) + "=" + r);
       }
+    // A straggler is the run's fault: without --scenario, no scenario of the catalogue runs beside it.
+    if (!o->straggler.empty() && sub->count("--scenario") == 0) o->cfg.scenario = "none";
     if (const int rc = run_run(*o, argv)) exit_with(rc);
   });
 }

@@ -139,6 +139,7 @@ frontier::StageMatrix slice(const frontier::StageMatrix& m, std::int64_t first_s
       if (m.has_sync_wait())
         for (int s = 0; s < k; ++s)
           if (const double v = m.sync_wait(tt, r, s); !std::isnan(v)) out.set_sync_wait(t, r, s, v);
+      if (const double v = m.cpu_wait(tt, r); !std::isnan(v)) out.set_cpu_wait(t, r, v);
     }
   return out;
 }

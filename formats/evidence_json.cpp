@@ -58,6 +58,7 @@ ordered_json culprits_json(const Evidence& e) {
                  {"excess_s", c.excess_s},
                  {"floor_s", c.floor_s},
                  {"arrival_s", c.arrival_s},
+                 {"cpu_wait_s", c.cpu_wait_s},
                  {"by_stage_s", by}});
   }
   return a;
@@ -114,7 +115,8 @@ ordered_json differential_json(const Evidence& e) {
           {"needed_reference_steps", d.needed_reference_steps},
           {"cohort_delta_s", per_group(e, d.cohort_delta_s)},
           {"rank_deltas_s", deltas},
-          {"arrival_deltas_s", deltas_json(d.arrival_deltas)}};
+          {"arrival_deltas_s", deltas_json(d.arrival_deltas)},
+          {"cpu_wait_deltas_s", deltas_json(d.cpu_wait_deltas)}};
 }
 
 }  // namespace
@@ -366,6 +368,7 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
     const int G = static_cast<int>(e.standing.size()) - 1;
     for (int g = 0; g < G; ++g) st["stages"][e.group_name(g)] = standing_json(e.standing[g]);
     st["step"] = standing_json(e.standing[G]);
+    st["cpu_wait"] = e.cpu_wait.ranks.empty() ? ordered_json(nullptr) : standing_json(e.cpu_wait);
   } else {
     j["standing"] = nullptr;
   }

@@ -148,6 +148,9 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
     r.advance_robust_sd_s = robust_per_group(p["step_spread"], "advance_robust_sd_s", r.groups, name);
     r.exposed_robust_sd_s = known_seconds(p["step_spread"], "exposed_robust_sd_s", name);
     r.standing = standing_from(p, r.groups, name);
+    if (const auto st = p.find("standing"); st != p.end() && st->is_object() && st->contains("cpu_wait") &&
+                                             !(*st)["cpu_wait"].is_null())
+      r.cpu_wait = one_standing((*st)["cpu_wait"], name);
   }
   if (p.contains("cohort") && p["cohort"].is_object()) {
     r.rank_excess.assign(r.groups.size(), {});
@@ -177,46 +180,50 @@ nlohmann::ordered_json reference_to_json(const frontier::Evidence& e, const std:
 
 namespace {
 
-/// Standings of several windows of one run as one: per rank, the mean over its steps in all of
-/// them and the SD of those steps (within-window spread plus the spread of the windows' means).
+/// One standing list of several windows of one run as one: per rank, the mean over its steps in
+/// all of them and the SD of those steps (within-window spread plus the spread of the windows'
+/// means).
+template <typename Pick>
+frontier::Standing pool_one(Pick pick, const std::vector<frontier::Evidence>& parts) {
+  struct Acc { double n = 0, sum = 0, ss = 0; };  // steps, Σ x, Σ (n_i − 1) s_i² + n_i m_i²
+  std::map<int, Acc> acc;
+  double median = 0, spread = 0, weight = 0;
+  bool complete = true, waits_off = true;
+  for (const auto& e : parts) {
+    const frontier::Standing& st = pick(e);
+    complete = complete && st.complete;
+    waits_off = waits_off && st.waits_off;
+    median += st.median_s * e.steps;
+    spread += st.spread_s * e.steps;
+    weight += e.steps;
+    for (const auto& x : st.ranks) {
+      Acc& a = acc[x.rank];
+      a.n += x.steps;
+      a.sum += x.mean_s * x.steps;
+      a.ss += std::max(0.0, x.sd_s) * std::max(0.0, x.sd_s) * std::max(0, x.steps - 1) + x.steps * x.mean_s * x.mean_s;
+    }
+  }
+  frontier::Standing st;
+  st.median_s = weight > 0 ? median / weight : 0.0;
+  st.spread_s = weight > 0 ? spread / weight : 0.0;
+  st.complete = complete;
+  st.waits_off = waits_off;
+  for (const auto& [rank, a] : acc) {
+    frontier::RankStanding rs{rank, a.n > 0 ? a.sum / a.n : 0.0, -1.0, static_cast<int>(a.n)};
+    if (a.n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (a.ss - a.n * rs.mean_s * rs.mean_s) / (a.n - 1)));
+    st.ranks.push_back(rs);
+  }
+  std::stable_sort(st.ranks.begin(), st.ranks.end(), [](const auto& a, const auto& b) { return a.mean_s > b.mean_s; });
+  return st;
+}
+
 std::vector<frontier::Standing> pool_standing(const std::vector<frontier::Evidence>& parts) {
   std::vector<frontier::Standing> out;
-  for (const auto& e : parts)
-    if (e.standing.empty()) return out;
   const std::size_t K = parts.front().standing.size();
-  out.assign(K, {});
-  for (std::size_t k = 0; k < K; ++k) {
-    struct Acc { double n = 0, sum = 0, ss = 0; };  // steps, Σ x, Σ (n_i − 1) s_i² + n_i m_i²
-    std::map<int, Acc> acc;
-    double median = 0, spread = 0, weight = 0;
-    bool complete = true, waits_off = true;
-    for (const auto& e : parts) {
-      if (e.standing.size() != K) return {};
-      const auto& st = e.standing[k];
-      complete = complete && st.complete;
-      waits_off = waits_off && st.waits_off;
-      median += st.median_s * e.steps;
-      spread += st.spread_s * e.steps;
-      weight += e.steps;
-      for (const auto& x : st.ranks) {
-        Acc& a = acc[x.rank];
-        a.n += x.steps;
-        a.sum += x.mean_s * x.steps;
-        a.ss += std::max(0.0, x.sd_s) * std::max(0.0, x.sd_s) * std::max(0, x.steps - 1) + x.steps * x.mean_s * x.mean_s;
-      }
-    }
-    auto& st = out[k];
-    st.median_s = weight > 0 ? median / weight : 0.0;
-    st.spread_s = weight > 0 ? spread / weight : 0.0;
-    st.complete = complete;
-    st.waits_off = waits_off;
-    for (const auto& [rank, a] : acc) {
-      frontier::RankStanding rs{rank, a.n > 0 ? a.sum / a.n : 0.0, -1.0, static_cast<int>(a.n)};
-      if (a.n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (a.ss - a.n * rs.mean_s * rs.mean_s) / (a.n - 1)));
-      st.ranks.push_back(rs);
-    }
-    std::stable_sort(st.ranks.begin(), st.ranks.end(), [](const auto& a, const auto& b) { return a.mean_s > b.mean_s; });
-  }
+  for (const auto& e : parts)
+    if (e.standing.empty() || e.standing.size() != K) return out;
+  for (std::size_t k = 0; k < K; ++k)
+    out.push_back(pool_one([k](const frontier::Evidence& e) -> const frontier::Standing& { return e.standing[k]; }, parts));
   return out;
 }
 
@@ -272,6 +279,7 @@ frontier::Reference read_reference(const std::string& path, const frontier::Labe
   r.advance_robust_sd_s.clear();
   r.exposed_robust_sd_s = -1;
   r.standing = pool_standing(parts);
+  r.cpu_wait = pool_one([&](const frontier::Evidence& e) -> const frontier::Standing& { return e.cpu_wait; }, parts);
   return r;
 }
 

@@ -223,6 +223,7 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
           w.matrix.set_record(ti, rec.column, std::span<const double>(pw.values.data() + rec.offset, k),
                               rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
           if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.column, rec.event, rec.event_s);
+          if (!std::isnan(rec.cpu_wait)) w.matrix.set_cpu_wait(ti, rec.column, rec.cpu_wait);
           if (rec.sync_offset >= 0)
             for (int s = 0; s < k; ++s) {
               const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
@@ -403,6 +404,8 @@ void parse_record(const json& o, const std::string& file, std::int64_t line, Pen
         throw FormatError(file, line, "fwd_event is " + printable(ev->dump()) + ", expected \"ready\", \"missing\" or \"unsampled\"");
       }
     }
+    if (const auto cw = side->find("cpu_wait"); cw != side->end())
+      rec.cpu_wait = get_duration(*cw, file, line, "\"cpu_wait\"");
     if (const auto sw = side->find("sync_wait"); sw != side->end()) {
       if (!sw->is_array() || sw->size() != k)
         throw FormatError(file, line, "\"sync_wait\" must be an array of " + std::to_string(k) + " seconds or nulls");
@@ -974,6 +977,7 @@ void write_jsonl(std::ostream& out, const Window& w) {
         }
         if (any) side["sync_wait"] = std::move(sw);
       }
+      if (const double cw = m.cpu_wait(t, r); !std::isnan(cw)) side["cpu_wait"] = cw;
       if (!side.empty()) rec["side"] = std::move(side);
       out << rec.dump() << '\n';
     }

@@ -156,6 +156,7 @@ struct Rec {
   EventState event = EventState::unsampled;
   double event_s = 0;
   bool has_sync = false;
+  double cpu_wait = std::numeric_limits<double>::quiet_NaN();
   std::vector<double> d, sync;
 };
 
@@ -288,6 +289,7 @@ public:
     present_.assign(R_, 0);
     event_.assign(R_, EventState::unsampled);
     event_s_.assign(R_, 0.0);
+    cpu_wait_.assign(R_, std::numeric_limits<double>::quiet_NaN());
     sync_.assign(static_cast<std::size_t>(R_) * k_, 0.0);
     has_sync_.assign(R_, 0);
     count_ = 0;
@@ -309,10 +311,11 @@ public:
     walls_[c] = rec.wall;
     event_[c] = rec.event;
     event_s_[c] = rec.event_s;
+    cpu_wait_[c] = rec.cpu_wait;
     has_sync_[c] = rec.has_sync;
     if (rec.has_sync)
       for (int s = 0; s < k_; ++s) sync_[static_cast<std::size_t>(s) * R_ + c] = rec.sync[s];
-    side_ = side_ || rec.has_sync || rec.event != EventState::unsampled;
+    side_ = side_ || rec.has_sync || rec.event != EventState::unsampled || !std::isnan(rec.cpu_wait);
     return true;
   }
   /// The step as a one-step matrix with id `step`; the buffer is empty again.
@@ -332,6 +335,7 @@ public:
         for (int s = 0; s < k_; ++s) d[s] = cols_[static_cast<std::size_t>(s) * R_ + c];
         one_.set_record(0, c, d, wall_ ? std::optional<double>(walls_[c]) : std::nullopt);
         if (event_[c] != EventState::unsampled) one_.set_fwd_event(0, c, event_[c], event_s_[c]);
+        if (!std::isnan(cpu_wait_[c])) one_.set_cpu_wait(0, c, cpu_wait_[c]);
         if (has_sync_[c])
           for (int s = 0; s < k_; ++s) {
             const double v = sync_[static_cast<std::size_t>(s) * R_ + c];
@@ -349,7 +353,7 @@ private:
   StageMatrix one_;
   int R_ = 0, k_ = 0;
   bool wall_ = false;
-  std::vector<double> cols_, walls_, event_s_, sync_, scratch_;
+  std::vector<double> cols_, walls_, event_s_, cpu_wait_, sync_, scratch_;
   std::vector<std::uint8_t> present_, has_sync_;
   std::vector<EventState> event_;
   int count_ = 0;
@@ -411,6 +415,7 @@ public:
       total += rec.has_wall ? std::max(sum, rec.wall) : sum;
       if (!(total <= kSafeWindowSeconds)) throw ReadWhole{"a window near its limit of recorded time"};
       if (rec.event == EventState::ready && !(rec.event_s <= FLT_MAX)) throw ReadWhole{"a forward event time past FLT_MAX"};
+      if (!std::isnan(rec.cpu_wait) && !(rec.cpu_wait <= FLT_MAX)) throw ReadWhole{"a CPU wait past FLT_MAX"};
       if (rec.has_sync)
         for (std::size_t s = 0; s < k; ++s)
           if (rec.sync[s] > FLT_MAX) throw ReadWhole{"a sync wait past FLT_MAX"};
@@ -908,6 +913,7 @@ public:
       rec.wall = p.has_wall ? p.wall : 0.0;
       rec.event = p.event;
       rec.event_s = p.event_s;
+      rec.cpu_wait = p.cpu_wait;
       rec.has_sync = p.sync_offset >= 0;
       if (rec.has_sync) std::copy(pw_.sync_values.begin(), pw_.sync_values.end(), rec.sync.begin());
       return true;

@@ -50,6 +50,7 @@ struct Pending {
   double wall;
   double event_s = 0;
   std::int64_t sync_offset = -1;  // into sync values, explicit-stage count entries (NaN = null)
+  double cpu_wait = std::numeric_limits<double>::quiet_NaN();  // side "cpu_wait" (NaN: none)
   int rank;
   int column = 0;  // the rank's column in the window's matrix
   bool has_wall;

@@ -57,10 +57,15 @@ std::string others(const Evidence& e) {
   return out;
 }
 
-/// For a rank named by its arrival: where its own work grew, stage by stage.
+/// For a rank named by its arrival: where its own work grew, stage by stage; by its CPU wait:
+/// how much longer its threads waited for a CPU.
 std::string arrival_detail(const Evidence& e) {
   const auto& d = e.diagnosis;
-  if (d.rank_basis != "arrival" || d.culprits.empty() || d.culprits.front().rank != d.rank) return "";
+  if (d.culprits.empty() || d.culprits.front().rank != d.rank) return "";
+  if (d.rank_basis == "cpu_wait")
+    return line("; its threads waited %.1f ms/step longer for a CPU than before, against its peers (starved or throttled)",
+                d.culprits.front().cpu_wait_s * 1e3);
+  if (d.rank_basis != "arrival") return "";
   const std::string by = by_stage(e, d.culprits.front());
   return line("; it reaches the step's end %.1f ms/step later against its peers", d.culprits.front().arrival_s * 1e3) +
          (by.empty() ? std::string() : " (" + by + ")");

@@ -242,8 +242,10 @@ private:
   /// Each present rank's standing per group and for the whole step: its own work minus the median
   /// of the other ranks' own work in this step (leave-one-out), summed and squared per rank.
   void add_standing(const StageMatrix& m, int t, const PresentStep& d);
-  /// e's standing from those sums.
+  /// e's standing and cpu_wait from those sums.
   void standings(Evidence& e) const;
+  /// One Standing from per-rank sums, squares and step counts (R each).
+  void fill_standing(Standing& out, const double* sum, const double* sq, const int* n_of) const;
   /// e's rank_excess, cohort_own_median_s and cohort_own_spread_s from the own-work sums.
   void cohort_excess(Evidence& e) const;
   /// Adds x to rank r's credit in group g, listing r the first time its credit turns > 0.
@@ -280,7 +282,10 @@ private:
   bool standing_on_ = false;
   ZeroArray<double> st_sum_, st_sq_;
   ZeroArray<int> st_n_;
-  std::vector<double> step_own_, loo_buf_;               // per-step scratch: (G + 1) × n own work; one column
+  ZeroArray<double> cw_sum_, cw_sq_;                     // R: CPU-wait standing sums (Evidence::cpu_wait)
+  ZeroArray<int> cw_n_;
+  std::vector<double> step_own_, loo_buf_, step_cw_;     // per-step scratch: (G + 1) × n own work; one column; CPU waits
+  std::vector<int> step_cw_rank_;
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
   ZeroArray<double> credit_, conf_credit_;               // G × R

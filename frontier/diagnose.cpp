@@ -173,7 +173,8 @@ bool follow_wait(const Evidence& e, const std::vector<std::vector<Differential::
 /// one entry per rank: the group of its largest change past its floor (else `fallback_group`, where
 /// the step's change showed), largest excess first.
 std::vector<Diagnosis::Culprit> collect_culprits(const std::vector<std::vector<Differential::RankDelta>>& deltas,
-                                                 const std::vector<Differential::RankDelta>& arrival, int fallback_group) {
+                                                 const std::vector<Differential::RankDelta>& arrival,
+                                                 const std::vector<Differential::RankDelta>& cpu_wait, int fallback_group) {
   const int G = static_cast<int>(deltas.size());
   std::vector<Diagnosis::Culprit> out;
   auto entry = [&](int rank) -> Diagnosis::Culprit& {
@@ -190,6 +191,8 @@ std::vector<Diagnosis::Culprit> collect_culprits(const std::vector<std::vector<D
       if (passes(x)) entry(x.rank);
   for (const auto& x : arrival)
     if (passes(x)) entry(x.rank);
+  for (const auto& x : cpu_wait)
+    if (passes(x)) entry(x.rank);
   for (auto& c : out) {
     for (int g = 0; g < G; ++g)
       for (const auto& x : deltas[g])
@@ -204,6 +207,15 @@ std::vector<Diagnosis::Culprit> collect_culprits(const std::vector<std::vector<D
     for (const auto& x : arrival)
       if (x.rank == c.rank) {
         c.arrival_s = x.delta_s;
+        if (c.group < 0 && passes(x)) {
+          c.group = fallback_group;
+          c.excess_s = x.delta_s;
+          c.floor_s = x.floor_s;
+        }
+      }
+    for (const auto& x : cpu_wait)
+      if (x.rank == c.rank) {
+        c.cpu_wait_s = x.delta_s;
         if (c.group < 0 && passes(x)) {
           c.group = fallback_group;
           c.excess_s = x.delta_s;
@@ -231,6 +243,13 @@ RankChoice arrival_rank(const std::vector<Differential::RankDelta>& arrival, dou
   return own_work_rank(arrival, excess_s, "arrival");
 }
 
+/// The rank whose threads waited for a CPU longer than its peers' by at least half of the stage's
+/// change: a rank starved or throttled whose loss shows inside its collectives (every rank then
+/// waits there alike), not in its own stages or its arrival.
+RankChoice cpu_wait_rank(const std::vector<Differential::RankDelta>& cpu_wait, double excess_s) {
+  return own_work_rank(cpu_wait, excess_s, "cpu_wait");
+}
+
 /// A device origin: the named stage follows forward, and the named rank's sampled forward device
 /// time (CUDA events) exceeds its cohort's by at least half the excess: the work was queued in
 /// forward and became host-visible where it was named.
@@ -256,21 +275,45 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   d.excess_s = delta[top];
   d.noise_floor_s = diff.noise_floor_s[top];
   d.share_of_step = diff.reference_step_s > 0 ? delta[top] / diff.reference_step_s : 0.0;
-  if (!(delta[top] > diff.noise_floor_s[top])) return d;  // no significant change
-  d.group = top;
   // With standings on both sides a rank is named only by its own change against its peers' (the
   // difference in differences); when none explains the stage's change, every rank changed alike.
   const bool standing = !diff.arrival_deltas.empty();
+  if (!(delta[top] > diff.noise_floor_s[top])) {
+    // No stage's change passes its floor, but the step's may: a rank slowed a little in every
+    // stage (paused, starved) spreads its loss over them. Its arrival (or its CPU wait), when it
+    // explains at least half of the step's change, names it in the stage that changed most.
+    if (!standing || !(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return d;  // no significant change
+    RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);
+    const std::vector<Differential::RankDelta>* list = &diff.arrival_deltas;
+    if (rc.rank < 0) {
+      rc = cpu_wait_rank(diff.cpu_wait_deltas, diff.delta_exposed_s);
+      list = &diff.cpu_wait_deltas;
+    }
+    if (rc.rank < 0) return d;
+    d.group = top;
+    d.rank = rc.rank;
+    d.rank_basis = rc.basis;
+    d.excess_s = (*list)[0].delta_s;
+    d.noise_floor_s = (*list)[0].floor_s;
+    d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
+    d.surfaces_group = surfaces_in(e, top);
+    d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
+    put_named_first(d);
+    finish_confidence(d, runner_up(delta, top), rc.support);
+    return d;
+  }
+  d.group = top;
   RankChoice rc = choose_rank(e, top, diff.rank_deltas[top], delta[top], standing);
   if (!follow_wait(e, diff.rank_deltas, d, rc, standing)) d.surfaces_group = surfaces_in(e, top);
   if (rc.rank < 0 && standing) rc = arrival_rank(diff.arrival_deltas, delta[top]);
+  if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
   d.common = standing && rc.rank < 0;
   if (d.common) rc.basis = "common";
   d.rank = rc.rank;
   follow_device(e, d, rc);
   d.rank_basis = rc.basis;
   if (!d.common) {
-    d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, top);
+    d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
     put_named_first(d);
   }
   finish_confidence(d, runner_up(delta, top), d.common ? 1.0 : rc.support);
@@ -286,7 +329,7 @@ double cohort_step(const Evidence& e) { return e.median_step_s; }
 /// enough ranks to have one), min_effect of the step.
 struct CohortDeltas {
   std::vector<std::vector<Differential::RankDelta>> groups;
-  std::vector<Differential::RankDelta> arrival;
+  std::vector<Differential::RankDelta> arrival, cpu_wait;
 };
 CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
   CohortDeltas out;
@@ -309,6 +352,10 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
     if (k + 1 < K) out.groups.push_back(std::move(list));
     else out.arrival = std::move(list);
   }
+  // The CPU wait is spread evenly over a window's steps: its noise is the ranks' scatter alone.
+  const double scatter = e.observed_ranks >= kSpreadRanks ? cfg.z * e.cpu_wait.spread_s : 0.0;
+  for (const auto& x : e.cpu_wait.ranks)
+    out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, cfg.min_effect * cohort_step(e))});
   return out;
 }
 
@@ -341,7 +388,7 @@ Diagnosis lag_origin_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
     if (rc.rank < 0) rc = arrival_rank(cd.arrival, open);
     if (rc.rank < 0) rc = suspect_rank(e, origin);
     d.rank = rc.rank;
-    d.culprits = collect_culprits(cd.groups, cd.arrival, origin);
+    d.culprits = collect_culprits(cd.groups, cd.arrival, cd.cpu_wait, origin);
     put_named_first(d);
   } else {
     rc = choose_rank(e, origin, cohort_deltas(e, origin), open, false);
@@ -364,7 +411,7 @@ Diagnosis standing_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   const CohortDeltas cd = standing_excess(e, cfg);
   const int G = static_cast<int>(cd.groups.size());
   const int s1 = e.share_order.empty() ? 0 : e.share_order[0];
-  d.culprits = collect_culprits(cd.groups, cd.arrival, s1);
+  d.culprits = collect_culprits(cd.groups, cd.arrival, cd.cpu_wait, s1);
   if (d.culprits.empty()) {
     // Nothing passes: say the largest excess and its floor.
     auto consider = [&](const std::vector<Differential::RankDelta>& v) {
@@ -384,7 +431,9 @@ Diagnosis standing_diagnosis(const Evidence& e, const DiagnosisConfig& cfg) {
   d.noise_floor_s = top.floor_s;
   RankChoice rc;
   rc.rank = top.rank;
-  rc.basis = top.group >= 0 && top.group < G && top.by_group_s[top.group] == top.excess_s ? "standing" : "arrival";
+  rc.basis = top.group >= 0 && top.group < G && top.by_group_s[top.group] == top.excess_s ? "standing"
+             : top.arrival_s == top.excess_s                                               ? "arrival"
+                                                                                           : "cpu_wait";
   const auto& own = cd.groups;
   if (in(e.wait_groups, d.group))
     if (const int h = own_stage_witness(e, own, d.excess_s); h >= 0) {
@@ -513,6 +562,7 @@ Reference make_reference(const Evidence& e, std::string name) {
   r.rank_excess = e.rank_excess;
   r.cohort_own_median_s = e.cohort_own_median_s;
   r.standing = e.standing;
+  r.cpu_wait = e.cpu_wait;
   return r;
 }
 
@@ -551,42 +601,59 @@ int needed_reference_steps(double sd, int n_ref, int n, double step_s, const Dia
 /// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
 /// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
 /// changes where there are enough ranks, min_effect of the reference step.
+/// One list of standings (a group, the whole step, the CPU wait) against the reference's.
+std::vector<Differential::RankDelta> standing_changes(const Standing& w, const Standing& r, int ref_steps, int observed,
+                                                      double effect, const DiagnosisConfig& cfg) {
+  std::vector<Differential::RankDelta> list;
+  std::vector<double> changes;
+  for (const auto& x : w.ranks) {
+    double base = r.median_s, base_sd = -1;
+    int base_n = ref_steps;
+    for (const auto& y : r.ranks)
+      if (y.rank == x.rank) {
+        base = y.mean_s;
+        base_sd = y.sd_s;
+        base_n = y.steps;
+      }
+    const double change = x.mean_s - base;
+    // Under the null hypothesis (the rank's window is its reference's process) both means have the
+    // reference's spread; the window's own only where the reference did not list the rank. A
+    // paused rank's own spread grows with the fault and would hide it.
+    const double sd = base_sd >= 0 ? base_sd : x.sd_s;
+    double var = 0;
+    if (sd >= 0 && x.steps > 0) var += sd * sd / x.steps;
+    if (sd >= 0 && base_n > 0) var += sd * sd / base_n;
+    list.push_back({x.rank, change, std::max(cfg.z * std::sqrt(var), effect)});
+    changes.push_back(change);
+  }
+  // How far ranks' changes scatter with no fault: robustly over the listed ranks when every rank
+  // is listed on both sides; else the wider of the two sides' spreads of standing.
+  if (observed >= kSpreadRanks) {
+    const double spread = w.complete && r.complete ? robust_deviation(changes) : std::max(w.spread_s, r.spread_s);
+    for (auto& x : list) x.floor_s = std::max(x.floor_s, cfg.z * spread);
+  }
+  std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.delta_s > b.delta_s; });
+  return list;
+}
+
+/// The difference in differences (docs/diagnosis.md): per group and for the whole step, each
+/// standing-out rank's standing in the window minus its standing in the reference. A drift of the
+/// machine moves every rank's own work and its peers' median alike and cancels; what is left is
+/// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
+/// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
+/// changes where there are enough ranks, min_effect of the reference step.
 void standing_deltas(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg, Differential& d) {
   const int K = static_cast<int>(e.standing.size());
   const int G = K - 1;
   const double effect = cfg.min_effect * ref.exposed_mean_s;
   for (int k = 0; k < K; ++k) {
-    const Standing& w = e.standing[k];
-    const Standing& r = ref.standing[k];
-    std::vector<Differential::RankDelta> list;
-    std::vector<double> changes;
     if (!standing_usable(e, k, cfg)) continue;  // no evidence: an empty list
-    for (const auto& x : w.ranks) {
-      double base = r.median_s, base_sd = x.sd_s;
-      int base_n = ref.steps;
-      for (const auto& y : r.ranks)
-        if (y.rank == x.rank) {
-          base = y.mean_s;
-          if (y.sd_s >= 0) base_sd = y.sd_s;
-          base_n = y.steps;
-        }
-      const double change = x.mean_s - base;
-      double var = 0;
-      if (x.sd_s >= 0 && x.steps > 0) var += x.sd_s * x.sd_s / x.steps;
-      if (base_sd >= 0 && base_n > 0) var += base_sd * base_sd / base_n;
-      list.push_back({x.rank, change, std::max(cfg.z * std::sqrt(var), effect)});
-      changes.push_back(change);
-    }
-    // How far ranks' changes scatter with no fault: robustly over the listed ranks when every
-    // rank is listed on both sides; else the wider of the two sides' spreads of standing.
-    if (e.observed_ranks >= kSpreadRanks) {
-      const double spread = w.complete && r.complete ? robust_deviation(changes) : std::max(w.spread_s, r.spread_s);
-      for (auto& x : list) x.floor_s = std::max(x.floor_s, cfg.z * spread);
-    }
-    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.delta_s > b.delta_s; });
+    auto list = standing_changes(e.standing[k], ref.standing[k], ref.steps, e.observed_ranks, effect, cfg);
     if (k < G) d.rank_deltas[k] = std::move(list);
     else d.arrival_deltas = std::move(list);
   }
+  if (!e.cpu_wait.ranks.empty() && !ref.cpu_wait.ranks.empty())
+    d.cpu_wait_deltas = standing_changes(e.cpu_wait, ref.cpu_wait, ref.steps, e.observed_ranks, effect, cfg);
 }
 
 }  // namespace

@@ -217,6 +217,14 @@ public:
   const float* sync_wait_column(int t, int s) const;
   /// Marks every rank of row t ready with its forward event time (ranks() values).
   void set_fwd_event_column(int t, std::span<const double> seconds);
+  /// Seconds the rank's threads were runnable but not running during step t (the kernel's
+  /// scheduler run delay: a core shared with busy processes, a cgroup throttle), read by the
+  /// recorder once per window and spread over the rank's steps in it (docs/diagnosis.md).
+  void set_cpu_wait(int t, int r, double seconds);
+  bool has_cpu_wait() const { return !cpu_wait_.empty(); }
+  double cpu_wait(int t, int r) const;  ///< NaN when not recorded
+  /// Row t's CPU waits (one per column, NaN where not recorded), or null when the matrix has none.
+  const float* cpu_wait_row(int t) const { return cpu_wait_.empty() ? nullptr : cpu_wait_.data() + idx(t, 0); }
 
   /// Optional parallelism role per rank id (size world_size()); empty when unknown.
   void set_roles(std::vector<std::string> roles);
@@ -244,6 +252,7 @@ private:
   std::vector<float> fwd_s_;
   std::vector<float> sync_wait_;          // N × S columns of R floats: (t·S + s)·R + r
   std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value
+  std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step
   std::vector<double> sums_;              // commit_step's sums when there is no residual column
@@ -495,6 +504,9 @@ struct Differential {
   /// The same for the whole step (the standings summed over groups): how much later than before,
   /// against its peers, the rank reaches the end of its step (its arrival at the collectives).
   std::vector<RankDelta> arrival_deltas;
+  /// The same for the CPU wait: how much longer than before, against its peers, the rank's threads
+  /// waited for a CPU (a rank slowed inside its collectives shows here, not in its arrival).
+  std::vector<RankDelta> cpu_wait_deltas;
   /// Per group: the change of the cohort's median own work per step, the part every rank shares
   /// (a common slowdown; 0 without per-rank facts in the reference).
   std::vector<double> cohort_delta_s;
@@ -531,6 +543,7 @@ struct Diagnosis {
     double excess_s = 0;              ///< per step
     double floor_s = 0;
     double arrival_s = 0;             ///< the whole step's change (standing summed over groups)
+    double cpu_wait_s = 0;            ///< the change of its threads' CPU wait per step
     std::vector<double> by_group_s;   ///< per group: the rank's change there (0 where not listed)
   };
   std::vector<Culprit> culprits;
@@ -585,6 +598,9 @@ struct Evidence {
   /// (leave-one-out medians per step). Empty past kStandingMaxRanks columns, where the cohort
   /// excess of own-work levels (rank_excess) is the rank evidence.
   std::vector<Standing> standing;
+  /// Each rank's CPU wait per step (StageMatrix::cpu_wait: runnable, not running) against its
+  /// peers' the same way; no ranks listed when the recorder read none.
+  Standing cpu_wait;
   static constexpr int kStandingMaxRanks = 65536;
   static constexpr int kStandingAll = 64;          ///< up to this many ranks, every one is listed
   static constexpr std::size_t kStandingTop = 16;  ///< past it, the largest standings
@@ -687,6 +703,7 @@ struct Reference {
   std::vector<double> cohort_own_median_s;
   /// Each rank's standing against its peers (Evidence::standing); empty when unknown.
   std::vector<Standing> standing;
+  Standing cpu_wait;  ///< Evidence::cpu_wait (no ranks: unknown)
 };
 /// A reference made from a scored window's evidence.
 Reference make_reference(const Evidence& e, std::string name);

@@ -256,6 +256,8 @@ void StageMatrix::drop_side(int t) {
     std::fill_n(fwd_state_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, EventState::unsampled);
     std::fill_n(fwd_s_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
   }
+  if (!cpu_wait_.empty())
+    std::fill_n(cpu_wait_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
   if (!sync_wait_.empty())
     for (int s = 0; s < stages(); ++s) {
       auto& set = sync_set_[static_cast<std::size_t>(t) * stages() + s];
@@ -279,6 +281,7 @@ void StageMatrix::reset(std::int64_t first_step) {
   fwd_s_.clear();
   sync_wait_.clear();
   sync_set_.clear();
+  cpu_wait_.clear();
 }
 
 void StageMatrix::set_fwd_event(int t, int r, EventState state, double seconds) {
@@ -336,6 +339,18 @@ void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> sec
   float* out = sync_wait_.data() + col * ranks_;
   for (int r = 0; r < ranks_; ++r) out[r] = static_cast<float>(seconds[r]);
   sync_set_[col] = 1;
+}
+
+void StageMatrix::set_cpu_wait(int t, int r, double seconds) {
+  check_cell(t, r);
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > FLT_MAX)
+    throw std::invalid_argument("CPU wait is " + secs(seconds) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
+  if (cpu_wait_.empty()) cpu_wait_.assign(present_.size(), std::numeric_limits<float>::quiet_NaN());
+  cpu_wait_[idx(t, r)] = static_cast<float>(seconds);
+}
+
+double StageMatrix::cpu_wait(int t, int r) const {
+  return cpu_wait_.empty() ? std::numeric_limits<double>::quiet_NaN() : cpu_wait_[idx(t, r)];
 }
 
 double StageMatrix::sync_wait(int t, int r, int s) const {

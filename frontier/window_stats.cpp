@@ -320,6 +320,9 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
     st_sum_ = ZeroArray<double>(rows);
     st_sq_ = ZeroArray<double>(rows);
     st_n_ = ZeroArray<int>(R);
+    cw_sum_ = ZeroArray<double>(R);
+    cw_sq_ = ZeroArray<double>(R);
+    cw_n_ = ZeroArray<int>(R);
   }
   cf_adv_.assign(static_cast<std::size_t>(G_) * G_, 0.0);
   cf_denom_.assign(G_, 0.0);
@@ -822,42 +825,67 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     }
   }
   for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  // The CPU wait, among the present ranks that have one.
+  if (const float* cw = m.cpu_wait_row(t)) {
+    step_cw_.clear();
+    step_cw_rank_.clear();
+    for (int i = 0; i < n; ++i)
+      if (const double v = cw[d.rank(i)]; std::isfinite(v)) {
+        step_cw_.push_back(v);
+        step_cw_rank_.push_back(d.rank(i));
+      }
+    if (step_cw_.size() >= 2) {
+      const LeaveOneOutMedian peers(step_cw_, loo_buf_);
+      for (std::size_t i = 0; i < step_cw_.size(); ++i) {
+        const double x = step_cw_[i] - peers.of(step_cw_[i]);
+        cw_sum_[step_cw_rank_[i]] += x;
+        cw_sq_[step_cw_rank_[i]] += x * x;
+        ++cw_n_[step_cw_rank_[i]];
+      }
+    }
+  }
+}
+
+void WindowStats::fill_standing(Standing& out, const double* sum, const double* sq, const int* n_of) const {
+  std::vector<int> cols;
+  for (int c = 0; c < world_; ++c)
+    if (n_of[c] > 0) cols.push_back(c);
+  out = Standing{};
+  if (cols.empty()) return;
+  std::vector<double> means(cols.size()), dev;
+  for (std::size_t i = 0; i < cols.size(); ++i) means[i] = sum[cols[i]] / n_of[cols[i]];
+  dev = means;
+  out.median_s = median_inplace(dev);
+  for (std::size_t i = 0; i < cols.size(); ++i) dev[i] = std::abs(means[i] - out.median_s);
+  out.spread_s = 1.4826 * median_inplace(dev);
+  std::vector<int> order(cols.size());
+  std::iota(order.begin(), order.end(), 0);
+  out.complete = static_cast<int>(cols.size()) <= Evidence::kStandingAll;
+  const auto keep = out.complete ? order.size() : std::min(Evidence::kStandingTop, order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                    [&](int a, int b) { return means[a] > means[b] || (means[a] == means[b] && a < b); });
+  for (std::size_t j = 0; j < keep; ++j) {
+    const int c = cols[order[j]];
+    const int n = n_of[c];
+    RankStanding rs{rank_ids_.empty() ? c : rank_ids_[c], means[order[j]], -1.0, n};
+    if (n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (sq[c] - n * rs.mean_s * rs.mean_s) / (n - 1)));
+    out.ranks.push_back(rs);
+  }
 }
 
 void WindowStats::standings(Evidence& e) const {
   e.standing.clear();
+  e.cpu_wait = Standing{};
   if (!standing_on_) return;
-  std::vector<int> cols;
-  for (int c = 0; c < world_; ++c)
-    if (st_n_[c] > 0) cols.push_back(c);
+  fill_standing(e.cpu_wait, cw_sum_.data(), cw_sq_.data(), cw_n_.data());
+  e.cpu_wait.waits_off = true;
   e.standing.assign(G_ + 1, {});
-  if (cols.empty()) return;
-  std::vector<double> means(cols.size()), dev;
+  bool any_waits = false;
+  for (int g = 0; g < G_; ++g) any_waits = any_waits || sync_seen_[g];
   for (int k = 0; k <= G_; ++k) {
-    Standing& out = e.standing[k];
-    const double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
-    const double* sq = st_sq_.data() + static_cast<std::size_t>(k) * world_;
-    for (std::size_t i = 0; i < cols.size(); ++i) means[i] = sum[cols[i]] / st_n_[cols[i]];
-    dev = means;
-    out.median_s = median_inplace(dev);
-    for (std::size_t i = 0; i < cols.size(); ++i) dev[i] = std::abs(means[i] - out.median_s);
-    out.spread_s = 1.4826 * median_inplace(dev);
-    bool any_waits = false;
-    for (int g = 0; g < G_; ++g) any_waits = any_waits || sync_seen_[g];
-    out.waits_off = k < G_ ? sync_seen_[k] != 0 : any_waits;
-    std::vector<int> order(cols.size());
-    std::iota(order.begin(), order.end(), 0);
-    out.complete = static_cast<int>(cols.size()) <= Evidence::kStandingAll;
-    const auto keep = out.complete ? order.size() : std::min(Evidence::kStandingTop, order.size());
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
-                      [&](int a, int b) { return means[a] > means[b] || (means[a] == means[b] && a < b); });
-    for (std::size_t j = 0; j < keep; ++j) {
-      const int c = cols[order[j]];
-      const int n = st_n_[c];
-      RankStanding rs{rank_ids_.empty() ? c : rank_ids_[c], means[order[j]], -1.0, n};
-      if (n >= 2) rs.sd_s = std::sqrt(std::max(0.0, (sq[c] - n * rs.mean_s * rs.mean_s) / (n - 1)));
-      out.ranks.push_back(rs);
-    }
+    const auto row = static_cast<std::size_t>(k) * world_;
+    fill_standing(e.standing[k], st_sum_.data() + row, st_sq_.data() + row, st_n_.data());
+    e.standing[k].waits_off = k < G_ ? sync_seen_[k] != 0 : any_waits;
   }
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <numeric>
 #include <random>
@@ -46,6 +48,56 @@ std::string_view to_string(TelemetryFault f) {
   return "?";
 }
 
+std::string_view to_string(StragglerKind k) {
+  switch (k) {
+    case StragglerKind::none: return "none";
+    case StragglerKind::cpu_share: return "cpu_share";
+    case StragglerKind::pause: return "pause";
+    case StragglerKind::cgroup: return "cgroup";
+  }
+  return "?";
+}
+
+const std::vector<StragglerKind>& straggler_kinds() {
+  static const std::vector<StragglerKind> kinds = {StragglerKind::cpu_share, StragglerKind::pause, StragglerKind::cgroup};
+  return kinds;
+}
+
+double default_strength(StragglerKind k) {
+  switch (k) {
+    case StragglerKind::cpu_share: return 2;
+    case StragglerKind::pause: return 0.3;
+    case StragglerKind::cgroup: return 0.25;
+    case StragglerKind::none: break;
+  }
+  return 0;
+}
+
+std::string_view straggler_strength_meaning(StragglerKind k) {
+  switch (k) {
+    case StragglerKind::cpu_share: return "busy processes sharing the rank's core, 1..16";
+    case StragglerKind::pause: return "fraction of each 100 ms the rank is stopped, 0.05..0.9";
+    case StragglerKind::cgroup: return "the rank's CPU quota in cores, 0.05..4";
+    case StragglerKind::none: break;
+  }
+  return "";
+}
+
+std::string check_strength(StragglerKind k, double x) {
+  bool ok = std::isfinite(x);
+  switch (k) {
+    case StragglerKind::cpu_share: ok = ok && x >= 1 && x <= 16 && x == std::floor(x); break;
+    case StragglerKind::pause: ok = ok && x >= 0.05 && x <= 0.9; break;
+    case StragglerKind::cgroup: ok = ok && x >= 0.05 && x <= 4; break;
+    case StragglerKind::none: return "";
+  }
+  if (ok) return "";
+  char v[32];
+  std::snprintf(v, sizeof v, "%g", x);
+  return "--straggler-strength " + std::string(v) + " for " + std::string(to_string(k)) + ": expected " +
+         std::string(straggler_strength_meaning(k));
+}
+
 const std::vector<Scenario>& catalogue() {
   static const std::vector<Scenario> list = {
       {"none", Site::none, FaultKind::none, "", false, false, 0, false, "no fault: the healthy baseline"},
@@ -81,6 +133,7 @@ const Scenario* find_scenario(std::string_view name) {
 namespace {
 /// The plan acts in this step (on its target ranks).
 bool acts_in(const FaultPlan& p, std::int64_t step) {
+  if (p.straggler != StragglerKind::none) return step >= p.onset && step < p.offset;  // a process-level fault, no site
   if (p.scenario == nullptr || p.scenario->site == Site::none) return false;
   if ((p.scenario->site == Site::link ? p.rate_mbit : p.delay_ms) <= 0) return false;  // a link fault is a rate
   if (step < p.onset || step >= p.offset) return false;
@@ -102,6 +155,21 @@ double FaultPlan::delay_s(Site site, int rank, std::int64_t step) const {
 
 std::vector<TruthRecord> truth(const FaultPlan& plan) {
   std::vector<TruthRecord> out;
+  if (plan.straggler != StragglerKind::none) {
+    // The rank is the truth; its stage is wherever the loss surfaced.
+    for (int r : plan.ranks) {
+      TruthRecord t;
+      t.scenario = "straggler:" + std::string(to_string(plan.straggler));
+      t.site = "process";
+      t.kind = std::string(to_string(plan.straggler));
+      t.rank = r;
+      t.onset = plan.onset;
+      t.offset = plan.offset;
+      t.strength = plan.strength;
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
   if (plan.scenario == nullptr || plan.scenario->site == Site::none) return out;
   for (int r : plan.ranks) {
     TruthRecord t;

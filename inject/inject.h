@@ -51,6 +51,21 @@ const Scenario* find_scenario(std::string_view name);
 
 inline constexpr std::int64_t kForever = std::numeric_limits<std::int64_t>::max();
 
+/// A straggler nobody injected into a stage (issue 38): the testbed slows a rank's whole process
+/// from outside, and the rank's stages are left as they are. cpu_share: busy processes share the
+/// rank's core with it; pause: a supervisor stops it (SIGSTOP) and lets it go on (SIGCONT) in
+/// bursts; cgroup: a CPU quota on a cgroup of its own (where the machine allows one).
+enum class StragglerKind { none, cpu_share, pause, cgroup };
+std::string_view to_string(StragglerKind k);
+/// Every kind but none, for option lists.
+const std::vector<StragglerKind>& straggler_kinds();
+/// The strength a kind runs at unless told (see straggler_strength_meaning).
+double default_strength(StragglerKind k);
+/// What a kind's strength means, and its range, for --help and error lines.
+std::string_view straggler_strength_meaning(StragglerKind k);
+/// "" when `strength` is in the kind's range, else the one line that says which range.
+std::string check_strength(StragglerKind k, double strength);
+
 /// A fault applied to some ranks over a step interval, optionally only every K-th step.
 struct FaultPlan {
   const Scenario* scenario = nullptr;
@@ -62,6 +77,10 @@ struct FaultPlan {
   /// Link faults (Site::link): the throttled host, its rate, and the ranks on it (`ranks`).
   std::string host;
   double rate_mbit = 0;
+  /// A straggler from outside the step (the scenario is then "none"): the kind and its strength,
+  /// on `ranks` from onset up to offset.
+  StragglerKind straggler = StragglerKind::none;
+  double strength = 0;
 
   bool active(int rank, std::int64_t step) const;
   /// Seconds to inject at `site` on `rank` in `step` (0 when the plan does not apply).
@@ -83,6 +102,7 @@ struct TruthRecord {
   bool sync_bearing = false, should_route = true;
   std::string host;      ///< link faults: the throttled host
   double rate_mbit = 0;  ///< link faults: its egress rate
+  double strength = 0;   ///< stragglers: the kind's strength (stage "": any stage it surfaces in)
 };
 std::vector<TruthRecord> truth(const FaultPlan& plan);
 

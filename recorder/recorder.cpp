@@ -12,6 +12,9 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -21,7 +24,7 @@ namespace sf::recorder {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x31524653;  // "SFR1"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: cpu_wait_ns (issue 38)
 
 /// Fixed-size header of one rank's window contribution (same architecture on every rank).
 struct Header {
@@ -41,6 +44,7 @@ struct Header {
   std::int64_t dropped;
   std::int32_t local_rank;
   std::int32_t node_rank;
+  std::int64_t cpu_wait_ns;  // this rank's threads runnable but not running over the window; −1: unknown
   char hostname[64];
   char role[32];
 };
@@ -55,6 +59,36 @@ std::uint64_t fnv1a(const std::byte* p, std::size_t n) {
   std::uint64_t h = 1469598103934665603ULL;
   for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint8_t>(p[i])) * 1099511628211ULL;
   return h;
+}
+
+/// Nanoseconds every thread of this process has spent runnable but not running (the kernel's
+/// scheduler run delay, second field of /proc/self/task/*/schedstat: a core shared with busy
+/// processes, a cgroup's CPU throttle), or −1 where the kernel does not say. Read at the window
+/// boundary only: a directory scan and a small read per thread, never on a stage boundary.
+std::int64_t process_cpu_wait_ns() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  std::int64_t total = 0;
+  bool any = false;
+  char path[64];
+  char buf[128];
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::snprintf(path, sizeof path, "/proc/self/task/%.20s/schedstat", e->d_name);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // a thread that just ended
+    const ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    buf[n] = '\0';
+    unsigned long long on_cpu = 0, waited = 0;
+    if (std::sscanf(buf, "%llu %llu", &on_cpu, &waited) == 2) {
+      total += static_cast<std::int64_t>(waited);
+      any = true;
+    }
+  }
+  closedir(dir);
+  return any ? total : -1;
 }
 
 double thread_cpu_s() {
@@ -179,6 +213,7 @@ Recorder::Recorder(RecorderConfig cfg, Transport& transport, EventTimer* events,
   width_ = static_cast<std::size_t>(5 + 3 * S_);
   ring_.assign(static_cast<std::size_t>(pow2) * width_, 0);
   open_window_ = 0;
+  cpu_wait_mark_ns_ = process_cpu_wait_ns();
   // Node relays check what they forward with the root's own rules (window excepted: a relay
   // forwards whichever window a contribution belongs to).
   transport_.set_check([hash = impl_->schema.order_hash(), S = S_, n_sync = static_cast<int>(cfg_.sync_wait_stages.size())](
@@ -370,6 +405,10 @@ std::vector<std::byte> Recorder::pack(std::int64_t window) {
   const auto id = transport_.identity();
   h.local_rank = id.local_rank;
   h.node_rank = id.node_rank;
+  // The window's CPU wait: the process's run delay since the last window closed.
+  const std::int64_t waited = process_cpu_wait_ns();
+  h.cpu_wait_ns = waited >= 0 && cpu_wait_mark_ns_ >= 0 ? std::max<std::int64_t>(0, waited - cpu_wait_mark_ns_) : -1;
+  cpu_wait_mark_ns_ = waited;
   copy_text(h.hostname, sizeof h.hostname, id.hostname);
   copy_text(h.role, sizeof h.role, cfg_.role);
   std::memcpy(out.data(), &h, sizeof h);
@@ -588,6 +627,8 @@ formats::Window assemble_from(const frontier::StageSchema& schema, const Recorde
       if (h.fault_bits != 0)
         for (const auto& f : describe_faults(h.fault_bits)) tel.reasons.push_back("rank " + std::to_string(r) + ": recorder " + f);
       const std::byte* q = dec[r].records;
+      // The window's CPU wait spread over the rank's recorded steps of it.
+      const double cpu_wait = h.cpu_wait_ns >= 0 && h.records > 0 ? static_cast<double>(h.cpu_wait_ns) * 1e-9 / h.records : -1.0;
       for (int i = 0; i < h.records; ++i) {
         const auto off = get<std::int32_t>(q);
         const double wall = get<float>(q);
@@ -602,6 +643,7 @@ formats::Window assemble_from(const frontier::StageSchema& schema, const Recorde
           if (state == kEvReady) w.matrix.set_fwd_event(off, r, frontier::EventState::ready, ev);
           if (state == kEvMissing) w.matrix.set_fwd_event(off, r, frontier::EventState::missing, 0);
           for (int k = 0; k < n_sync; ++k) w.matrix.set_sync_wait(off, r, cfg.sync_wait_stages[k], sync[k]);
+          if (cpu_wait >= 0) w.matrix.set_cpu_wait(off, r, cpu_wait);
         } catch (const std::invalid_argument& e) {
           tel.gather_ok = false;
           tel.reasons.push_back("rank " + std::to_string(r) + ": inconsistent record (" + e.what() + ")");

@@ -282,6 +282,7 @@ private:
   std::uint32_t faults_ = 0;
   std::uint32_t window_faults_ = 0;
   std::int64_t dropped_ = 0, dropped_total_ = 0;
+  std::int64_t cpu_wait_mark_ns_ = -1;  // the process's run delay when the last window closed (−1: unknown)
   std::int64_t open_window_ = 0;
   std::int64_t windows_closed_ = 0;
   std::int64_t bytes_sent_ = 0;

@@ -86,14 +86,17 @@ public:
     });
   }
 
+  // The rank's wait at the step's collectives, from its arrival: from the entry of its last bucket
+  // (its own work done, an injected late entry included in that work) to the completion of every
+  // bucket. A rank the others wait for arrives last and waits least; time with a bucket in flight
+  // while the rank still computes later buckets is its own work, not a wait.
   double wait_buckets(Device&) override {
     std::unique_lock lock(m_);
     done_cv_.wait(lock, [&] { return completed_ == started_ || !error_.empty(); });
     if (!error_.empty()) throw std::runtime_error(error_);
-    const double inside = static_cast<double>(inside_ns_) * 1e-9;
-    inside_ns_ = 0;
+    const double wait = started_ > 0 ? static_cast<double>(std::max<std::int64_t>(0, all_done_ns_ - last_entry_ns_)) * 1e-9 : 0.0;
     started_ = completed_ = 0;
-    return inside;
+    return wait;
   }
 
 private:
@@ -104,13 +107,13 @@ private:
     double entry_delay_s;
   };
 
-  /// The comm thread: starts ready buckets, progresses the started ones, accounts the time with
-  /// at least one in flight.
+  /// The comm thread: starts ready buckets, progresses the started ones, notes when the last one
+  /// entered and when every one was done.
   void loop() {
     std::vector<Bucket> active;
     std::vector<MPI_Request> reqs;
     std::vector<int> done_idx;
-    std::int64_t busy_since = 0, last_progress = 0;
+    std::int64_t last_progress = 0;
     for (;;) {
       std::deque<Bucket> take;
       {
@@ -135,8 +138,11 @@ private:
                                                    static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_.get(), &r));
           }
           const std::int64_t now = inject::monotonic_ns();
-          if (active.empty()) busy_since = now;
           last_progress = now;
+          {
+            std::lock_guard lock(m_);
+            last_entry_ns_ = now;
+          }
           active.push_back(b);
           reqs.push_back(r);
         }
@@ -170,7 +176,7 @@ private:
         {
           std::lock_guard lock(m_);
           completed_ += outcount;
-          if (active.empty()) inside_ns_ += now - busy_since;
+          if (completed_ == started_) all_done_ns_ = now;
         }
         done_cv_.notify_all();
       } catch (const std::exception& e) {
@@ -190,7 +196,7 @@ private:
   std::condition_variable cv_, done_cv_;
   std::deque<Bucket> ready_;
   int started_ = 0, completed_ = 0;
-  std::int64_t inside_ns_ = 0;
+  std::int64_t last_entry_ns_ = 0, all_done_ns_ = 0;  // this step's last bucket entry, every bucket done
   std::string error_;
   bool stop_ = false;
   std::thread worker_;

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -107,6 +108,7 @@ public:
     if (op == BucketOp::reduce_scatter && count % static_cast<std::size_t>(size_) != 0)
       throw std::invalid_argument("reduce-scatter bucket not a multiple of the world size");
     const std::size_t k = started_++;
+    last_entry_delay_s_ = entry_delay_s;
     while (events_.size() < 3 * (k + 1)) events_.push_back(make_event());
     cudaEvent_t ready = events_[3 * k].get(), begin = events_[3 * k + 1].get(), end = events_[3 * k + 2].get();
     SF_CUDA_CHECK(cudaEventRecord(ready, cuda_stream_of(d)));
@@ -124,13 +126,17 @@ public:
     SF_CUDA_CHECK(cudaEventRecord(end, comm_stream_));
   }
 
+  // The rank's wait from its arrival: from the moment its last bucket's gradients were ready on
+  // the compute stream (less an injected late entry, which is this rank's own doing) to the end of
+  // the last collective on the comm stream.
   double wait_buckets(Device& d) override {
     wait_on(comm_stream_);
     double inside = 0;
-    for (std::size_t k = 0; k < started_; ++k) {
+    if (started_ > 0) {
+      const std::size_t k = started_ - 1;
       float ms = 0;
-      SF_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[3 * k + 1].get(), events_[3 * k + 2].get()));
-      inside += ms * 1e-3;
+      SF_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[3 * k].get(), events_[3 * k + 2].get()));
+      inside = std::max(0.0, ms * 1e-3 - last_entry_delay_s_);
     }
     // Kernels queued later (the optimizer) see the reduced gradients.
     if (started_ > 0) SF_CUDA_CHECK(cudaStreamWaitEvent(cuda_stream_of(d), events_[3 * (started_ - 1) + 2].get(), 0));
@@ -227,6 +233,7 @@ private:
   cudaStream_t comm_stream_ = nullptr;
   std::vector<EventOwner> events_;  // per started bucket: ready, begin, end
   std::size_t started_ = 0;
+  double last_entry_delay_s_ = 0;  // the last bucket's injected late entry
   MPI_Comm mpi_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;

@@ -105,9 +105,11 @@ public:
   /// (the comm_delay fault: later buckets queue behind it). reduce_scatter keeps this rank's
   /// 1/size of the bucket (count must be a multiple of the world size).
   virtual void start_bucket(Device& d, std::size_t offset, std::size_t count, BucketOp op, double entry_delay_s) = 0;
-  /// Blocks until every started bucket is reduced. Returns the seconds this rank spent inside
-  /// bucket collectives (time with at least one of them in flight, waiting for peers included):
-  /// the step's sync-wait side evidence.
+  /// Blocks until every started bucket is reduced. Returns the seconds this rank waited at the
+  /// step's collectives from its arrival: from the entry of its last bucket (its own work done) to
+  /// the reduction of every bucket, waiting for peers and the last transfer included: the step's
+  /// sync-wait side evidence. A rank the others wait for arrives last and waits least (issue 38;
+  /// until then it was the time with any bucket in flight, which overlaps the rank's own compute).
   virtual double wait_buckets(Device& d) = 0;
   virtual int size() const = 0;  ///< ranks in the communicator
 };

@@ -35,6 +35,16 @@ std::string validate(const RunConfig& cfg) {
   if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (cfg.straggler != inject::StragglerKind::none) {
+    if (sc->site != inject::Site::none)
+      return "--straggler " + std::string(inject::to_string(cfg.straggler)) + " with --scenario " + cfg.scenario +
+             ": a straggler is the run's fault; expected --scenario none (or no --scenario)";
+    if (const auto v = inject::check_strength(cfg.straggler, cfg.straggler_strength.value_or(inject::default_strength(cfg.straggler)));
+        !v.empty())
+      return v;
+  } else if (cfg.straggler_strength) {
+    return "--straggler-strength without --straggler";
+  }
   if (cfg.detect && !cfg.stability_stage.empty()) {
     const frontier::StageSchema schema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation);
     if (!schema.group_index(cfg.stability_stage)) {
@@ -77,6 +87,8 @@ inject::FaultPlan make_plan(const RunConfig& cfg, int world_size) {
   plan.onset = cfg.onset;
   plan.offset = cfg.offset;
   plan.every = cfg.every;
+  plan.straggler = cfg.straggler;
+  if (cfg.straggler != inject::StragglerKind::none) plan.strength = cfg.straggler_strength.value_or(inject::default_strength(cfg.straggler));
   return plan;
 }
 

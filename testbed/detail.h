@@ -10,6 +10,8 @@
 
 #if SF_WITH_MPI
 #include <mpi.h>
+#include <sched.h>
+#include <sys/types.h>
 #endif
 
 namespace sf::testbed::detail {
@@ -238,6 +240,38 @@ class LinkFault {
   bool shaper_ = false, on_ = false;
   std::string dev_, failures_;
   std::int64_t applied_at_ = -1, removed_at_ = -1;
+};
+
+/// A straggler from outside the step on the target ranks (issue 38; inject::StragglerKind),
+/// switched on at the plan's onset and off at its offset, by finish() and on destruction; a no-op
+/// on every other rank.
+class Straggler {
+ public:
+  Straggler(const inject::FaultPlan& plan, int rank);
+  ~Straggler();
+  Straggler(const Straggler&) = delete;
+  Straggler& operator=(const Straggler&) = delete;
+  /// "" when this rank can apply its straggler (or need not), else why not (cgroup: no writable
+  /// cpu controller here).
+  std::string probe();
+  /// Before step `step`.
+  void at_step(std::int64_t step);
+  void finish();
+  /// What failed while applying it ("" when nothing did).
+  const std::string& failures() const { return failures_; }
+
+ private:
+  void start();
+  void stop();
+  void start_cpu_share();
+  void start_pause();
+  void start_cgroup();
+  const inject::FaultPlan& plan_;
+  bool target_ = false, on_ = false, pinned_ = false, cgroup_v2_ = false;
+  int rank_ = 0;
+  std::vector<pid_t> children_;
+  cpu_set_t saved_mask_{};
+  std::string cgroup_dir_, cgroup_home_, failures_;
 };
 
 /// The paired overhead experiment (run --overhead-pairs K).

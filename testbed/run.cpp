@@ -112,6 +112,35 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     }
   }
 
+  // A straggler from outside the step: the target rank checks it can apply it (a cgroup quota
+  // needs a writable cpu controller); where it cannot, the run is skipped with one line.
+  detail::Straggler straggler(plan, rank);
+  {
+    std::string why = straggler.probe();
+    int failed_at = why.empty() ? size : rank, first = size;
+    SF_MPI_CHECK(MPI_Allreduce(&failed_at, &first, 1, MPI_INT, MPI_MIN, world));
+    if (first < size) {
+      std::array<char, 512> msg{};
+      if (rank == first) std::snprintf(msg.data(), msg.size(), "%s", why.c_str());
+      SF_MPI_CHECK(MPI_Bcast(msg.data(), static_cast<int>(msg.size()), MPI_CHAR, first, world));
+      if (rank != 0) return 0;
+      const std::string line = "--straggler " + std::string(inject::to_string(plan.straggler)) + " skipped: rank " +
+                               std::to_string(first) + ": " + msg.data();
+      std::printf("sf-testbed run: %s\n", line.c_str());
+      if (!cfg.out_dir.empty()) {
+        ordered_json skipped = provenance_json("sf.run/1", cfg.argv, cfg.commit);
+        skipped["skipped"] = line;
+        try {
+          formats::write_file_atomic(cfg.out_dir + "/run.json", skipped.dump(2) + "\n");
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "sf-testbed run: --out %s\n", e.what());
+          return 2;
+        }
+      }
+      return 0;
+    }
+  }
+
   // Local rank for device selection.
   int local_rank = 0;
   {
@@ -238,6 +267,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   SF_MPI_CHECK(MPI_Barrier(world));
   for (int t = 0; t < cfg.warmup; ++t) {
     link.at_step(t);
+    straggler.at_step(t);
     work.step(t, nullptr);
   }
   const std::int64_t t_start = inject::monotonic_ns();
@@ -247,6 +277,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   for (std::int64_t t = cfg.warmup; t < cfg.warmup + cfg.steps; ++t) {
     const bool drop = faulty && cfg.telemetry_fault == inject::TelemetryFault::drop_steps && t % 4 == 1;
     link.at_step(t);
+    straggler.at_step(t);
     work.step(t, &rec, drop);
     ++completed;
     if (run_cfg.workload.fetch_ahead && t + 1 < cfg.warmup + cfg.steps) work.fetch_ahead(t + 1, &rec);
@@ -269,6 +300,10 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     detail::validate_world(vc, world, link_check);
   }
   link.finish();
+  straggler.finish();
+  if (!straggler.failures().empty())
+    std::fprintf(stderr, "sf-testbed run: rank %d: --straggler %s: %s\n", rank,
+                 std::string(inject::to_string(plan.straggler)).c_str(), straggler.failures().c_str());
   // The shaping rank tells rank 0 whether the fault it claims was applied, and when.
   std::array<std::int64_t, 3> link_state{link.shaper() ? rank : -1, link.applied_at(), link.failures().empty() ? 0 : 1};
   std::array<std::int64_t, 3> link_any{};
@@ -311,6 +346,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
                       {"heterogeneity", sim::to_string(cfg.workload.variation.heterogeneity)},
                       {"rank_sigma", cfg.workload.variation.rank_sigma},
                       {"reference_steps", cfg.reference_steps},
+                      {"straggler", inject::to_string(plan.straggler)},
+                      {"straggler_strength", plan.strength},
                       {"telemetry_fault", inject::to_string(cfg.telemetry_fault)},
                       {"gather_deadline_s", cfg.gather_deadline_s},
                       {"gather", recorder::gather_mode_name(cfg.gather)},
@@ -338,6 +375,11 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   table += line;
   line = frontier::strprintf("# scenario %s: %s\n", scenario->name.c_str(), scenario->injects.c_str());
   table += line;
+  if (plan.straggler != inject::StragglerKind::none)
+    table += frontier::strprintf("# straggler %s, strength %g (%s), on the target rank from step %lld: its stages untouched\n",
+                                 std::string(inject::to_string(plan.straggler)).c_str(), plan.strength,
+                                 std::string(inject::straggler_strength_meaning(plan.straggler)).c_str(),
+                                 static_cast<long long>(plan.onset));
   std::string targets;
   for (int r : plan.ranks) targets += (targets.empty() ? "" : ",") + std::to_string(r);
   line = frontier::strprintf(

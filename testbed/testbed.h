@@ -44,6 +44,10 @@ struct TraceOptions {
 struct RunConfig {
   std::string scenario = "data_tail";
   std::optional<double> delay_ms;          ///< default: the scenario's
+  /// A straggler from outside the step on the target ranks (the scenario is then "none"), and its
+  /// strength (default: the kind's; inject::straggler_strength_meaning).
+  inject::StragglerKind straggler = inject::StragglerKind::none;
+  std::optional<double> straggler_strength;
   std::vector<int> target_ranks;           ///< default: drawn from seed (hidden until the verdict)
   int target_count = 1;
   std::int64_t onset = 0, offset = inject::kForever;

@@ -37,7 +37,8 @@ verify::Expected shuffled_expected(const verify::Expected& x, const frontier::Ev
   std::vector<std::string> stages;
   for (const auto& g : e.schema.groups())
     if (g != x.stage) stages.push_back(g);
-  if (!stages.empty()) s.stage = stages[std::uniform_int_distribution<std::size_t>(0, stages.size() - 1)(rng)];
+  // A straggler's truth has no stage: only its ranks are shuffled.
+  if (!stages.empty() && !x.any_stage) s.stage = stages[std::uniform_int_distribution<std::size_t>(0, stages.size() - 1)(rng)];
   std::vector<int> others;
   // Ranks 0..R-1 of the window (R: the ranks that recorded anything; a truth rank past them counts).
   int world = e.observed_ranks;
@@ -154,9 +155,12 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   const auto& scenario = *plan.scenario;
   const auto truth = inject::truth(plan);
   VerdictReport out;
+  const bool straggler = plan.straggler != inject::StragglerKind::none;
   verify::Expected x{scenario.stage, plan.ranks, scenario.should_route};
-  x.delay_s = plan.delay_ms * 1e-3;
-  x.rate_fault = scenario.site == inject::Site::link;
+  x.delay_s = straggler ? 0.0 : plan.delay_ms * 1e-3;
+  x.rate_fault = scenario.site == inject::Site::link || straggler;
+  x.shared = scenario.site == inject::Site::link;
+  x.any_stage = straggler;
   x.active_fraction = active_fraction(plan, e);
   x.eta_a = e.config.eta_a;
   x.world = e.world_size;
@@ -165,7 +169,9 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   else if (e.differential && e.steps > 0) x.reference_advance_s = reference_advance(e);
   out.verdict = verify::score(e, x);
   const auto& v = out.verdict;
-  const Claim claim = check_claim(scenario, e, v);
+  const Claim claim = straggler ? Claim{v.diagnosis.correct(), "the diagnosis names the straggling rank (in whatever stage its "
+                                                                "loss surfaced; nothing, if it never reached the step)"}
+                                 : check_claim(scenario, e, v);
   out.claim_pass = claim.pass;
   out.claim = claim.criterion;
   std::string line;
@@ -173,7 +179,11 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   out.truth_text = "# truth: ";
   if (truth.empty()) out.truth_text += "no fault";
   for (const auto& r : truth) {
-    if (!r.host.empty())
+    if (straggler)
+      line = frontier::strprintf("rank %d straggler %s, strength %g (%s), from step %lld, any stage; ", r.rank, r.kind.c_str(),
+                                 r.strength, std::string(inject::straggler_strength_meaning(plan.straggler)).c_str(),
+                                 static_cast<long long>(r.onset));
+    else if (!r.host.empty())
       line = frontier::strprintf("rank %d (host %s) %s %s %.0f Mbit/s; ", r.rank, r.host.c_str(), r.stage.c_str(),
                     r.kind.c_str(), r.rate_mbit);
     else
@@ -201,7 +211,8 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
     t += "# diagnosis verdict: " + std::string(verify::to_string(o)) + " (" + (v.diagnosis.correct() ? "right" : "wrong") +
          "): named " + named + "; truth " +
          (truth.empty() || !v.diagnosis.fault ? std::string("no fault")
-                                              : "rank " + truth_ranks + " " + scenario.stage + (never ? ", which never reached the step" : "")) +
+                                              : "rank " + truth_ranks + " " + (straggler ? "(a straggler, any stage)" : scenario.stage) +
+                                                    (never ? ", which never reached the step" : "")) +
          (o == O::unexplained ? " (an unexplained culprit: a straggler the testbed did not inject, or a false alarm)" : "") +
          (plan.ranks.size() > 1 && v.diagnosis.fault
               ? frontier::strprintf("; culprits %d of %d named right, %d of %zu injected ranks found", v.diagnosis.culprits_true,
@@ -209,7 +220,13 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
               : std::string()) +
          "\n";
   }
-  if (!truth.empty()) {
+  if (straggler) {
+    t += "# paper verdict (where the time goes): not applicable (a straggler has no stage of its own)\n";
+    if (e.differential)
+      t += frontier::strprintf("# slowdown: the exposed step %+.1f ms/step against the reference (floor %.1f): %s\n",
+                               e.differential->delta_exposed_s * 1e3, e.differential->exposed_noise_floor_s * 1e3,
+                               v.diagnosis.exposed ? "reached the step" : "did not reach the step");
+  } else if (!truth.empty()) {
     // The rank judged is the one the evidence names for the injected stage (its stage suspect).
     int judged = e.suspect.rank;
     std::string judged_basis = e.suspect.basis;
@@ -262,7 +279,11 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
 
   auto& j = out.json;
-  j["expected"] = {{"stage", scenario.stage}, {"ranks", plan.ranks}, {"should_route", scenario.should_route}};
+  j["expected"] = {{"stage", straggler ? ordered_json(nullptr) : ordered_json(scenario.stage)},
+                   {"ranks", plan.ranks},
+                   {"should_route", scenario.should_route}};
+  if (straggler)
+    j["expected"]["straggler"] = {{"kind", inject::to_string(plan.straggler)}, {"strength", plan.strength}};
   j["diagnosis"] = diagnosis_json(v.diagnosis);
   j["outcome"] = verify::to_string(v.outcome);
   j["frontier"] = rule_json(v.frontier);
@@ -283,7 +304,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
     bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
   j["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
-  if (!scenario.stage.empty()) {
+  if (!scenario.stage.empty() || straggler) {
     const verify::Expected sx = shuffled_expected(x, e, shuffle_seed);
     const verify::Verdict sv = verify::score(e, sx);
     j["shuffled"] = {{"expected", {{"stage", sx.stage}, {"ranks", sx.ranks}}},

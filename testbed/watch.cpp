@@ -30,6 +30,7 @@ void copy_step(const frontier::StageMatrix& m, int t, frontier::StageMatrix& one
     if (m.has_sync_wait())
       for (int s = 0; s < k; ++s)
         if (const double v = m.sync_wait(t, r, s); !std::isnan(v)) one.set_sync_wait(0, r, s, v);
+    if (const double v = m.cpu_wait(t, r); !std::isnan(v)) one.set_cpu_wait(0, r, v);
   }
 }
 
@@ -165,6 +166,7 @@ struct Watch::State {
         if (step.has_sync_wait())
           for (int s = 0; s < k; ++s)
             if (const double v = step.sync_wait(0, r, s); !std::isnan(v)) m.set_sync_wait(row, r, s, v);
+        if (const double v = step.cpu_wait(0, r); !std::isnan(v)) m.set_cpu_wait(row, r, v);
         any = true;
       }
     }

@@ -53,6 +53,7 @@ formats::Window concat(const std::vector<formats::Window>& windows) {
         if (m.has_sync_wait())
           for (int s = 0; s < k; ++s)
             if (const double v = m.sync_wait(t, r, s); !std::isnan(v)) out.matrix.set_sync_wait(tt, c, s, v);
+        if (const double v = m.cpu_wait(t, r); !std::isnan(v)) out.matrix.set_cpu_wait(tt, c, v);
       }
   }
   if (!roles.empty()) out.matrix.set_roles(roles);

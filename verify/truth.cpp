@@ -97,7 +97,7 @@ DiagnosisVerdict judge_diagnosis(const Evidence& e, const Expected& x) {
   if (v.culprits_named > 0) v.precision = static_cast<double>(v.culprits_true) / v.culprits_named;
   if (v.fault && !x.ranks.empty()) v.recall = static_cast<double>(v.culprits_true) / static_cast<double>(x.ranks.size());
   // A fault every rank shares: every rank of the window injected, or a link they all cross.
-  const bool shared = x.rate_fault || (x.world > 0 && static_cast<int>(x.ranks.size()) >= x.world);
+  const bool shared = x.shared || (x.world > 0 && static_cast<int>(x.ranks.size()) >= x.world);
   using O = DiagnosisOutcome;
   if (!v.fault) v.outcome = !named ? O::quiet : d.common ? O::common : O::unexplained;
   else if (d.common && named) v.outcome = !v.exposed ? O::false_alarm : shared && v.stage_hit ? O::common : O::common_not_rank;

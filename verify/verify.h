@@ -173,7 +173,7 @@ struct Expected {
   std::vector<int> ranks;   ///< injected ranks
   bool should_route = true; ///< false for host-only controls that must stay unrouted
   double delay_s = 0;       ///< injected per affected step
-  bool rate_fault = false;  ///< a fault with no delay figure (a rate-limited link): active whenever injected
+  bool rate_fault = false;  ///< a fault with no delay figure (a rate-limited link, a straggler): active whenever injected
   double active_fraction = 1;  ///< fraction of the window's steps the fault is active in
   /// Per reporting group: seconds per step of the same step without the fault (a healthy
   /// reference window); empty when unknown. Where the injected delay went is measured against it.
@@ -185,6 +185,8 @@ struct Expected {
   bool any_stage = false;
   /// Ranks of the window (0..world−1): a fault on every one of them is a common slowdown.
   int world = 0;
+  /// A fault every rank shares (a slow link all collectives cross): a common slowdown is right.
+  bool shared = false;
   /// A second stage the diagnosis may name for a hit (fwd_device without events: backward, where
   /// the host waits for the device); "" for none.
   std::string also_stage;

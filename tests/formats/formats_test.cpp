@@ -57,7 +57,7 @@ TEST(Jsonl, side_evidence_roles_and_telemetry_round_trip) {
       R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":2,"roles":["x","y"],"window":{"first_step":10,"steps":3},)"
       R"("telemetry":{"gather_ok":false,"reasons":["late"],"dropped_records":2},"ranks":[{"rank":0,"local_rank":0,"node_rank":0,"hostname":"h0"},{"rank":1,"local_rank":1,"node_rank":0,"hostname":"h0"}]})"
       "\n"
-      R"({"step":10,"rank":0,"d":[1,2],"side":{"fwd_event":"ready","fwd_event_s":0.125,"sync_wait":[null,0.5]}})"
+      R"({"step":10,"rank":0,"d":[1,2],"side":{"fwd_event":"ready","fwd_event_s":0.125,"sync_wait":[null,0.5],"cpu_wait":0.03}})"
       "\n"
       R"({"step":11,"rank":1,"d":[1,2],"side":{"fwd_event":"missing"}})"
       "\n";
@@ -74,6 +74,8 @@ TEST(Jsonl, side_evidence_roles_and_telemetry_round_trip) {
   EXPECT_EQ(m.fwd_event_state(1, 1), frontier::EventState::missing);
   EXPECT_TRUE(std::isnan(m.sync_wait(0, 0, 0)));
   EXPECT_DOUBLE_EQ(m.sync_wait(0, 0, 1), 0.5);
+  EXPECT_DOUBLE_EQ(m.cpu_wait(0, 0), 0.03f);
+  EXPECT_TRUE(std::isnan(m.cpu_wait(1, 1)));
 
   std::ostringstream out;
   formats::write_jsonl(out, w[0]);
@@ -710,6 +712,8 @@ void expect_same_window(const formats::Window& w, const CollectSink::Got& g) {
         EXPECT_EQ(one.wall(0, c), m.wall(t, c));
       }
       EXPECT_EQ(one.fwd_event_state(0, c), m.fwd_event_state(t, c));
+      const double cw_a = one.cpu_wait(0, c), cw_b = m.cpu_wait(t, c);
+      EXPECT_TRUE(cw_a == cw_b || (std::isnan(cw_a) && std::isnan(cw_b)));
       for (int s = 0; s < m.schema().explicit_count(); ++s) {
         const double a = one.sync_wait(0, c, s), b = m.sync_wait(t, c, s);
         EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)));
@@ -754,7 +758,7 @@ TEST(Stream, csv_sorted_dense_sparse_gaps_and_split) {
 TEST(Stream, jsonl_windows_side_evidence_and_declared_spans) {
   const std::string text =
       R"({"schema":"sf.stages/1","stages":["a","b"],"world_size":4,"roles":["dp","dp","pp","pp"],"window":{"first_step":0,"steps":6},"telemetry":{"gather_ok":false,"reasons":["late"],"dropped_records":2}})" "\n"
-      R"({"step":1,"rank":2,"d":[1,2],"side":{"fwd_event":"ready","fwd_event_s":0.5,"sync_wait":[0.25,null]}})" "\n"
+      R"({"step":1,"rank":2,"d":[1,2],"side":{"fwd_event":"ready","fwd_event_s":0.5,"sync_wait":[0.25,null],"cpu_wait":0.02}})" "\n"
       R"({"step":1,"rank":0,"d":[2,1],"side":{"fwd_event":"missing"}})" "\n"
       R"({"step":3,"rank":1,"d":[0,1]})" "\n"
       R"({"schema":"sf.stages/1","stages":["x"],"world_size":100000,"ranks":[{"rank":7,"local_rank":1,"node_rank":3,"hostname":"h"}]})" "\n"

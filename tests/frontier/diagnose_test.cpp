@@ -501,3 +501,58 @@ TEST(Differential, a_noisy_reference_says_how_many_steps_would_judge_three_perce
   // A window too short for any reference: −1.
   EXPECT_EQ(compare(evaluate(make(2, 0.15)), ref, cfg).needed_reference_steps, -1);
 }
+
+
+TEST(Differential, a_rank_slowed_inside_its_collectives_is_named_by_its_cpu_wait) {
+  // Every rank's backward 20 ms longer (the collective waits for one rank that progresses it
+  // slowly: throttled), arrivals unchanged. The stages alone say "common"; rank 5's threads
+  // waiting 40 ms a step longer for a CPU say who.
+  auto spec = base_spec(8, 15);
+  auto with_cpu_wait = [](StageMatrix m, int slow, double extra) {
+    for (int t = 0; t < m.steps(); ++t)
+      for (int r = 0; r < m.ranks(); ++r) m.set_cpu_wait(t, r, 0.002 + (r == slow ? extra : 0.0));
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(with_cpu_wait(spec_window(spec), -1, 0)), "healthy");
+  spec.seed = 16;
+  spec.base_s[2] += 0.020;
+  Evidence plain = evaluate(spec_window(spec));
+  diagnose_against(plain, make_reference(evaluate(spec_window(base_spec(8, 15))), "healthy"));
+  EXPECT_TRUE(plain.diagnosis.common);
+  Evidence e = evaluate(with_cpu_wait(spec_window(spec), 5, 0.040));
+  diagnose_against(e, ref);
+  ASSERT_TRUE(e.diagnosis.significant());
+  EXPECT_FALSE(e.diagnosis.common);
+  EXPECT_EQ(e.diagnosis.rank, 5);
+  EXPECT_EQ(e.diagnosis.rank_basis, "cpu_wait");
+  ASSERT_FALSE(e.diagnosis.culprits.empty());
+  EXPECT_NEAR(e.diagnosis.culprits[0].cpu_wait_s, 0.040, 1e-6);
+}
+
+TEST(Differential, a_step_change_spread_over_every_stage_names_the_rank_by_its_arrival) {
+  // Four 20 ms stages; rank 2 1.2 ms slower in each: every stage's change (1.2 ms) is under its
+  // floor (2 % of the 80 ms step), the step's (4.8 ms) is not, and rank 2 arrives late by all of it.
+  const StageSchema schema({"a", "b", "c", "d"}, false);
+  auto make = [&](int slow, std::uint64_t seed) {
+    sf::verify::SplitMix64 rng(seed);
+    StageMatrix m(schema, 8, 0, 40);
+    for (int t = 0; t < 40; ++t)
+      for (int r = 0; r < 8; ++r) {
+        std::vector<double> d(4);
+        for (auto& x : d) x = 0.020 * rng.uniform(0.999, 1.001) + (r == slow ? 0.0012 : 0.0);
+        m.set_record(t, r, d, std::nullopt);
+      }
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(make(-1, 19)), "healthy");
+  Evidence e = evaluate(make(2, 20));
+  diagnose_against(e, ref);
+  const auto& d = *e.differential;
+  int past = 0;
+  for (std::size_t g = 0; g < d.delta_advance_s.size(); ++g) past += d.delta_advance_s[g] > d.noise_floor_s[g];
+  ASSERT_EQ(past, 0) << "a stage passed its floor: the case is not the one this test is about";
+  ASSERT_GT(d.delta_exposed_s, d.exposed_noise_floor_s);
+  EXPECT_EQ(e.diagnosis.rank, 2);
+  EXPECT_EQ(e.diagnosis.rank_basis, "arrival");
+  EXPECT_NEAR(e.diagnosis.excess_s, 0.0048, 0.0005);
+}
