@@ -22,6 +22,7 @@ struct SimOptions {
   bool json = false, check = false;
   bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
   int threads = 2;
+  std::optional<std::uint64_t> reference_seed;  ///< the healthy reference's own draw (default: the run's seed)
   std::string dump;
   std::string metrics;
   DetectOptions detect;
@@ -83,19 +84,27 @@ int run_sim(SimOptions& o) {
   auto score = [&](const sim::ModelConfig& c, const inject::FaultPlan& p) {
     return whole ? testbed::score_model_whole(c, p, label) : testbed::score_model_streaming(c, p, label, o.threads);
   };
-  // The healthy reference: the same ranks, seed and cost draws without the fault (the run itself
-  // when there is no fault). The verdict reads only its accounting (advances, median step): when
-  // streaming it is accounted, not labelled, on a thread of its own beside the faulty run's two.
+  // The healthy reference: the same ranks without the fault, drawn from the same seed (the run
+  // itself when there is no fault) or, with --reference-seed, from a seed of its own: its own
+  // jitter and per-rank speeds, so that a healthy run is compared with another healthy run and
+  // not with itself (a null that can fail, issue 38). Scored on a thread of its own beside the
+  // faulty run's two: labelled up to Evidence::kStandingMaxRanks ranks (the diagnosis reads its
+  // standings), past that accounted only (advances, spreads, median step).
   sim::ModelConfig healthy = cfg;
   healthy.scenario = "none";
   healthy.delay_ms.reset();
   healthy.sync_callbacks = cfg.sync_callbacks || plan.scenario->sync_callbacks;
-  const bool faulty = plan.scenario->site != inject::Site::none;
+  const bool independent = o.reference_seed && *o.reference_seed != cfg.seed;
+  if (independent) healthy.seed = *o.reference_seed;
+  const bool faulty = plan.scenario->site != inject::Site::none || independent;
   const auto healthy_plan = sim::model_plan(healthy);
+  const bool ref_standings = cfg.ranks <= frontier::Evidence::kStandingMaxRanks;
   std::future<testbed::ModelScore> ref_future;
   if (faulty && !whole)
-    ref_future = std::async(o.threads >= 2 ? std::launch::async : std::launch::deferred,
-                            [&] { return testbed::score_model_accounting(healthy, healthy_plan); });
+    ref_future = std::async(o.threads >= 2 ? std::launch::async : std::launch::deferred, [&] {
+      return ref_standings ? testbed::score_model_streaming(healthy, healthy_plan, label, 1)
+                           : testbed::score_model_accounting(healthy, healthy_plan);
+    });
   std::optional<testbed::Watch> watch;
   if (o.detect.on || !o.trace.file.empty()) {
     testbed::WatchOptions wo;
@@ -119,7 +128,9 @@ int run_sim(SimOptions& o) {
   const auto ref_scored = !faulty ? scored : whole ? score(healthy, healthy_plan) : ref_future.get();
   const auto& ref_e = ref_scored.evidence;
   // The diagnosis: the change against the healthy reference (for a run without a fault, itself).
-  testbed::apply_reference(e, frontier::make_reference(ref_e, "the healthy reference (same seed, no fault)"));
+  const std::string ref_name = independent ? "the healthy reference (seed " + std::to_string(healthy.seed) + ", no fault)"
+                                            : std::string("the healthy reference (same seed, no fault)");
+  testbed::apply_reference(e, frontier::make_reference(ref_e, ref_name));
   const auto vr = testbed::verdict_report(plan, e, gap, &ref_e, cfg.seed);
   const std::string scoring = whole ? std::string("whole matrix")
                                     : "streamed, " + std::to_string(scored.threads) + " thread(s)";
@@ -167,7 +178,9 @@ int run_sim(SimOptions& o) {
                    {"grad_mib", cfg.layout.grad_mib}, {"buckets", sim::bucket_floats(cfg.layout).size()},
                    {"bwd_device_ms", cfg.costs.bwd_device_ms}, {"bwd_host_ms", cfg.costs.bwd_host_ms},
                    {"comm_latency_us", cfg.comm.latency_us}, {"comm_gib_s", cfg.comm.gib_per_s}, {"scoring", scoring}};
-    j["reference"] = {{"median_step_s", ref_e.median_step_s}, {"advance_s_per_step", testbed::advance_per_step(ref_e)}};
+    j["reference"] = {{"seed", healthy.seed},
+                      {"median_step_s", ref_e.median_step_s},
+                      {"advance_s_per_step", testbed::advance_per_step(ref_e)}};
     j["truth_ranks"] = plan.ranks;
     j["evidence"] = formats::evidence_to_json(e);
     j["verdict"] = vr.json;
@@ -181,7 +194,7 @@ int run_sim(SimOptions& o) {
                 cfg.ranks, cfg.steps, static_cast<unsigned long long>(cfg.seed), cfg.profile.c_str(),
                 std::string(sim::to_string(cfg.sync_mode)).c_str(), sim::bucket_floats(cfg.layout).size(),
                 cfg.variation.jitter_sigma);
-    std::printf("# healthy reference (same seed, no fault): median step %.2f ms  scoring: %s\n#\n", ref_e.median_step_s * 1e3,
+    std::printf("# %s: median step %.2f ms  scoring: %s\n#\n", ref_name.substr(4).c_str(), ref_e.median_step_s * 1e3,
                 scoring.c_str());
     std::fputs(vr.truth_text.c_str(), stdout);
     std::printf("#\n%s", formats::evidence_table(e, "model window").c_str());
@@ -212,6 +225,9 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--metrics", o->metrics, "Prometheus text exposition of the window (docs/formats.md, Metrics)");
   sub->add_flag("--whole-matrix", o->whole,
                 "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
+  sub->add_option("--reference-seed", o->reference_seed,
+                  "draw the healthy reference from this seed (its own jitter and per-rank speeds) instead of the run's "
+                  "own seed without the fault: the null a healthy run can fail");
   sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
       ->check(CLI::Range(1, 2))->capture_default_str();
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");

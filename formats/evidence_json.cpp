@@ -116,7 +116,8 @@ ordered_json differential_json(const Evidence& e) {
           {"cohort_delta_s", per_group(e, d.cohort_delta_s)},
           {"rank_deltas_s", deltas},
           {"arrival_deltas_s", deltas_json(d.arrival_deltas)},
-          {"cpu_wait_deltas_s", deltas_json(d.cpu_wait_deltas)}};
+          {"cpu_wait_deltas_s", deltas_json(d.cpu_wait_deltas)},
+          {"erratic_log_variance_ratio", deltas_json(d.erratic)}};
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "sf/formats/formats.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -65,6 +66,12 @@ std::string arrival_detail(const Evidence& e) {
   if (d.rank_basis == "cpu_wait")
     return line("; its threads waited %.1f ms/step longer for a CPU than before, against its peers (starved or throttled)",
                 d.culprits.front().cpu_wait_s * 1e3);
+  if (d.rank_basis == "erratic" && e.differential)
+    for (const auto& x : e.differential->erratic)
+      if (x.rank == d.rank)
+        return line("; its steps grew erratic (step-to-step SD %.1fx its peers'): stopped or starved now and then, it costs "
+                    "everyone a wait in the collectives",
+                    std::exp(x.delta_s / 2));
   if (d.rank_basis != "arrival") return "";
   const std::string by = by_stage(e, d.culprits.front());
   return line("; it reaches the step's end %.1f ms/step later against its peers", d.culprits.front().arrival_s * 1e3) +

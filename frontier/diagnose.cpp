@@ -47,6 +47,24 @@ double robust_deviation(std::vector<double> v) {
 /// from its own steps alone.
 constexpr int kSpreadRanks = 8;
 
+/// How many robust spreads a rank's change must pass against its peers' when n ranks are compared
+/// in `lists` lists at once (the stage groups, the whole step, the CPU wait): z made family-wise
+/// over them (Bonferroni: the one-sided tail of z shared by n × lists tests), then widened by
+/// 1 + 3/n because a spread read from n ranks is itself uncertain (the MAD keeps about a third of
+/// an SD's information and is biased low at few ranks). For z = 3 and 8 lists: 5.6 at 8 ranks,
+/// 4.8 at 32. Calibrated on healthy model pairs drawn from independent seeds, whose per-rank
+/// speeds differ (results/stragglers: the null arm).
+double ranks_z(double z, int n, int lists) {
+  if (n <= 1) return z;
+  const double tail = 0.5 * std::erfc(z / std::sqrt(2.0)) / (static_cast<double>(n) * std::max(1, lists));
+  double lo = z, hi = z + 10;  // the z' with the one-sided tail `tail`, by bisection (called once per list)
+  for (int i = 0; i < 80; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (0.5 * std::erfc(mid / std::sqrt(2.0)) > tail ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi) * (1.0 + 3.0 / n);
+}
+
 /// Whether group g's standings are evidence against a rank: the recorder took the waits off, or
 /// the group is not where the ranks wait for the one behind (the frontier's lag closes there by
 /// at least min_effect of the step). Where they wait and no wait was measured, the rank that
@@ -227,6 +245,20 @@ std::vector<Diagnosis::Culprit> collect_culprits(const std::vector<std::vector<D
   return out;
 }
 
+/// A rank named for its erratic steps is a culprit for the step's change it caused everyone,
+/// though no mean change of its own passed a floor.
+void name_erratic(Diagnosis& d) {
+  if (d.rank_basis != "erratic" || d.rank < 0) return;
+  for (const auto& c : d.culprits)
+    if (c.rank == d.rank) return;
+  Diagnosis::Culprit c;
+  c.rank = d.rank;
+  c.group = d.group;
+  c.excess_s = d.excess_s;
+  c.floor_s = d.noise_floor_s;
+  d.culprits.insert(d.culprits.begin(), c);
+}
+
 /// The named rank first (its entry's group is the named stage), the others by excess.
 void put_named_first(Diagnosis& d) {
   if (d.rank < 0) return;
@@ -248,6 +280,21 @@ RankChoice arrival_rank(const std::vector<Differential::RankDelta>& arrival, dou
 /// waits there alike), not in its own stages or its arrival.
 RankChoice cpu_wait_rank(const std::vector<Differential::RankDelta>& cpu_wait, double excess_s) {
   return own_work_rank(cpu_wait, excess_s, "cpu_wait");
+}
+
+/// The one rank whose steps grew erratic past its floor (two or more: none, the loss is not one
+/// rank's), where the step changed by at least twice its floor (the attribution is indirect: it
+/// needs a clear effect) and no rank's mean change explains it.
+RankChoice erratic_rank(const Differential& diff) {
+  RankChoice c;
+  if (!(diff.delta_exposed_s > 2 * diff.exposed_noise_floor_s)) return c;
+  int passing = 0;
+  for (const auto& x : diff.erratic) passing += passes(x);
+  if (passing != 1 || !passes(diff.erratic.front())) return c;
+  c.rank = diff.erratic.front().rank;
+  c.basis = "erratic";
+  c.support = 1.0;
+  return c;
 }
 
 /// A device origin: the named stage follows forward, and the named rank's sampled forward device
@@ -289,15 +336,22 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
       rc = cpu_wait_rank(diff.cpu_wait_deltas, diff.delta_exposed_s);
       list = &diff.cpu_wait_deltas;
     }
+    if (rc.rank < 0) rc = erratic_rank(diff);
     if (rc.rank < 0) return d;
     d.group = top;
     d.rank = rc.rank;
     d.rank_basis = rc.basis;
-    d.excess_s = (*list)[0].delta_s;
-    d.noise_floor_s = (*list)[0].floor_s;
+    if (rc.basis == "erratic") {
+      d.excess_s = diff.delta_exposed_s;  // the step's change, which its pauses cost everyone
+      d.noise_floor_s = diff.exposed_noise_floor_s;
+    } else {
+      d.excess_s = (*list)[0].delta_s;
+      d.noise_floor_s = (*list)[0].floor_s;
+    }
     d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
     d.surfaces_group = surfaces_in(e, top);
     d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
+    name_erratic(d);
     put_named_first(d);
     finish_confidence(d, runner_up(delta, top), rc.support);
     return d;
@@ -307,6 +361,7 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   if (!follow_wait(e, diff.rank_deltas, d, rc, standing)) d.surfaces_group = surfaces_in(e, top);
   if (rc.rank < 0 && standing) rc = arrival_rank(diff.arrival_deltas, delta[top]);
   if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
+  if (rc.rank < 0 && standing) rc = erratic_rank(diff);
   d.common = standing && rc.rank < 0;
   if (d.common) rc.basis = "common";
   d.rank = rc.rank;
@@ -314,6 +369,7 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   d.rank_basis = rc.basis;
   if (!d.common) {
     d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
+    name_erratic(d);
     put_named_first(d);
   }
   finish_confidence(d, runner_up(delta, top), d.common ? 1.0 : rc.support);
@@ -347,13 +403,14 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
       const bool temporal = x.sd_s >= 0 && x.steps > 1;
       const double se = temporal ? x.sd_s / std::sqrt(static_cast<double>(x.steps)) : 0.0;
       const bool scatter = e.observed_ranks >= kSpreadRanks || (!temporal && e.observed_ranks >= 3);
-      list.push_back({x.rank, x.mean_s, std::max({cfg.z * se, scatter ? cfg.z * st.spread_s : 0.0, cfg.min_effect * cohort_step(e)})});
+      const double zs = scatter ? ranks_z(cfg.z, e.observed_ranks, K + 1) : 0.0;
+      list.push_back({x.rank, x.mean_s, std::max({cfg.z * se, zs * st.spread_s, cfg.min_effect * cohort_step(e)})});
     }
     if (k + 1 < K) out.groups.push_back(std::move(list));
     else out.arrival = std::move(list);
   }
   // The CPU wait is spread evenly over a window's steps: its noise is the ranks' scatter alone.
-  const double scatter = e.observed_ranks >= kSpreadRanks ? cfg.z * e.cpu_wait.spread_s : 0.0;
+  const double scatter = e.observed_ranks >= kSpreadRanks ? ranks_z(cfg.z, e.observed_ranks, K + 1) * e.cpu_wait.spread_s : 0.0;
   for (const auto& x : e.cpu_wait.ranks)
     out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, cfg.min_effect * cohort_step(e))});
   return out;
@@ -601,11 +658,42 @@ int needed_reference_steps(double sd, int n_ref, int n, double step_s, const Dia
 /// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
 /// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
 /// changes where there are enough ranks, min_effect of the reference step.
+/// Ranks whose whole-step standing scatters from step to step more than their peers' do in the
+/// window (an F-like test on ln of the variance ratio, SE sqrt(2/(n−1)) for n steps, z
+/// family-wise over the ranks), and did not already in the reference.
+std::vector<Differential::RankDelta> erratic_ranks(const Standing& w, const Standing& r, int observed, const DiagnosisConfig& cfg) {
+  std::vector<Differential::RankDelta> out;
+  if (!w.complete || w.ranks.size() < 3) return out;
+  auto peers_sd = [](const Standing& st, int rank) {
+    std::vector<double> v;
+    for (const auto& x : st.ranks)
+      if (x.rank != rank && x.sd_s > 0) v.push_back(x.sd_s);
+    return v.empty() ? -1.0 : median_inplace(v);
+  };
+  const double zr = ranks_z(cfg.z, observed, 1);
+  for (const auto& x : w.ranks) {
+    const double peers = peers_sd(w, x.rank);
+    if (!(x.sd_s > 0) || !(peers > 0) || x.steps < 3) continue;
+    const double log_ratio = 2 * std::log(x.sd_s / peers);
+    const double floor = zr * std::sqrt(2.0 / (x.steps - 1));
+    // In the reference it was not already as erratic (half the log ratio at most).
+    bool was = false;
+    for (const auto& y : r.ranks)
+      if (y.rank == x.rank && y.sd_s > 0) {
+        const double p = peers_sd(r, y.rank);
+        was = p > 0 && 2 * std::log(y.sd_s / p) > 0.5 * log_ratio;
+      }
+    if (!was) out.push_back({x.rank, log_ratio, floor});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.delta_s > b.delta_s; });
+  return out;
+}
+
 /// One list of standings (a group, the whole step, the CPU wait) against the reference's.
 std::vector<Differential::RankDelta> standing_changes(const Standing& w, const Standing& r, int ref_steps, int observed,
-                                                      double effect, const DiagnosisConfig& cfg) {
+                                                      int lists, double effect, const DiagnosisConfig& cfg) {
   std::vector<Differential::RankDelta> list;
-  std::vector<double> changes;
+  std::vector<double> changes, se;
   for (const auto& x : w.ranks) {
     double base = r.median_s, base_sd = -1;
     int base_n = ref_steps;
@@ -623,15 +711,25 @@ std::vector<Differential::RankDelta> standing_changes(const Standing& w, const S
     double var = 0;
     if (sd >= 0 && x.steps > 0) var += sd * sd / x.steps;
     if (sd >= 0 && base_n > 0) var += sd * sd / base_n;
-    list.push_back({x.rank, change, std::max(cfg.z * std::sqrt(var), effect)});
+    list.push_back({x.rank, change, 0.0});
     changes.push_back(change);
+    se.push_back(std::sqrt(var));
   }
-  // How far ranks' changes scatter with no fault: robustly over the listed ranks when every rank
-  // is listed on both sides; else the wider of the two sides' spreads of standing.
+  // Ranks that differ persistently (other hosts, other speeds) move against each other between two
+  // runs by more than their steps' noise says: the part of the ranks' scatter of changes that the
+  // noise does not explain is that heterogeneity. It is read from few ranks and many ranks are
+  // tested at once, so it is weighted by ranks_z; the noise by z. On a machine of like ranks the
+  // scatter is the noise and the floor stays z standard errors.
+  double hetero = 0;
   if (observed >= kSpreadRanks) {
     const double spread = w.complete && r.complete ? robust_deviation(changes) : std::max(w.spread_s, r.spread_s);
-    for (auto& x : list) x.floor_s = std::max(x.floor_s, cfg.z * spread);
+    std::vector<double> typical = se;
+    const double noise = typical.empty() ? 0.0 : median_inplace(typical);
+    hetero = std::sqrt(std::max(0.0, spread * spread - noise * noise));
   }
+  const double zr = ranks_z(cfg.z, observed, lists);
+  for (std::size_t i = 0; i < list.size(); ++i)
+    list[i].floor_s = std::max(std::hypot(cfg.z * se[i], zr * hetero), effect);
   std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.delta_s > b.delta_s; });
   return list;
 }
@@ -648,12 +746,13 @@ void standing_deltas(const Evidence& e, const Reference& ref, const DiagnosisCon
   const double effect = cfg.min_effect * ref.exposed_mean_s;
   for (int k = 0; k < K; ++k) {
     if (!standing_usable(e, k, cfg)) continue;  // no evidence: an empty list
-    auto list = standing_changes(e.standing[k], ref.standing[k], ref.steps, e.observed_ranks, effect, cfg);
+    auto list = standing_changes(e.standing[k], ref.standing[k], ref.steps, e.observed_ranks, K + 1, effect, cfg);
     if (k < G) d.rank_deltas[k] = std::move(list);
     else d.arrival_deltas = std::move(list);
   }
   if (!e.cpu_wait.ranks.empty() && !ref.cpu_wait.ranks.empty())
-    d.cpu_wait_deltas = standing_changes(e.cpu_wait, ref.cpu_wait, ref.steps, e.observed_ranks, effect, cfg);
+    d.cpu_wait_deltas = standing_changes(e.cpu_wait, ref.cpu_wait, ref.steps, e.observed_ranks, K + 1, effect, cfg);
+  d.erratic = erratic_ranks(e.standing[G], ref.standing[G], e.observed_ranks, cfg);
 }
 
 }  // namespace

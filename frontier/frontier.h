@@ -507,6 +507,13 @@ struct Differential {
   /// The same for the CPU wait: how much longer than before, against its peers, the rank's threads
   /// waited for a CPU (a rank slowed inside its collectives shows here, not in its arrival).
   std::vector<RankDelta> cpu_wait_deltas;
+  /// Ranks whose whole steps grew erratic against their peers': per rank, ln of its step-to-step
+  /// variance over its peers' median (delta_s holds that log ratio) and the floor it must pass
+  /// (z family-wise over the ranks × the log ratio's SE). A rank paused or starved now and then
+  /// loses time wherever it is when it stops, so its loss surfaces as everyone's wait in the
+  /// collectives; its own steps scatter. Consulted only where the step changed and no rank's
+  /// mean change explains it.
+  std::vector<RankDelta> erratic;
   /// Per group: the change of the cohort's median own work per step, the part every rank shares
   /// (a common slowdown; 0 without per-rank facts in the reference).
   std::vector<double> cohort_delta_s;

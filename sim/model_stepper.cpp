@@ -190,18 +190,9 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
       st.wait_bwd[r] = exit_single - k.own_done;
       end = exit_single;
     } else {
-      // Time inside collectives: the union of [entry, completion] over the rank's buckets.
-      double inside = 0, lo = -1, hi = -1;
-      for (std::size_t i = 0; i < B; ++i) {
-        const double a = st.launch[static_cast<std::size_t>(r) * B + i], e = st.bucket_end[i];
-        if (a > hi) {
-          inside += hi - lo;
-          lo = a;
-        }
-        hi = std::max(hi, e);
-      }
-      inside += hi - lo;
-      st.wait_bwd[r] = inside;
+      // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
+      // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
+      st.wait_bwd[r] = std::max(0.0, st.bucket_end[B - 1] - st.launch[static_cast<std::size_t>(r) * B + (B - 1)]);
       end = std::max(k.own_done, st.bucket_end[B - 1]);
     }
     d_bwd[r] = end - k.bwd_start;

@@ -556,3 +556,39 @@ TEST(Differential, a_step_change_spread_over_every_stage_names_the_rank_by_its_a
   EXPECT_EQ(e.diagnosis.rank_basis, "arrival");
   EXPECT_NEAR(e.diagnosis.excess_s, 0.0048, 0.0005);
 }
+
+TEST(Differential, a_rank_stopped_now_and_then_is_named_by_its_erratic_steps) {
+  // Rank 3's forward is 30 ms shorter and 30 ms longer on alternate steps: its mean is unchanged,
+  // the others wait for it every other step (the step grows 15 ms on average), and only the
+  // scatter of its own steps says who.
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"}, false);
+  auto make = [&](int erratic, std::uint64_t seed) {
+    sf::verify::SplitMix64 rng(seed);
+    StageMatrix m(schema, 8, 0, 40);
+    for (int t = 0; t < 40; ++t) {
+      std::vector<double> fwd(8);
+      double slowest = 0;
+      for (int r = 0; r < 8; ++r) {
+        fwd[r] = 0.045 * rng.uniform(0.995, 1.005) + (r == erratic ? (t % 2 ? 0.030 : -0.030) : 0.0);
+        slowest = std::max(slowest, fwd[r]);
+      }
+      for (int r = 0; r < 8; ++r) {
+        const double wait = slowest - fwd[r];
+        m.set_record(t, r, std::vector<double>{0.012, fwd[r], 0.110 + wait}, std::nullopt);
+        m.set_sync_wait(t, r, 2, wait);
+      }
+    }
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(make(-1, 21)), "healthy");
+  Evidence e = evaluate(make(3, 22));
+  diagnose_against(e, ref);
+  ASSERT_GT(e.differential->delta_exposed_s, 2 * e.differential->exposed_noise_floor_s);
+  EXPECT_EQ(e.diagnosis.rank, 3);
+  EXPECT_EQ(e.diagnosis.rank_basis, "erratic");
+  ASSERT_FALSE(e.diagnosis.culprits.empty());
+  EXPECT_EQ(e.diagnosis.culprits[0].rank, 3);
+  // Its own mean did not move: no mean change named it.
+  for (const auto& x : e.differential->arrival_deltas)
+    if (x.rank == 3) EXPECT_LT(x.delta_s, x.floor_s);
+}
