@@ -404,7 +404,8 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
       const double se = temporal ? x.sd_s / std::sqrt(static_cast<double>(x.steps)) : 0.0;
       const bool scatter = e.observed_ranks >= kSpreadRanks || (!temporal && e.observed_ranks >= 3);
       const double zs = scatter ? ranks_z(cfg.z, e.observed_ranks, K + 1) : 0.0;
-      list.push_back({x.rank, x.mean_s, std::max({cfg.z * se, zs * st.spread_s, cfg.min_effect * cohort_step(e)})});
+      list.push_back({x.rank, x.mean_s,
+                      std::max({cfg.z * se, zs * st.spread_s, std::max(cfg.min_effect, cfg.cohort_min_effect) * cohort_step(e)})});
     }
     if (k + 1 < K) out.groups.push_back(std::move(list));
     else out.arrival = std::move(list);
@@ -412,7 +413,7 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
   // The CPU wait is spread evenly over a window's steps: its noise is the ranks' scatter alone.
   const double scatter = e.observed_ranks >= kSpreadRanks ? ranks_z(cfg.z, e.observed_ranks, K + 1) * e.cpu_wait.spread_s : 0.0;
   for (const auto& x : e.cpu_wait.ranks)
-    out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, cfg.min_effect * cohort_step(e))});
+    out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, std::max(cfg.min_effect, cfg.cohort_min_effect) * cohort_step(e))});
   return out;
 }
 

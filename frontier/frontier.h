@@ -375,6 +375,9 @@ struct DiagnosisConfig {
   double drift = 0.05;        ///< and (against a reference) this fraction of the stage's own reference
                               ///< advance: what a stage moves between two healthy periods of one run
                               ///< on a shared machine, which no step-to-step spread shows
+  double cohort_min_effect = 0.1;  ///< without a reference, the fraction of the median step a rank's
+                                   ///< excess over its peers must reach: the cohort's usual asymmetry
+                                   ///< (a rank that hosts the store, the loader's worker) is unknown
 };
 
 /// Gates of Table 13 with the paper's defaults, plus the few thresholds the paper names

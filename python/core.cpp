@@ -99,7 +99,7 @@ inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const 
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/3, verdicts";
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/4, verdicts";
   m.attr("git_commit") = SF_GIT_COMMIT;
   m.attr("stages_schema") = std::string(formats::kStagesSchema);
   m.attr("evidence_schema") = std::string(frontier::Evidence::kSchema);
@@ -131,7 +131,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
-           "the sf.evidence/3 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
+           "the sf.evidence/4 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
       .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
       .def(
           "summary",

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Mutation check of the labeler (issue 28): each mutant below changes one line of frontier/ the
-# way a plausible slip would; the label tests must notice every one. For each mutant: apply it,
+# Mutation check of the labeler (issue 28) and the diagnosis (issue 38): each mutant below changes
+# one line of frontier/ the way a plausible slip would; the tests must notice every one. For each mutant: apply it,
 # rebuild only the target the next test needs, run the tests from the cheapest up — unit tests
-# (frontier_test), the §6.1 fixtures, the independent oracle (tests/oracle/check.py against
+# (frontier_test, diagnose_test), the §6.1 fixtures, the independent oracle (tests/oracle/check.py against
 # `sf-testbed score --json`), the label properties at 10^4 cases — and stop at the first that
 # fails (killed). Prints one line per mutant, then `K/N mutants killed`; exits 1 when one survives
 # or when the unmutated tree fails its own tests.
@@ -50,6 +50,17 @@ switch_min_leaders	frontier/label.cpp	if (!(conf >= 3 && chances > 0	if (!(conf 
 lag_must_close	frontier/label.cpp	if (!(open > 0 && -collapse >= 0.5 * open))	if (!(open > 0))
 host_event_low	frontier/label.cpp	side.fwd_event_median_s[rf] <= cfg.event_low_ratio * cpu)	side.fwd_event_median_s[rf] <= cpu)
 no_roles_not_weak	frontier/label.cpp	out.weak = p.side.roles.empty() || out.undeclared > 0;	out.weak = out.undeclared > 0;
+event_cohort_with_itself	frontier/label.cpp	if (eligible(r) && r != hi_rank) medians.push_back(side.fwd_event_median_s[r]);	if (eligible(r)) medians.push_back(side.fwd_event_median_s[r]);
+se_without_window	frontier/diagnose.cpp	if (n_ref > 0 && n > 0) se = sd * std::sqrt(1.0 / n_ref + 1.0 / n);	if (n_ref > 0 && n > 0) se = sd * std::sqrt(1.0 / n_ref);
+no_drift_term	frontier/diagnose.cpp	cfg.drift * std::max(0.0, ref.advance_mean_s[g])	0.0 * std::max(0.0, ref.advance_mean_s[g])
+level_not_change	frontier/diagnose.cpp	const double change = x.mean_s - base;	const double change = x.mean_s;
+median_with_itself	frontier/window_stats.cpp	if (n_ % 2 == 0) return v <= lo_ ? mid_ : lo_;	if (n_ % 2 == 0) return lo_ + (mid_ - lo_) / 2;
+never_common	frontier/diagnose.cpp	d.common = standing && rc.rank < 0;	d.common = false;
+no_arrival	frontier/diagnose.cpp	RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);	RankChoice rc;
+no_cpu_wait	frontier/diagnose.cpp	if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);	if (false) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
+waits_always_usable	frontier/diagnose.cpp	return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s);	return true;
+erratic_at_one_floor	frontier/diagnose.cpp	if (!(diff.delta_exposed_s > 2 * diff.exposed_noise_floor_s)) return c;	if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return c;
+window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? base_sd : x.sd_s;	const double sd = x.sd_s;
 EOF
 )
 if [ "$LIST" = 1 ]; then
@@ -103,6 +114,7 @@ build() { cmake --build "$BUILD" -j2 --target "$@" >"$out/build.log" 2>&1; }
 run_test() {
   case $1 in
     unit) build frontier_test && "$BUILD/tests/frontier_test" --gtest_brief=1 >"$out/test.log" 2>&1 ;;
+    diagnosis) build diagnose_test && "$BUILD/tests/diagnose_test" --gtest_brief=1 >"$out/test.log" 2>&1 ;;
     fixtures) build fixtures_test && "$BUILD/tests/fixtures_test" --gtest_brief=1 >"$out/test.log" 2>&1 ;;
     # The generated windows and the oracle's answers are the same for every mutant: kept from the
     # unmutated run (--keep), each mutant only rescores them.
@@ -111,7 +123,7 @@ run_test() {
       RC_PARAMS="max_success=$CASES" "$BUILD/tests/properties_test" --gtest_brief=1 --gtest_filter='Labels.*' >"$out/test.log" 2>&1 ;;
   esac
 }
-TESTS="unit fixtures oracle properties"
+TESTS="unit diagnosis fixtures oracle properties"
 
 echo "mutants.sh: unmutated tree first (build $BUILD/)"
 for t in $TESTS; do
@@ -154,7 +166,7 @@ while IFS=$'\t' read -r name file old new; do
 done <<<"$MUTANTS"
 
 restore
-build frontier_test fixtures_test properties_test sf-testbed || { echo "mutants.sh: rebuild of the restored tree failed" >&2; exit 1; }
+build frontier_test diagnose_test fixtures_test properties_test sf-testbed || { echo "mutants.sh: rebuild of the restored tree failed" >&2; exit 1; }
 echo "$killed/$total mutants killed ($((SECONDS - t0)) s)"
 if [ "$killed" -ne "$total" ]; then
   echo "mutants.sh: survived:$survivors" >&2

@@ -117,7 +117,8 @@ class _Step:
 class _CommState:
     """State of ``allreduce_hook``: the recorder, the stage the collective belongs to, the
     process group DDP reduces on, and an optional call made before entering the collective
-    (a trainer's fault injection; never part of the side span)."""
+    (a trainer's fault injection; never part of the side span). Per step (the recorder's slot
+    `cell`): when its last bucket entered and when its buckets were done."""
 
     def __init__(self, rec, stage, process_group=None, before_allreduce=None):
         import torch.distributed as dist
@@ -127,27 +128,39 @@ class _CommState:
         self.world = dist.get_world_size(process_group)
         self.before_allreduce = before_allreduce
         self.lock = threading.Lock()
+        self.cell = None
+        self.last_entry = 0
+        self.last_done = 0
 
 
 def allreduce_hook(state, bucket):
-    """DDP communication hook: DDP's default averaging all-reduce, with the time each rank spends
-    inside it (entry to completion) added to the step's side evidence of the backward stage. Every
-    rank leaves the collective together, so the rank that entered last spent the least time in
-    it: that names a late entry's rank (docs/design.md, Change 2)."""
+    """DDP communication hook: DDP's default averaging all-reduce, with the rank's wait at the
+    step's collectives from its arrival (from the entry of its last bucket to the completion of
+    every bucket) as the step's side evidence of the backward stage. Every rank leaves the
+    collectives together, so the rank that arrived last waited least: that names it, and time with
+    a bucket in flight while the rank still computes is its own work (docs/design.md, Change 2;
+    issue 38)."""
     import torch.distributed as dist
     if state.before_allreduce is not None:
         state.before_allreduce()
     rec = state.recorder
     cell = rec._base + state.side
     t0 = _now()
+    with state.lock:
+        if state.cell != cell:  # the first bucket of a step
+            state.cell, state.last_done = cell, 0
+        state.last_entry = t0
     tensor = bucket.buffer()
     tensor.div_(state.world)
     fut = dist.all_reduce(tensor, group=state.process_group, async_op=True).get_future()
 
     def done(f):
-        dt = _now() - t0
+        t = _now()
         with state.lock:
-            rec._buf[cell] += dt
+            if state.cell == cell:  # a bucket of an earlier step, finished late, is not this step's
+                state.last_done = max(state.last_done, t)
+                if state.last_done >= state.last_entry:
+                    rec._buf[cell] = state.last_done - state.last_entry
         return f.value()[0]
 
     return fut.then(done)
@@ -162,7 +175,7 @@ class Recorder:
     are not recorded: warm-up). capacity_steps: ring capacity (default 2 x window_steps).
     gather_deadline_s: how long rank 0 waits for a window's contributions before it scores the
     ranks that made it (gather_ok=false, telemetry_limited). out_dir: rank 0 writes
-    window_NNN.json packets (sf.evidence/3) there. sink(window, evidence, index): called on rank 0
+    window_NNN.json packets (sf.evidence/4) there. sink(window, evidence, index): called on rank 0
     for each scored window. labeler_config: JSON text with docs/labeler.md keys.
     reference: what each window's diagnosis is compared with (docs/diagnosis.md): None (each
     window against its cohort of ranks), "first" (window 0, recorded before the windows it judges,

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 using namespace sf::frontier;
@@ -591,4 +593,96 @@ TEST(Differential, a_rank_stopped_now_and_then_is_named_by_its_erratic_steps) {
   // Its own mean did not move: no mean change named it.
   for (const auto& x : e.differential->arrival_deltas)
     if (x.rank == 3) EXPECT_LT(x.delta_s, x.floor_s);
+}
+
+TEST(Differential, a_rank_slower_in_the_reference_too_is_no_culprit) {
+  // Rank 4 does 30 ms more data work in the reference and in the window (a rank that always loads
+  // more): its standing is high on both sides, its change is nothing.
+  auto spec = base_spec(8, 24);
+  spec.slow_rank = 4;
+  spec.slow_stage = 0;
+  spec.delay_s = 0.030;
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 25;
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  EXPECT_FALSE(e.diagnosis.significant());
+  EXPECT_TRUE(e.diagnosis.culprits.empty());
+  ASSERT_FALSE(e.standing.empty());
+  EXPECT_EQ(e.standing[0].ranks[0].rank, 4);  // it does stand out, in level
+  EXPECT_GT(e.standing[0].ranks[0].mean_s, 0.025);
+  for (const auto& x : e.differential->rank_deltas[0]) EXPECT_LT(x.delta_s, x.floor_s);
+}
+
+namespace {
+
+/// Eight ranks, data / forward / backward (with its wait measured), `steps` steps; rank 3's data
+/// stage gets `extra(t)` on step t (the others wait for it in backward).
+StageMatrix alternating(int steps, std::uint64_t seed, const std::function<double(int)>& extra) {
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"}, false);
+  sf::verify::SplitMix64 rng(seed);
+  StageMatrix m(schema, 8, 0, steps);
+  for (int t = 0; t < steps; ++t) {
+    std::vector<double> data(8);
+    double slowest = 0;
+    for (int r = 0; r < 8; ++r) {
+      data[r] = 0.012 * rng.uniform(0.99, 1.01) + (r == 3 ? extra(t) : 0.0);
+      slowest = std::max(slowest, data[r]);
+    }
+    for (int r = 0; r < 8; ++r) {
+      const double wait = slowest - data[r];
+      m.set_record(t, r, std::vector<double>{data[r], 0.045, 0.110 + wait}, std::nullopt);
+      m.set_sync_wait(t, r, 2, wait);
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST(Differential, a_rank_whose_fault_also_scatters_its_steps_is_judged_by_the_reference_spread) {
+  // Rank 3 loses 24 ms on every other step (mean +12 ms, its own steps now scatter by 12 ms). Under
+  // the null its window is its reference's process: the reference's small spread is the noise, and
+  // the +12 ms is named. Its own window spread would have hidden it behind a 6-step reference.
+  const Reference ref = make_reference(evaluate(alternating(6, 26, [](int) { return 0.0; })), "six healthy steps");
+  Evidence e = evaluate(alternating(40, 27, [](int t) { return t % 2 ? 0.024 : 0.0; }));
+  diagnose_against(e, ref);
+  EXPECT_EQ(e.diagnosis.rank, 3);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");  // by its mean, not only by its scatter
+}
+
+TEST(Differential, an_erratic_rank_is_named_only_for_a_step_change_of_twice_its_floor) {
+  // Rank 3's forward swings ±10 ms (its mean unchanged): the step grows 5 ms on average, past its
+  // floor but not twice it. The attribution by scatter is indirect: the answer is a common slowdown.
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"}, false);
+  auto make = [&](double swing, std::uint64_t seed) {
+    sf::verify::SplitMix64 rng(seed);
+    StageMatrix m(schema, 8, 0, 40);
+    for (int t = 0; t < 40; ++t) {
+      std::vector<double> fwd(8);
+      double slowest = 0;
+      for (int r = 0; r < 8; ++r) {
+        fwd[r] = 0.045 * rng.uniform(0.999, 1.001) + (r == 3 ? (t % 2 ? swing : -swing) : 0.0);
+        slowest = std::max(slowest, fwd[r]);
+      }
+      for (int r = 0; r < 8; ++r) {
+        const double wait = slowest - fwd[r];
+        m.set_record(t, r, std::vector<double>{0.012, fwd[r], 0.110 + wait}, std::nullopt);
+        m.set_sync_wait(t, r, 2, wait);
+      }
+    }
+    return m;
+  };
+  const Reference ref = make_reference(evaluate(make(0.0, 28)), "healthy");
+  Evidence e = evaluate(make(0.010, 29));
+  diagnose_against(e, ref);
+  const auto& d = *e.differential;
+  ASSERT_GT(d.delta_exposed_s, d.exposed_noise_floor_s);
+  ASSERT_LT(d.delta_exposed_s, 2 * d.exposed_noise_floor_s);
+  ASSERT_FALSE(d.erratic.empty());
+  EXPECT_EQ(d.erratic[0].rank, 3);
+  EXPECT_GT(d.erratic[0].delta_s, d.erratic[0].floor_s);
+  EXPECT_NE(e.diagnosis.rank_basis, "erratic");
+  EXPECT_EQ(e.diagnosis.rank, -1);
 }

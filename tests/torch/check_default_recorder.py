@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""A user's own 2-rank DDP job with sf_torch.Recorder's defaults (issue 38): a 40 ms forward
+sleep on rank 1 is named, rank 1 and forward, whether it starts mid-run (window 0 healthy, later
+windows named, the run named) or is there from step 0; a healthy job names nobody.
+
+    check_default_recorder.py MODE REPO CORE_DIR     MODE: mid_run | from_start | healthy
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("FAIL:", msg)
+    sys.exit(1)
+
+
+def main():
+    mode, repo, core = sys.argv[1:4]
+    slow_from = {"mid_run": "25", "from_start": "0", "healthy": "-1"}[mode]
+    env = dict(os.environ, SLOW_FROM=slow_from, PYTHONPATH=os.path.join(repo, "python"), SF_TORCH_CORE_DIR=core,
+               OMP_NUM_THREADS="1")
+    cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(29500 + os.getpid() % 1000),
+           os.path.join(repo, "tests", "torch", "default_recorder_train.py")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env)
+    lines = [ln for ln in p.stdout.splitlines() if "RESULT " in ln]
+    if p.returncode != 0 or not lines:
+        sys.stdout.write(p.stdout[-2000:] + p.stderr[-2000:])
+        fail(f"the trainer exited {p.returncode} without a RESULT line")
+    r = json.loads(lines[0].split("RESULT ", 1)[1])
+    for w in r["windows"]:
+        print(f"window {w['window']}: {w['line']}")
+    print(f"run: {r['summary']}")
+    named = "rank 1 (host "
+    fwd = "model.fwd_loss_cpu_wall"
+    if mode == "healthy":
+        for text in [w["line"] for w in r["windows"]] + [r["summary"]]:
+            if not text.startswith("no significant"):
+                fail(f"a healthy job named something: {text}")
+    else:
+        if not (r["summary"].startswith(named) and fwd in r["summary"]):
+            fail(f"the run's diagnosis does not name rank 1 {fwd}: {r['summary']}")
+        first, last = r["windows"][0]["line"], r["windows"][-1]["line"]
+        if not (last.startswith(named) and fwd in last):
+            fail(f"the last window does not name rank 1 {fwd}: {last}")
+        if mode == "mid_run" and not first.startswith("no significant"):
+            fail(f"window 0 (before the fault) named something: {first}")
+        if mode == "from_start" and not first.startswith(named):
+            fail(f"window 0 (with the fault) does not name rank 1: {first}")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
