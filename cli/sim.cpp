@@ -23,6 +23,7 @@ struct SimOptions {
   bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
   int threads = 2;
   std::optional<std::uint64_t> reference_seed;  ///< the healthy reference's own draw (default: the run's seed)
+  bool independent_reference = false;           ///< --independent-reference: seed + kIndependentSeedOffset
   std::string dump;
   std::string metrics;
   DetectOptions detect;
@@ -94,6 +95,10 @@ int run_sim(SimOptions& o) {
   healthy.scenario = "none";
   healthy.delay_ms.reset();
   healthy.sync_callbacks = cfg.sync_callbacks || plan.scenario->sync_callbacks;
+  // --independent-reference: a seed of the reference's own, derived from the run's (so that a sweep
+  // over seeds gets one independent pair per seed).
+  constexpr std::uint64_t kIndependentSeedOffset = 1000003;
+  if (o.independent_reference && !o.reference_seed) o.reference_seed = cfg.seed + kIndependentSeedOffset;
   const bool independent = o.reference_seed && *o.reference_seed != cfg.seed;
   if (independent) healthy.seed = *o.reference_seed;
   const bool faulty = plan.scenario->site != inject::Site::none || independent;
@@ -228,6 +233,8 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--reference-seed", o->reference_seed,
                   "draw the healthy reference from this seed (its own jitter and per-rank speeds) instead of the run's "
                   "own seed without the fault: the null a healthy run can fail");
+  sub->add_flag("--independent-reference", o->independent_reference,
+               "the healthy reference from a seed of its own (the run's seed + 1000003): --reference-seed without naming one");
   sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
       ->check(CLI::Range(1, 2))->capture_default_str();
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");

@@ -227,6 +227,16 @@ void add_diagnosis_columns(ordered_json& base, const ordered_json& evidence, con
     base["diag_excess_ms"] = d.value("excess_s", 0.0) * 1e3;
     base["diag_floor_ms"] = d.value("noise_floor_s", 0.0) * 1e3;
     base["diag_confidence"] = d.value("confidence", 0.0);
+    base["diag_rank_basis"] = d.value("rank_basis", "");
+    base["diag_common"] = d.value("common", false);
+    base["diag_culprits"] = d.contains("culprits") && d["culprits"].is_array() ? d["culprits"].size() : 0;
+  }
+  // The step's change against the reference and its floor (the rule the verdict's exposure uses).
+  if (evidence.contains("differential") && evidence["differential"].is_object()) {
+    const auto& df = evidence["differential"];
+    base["exposed_change_ms"] = df.value("delta_exposed_s", 0.0) * 1e3;
+    base["exposed_floor_ms"] = df.value("exposed_noise_floor_s", 0.0) * 1e3;
+    base["needed_reference_steps"] = df.value("needed_reference_steps", 0);
   }
   if (verdict.contains("diagnosis")) {
     const auto& v = verdict["diagnosis"];
@@ -235,13 +245,16 @@ void add_diagnosis_columns(ordered_json& base, const ordered_json& evidence, con
     base["diag_stage_hit"] = v.value("stage_hit", false);
     base["diag_rank_hit"] = v.value("rank_hit", false);
     base["diag_exposed"] = v.value("exposed", false);
+    base["diag_precision"] = v.value("precision", 1.0);
+    base["diag_recall"] = v.value("recall", 1.0);
   }
 }
 
 /// The paper's absolute verdict (frontier rule) against the expected stage and ranks.
 void add_verdict_columns(ordered_json& base, const ordered_json& v) {
   if (v.contains("expected")) {
-    base["expected_stage"] = v["expected"].value("stage", "");
+    const auto& st = v["expected"].contains("stage") ? v["expected"]["stage"] : ordered_json();
+    base["expected_stage"] = st.is_string() ? st.get<std::string>() : std::string();  // a straggler: none
     std::string ranks;
     for (const auto& r : v["expected"].value("ranks", ordered_json::array())) ranks += (ranks.empty() ? "" : ";") + r.dump();
     base["truth_ranks"] = ranks;
@@ -292,6 +305,20 @@ std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row,
 }
 
 std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
+  if (run.contains("skipped")) {
+    // A run the machine could not make (a straggler's cgroup without a cpu controller): said, not scored.
+    ordered_json base;
+    base["experiment"] = spec.name;
+    base["row"] = row.id;
+    base["group"] = row.params.value("group", "");
+    base["arm"] = row.params.value("_arm", "fault");
+    base["ranks"] = row.ranks;
+    for (const auto& [k, v] : row.params.items())
+      if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
+    base["commit"] = run.value("commit", "");
+    base["skipped"] = run["skipped"];
+    return {base};
+  }
   ordered_json base = row_columns(run, row, spec);
   const auto& cfg = run["config"];
   base["device"] = cfg.value("device", "");
@@ -634,14 +661,18 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   }
   ordered_json base = j.value("base", ordered_json::object());
   ordered_json matrix = j.value("matrix", ordered_json::object());
+  // "matrices": more products over the same base, appended (each straggler kind its own strengths).
+  ordered_json matrices = j.value("matrices", ordered_json::array());
   ordered_json extra = j.value("rows", ordered_json::array());
   if (quick && j.contains("quick")) {
     const auto& q = j["quick"];
     if (q.contains("base"))
       for (const auto& [k, v] : q["base"].items()) base[k] = v;
     if (q.contains("matrix")) matrix = q["matrix"];
+    matrices = q.value("matrices", ordered_json::array());
     extra = q.value("rows", ordered_json::array());
   }
+  if (!matrices.is_array()) throw formats::FormatError(path, 0, "\"matrices\" must be a list of matrix objects");
   for (const auto& kv : overrides) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw formats::FormatError(path, 0, "--set " + kv + ": expected KEY=VALUE");
@@ -685,6 +716,10 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     return s;
   }
   std::vector<ordered_json> params = matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(base, matrix, path);
+  for (const auto& m : matrices) {
+    if (!m.is_object() || m.empty()) throw formats::FormatError(path, 0, "every entry of \"matrices\" must be a non-empty object");
+    for (auto& p : expand_matrix(base, m, path)) params.push_back(std::move(p));
+  }
   for (const auto& r : extra) {
     ordered_json p = base;
     for (const auto& [k, v] : r.items()) p[k] = v;
@@ -706,12 +741,21 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   };
   // The sham arm: each row with a fault again with delay 0 (same seed, hence the same hidden
   // target and cost draws, same settings). Rows that differ only in the delay share one sham.
+  // A straggler's sham is the same run with no straggler (and no scenario): rows that differ only in
+  // the straggler's kind or strength share one.
   auto add_sham_rows = [&](const std::vector<ordered_json>& rows, const ordered_json& from, const std::string& tool) {
     for (const auto& p : rows) {
-      if (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate")) continue;
-      if (p.contains("delay_ms") && p["delay_ms"].is_number() && p["delay_ms"].get<double>() == 0) continue;
+      const bool straggler = p.contains("straggler");
+      if (!straggler && (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate"))) continue;
+      if (!straggler && p.contains("delay_ms") && p["delay_ms"].is_number() && p["delay_ms"].get<double>() == 0) continue;
       ordered_json sham = p;
-      sham["delay_ms"] = 0;
+      if (straggler) {
+        sham.erase("straggler");
+        sham.erase("straggler_strength");
+        sham["scenario"] = "none";
+      } else {
+        sham["delay_ms"] = 0;
+      }
       sham["_arm"] = "sham";
       const std::string tool_prefix = tool == "sim" ? "sim-" : "";
       if (ids.count(tool_prefix + "sham-" + row_id(sham, from)) || ids.count(tool_prefix + row_id(sham, from))) continue;
