@@ -233,6 +233,8 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--reference-seed", o->reference_seed,
                   "draw the healthy reference from this seed (its own jitter and per-rank speeds) instead of the run's "
                   "own seed without the fault: the null a healthy run can fail");
+  sub->add_option("--targets", o->cfg.target_count, "number of hidden target ranks to draw (every rank: a common fault)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_flag("--independent-reference", o->independent_reference,
                "the healthy reference from a seed of its own (the run's seed + 1000003): --reference-seed without naming one");
   sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")

@@ -774,6 +774,10 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
     const ordered_json sbase = sim.value("base", ordered_json::object());
     const ordered_json smatrix = sim.value("matrix", ordered_json::object());
     std::vector<ordered_json> sp = smatrix.empty() ? std::vector<ordered_json>{} : expand_matrix(sbase, smatrix, path);
+    for (const auto& m : sim.value("matrices", ordered_json::array())) {
+      if (!m.is_object() || m.empty()) throw formats::FormatError(path, 0, "every entry of the sim's \"matrices\" must be a non-empty object");
+      for (auto& p : expand_matrix(sbase, m, path)) sp.push_back(std::move(p));
+    }
     for (const auto& r : sim.value("rows", ordered_json::array())) {
       ordered_json p = sbase;
       for (const auto& [k, v] : r.items()) p[k] = v;

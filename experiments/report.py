@@ -1248,6 +1248,7 @@ def report_stragglers(d, df):
     df = df[df["skipped"].isna()]
     tool = df["tool"].fillna("run") if "tool" in df else pd.Series("run", index=df.index)
     real, model = df[tool != "sim"], df[tool == "sim"]
+    model_null = model[model["group"].fillna("") == "null"] if "group" in model else model.iloc[0:0]
     arm = arm_of(real)
     group = real["group"].fillna("") if "group" in real else pd.Series("", index=real.index)
     fault = real[(arm == "fault") & real["straggler"].notna()] if "straggler" in real else real.iloc[0:0]
@@ -1312,7 +1313,7 @@ def report_stragglers(d, df):
 
     # The model's null that can fail: healthy pairs from independent seeds.
     model_rows = []
-    for (profile, ranks), g in model.groupby(["profile", "ranks"], sort=True):
+    for (profile, ranks), g in model_null.groupby(["profile", "ranks"], sort=True):
         model_rows.append({"profile": profile, "ranks": int(ranks), "pairs": len(g), "culprit named": frac(named(g), len(g)),
                            "rate": f"{named(g) / len(g) * 100:.1f} %",
                            "common slowdown": frac(b(g["diag_common"]).sum(), len(g))})
@@ -1321,6 +1322,32 @@ def report_stragglers(d, df):
                  "--independent-reference`: the healthy reference drawn from a seed of its own (its own jitter and per-rank "
                  "speeds), so a healthy run is compared with another healthy run, not with itself.\n\n"
                  + md_table(pd.DataFrame(model_rows)))
+    # Several faulty ranks (model, independent-seed reference): are both named, and is every rank a common slowdown?
+    mgroup = model["group"].fillna("") if "group" in model else pd.Series("", index=model.index)
+    marm = arm_of(model) if len(model) else pd.Series(dtype=str)
+    two = model[(mgroup == "two_ranks") & (marm == "fault")]
+    every = model[(mgroup == "every_rank") & (marm == "fault")]
+    several_rows = []
+    for (scen, ranks, delay), g in two.groupby(["scenario", "ranks", "delay_ms"], sort=True):
+        both = int((g["diag_recall"] >= 1).sum())
+        several_rows.append({"faulty ranks": 2, "scenario": scen, "ranks": int(ranks), "delay ms": f"{delay:g}", "runs": len(g),
+                             "step slowed ms (median)": f"{g['exposed_change_ms'].median():.1f}",
+                             "both named": frac(both, len(g)), "precision (mean)": f"{g['diag_precision'].mean():.2f}",
+                             "outcomes": ", ".join(f"{k} {v}" for k, v in g["diag_outcome"].value_counts().items())})
+    for (scen, ranks, delay), g in every.groupby(["scenario", "ranks", "delay_ms"], sort=True):
+        several_rows.append({"faulty ranks": int(ranks), "scenario": scen, "ranks": int(ranks), "delay ms": f"{delay:g}",
+                             "runs": len(g), "step slowed ms (median)": f"{g['exposed_change_ms'].median():.1f}",
+                             "both named": "-", "precision (mean)": "-",
+                             "outcomes": ", ".join(f"{k} {v}" for k, v in g["diag_outcome"].value_counts().items())})
+    two_thr = {}
+    for (scen, ranks), g in two.groupby(["scenario", "ranks"], sort=True):
+        ok = [dl for dl, gd in g.groupby("delay_ms") if (gd["diag_recall"] >= 1).sum() >= 0.95 * len(gd)]
+        passing = sorted(dl for dl in ok if all(dl2 in ok for dl2 in g["delay_ms"].unique() if dl2 >= dl))
+        two_thr[(scen, int(ranks))] = passing[0] if passing else None
+    if several_rows:
+        text += ("\n## Several faulty ranks (model)\n\n`sf-testbed sim --targets N --independent-reference`: two hidden "
+                 "ranks with the same fault, and every rank with it (a common slowdown, no culprit). *Both named*: the "
+                 "culprits' recall is 1.\n\n" + md_table(pd.DataFrame(several_rows)))
     if len(skipped):
         text += f"\n{len(skipped)} row(s) skipped by the machine: {skipped['skipped'].iloc[0]}\n"
 
@@ -1344,13 +1371,20 @@ def report_stragglers(d, df):
                         "the dotted line is the sham arm's rate of naming a culprit.")
 
     pairs = sum(r["pairs"] for r in model_rows)
-    pairs_named = int(sum(named(g) for _, g in model.groupby(["profile", "ranks"]))) if len(model) else 0
-    worst = max(model_rows, key=lambda r: named(model[(model["profile"] == r["profile"]) & (model["ranks"] == r["ranks"])]) / r["pairs"]) if model_rows else None
+    pairs_named = int(sum(named(g) for _, g in model_null.groupby(["profile", "ranks"]))) if len(model_null) else 0
+    worst = max(model_rows, key=lambda r: named(model_null[(model_null["profile"] == r["profile"]) &
+                                                           (model_null["ranks"] == r["ranks"])]) / r["pairs"]) if model_rows else None
     headline = (f"rank hit {hit(clear)}/{len(clear)} where the step slowed past twice its floor ({hit(fault)}/{len(fault)} in all); "
                 f"sham named {named(sham)}/{len(sham)}, healthy runs {named(healthy)}/{len(healthy)}; thresholds "
                 + ", ".join(f"{k} {v:.1f} ms" if v is not None else f"{k} none" for k, v in thresholds.items())
                 + (f"; independent-seed model pairs named a culprit in {pairs_named}/{pairs} (worst {worst['profile']} at "
                    f"{worst['ranks']} ranks: {worst['culprit named']})" if worst else ""))
+    if len(two):
+        headline += ("; two faulty ranks both named (model) from "
+                     + ", ".join(f"{v:g} ms ({k[0]}, {k[1]} ranks)" if v is not None else f"never ({k[0]}, {k[1]} ranks)"
+                                 for k, v in two_thr.items()))
+    if len(every):
+        headline += f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}"
     misses = clear[clear["diag_outcome"] != "hit"]
     differ = ("Not in the paper (its faults are injected into stages). "
               + (f"Where the step slowed past twice its floor and the rank was not named: "

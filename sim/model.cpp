@@ -23,6 +23,8 @@ std::string validate(const ModelConfig& cfg) {
   for (int r : cfg.target_ranks)
     if (r < 0 || r >= cfg.ranks) return "--target-rank " + std::to_string(r) + " outside 0.." + std::to_string(cfg.ranks - 1);
   if (cfg.delay_ms && (*cfg.delay_ms < 0 || *cfg.delay_ms > 600000)) return "--delay-ms must be in [0, 600000]";
+  if (cfg.target_count < 1 || cfg.target_count > cfg.ranks)
+    return "--targets " + std::to_string(cfg.target_count) + " outside 1.." + std::to_string(cfg.ranks);
   return "";
 }
 
@@ -30,7 +32,7 @@ inject::FaultPlan model_plan(const ModelConfig& cfg) {
   inject::FaultPlan plan;
   plan.scenario = inject::find_scenario(cfg.scenario);
   plan.delay_ms = cfg.delay_ms.value_or(plan.scenario->default_delay_ms);
-  plan.ranks = cfg.target_ranks.empty() ? inject::draw_targets(cfg.seed, cfg.ranks, 1) : cfg.target_ranks;
+  plan.ranks = cfg.target_ranks.empty() ? inject::draw_targets(cfg.seed, cfg.ranks, cfg.target_count) : cfg.target_ranks;
   plan.onset = cfg.onset;
   plan.offset = cfg.offset;
   plan.every = cfg.every;

@@ -290,7 +290,8 @@ private:
 struct ModelConfig {
   std::string scenario = "data_tail";
   std::optional<double> delay_ms;
-  std::vector<int> target_ranks;          ///< default: one rank drawn from seed
+  std::vector<int> target_ranks;          ///< default: target_count ranks drawn from seed
+  int target_count = 1;                   ///< --targets: ranks drawn when target_ranks is empty
   std::int64_t onset = 0, offset = inject::kForever;
   int every = 1;
   int ranks = 1024;
