@@ -309,6 +309,39 @@ void follow_device(const Evidence& e, Diagnosis& d, RankChoice& rc) {
   rc.basis = "forward_event";
 }
 
+/// No stage's change passes its floor, but the step's may: a rank slowed a little in every stage
+/// (paused, starved) spreads its loss over them. Its arrival (or its CPU wait, or its erratic
+/// steps), when it explains at least half of the step's change, names it in the stage that changed
+/// most; else `d` stays "no significant change".
+Diagnosis spread_loss_diagnosis(const Evidence& e, const Differential& diff, Diagnosis d, int top) {
+  if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return d;
+  RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);
+  const std::vector<Differential::RankDelta>* list = &diff.arrival_deltas;
+  if (rc.rank < 0) {
+    rc = cpu_wait_rank(diff.cpu_wait_deltas, diff.delta_exposed_s);
+    list = &diff.cpu_wait_deltas;
+  }
+  if (rc.rank < 0) rc = erratic_rank(diff);
+  if (rc.rank < 0) return d;
+  d.group = top;
+  d.rank = rc.rank;
+  d.rank_basis = rc.basis;
+  if (rc.basis == "erratic") {
+    d.excess_s = diff.delta_exposed_s;  // the step's change, which its pauses cost everyone
+    d.noise_floor_s = diff.exposed_noise_floor_s;
+  } else {
+    d.excess_s = (*list)[0].delta_s;
+    d.noise_floor_s = (*list)[0].floor_s;
+  }
+  d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
+  d.surfaces_group = surfaces_in(e, top);
+  d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
+  name_erratic(d);
+  put_named_first(d);
+  finish_confidence(d, runner_up(diff.delta_advance_s, top), rc.support);
+  return d;
+}
+
 Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   Diagnosis d;
   d.basis = Diagnosis::Basis::differential;
@@ -325,37 +358,8 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
   // With standings on both sides a rank is named only by its own change against its peers' (the
   // difference in differences); when none explains the stage's change, every rank changed alike.
   const bool standing = !diff.arrival_deltas.empty();
-  if (!(delta[top] > diff.noise_floor_s[top])) {
-    // No stage's change passes its floor, but the step's may: a rank slowed a little in every
-    // stage (paused, starved) spreads its loss over them. Its arrival (or its CPU wait), when it
-    // explains at least half of the step's change, names it in the stage that changed most.
-    if (!standing || !(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return d;  // no significant change
-    RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);
-    const std::vector<Differential::RankDelta>* list = &diff.arrival_deltas;
-    if (rc.rank < 0) {
-      rc = cpu_wait_rank(diff.cpu_wait_deltas, diff.delta_exposed_s);
-      list = &diff.cpu_wait_deltas;
-    }
-    if (rc.rank < 0) rc = erratic_rank(diff);
-    if (rc.rank < 0) return d;
-    d.group = top;
-    d.rank = rc.rank;
-    d.rank_basis = rc.basis;
-    if (rc.basis == "erratic") {
-      d.excess_s = diff.delta_exposed_s;  // the step's change, which its pauses cost everyone
-      d.noise_floor_s = diff.exposed_noise_floor_s;
-    } else {
-      d.excess_s = (*list)[0].delta_s;
-      d.noise_floor_s = (*list)[0].floor_s;
-    }
-    d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
-    d.surfaces_group = surfaces_in(e, top);
-    d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
-    name_erratic(d);
-    put_named_first(d);
-    finish_confidence(d, runner_up(delta, top), rc.support);
-    return d;
-  }
+  // No stage's change passes its floor: the step's may still have, spread over every stage.
+  if (!(delta[top] > diff.noise_floor_s[top])) return standing ? spread_loss_diagnosis(e, diff, d, top) : d;
   d.group = top;
   RankChoice rc = choose_rank(e, top, diff.rank_deltas[top], delta[top], standing);
   if (!follow_wait(e, diff.rank_deltas, d, rc, standing)) d.surfaces_group = surfaces_in(e, top);
