@@ -1248,7 +1248,7 @@ def report_stragglers(d, df):
     df = df[df["skipped"].isna()]
     tool = df["tool"].fillna("run") if "tool" in df else pd.Series("run", index=df.index)
     real, model = df[tool != "sim"], df[tool == "sim"]
-    model_null = model[model["group"].fillna("") == "null"] if "group" in model else model.iloc[0:0]
+    model_null = model[model["group"].fillna("") == "healthy_pairs"] if "group" in model else model.iloc[0:0]
     arm = arm_of(real)
     group = real["group"].fillna("") if "group" in real else pd.Series("", index=real.index)
     fault = real[(arm == "fault") & real["straggler"].notna()] if "straggler" in real else real.iloc[0:0]
