@@ -78,7 +78,7 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/4, one per line; with --detect an sf.detect/1 line last) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/5, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--metrics", o->metrics,
                   "Prometheus text exposition of the last window, rewritten atomically after each window (docs/formats.md, Metrics)");

@@ -238,6 +238,23 @@ void add_diagnosis_columns(ordered_json& base, const ordered_json& evidence, con
     base["exposed_floor_ms"] = df.value("exposed_noise_floor_s", 0.0) * 1e3;
     base["needed_reference_steps"] = df.value("needed_reference_steps", 0);
   }
+  // The what-if (docs/diagnosis.md §7): the step as it is, with every culprit fixed, as if no rank
+  // straggled; and, under a fault, the prediction against the step without it.
+  if (evidence.contains("whatif") && evidence["whatif"].is_object()) {
+    const auto& w = evidence["whatif"];
+    base["whatif_available"] = w.value("available", false);
+    base["whatif_actual_ms"] = w.value("actual_s", 0.0) * 1e3;
+    base["whatif_healed_ms"] = w.value("all_healed_s", 0.0) * 1e3;
+    base["whatif_ideal_ms"] = w.value("ideal_s", 0.0) * 1e3;
+    base["whatif_floor_ms"] = w.value("floor_s", 0.0) * 1e3;
+    base["whatif_gains"] = w.value("gains", false);
+    base["whatif_fixes"] = w.contains("fixes") && w["fixes"].is_array() ? w["fixes"].size() : 0;
+  }
+  if (verdict.contains("whatif") && verdict["whatif"].is_object()) {
+    const auto& w = verdict["whatif"];
+    base["whatif_ref_ms"] = w.value("measured_s", 0.0) * 1e3;
+    base["whatif_ref_error"] = w.value("rel_error", 0.0);
+  }
   if (verdict.contains("diagnosis")) {
     const auto& v = verdict["diagnosis"];
     base["diag_outcome"] = v.value("outcome", "");

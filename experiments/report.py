@@ -1396,6 +1396,124 @@ def report_stragglers(d, df):
     return text, headline, "stragglers.png", "(not in the paper: stragglers from outside the step)", differ
 
 
+WHATIF_TOL = 0.05  # issue 39: |T_healed - T_sham| <= 5 % of T_sham
+
+
+def whatif_pairs(df):
+    """Each fault row beside its sham twin's measured step: T_healed (whatif_healed_ms) against the sham's exposed
+    step (its whatif_actual_ms), and why a miss missed, read from the rows."""
+    df = df.copy()
+    tool = df["tool"].fillna("run") if "tool" in df else pd.Series("run", index=df.index)
+    df["tool_"] = tool
+    df["profile_"] = df["profile"].fillna("-") if "profile" in df else "-"
+    kind = df["straggler"].fillna("") if "straggler" in df else pd.Series("", index=df.index)
+    df["fault_"] = kind.where(kind != "", df["scenario"].fillna("none"))
+    # A straggler's sham is the same run with no straggler (scenario none); a stage fault's, delay 0.
+    df["twin_scenario_"] = df["scenario"].fillna("none").where(kind == "", "none")
+    arm = arm_of(df)
+    keys = ["tool_", "profile_", "twin_scenario_", "ranks", "seed"]
+    sham = df[arm == "sham"].drop_duplicates(keys).set_index(keys)["whatif_actual_ms"]
+    fault = df[(arm == "fault") & (df["fault_"] != "none")].copy()
+    fault["sham_ms"] = [sham.get(tuple(r[k] for k in keys), float("nan")) for _, r in fault.iterrows()]
+    fault["error"] = (fault["whatif_healed_ms"] - fault["sham_ms"]) / fault["sham_ms"]
+    fault["unfixed_error"] = (fault["whatif_actual_ms"] - fault["sham_ms"]) / fault["sham_ms"]
+    fault["within"] = fault["error"].abs() <= WHATIF_TOL
+    fault["reached"] = b(fault["diag_exposed"]).astype(bool) if "diag_exposed" in fault else True
+
+    def why(r):
+        if r["within"]:
+            return ""
+        if not bool(r.get("whatif_available", True)):
+            return "what-if not available"
+        if r["diag_outcome"] != "hit":
+            return f"the diagnosis was {r['diag_outcome']}: the fix healed {'no rank' if r['whatif_fixes'] == 0 else 'another rank'}"
+        basis = str(r.get("diag_rank_basis", ""))
+        if basis in ("cpu_wait", "erratic"):
+            return (f"named by its {basis.replace('_', ' ')}: the loss sits inside the collectives, in no arrival "
+                    f"(predicted gain {r['whatif_actual_ms'] - r['whatif_healed_ms']:.1f} of {r['whatif_actual_ms'] - r['sham_ms']:.1f} ms)")
+        ref = r.get("whatif_ref_ms", float("nan"))
+        if ref == ref and abs(r["whatif_healed_ms"] - ref) <= WHATIF_TOL * ref:
+            return (f"within {abs(r['whatif_healed_ms'] - ref) / ref:.1%} of its own run's healthy steps; the sham run's step "
+                    f"differs from them by {(r['sham_ms'] - ref) / ref:+.1%} (drift between runs)")
+        gain, change = r["whatif_actual_ms"] - r["whatif_healed_ms"], r["whatif_actual_ms"] - r["sham_ms"]
+        return f"{'under' if gain < change else 'over'}-predicted: gain {gain:.1f} ms of a {change:.1f} ms change"
+    fault["why"] = [why(r) for _, r in fault.iterrows()]
+    return fault
+
+
+def report_whatif(d, df):
+    """What fixing it would buy (issue 39): each fault row's predicted step with its culprits fixed, against its sham
+    twin's measured step."""
+    text, _ = header(d, "What fixing it would buy (issue 39)")
+    pairs = whatif_pairs(df)
+    reached = pairs[pairs["reached"]]
+    text += ("Each fault row's what-if (docs/diagnosis.md §7: the window replayed with the culprits' arrivals set back to "
+             "their healthy values) beside its sham twin: the same seed, ranks and settings with the fault switched off "
+             "(a straggler's: no straggler), whose measured exposed step is the truth the prediction is checked against. "
+             f"*Within*: |T_healed - T_sham| <= {WHATIF_TOL:.0%} of T_sham. *Unfixed*: the fault row's own step against "
+             "the sham, the error of predicting no gain at all (the yardstick). Rows where the fault did not reach the "
+             "step (the verdict's rule) are listed apart: there is nothing to heal.\n\n")
+    rows = []
+    for (tool, fault), g in reached.groupby(["tool_", "fault_"], sort=True):
+        rows.append({"tool": "live" if tool == "run" else "model", "fault": fault, "rows": len(g),
+                     "within 5 %": frac(int(g["within"].sum()), len(g)),
+                     "median abs error": f"{g['error'].abs().median():.1%}",
+                     "worst error": f"{g['error'].iloc[g['error'].abs().argmax()]:+.1%}",
+                     "no fix: median abs error": f"{g['unfixed_error'].abs().median():.1%}",
+                     "median gain ms": f"{(g['whatif_actual_ms'] - g['whatif_healed_ms']).median():.1f}"})
+    text += "## Predicted against measured, where the fault reached the step\n\n" + md_table(pd.DataFrame(rows))
+    misses = reached[~reached["within"]]
+    if len(misses):
+        cols = ["tool_", "fault_", "ranks", "seed", "delay_ms", "whatif_actual_ms", "whatif_healed_ms", "sham_ms", "error", "why"]
+        m = misses[[c for c in cols if c in misses]].copy()
+        for c in ["whatif_actual_ms", "whatif_healed_ms", "sham_ms"]:
+            m[c] = m[c].map(lambda x: f"{x:.1f}")
+        m["error"] = m["error"].map(lambda x: f"{x:+.1%}")
+        m = m.rename(columns={"tool_": "tool", "fault_": "fault", "whatif_actual_ms": "actual ms", "whatif_healed_ms": "healed ms",
+                              "sham_ms": "sham ms"})
+        text += "\n## Every miss, and why (from the rows)\n\n" + md_table(m)
+    quiet = pairs[~pairs["reached"]]
+    if len(quiet):
+        text += (f"\n## Faults that did not reach the step\n\n{len(quiet)} rows; the what-if said nothing to gain in "
+                 f"{int((~b(quiet['whatif_gains']).astype(bool)).sum())} of them, and their step was within 5 % of the sham's in "
+                 f"{int((quiet['unfixed_error'].abs() <= WHATIF_TOL).sum())}.\n")
+    # Healthy windows: no invented gain.
+    sham = df[arm_of(df) == "sham"]
+    invented = int(b(sham["whatif_gains"]).sum()) if "whatif_gains" in sham else 0
+    text += (f"\n## No invented gain\n\nSham rows (no fault): the what-if claimed a gain past the floor in {invented} of "
+             f"{len(sham)}; their slowdown S (WIA's T_actual / T_ideal, jitter every step has) median "
+             f"{(sham['whatif_actual_ms'] / sham['whatif_ideal_ms']).median():.3f}.\n")
+    text += ("\n## Not built yet\n\n`run --mitigate exclude` and `run --mitigate rebalance` (issue 39, item 3: a mitigation "
+             "applied live and its recovered step measured against the prediction) are not in this table: they are not built.\n")
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.8))
+    for (tool, marker) in [("run", "o"), ("sim", "x")]:
+        g = reached[reached["tool_"] == tool]
+        if len(g):
+            ax.scatter(g["sham_ms"], g["whatif_healed_ms"], marker=marker, s=18, label=("live" if tool == "run" else "model"))
+    lo = min(reached["sham_ms"].min(), reached["whatif_healed_ms"].min()) if len(reached) else 0
+    hi = max(reached["sham_ms"].max(), reached["whatif_healed_ms"].max()) if len(reached) else 1
+    ax.plot([lo, hi], [lo, hi], c="gray", lw=0.8)
+    ax.fill_between([lo, hi], [lo * (1 - WHATIF_TOL), hi * (1 - WHATIF_TOL)], [lo * (1 + WHATIF_TOL), hi * (1 + WHATIF_TOL)],
+                    color="gray", alpha=0.15, lw=0)
+    ax.set_xlabel("sham twin's measured step (ms)")
+    ax.set_ylabel("predicted step with the culprits fixed (ms)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(d / "whatif.png", dpi=120)
+    text += figure_note("whatif.png", "Predicted healed step against the sham twin's measured step, one point per fault row "
+                        f"that reached the step; the line is the diagonal, the band +/-{WHATIF_TOL:.0%}.")
+    live, model = reached[reached["tool_"] == "run"], reached[reached["tool_"] == "sim"]
+    headline = (f"T_healed within {WHATIF_TOL:.0%} of the sham twin's step in {int(reached['within'].sum())}/{len(reached)} fault "
+                f"rows that reached the step (live {int(live['within'].sum())}/{len(live)}, model "
+                f"{int(model['within'].sum())}/{len(model)}); median |error| {reached['error'].abs().median():.1%} against "
+                f"{reached['unfixed_error'].abs().median():.1%} for no fix; sham rows claimed a gain in {invented}/{len(sham)}; "
+                "live mitigations not built")
+    differ = ("Not in the paper. The seeds' what-if (WIA, arXiv 2505.05713) replays a dependency graph; this one replays "
+              "arrivals at the step's end, so a loss inside a collective is not in it (see the misses).")
+    return text, headline, "whatif.png", "(not in the paper: the what-if follows WIA's T_ideal and S)", differ
+
+
 def report_soak(d, df):
     text, _ = header(d, "Soak: rank 0's resident memory over many windows")
     rows = []
@@ -1755,7 +1873,8 @@ REPORTS = {"detect": report_detect, "fixtures": report_fixtures, "routing": repo
            "callback": report_callback, "overhead": report_overhead, "aba": report_aba,
            "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic,
            "events": report_events, "sensitivity": report_sensitivity, "torch_routing": report_torch_routing,
-           "soak": report_soak, "stragglers": report_stragglers}
+           "soak": report_soak, "stragglers": report_stragglers,
+           "whatif": report_whatif}
 # Experiments whose own script writes table.md and summary.json (kind "script" specs).
 SCRIPTED = ["gather", "link_fault"]
 # The files of one scripts/gpu_check.sh run on a real GPU (report_gpu reads them; there is no rows.csv).

@@ -120,6 +120,29 @@ ordered_json differential_json(const Evidence& e) {
           {"erratic_log_variance_ratio", deltas_json(d.erratic)}};
 }
 
+ordered_json whatif_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  const auto& w = e.whatif;
+  ordered_json fixes = ordered_json::array();
+  for (const auto& f : w.fixes)
+    fixes.push_back({{"rank", f.rank},
+                     {"stage", group_or_null(e, f.group)},
+                     {"healed_s", f.healed_s},
+                     {"gain_s", f.gain_s},
+                     {"gain_share", w.actual_s > 0 ? f.gain_s / w.actual_s : 0.0}});
+  return {{"available", w.available},
+          {"why_not", w.available ? ordered_json(nullptr) : ordered_json(w.why_not)},
+          {"steps", w.steps},
+          {"actual_s", w.actual_s},
+          {"ideal_s", w.ideal_s},
+          {"slowdown", w.slowdown},
+          {"wasted", w.wasted},
+          {"floor_s", w.floor_s},
+          {"fixes", fixes},
+          {"all_healed_s", w.all_healed_s},
+          {"gains", w.gains()},
+          {"line", whatif_line(e, ranks)}};
+}
+
 }  // namespace
 
 ordered_json config_to_json(const LabelConfig& c) {
@@ -305,6 +328,7 @@ ordered_json evidence_to_json(const Evidence& e, const std::vector<RankInfo>& ra
   }
   j["diagnosis"] = diagnosis_json(e, ranks);
   j["differential"] = differential_json(e);
+  j["whatif"] = whatif_json(e, ranks);
   j["exposed_makespan_s"] = e.exposed_makespan_s;
   j["per_stage_max_s"] = e.per_stage_max_s;
   j["per_stage_avg_s"] = e.per_stage_avg_s;

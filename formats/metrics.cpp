@@ -92,6 +92,24 @@ std::string metrics_text(const frontier::Evidence& e, const MetricsState& s) {
       w.sample("sf_stage_delta_seconds", "stage=" + quoted(e.group_name(g)), e.differential->delta_advance_s[g]);
   }
 
+  // The what-if (docs/diagnosis.md, "What fixing it would buy"): present only where it could be
+  // replayed, so an absent series means "unknown", never "nothing to gain".
+  if (const auto& wi = e.whatif; wi.available) {
+    w.family("sf_whatif_step_seconds", "gauge",
+             "The exposed step per step of the latest window as it is (actual), with every culprit fixed (healed) and as if no "
+             "rank straggled (ideal: every rank at the cohort's median arrival).");
+    w.sample("sf_whatif_step_seconds", "case=\"actual\"", wi.actual_s);
+    w.sample("sf_whatif_step_seconds", "case=\"healed\"", wi.all_healed_s);
+    w.sample("sf_whatif_step_seconds", "case=\"ideal\"", wi.ideal_s);
+    w.family("sf_whatif_gain_seconds", "gauge", "What fixing each culprit of the latest window would give per step.");
+    for (const auto& f : wi.fixes)
+      w.sample("sf_whatif_gain_seconds",
+               "stage=" + quoted(f.group >= 0 ? e.group_name(f.group) : "none") + ",rank=" + quoted(std::to_string(f.rank)), f.gain_s);
+    w.single("sf_whatif_slowdown", "gauge", "S = actual / ideal step (the what-if analysis of arXiv 2505.05713).", wi.slowdown);
+    w.single("sf_whatif_gains", "gauge", "1 when fixing the culprits would gain more than the step's noise floor.",
+             wi.gains() ? 1 : 0);
+  }
+
   w.family("sf_label", "gauge", "1 for each Table 12 label the latest window carries, 0 for the others.");
   for (int l = 0; l < frontier::kLabelCount; ++l) {
     const auto label = static_cast<frontier::Label>(l);

@@ -121,11 +121,12 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
   if (!p.is_object() || !p.contains("schema") || !p["schema"].is_string())
     throw FormatError(name, 0, "not an evidence packet (no \"schema\"); expected an sf.evidence packet or a stage-matrix dump");
   const std::string schema = p["schema"].get<std::string>();
-  const bool v4 = schema == frontier::Evidence::kSchema;
+  // /5 adds the what-if, which a reference does not read: a /5 packet is a /4 one here.
+  const bool v4 = schema == frontier::Evidence::kSchema || schema == "sf.evidence/4";
   const bool v3 = v4 || schema == "sf.evidence/3";
   if (!v3 && schema != "sf.evidence/2")
     throw FormatError(name, 0, "packet schema \"" + schema + "\"; expected " + std::string(frontier::Evidence::kSchema) +
-                                   ", sf.evidence/3 or sf.evidence/2");
+                                   ", sf.evidence/4, sf.evidence/3 or sf.evidence/2");
   frontier::Reference r;
   r.name = name;
   if (!p.contains("stages") || !p["stages"].is_array())

@@ -130,6 +130,38 @@ std::string diagnosis_line(const Evidence& e, const std::vector<RankInfo>& ranks
   return "";
 }
 
+std::string whatif_line(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  const auto& w = e.whatif;
+  if (!w.available) return "not available: " + w.why_not;
+  const auto& d = e.diagnosis;
+  const std::string ideal = line("as if no rank straggled %.1f ms/step (S = %.2f, %.1f %% of the step waited for ranks behind "
+                                 "the median)", w.ideal_s * 1e3, w.slowdown, w.wasted * 100);
+  if (d.common && e.differential)
+    return line("a common slowdown on every rank: no one rank to fix (the step is %+.1f ms/step against %s); ",
+                e.differential->delta_exposed_s * 1e3, e.differential->reference.c_str()) + ideal;
+  if (w.fixes.empty())
+    return line("nothing to gain: no culprit past its floor (%.1f ms/step) in %.1f ms/step; ", w.floor_s * 1e3, w.actual_s * 1e3) +
+           ideal;
+  auto name = [&](const frontier::WhatIf::Fix& f) {
+    std::string s = "rank " + std::to_string(f.rank);
+    for (const auto& r : ranks)
+      if (r.rank == f.rank && !r.hostname.empty()) s += " (" + r.hostname + ")";
+    return f.group >= 0 ? s + " " + e.group_name(f.group) : s;
+  };
+  const auto& f = w.fixes.front();
+  std::string out;
+  if (!w.gains())
+    out = line("nothing to gain: fixing %s would give %.1f ms/step, inside the step's floor %.1f ms/step", name(f).c_str(),
+               f.gain_s * 1e3, w.floor_s * 1e3);
+  else
+    out = line("fixing %s would give ~%.1f ms/step (%+.0f %%): %.1f -> %.1f ms/step", name(f).c_str(), f.gain_s * 1e3,
+               w.actual_s > 0 ? -f.gain_s / w.actual_s * 100 : 0.0, w.actual_s * 1e3, f.healed_s * 1e3);
+  if (w.fixes.size() > 1)
+    out += line("; every culprit (%zu ranks) %.1f ms/step (%+.0f %%)", w.fixes.size(), w.all_healed_s * 1e3,
+                w.actual_s > 0 ? (w.all_healed_s - w.actual_s) / w.actual_s * 100 : 0.0);
+  return out + "; " + ideal;
+}
+
 std::string reference_advice(const frontier::Differential& d) {
   if (d.needed_reference_steps == 0 || !(d.reference_step_s > 0)) return "";
   const double pct = d.exposed_noise_floor_s / d.reference_step_s * 100;
@@ -146,6 +178,7 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
   const auto& c = e.config;
   std::string out;
   out += "# diagnosis: " + diagnosis_line(e, ranks) + "\n";
+  out += "# what-if: " + whatif_line(e, ranks) + "\n";
   out += "# " + title + "\n";
   out += line("# window: steps %lld..%lld, %d scored, %d missing; world_size %d; accumulation %d\n",
               static_cast<long long>(e.first_step), static_cast<long long>(e.last_step), e.steps, e.missing_steps,

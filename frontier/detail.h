@@ -76,6 +76,10 @@ enum class SelectPath { fastest, portable };
 bool vector_select_available();
 /// Median of x (non-empty), x left unchanged: the same value median_inplace gives.
 double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path = SelectPath::fastest);
+/// The median of n − 1 values: the n values' order statistics a[k−1] = lo, a[k] = mid and (n odd)
+/// a[k+1] = hi, k = n/2, without the value v (the standings' leave-one-out rule: with n − 1 even,
+/// the upper middle). n ≥ 2.
+double loo_median(double v, std::size_t n, double lo, double mid, double hi);
 
 /// The median of a stream of finite values >= 0, in memory that does not grow with the count:
 /// exact (median_inplace over every value) while it holds at most exact_cap values (0: no cap,
@@ -241,7 +245,10 @@ private:
   void add_telemetry(const StageMatrix& m, int t, const PresentStep& d);
   /// Each present rank's standing per group and for the whole step: its own work minus the median
   /// of the other ranks' own work in this step (leave-one-out), summed and squared per rank.
-  void add_standing(const StageMatrix& m, int t, const PresentStep& d);
+  void add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f);
+  /// The step's arrivals per segment (step_own_'s groups, cut at the groups with a sync wait in
+  /// step t) for the what-if.
+  void add_arrivals(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f);
   /// e's standing and cpu_wait from those sums.
   void standings(Evidence& e) const;
   /// One Standing from per-rank sums, squares and step counts (R each).
@@ -286,6 +293,9 @@ private:
   ZeroArray<int> cw_n_;
   std::vector<double> step_own_, loo_buf_, step_cw_;     // per-step scratch: (G + 1) × n own work; one column; CPU waits
   std::vector<int> step_cw_rank_;
+  std::vector<int> top_buf_;                             // per-step scratch: the latest arrivals
+  std::vector<double> seg_own_;                          // per-step scratch: one segment's arrivals
+  std::vector<StepArrivals> arrivals_;                   // the first Evidence::kArrivalSteps steps (the what-if)
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
   ZeroArray<double> credit_, conf_credit_;               // G × R

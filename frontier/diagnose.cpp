@@ -834,6 +834,7 @@ Diagnosis diagnose(const Evidence& e, const Reference* ref, const DiagnosisConfi
 void diagnose_against(Evidence& e, const Reference& ref) {
   e.differential = compare(e, ref, e.config.diagnosis);
   e.diagnosis = differential_diagnosis(e, *e.differential);
+  e.whatif = what_if(e, &ref);
 }
 
 }  // namespace sf::frontier

@@ -162,6 +162,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   auto [ev, side] = ws.finish(m.first_step(), m.first_step() + (m.steps() - 1), missing);
   label(ev, side, cfg, tel);
   ev.diagnosis = diagnose(ev, nullptr, cfg.diagnosis);
+  ev.whatif = what_if(ev, nullptr);
   return ev;
 }
 
@@ -311,6 +312,7 @@ Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {
     ev.co_critical_stages.clear();
   }
   ev.diagnosis = diagnose(ev, nullptr, st.cfg.diagnosis);
+  ev.whatif = what_if(ev, nullptr);
   return ev;
 }
 

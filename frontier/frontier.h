@@ -6,6 +6,7 @@
 
 #include <Eigen/Core>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -561,8 +562,64 @@ struct Diagnosis {
 };
 std::string_view to_string(Diagnosis::Basis b);
 
+/// One step as the what-if replays it (docs/diagnosis.md, "What fixing it would buy"), cut at its
+/// collectives into segments: a segment runs from the end of the previous one to the end of a
+/// group in which the ranks waited inside a collective this step (the last segment, to the step's
+/// end). Per segment, each present rank's arrival is its own work there (its stages' time with the
+/// time inside its collectives taken off), kept as the latest few arrivals and the order
+/// statistics of the rest. In memory only (not in the packet).
+struct StepArrivals {
+  static constexpr int kTop = 8;
+  struct Segment {
+    int first_group = 0, last_group = 0;  ///< the groups it spans
+    double end_s = 0;      ///< F[t, its last stage]
+    double after_s = 0;    ///< end_s − the previous end − the latest arrival: the time the segment ran past its
+                           ///< latest arrival (the collective's own cost; signed, so the segments add up to F exactly)
+    double median_s = 0;   ///< median over the present ranks of their arrival
+    double lo_s = 0, mid_s = 0, hi_s = 0;  ///< order statistics a[k−1], a[k], a[k+1] (k = n/2) of the arrivals
+    int top_count = 0;     ///< min(kTop, ranks)
+    std::array<int, kTop> top_rank{};  ///< the latest arrivals' rank ids, latest first
+    std::array<double, kTop> top_s{};
+  };
+  double exposed_s = 0;  ///< F[t,S]
+  int ranks = 0;         ///< present ranks (≥ 2)
+  std::vector<Segment> segments;
+  /// The median of the other ranks' arrivals in segment k for a rank that arrived at v
+  /// (leave-one-out; the standings' rule: with n = 2k + 1 the upper of the two middle values).
+  double peers_median(int k, double v) const;
+};
+
+/// What fixing a culprit would buy (docs/diagnosis.md, "What fixing it would buy"). The window's
+/// steps are replayed segment by segment (StepArrivals) with the culprit's arrival in each set
+/// back to its healthy value (the median of its peers' arrivals in the same segment plus its
+/// standing there in the reference, or plus nothing against the cohort), never later than it
+/// was; every other rank's arrival and each segment's time past its latest arrival unchanged:
+/// end'_k = end'_{k−1} + max_r arrival'[k,r] + after_k, T_healed = mean_t end'_last. T_ideal and
+/// the slowdown S = T_actual / T_ideal are the what-if analysis of ByteDance's straggler study
+/// (arXiv 2505.05713): every rank at the cohort's median arrival in every segment.
+struct WhatIf {
+  bool available = false;
+  std::string why_not;       ///< when not available
+  int steps = 0;             ///< steps replayed (the window's first kArrivalSteps at most)
+  double actual_s = 0;       ///< T_actual: mean exposed step over those steps
+  double ideal_s = 0;        ///< T_ideal: every rank at the cohort's median arrival
+  double slowdown = 1;       ///< S = T_actual / T_ideal
+  double wasted = 0;         ///< 1 − T_ideal / T_actual: the step's share spent waiting for ranks behind the median
+  double floor_s = 0;        ///< a gain must pass this to be one: the exposed step's noise floor
+  struct Fix {
+    int rank = -1;
+    int group = -1;          ///< the culprit's stage
+    double healed_s = 0;     ///< T_healed: the step with this rank fixed
+    double gain_s = 0;       ///< T_actual − T_healed
+  };
+  std::vector<Fix> fixes;    ///< one per culprit, in the diagnosis' order
+  double all_healed_s = 0;   ///< every culprit fixed at once (= the one fix with one culprit)
+  /// The gain of fixing every culprit passes the floor.
+  bool gains() const { return available && !fixes.empty() && actual_s - all_healed_s > floor_s; }
+};
+
 struct Evidence {
-  static constexpr std::string_view kSchema = "sf.evidence/4";
+  static constexpr std::string_view kSchema = "sf.evidence/5";
   StageSchema schema;
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;              ///< steps scored (at least one record)
@@ -619,6 +676,12 @@ struct Evidence {
   std::vector<int> wait_groups;
   Diagnosis diagnosis;                      ///< what went wrong (against the cohort unless diagnose() got a reference)
   std::optional<Differential> differential; ///< set by diagnose() with a reference
+  /// What fixing each culprit would buy (what_if(): set with the diagnosis).
+  WhatIf whatif;
+  /// Per scored step (the first kArrivalSteps), the arrivals the what-if replays; in memory only,
+  /// empty past kStandingMaxRanks ranks or with one rank per step.
+  std::vector<StepArrivals> arrivals;
+  static constexpr std::size_t kArrivalSteps = 16384;
   static constexpr std::size_t kExcessRanks = 4;
   std::vector<Suspect> stage_suspects;      ///< for every stage with an advance, in stage order
   BaselineSet baselines;
@@ -730,8 +793,13 @@ Differential compare(const Evidence& e, const Reference& ref, const DiagnosisCon
 /// cohort (lag origin, rank excess), else (one rank observed) the frontier's top stage. Reads only
 /// the evidence: a packet's facts are enough.
 Diagnosis diagnose(const Evidence& e, const Reference* ref, const DiagnosisConfig& cfg = {});
-/// Sets e.differential and e.diagnosis against ref (the way every caller with a reference does).
+/// Sets e.differential, e.diagnosis and e.whatif against ref (the way every caller with a reference does).
 void diagnose_against(Evidence& e, const Reference& ref);
+/// What fixing each of e.diagnosis' culprits would buy, replayed on e.arrivals (WhatIf); ref: the
+/// reference the diagnosis was made against (its standings give each rank's healthy offset), or
+/// null (the cohort). Not available without arrivals (a packet read back, one rank, no waits
+/// measured inside the collectives) or without a step; why_not says which.
+WhatIf what_if(const Evidence& e, const Reference* ref);
 
 /// One step as a StreamingAccumulator accounted it, for a reader that takes the same step into
 /// another accumulator (the segment between two change points) or a watch, so that neither

@@ -358,7 +358,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   add_gains(f, exposed, counterfactual_groups);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d);
+  add_standing(m, t, d, f);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -378,7 +378,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   add_lag(step_lag_);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d);
+  add_standing(m, t, d, f);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -762,6 +762,11 @@ void WindowStats::cohort_excess(Evidence& e) const {
   }
 }
 
+double loo_median(double v, std::size_t n, double lo, double mid, double hi) {
+  if (n % 2 == 0) return v <= lo ? mid : lo;  // a[k − 1] = lo, a[k] = mid
+  return v > mid ? mid : hi;                  // the others' upper middle: a[k] or a[k + 1]
+}
+
 namespace {
 
 /// For each of a step's values, the median of the others (leave-one-out), from three order
@@ -781,10 +786,10 @@ public:
     lo_ = *std::max_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k));
     if (n_ % 2 == 1) hi_ = *std::min_element(buf.begin() + static_cast<std::ptrdiff_t>(k) + 1, buf.end());
   }
-  double of(double v) const {
-    if (n_ % 2 == 0) return v <= lo_ ? mid_ : lo_;  // a[k − 1] = lo_, a[k] = mid_
-    return v > mid_ ? mid_ : hi_;                    // the others' upper middle: a[k] or a[k + 1]
-  }
+  double of(double v) const { return loo_median(v, n_, lo_, mid_, hi_); }
+  double lo() const { return lo_; }
+  double mid() const { return mid_; }
+  double hi() const { return hi_; }
 
 private:
   std::size_t n_;
@@ -793,7 +798,7 @@ private:
 
 }  // namespace
 
-void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d) {
+void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f) {
   const int n = d.size();
   if (!standing_on_ || n < 2) return;  // a rank alone has no peers to stand against
   const auto N = static_cast<std::size_t>(n);
@@ -825,6 +830,7 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     }
   }
   for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  if (arrivals_.size() < Evidence::kArrivalSteps) add_arrivals(m, t, d, f);
   // The CPU wait, among the present ranks that have one.
   if (const float* cw = m.cpu_wait_row(t)) {
     step_cw_.clear();
@@ -844,6 +850,57 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
       }
     }
   }
+}
+
+void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f) {
+  const int n = d.size();
+  const auto N = static_cast<std::size_t>(n);
+  StepArrivals a;
+  a.exposed_s = f.frontier.empty() ? 0.0 : f.frontier.back();
+  a.ranks = n;
+  const int k = std::min<int>(StepArrivals::kTop, n);
+  int first = 0;
+  double before = 0;  // F at the end of the previous segment
+  for (int g = 0; g < G_; ++g) {
+    // Accumulation microsteps interleave their groups' stages: one segment, the whole step.
+    bool sync = false;
+    if (m.has_sync_wait() && !schema_.microstep_expanded())
+      for (int s = group_first_[g]; s <= group_last_[g] && !sync; ++s)
+        sync = schema_.group_of(s) == g && m.sync_wait_column(t, s) != nullptr;
+    if (!sync && g + 1 < G_) continue;
+    // The segment first..g: each rank's own work there.
+    seg_own_.assign(N, 0.0);
+    for (int h = first; h <= g; ++h) {
+      const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
+      for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
+    }
+    StepArrivals::Segment sg;
+    sg.first_group = first;
+    sg.last_group = g;
+    sg.end_s = f.frontier[static_cast<std::size_t>(group_last_[g])];
+    const LeaveOneOutMedian peers(seg_own_, loo_buf_);
+    sg.lo_s = peers.lo();
+    sg.mid_s = peers.mid();
+    sg.hi_s = peers.hi();
+    sg.median_s = N % 2 == 1 ? sg.mid_s : 0.5 * (sg.lo_s + sg.mid_s);
+    // The latest arrivals, latest first (ties: the lower rank first).
+    top_buf_.resize(N);
+    std::iota(top_buf_.begin(), top_buf_.end(), 0);
+    std::partial_sort(top_buf_.begin(), top_buf_.begin() + k, top_buf_.end(), [&](int x, int y) {
+      return seg_own_[x] > seg_own_[y] || (seg_own_[x] == seg_own_[y] && x < y);
+    });
+    sg.top_count = k;
+    for (int j = 0; j < k; ++j) {
+      const int c = d.rank(top_buf_[j]);
+      sg.top_rank[j] = rank_ids_.empty() ? c : rank_ids_[c];
+      sg.top_s[j] = seg_own_[top_buf_[j]];
+    }
+    sg.after_s = sg.end_s - before - sg.top_s[0];
+    before = sg.end_s;
+    a.segments.push_back(sg);
+    first = g + 1;
+  }
+  arrivals_.push_back(std::move(a));
 }
 
 void WindowStats::fill_standing(Standing& out, const double* sum, const double* sq, const int* n_of) const {
@@ -937,6 +994,7 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.exposed_robust_sd_s = exposed_.robust_sd();
   cohort_excess(e);
   standings(e);
+  e.arrivals = arrivals_;
   e.lag_mean_s.assign(G_, 0.0);
   e.lag_increment_mean_s.assign(G_, 0.0);
   e.gap_mean_s.assign(G_, 0.0);

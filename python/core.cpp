@@ -99,7 +99,7 @@ inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const 
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/4, verdicts";
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/5, verdicts";
   m.attr("git_commit") = SF_GIT_COMMIT;
   m.attr("stages_schema") = std::string(formats::kStagesSchema);
   m.attr("evidence_schema") = std::string(frontier::Evidence::kSchema);
@@ -131,7 +131,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
-           "the sf.evidence/4 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
+           "the sf.evidence/5 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
       .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
       .def(
           "summary",
@@ -152,6 +152,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("diagnosis", [](const Scored& s) { return formats::diagnosis_to_json(s.evidence, s.ranks).dump(); },
                              "the packet's diagnosis object (JSON text)")
       .def_property_readonly("diagnosis_line", [](const Scored& s) { return formats::diagnosis_line(s.evidence, s.ranks); })
+      .def_property_readonly("whatif_line", [](const Scored& s) { return formats::whatif_line(s.evidence, s.ranks); },
+                             "what fixing the diagnosis' culprits would buy (formats::whatif_line)")
       .def(
           "metrics",
           [](const Scored& s, const std::string& source, std::int64_t windows, std::int64_t steps, std::int64_t change_points,

@@ -216,6 +216,7 @@ void Rank0Windows::add(formats::Window&& win, int index) {
       diag += frontier::strprintf(" (confidence %.2f", d.confidence);
       if (d.culprits.size() > 1) diag += frontier::strprintf("; %zu culprits", d.culprits.size());
       diag += ")";
+      if (e.whatif.gains()) diag += frontier::strprintf("; fixing it: %+.1f ms/step", (e.whatif.all_healed_s - e.whatif.actual_s) * 1e3);
     }
     std::string line = frontier::strprintf("  %5d %7lld..%-7lld %9.1f  %-26s %6s  %s", index,
                                            static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
@@ -406,6 +407,11 @@ ordered_json window_summary(const ordered_json& packet, int index, const std::st
                     {"median_step_s", packet["median_step_s"]},
                     {"gather_ok", packet["telemetry"]["gather_ok"]},
                     {"packet_written", packet_error.empty()}};
+  if (packet.contains("whatif") && packet["whatif"].is_object()) {
+    const auto& w = packet["whatif"];
+    s["whatif"] = {{"available", w["available"]}, {"actual_s", w["actual_s"]}, {"healed_s", w["all_healed_s"]},
+                   {"ideal_s", w["ideal_s"]}, {"gains", w["gains"]}};
+  }
   if (!packet_error.empty()) s["packet_error"] = packet_error;
   return s;
 }

@@ -265,7 +265,7 @@ nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth)
 /// One window's line in windows.jsonl (run --out, and sf_torch's out_dir): its steps, shares,
 /// labels, diagnosis, routing set, median step, gather_ok, and whether its packet reached the disk
 /// ("packet_written"; when false, "packet_error" says why). `packet` is the window's evidence
-/// packet (sf.evidence/4); `packet_error` empty: the packet was written.
+/// packet (sf.evidence/5); `packet_error` empty: the packet was written.
 nlohmann::ordered_json window_summary(const nlohmann::ordered_json& packet, int index, const std::string& packet_error);
 
 // ---- watching over time (--detect, --trace; docs/detect.md) ------------------------------------

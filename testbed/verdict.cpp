@@ -276,6 +276,19 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
            yn(v.baselines[i].top2);
     t += "\n";
   }
+  // The what-if checked against the truth the testbed has: the step without the fault, measured.
+  ordered_json whatif_check = nullptr;
+  if (!truth.empty() && e.whatif.available && e.differential && e.differential->reference_step_s > 0) {
+    const double measured = e.differential->reference_step_s;
+    const double predicted = e.whatif.all_healed_s;
+    const double err = (predicted - measured) / measured;
+    t += frontier::strprintf("# what-if check: fixing %s predicts %.1f ms/step; %s measured %.1f ms/step without the fault: "
+                             "error %+.1f %%\n",
+                             e.whatif.fixes.empty() ? "nothing" : e.whatif.fixes.size() > 1 ? "every culprit" : "the culprit",
+                             predicted * 1e3, e.differential->reference.c_str(), measured * 1e3, err * 100);
+    whatif_check = {{"predicted_s", predicted}, {"measured_s", measured}, {"measured_by", e.differential->reference},
+                    {"rel_error", err}, {"actual_s", e.whatif.actual_s}};
+  }
   t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
 
   auto& j = out.json;
@@ -304,6 +317,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
     bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
   j["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
+  j["whatif"] = whatif_check;
   if (!scenario.stage.empty() || straggler) {
     const verify::Expected sx = shuffled_expected(x, e, shuffle_seed);
     const verify::Verdict sv = verify::score(e, sx);

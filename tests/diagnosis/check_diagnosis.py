@@ -3,8 +3,10 @@
 
   check_diagnosis.py sim   SF RANKS SEED       sim at RANKS: data_tail, bwd_compute, fwd_host and
                                                callback_sync_tail at 120 ms and comm_delay at 240 ms
-                                               name the injected stage and target rank; the same at
-                                               0 ms name nothing; comm_delay at 120 ms (hidden by the
+                                               name the injected stage and target rank, and the
+                                               what-if with that rank fixed is within 5 % of the
+                                               same seed without the fault; the same at 0 ms name
+                                               nothing and gain nothing; comm_delay at 120 ms (hidden by the
                                                bucketed overlap) names nothing and is "not_exposed"
   check_diagnosis.py main  SF                  the README's main job as written (8 ranks, data_tail):
                                                its diagnosis line names data.next_wait on the hidden
@@ -52,9 +54,19 @@ def sim(sf, ranks, seed):
             fail(f"{scenario} {delay} ms: diagnosis {d['stage']} rank {d['rank']}, truth {stage} rank {j['truth_ranks']}")
         if v["outcome"] != "hit":
             fail(f"{scenario}: outcome {v['outcome']}")
+        # The what-if: fixing the named rank gives the same seed's step without the fault (the
+        # model's exact twin, measured) within 5 %, and a gain past the floor.
+        w, wc = j["evidence"]["whatif"], j["verdict"]["whatif"]
+        print(f"    what-if: {w['line']}; error {wc['rel_error']:+.2%}")
+        if not w["gains"] or abs(wc["rel_error"]) > 0.05:
+            fail(f"{scenario} {delay} ms: what-if predicted {wc['predicted_s']:.4f} s against {wc['measured_s']:.4f} s "
+                 f"without the fault (gains {w['gains']})")
         j, d, v = one(scenario, 0)
         if d["stage"] is not None or d["rank"] is not None or v["outcome"] != "quiet":
             fail(f"{scenario} 0 ms: expected stage null, got {d['stage']} ({v['outcome']})")
+        w = j["evidence"]["whatif"]
+        if w["gains"] or w["fixes"] or not w["line"].startswith("nothing to gain"):
+            fail(f"{scenario} 0 ms: the what-if invented a gain: {w['line']}")
     j, d, v = one("comm_delay", 120)
     if d["stage"] is not None or v["outcome"] != "not_exposed":
         fail(f"comm_delay 120 ms: expected stage null and not_exposed, got {d['stage']} ({v['outcome']})")
@@ -106,6 +118,12 @@ def main_job(sf):
         fail("the main job's diagnosis does not name data.next_wait on the hidden rank")
     if not re.search(r"^# check: .*: PASS$", out, re.M):
         fail("the main job's check did not pass")
+    fix = re.search(r"^# what-if: fixing rank (\d+) \([^)]*\) data\.next_wait would give ~([0-9.]+) ms/step", out, re.M)
+    if not fix or fix.group(1) != diag.group(1):
+        fail("the main job's what-if line does not fix the diagnosed rank")
+    err = re.search(r"^# what-if check: .* error ([-+][0-9.]+) %$", out, re.M)
+    if not err or abs(float(err.group(1))) > 5:
+        fail(f"the main job's what-if is not within 5 % of its healthy steps: {err.group(0) if err else 'no check line'}")
 
 
 def main():

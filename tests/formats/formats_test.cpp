@@ -242,7 +242,7 @@ TEST(Evidence, packet_has_documented_fields) {
                         "advances_s", "shares", "static_gain", "routing_set", "co_critical_stages", "labels", "leaders",
                         "suspect", "baselines", "telemetry", "downgrade_reasons"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["schema"], "sf.evidence/4");
+  EXPECT_EQ(j["schema"], "sf.evidence/5");
   EXPECT_NEAR(j["exposed_makespan_s"].get<double>(), 8.2, 1e-12);
   EXPECT_EQ(j["leaders"]["data.next_wait"][0]["rank"], 0);
   EXPECT_EQ(j["baselines"]["per_stage_max"]["ranked"][0], "model.backward_cpu_wall");

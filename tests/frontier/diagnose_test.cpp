@@ -686,3 +686,97 @@ TEST(Differential, an_erratic_rank_is_named_only_for_a_step_change_of_twice_its_
   EXPECT_NE(e.diagnosis.rank_basis, "erratic");
   EXPECT_EQ(e.diagnosis.rank, -1);
 }
+
+// --- What fixing it would buy (docs/diagnosis.md) ---------------------------------------------
+
+TEST(WhatIf, the_late_rank_fixed_gives_the_step_its_peers_set_exactly) {
+  // Rank 1 arrives 50 ms late at the all-reduce; the others wait there for it. Arrivals: 220 ms
+  // for rank 1, 170 ms for the others; every step ends 2 ms after the last arrival (222 ms).
+  // Fixed, rank 1 arrives with its peers' median: 170 + 2 = 172 ms, which is also T_ideal.
+  const Evidence e = evaluate(wait_window(5, 12, 1, 0.050));
+  ASSERT_EQ(e.diagnosis.rank, 1);
+  // (Waits are kept as floats: exact to ~1e-8 s.)
+  const auto& w = e.whatif;
+  ASSERT_TRUE(w.available) << w.why_not;
+  EXPECT_EQ(w.steps, 12);
+  EXPECT_NEAR(w.actual_s, 0.222, 1e-6);
+  ASSERT_EQ(w.fixes.size(), 1u);
+  EXPECT_EQ(w.fixes[0].rank, 1);
+  EXPECT_NEAR(w.fixes[0].healed_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.fixes[0].gain_s, 0.050, 1e-6);
+  EXPECT_NEAR(w.all_healed_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.ideal_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.slowdown, 0.222 / 0.172, 1e-6);
+  EXPECT_NEAR(w.wasted, 1 - 0.172 / 0.222, 1e-6);
+  EXPECT_TRUE(w.gains());
+}
+
+TEST(WhatIf, the_healed_step_matches_the_same_run_without_the_fault) {
+  // The model's twin: the same seed (jitter, per-rank speeds) with and without 60 ms in rank 5's
+  // data wait; fixing rank 5 must give the twin's step, not the reference's (another seed).
+  for (const int stage : {0, 2}) {
+    auto spec = base_spec(16, 21, 30);
+    const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+    spec.seed = 22;
+    const Evidence twin = evaluate(spec_window(spec));
+    spec.slow_rank = 5;
+    spec.slow_stage = stage;
+    spec.delay_s = 0.060;
+    Evidence e = evaluate(spec_window(spec));
+    diagnose_against(e, ref);
+    ASSERT_EQ(e.diagnosis.rank, 5) << stage;
+    const auto& w = e.whatif;
+    ASSERT_TRUE(w.available) << w.why_not;
+    const double sham = twin.exposed_makespan_s / twin.steps;
+    EXPECT_GT(w.actual_s - sham, 0.050) << stage;
+    EXPECT_NEAR(w.all_healed_s, sham, 0.02 * sham) << stage;
+    EXPECT_TRUE(w.gains());
+  }
+}
+
+TEST(WhatIf, a_healthy_window_has_nothing_to_gain) {
+  auto spec = base_spec(16, 23);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 24;
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  ASSERT_FALSE(e.diagnosis.significant());
+  const auto& w = e.whatif;
+  ASSERT_TRUE(w.available) << w.why_not;
+  EXPECT_TRUE(w.fixes.empty());
+  EXPECT_FALSE(w.gains());
+  EXPECT_DOUBLE_EQ(w.all_healed_s, w.actual_s);
+  EXPECT_GE(w.slowdown, 1.0);  // healthy jitter: the latest rank is behind the median every step
+  EXPECT_LT(w.wasted, 0.1);
+}
+
+TEST(WhatIf, fixing_one_of_two_equal_stragglers_buys_little_and_fixing_both_buys_the_delay) {
+  auto spec = base_spec(16, 25, 30);
+  const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
+  spec.seed = 26;
+  const Evidence twin = evaluate(spec_window(spec));
+  spec.slow_rank = 3;
+  spec.also_slow = {12};
+  spec.slow_stage = 0;
+  spec.delay_s = 0.060;
+  Evidence e = evaluate(spec_window(spec));
+  diagnose_against(e, ref);
+  const auto& w = e.whatif;
+  ASSERT_EQ(w.fixes.size(), 2u);
+  for (const auto& f : w.fixes) EXPECT_LT(f.gain_s, 0.25 * 0.060) << f.rank;  // the other still straggles
+  const double sham = twin.exposed_makespan_s / twin.steps;
+  EXPECT_NEAR(w.all_healed_s, sham, 0.02 * sham);
+}
+
+TEST(WhatIf, without_waits_measured_inside_the_collectives_it_says_why_not) {
+  auto spec = base_spec(8, 27);
+  spec.record_sync_wait = false;
+  spec.slow_rank = 2;
+  spec.delay_s = 0.060;
+  const Evidence e = evaluate(spec_window(spec));
+  EXPECT_FALSE(e.whatif.available);
+  EXPECT_NE(e.whatif.why_not.find("no wait measured"), std::string::npos) << e.whatif.why_not;
+  const Evidence one = evaluate(window(1, -1, 0, 0.0));
+  EXPECT_FALSE(one.whatif.available);
+  EXPECT_FALSE(one.whatif.why_not.empty());
+}
