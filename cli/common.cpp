@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace sf::cli {
@@ -228,15 +229,27 @@ CLI::Validator not_empty(const std::string& what) {
 }
 
 std::string writable_file_error(const std::string& option, const std::string& path) {
-  // Create (and remove) a file beside it: the directory exists and can be written to.
-  const std::string probe = path + ".probe." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (!f) {
+  // Create (and remove) a file beside it: the directory exists and can be written to. mkstemp's
+  // unpredictable name and O_EXCL never open a file or symlink someone else put there (issue 40).
+  std::string probe = path + ".probe.XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
     const std::string why = std::strerror(errno);
     return option + " " + path + ": cannot create a file there (" + why + "); expected a path in a writable directory";
   }
-  std::fclose(f);
+  ::close(fd);
   std::remove(probe.c_str());
+  return "";
+}
+
+std::string same_file_error(const std::string& option, const std::string& out, const std::vector<std::string>& inputs) {
+  struct stat o{};
+  if (out.empty() || ::stat(out.c_str(), &o) != 0) return "";  // not there yet: it cannot be an input
+  for (const auto& in : inputs) {
+    struct stat i{};
+    if (!in.empty() && ::stat(in.c_str(), &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino && S_ISREG(o.st_mode))
+      return option + " " + out + " is the input " + in + " (the output would replace it); expected another path";
+  }
   return "";
 }
 

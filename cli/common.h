@@ -64,6 +64,9 @@ CLI::Validator whole_in(long long lo, long long hi);
 CLI::Validator not_empty(const std::string& what);
 /// "" when a file can be created at `path` (probed, then removed), else one line naming the option.
 std::string writable_file_error(const std::string& option, const std::string& path);
+/// "" unless `out` already exists and is the same file as one of `inputs` (device and inode: a
+/// link or another spelling of the path is caught too), which writing it would replace.
+std::string same_file_error(const std::string& option, const std::string& out, const std::vector<std::string>& inputs);
 /// One line when the fault window is empty (offset <= onset), else "".
 inline std::string fault_window_error(std::int64_t onset, std::int64_t offset) {
   if (offset <= onset)

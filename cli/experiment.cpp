@@ -2,6 +2,8 @@
 #include "common.h"
 #include "sf/experiments/experiments.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <memory>
 
@@ -32,6 +34,23 @@ void setup_experiment(CLI::App& app) {
     if (opt.quick) opt.argv.push_back("--quick");
     for (const auto& kv : opt.overrides) opt.argv.insert(opt.argv.end(), {"--set", kv});
     if (!opt.tag.empty()) opt.argv.insert(opt.argv.end(), {"--tag", opt.tag});
+    // A name or tag becomes a directory under --out: one path part, nothing that climbs out of it
+    // (issue 40, S5: --tag ../../x wrote outside the results).
+    auto one_part = [](const std::string& x) {
+      return !x.empty() && x[0] != '.' && x.size() <= 64 &&
+             std::all_of(x.begin(), x.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; });
+    };
+    if (!opt.tag.empty() && !one_part(opt.tag)) {
+      std::fprintf(stderr, "sf-testbed experiment: --tag '%s' is not a plain name; expected letters, digits, '_', '-' or '.' "
+                   "(not first), at most 64, making one directory under --out\n", opt.tag.c_str());
+      exit_with(kExitBadInput);
+    }
+    for (const auto& n : opt.names)
+      if (n != "all" && !one_part(n)) {
+        std::fprintf(stderr, "sf-testbed experiment: '%s' is not a plain experiment name; expected letters, digits, '_', '-' "
+                     "or '.' (not first)\n", n.c_str());
+        exit_with(kExitBadInput);
+      }
     for (const auto& n : opt.names)
       if (n != "all" && !std::filesystem::exists(opt.specs_dir + "/" + n + ".json")) {
         std::string known;

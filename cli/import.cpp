@@ -20,6 +20,13 @@ struct ImportOptions {
 };
 
 int run_import_kineto(const ImportOptions& o) {
+  // An output that is one of the traces (or the stage map) would replace it (issue 40, B2).
+  std::vector<std::string> inputs = o.traces;
+  inputs.push_back(o.stage_map);
+  if (const auto err = same_file_error("--out", o.out, inputs); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed import kineto: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   formats::KinetoImport imp;
   try {
     formats::KinetoOptions opt;

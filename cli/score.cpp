@@ -33,6 +33,13 @@ int run_score(const ScoreOptions& o) {
         std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
         return kExitBadInput;
       }
+  // An output that is an input would be replaced by it (issue 40, B2): refused before reading.
+  for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out},
+                                  {"--metrics", o.metrics}})
+    if (const auto err = same_file_error(opt, path, {o.file, o.reference}); !err.empty()) {
+      std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
+      return kExitBadInput;
+    }
   testbed::ScoredFile scored;
   try {
     testbed::ScoreFileOptions so;

@@ -69,7 +69,7 @@ void setup_validate(CLI::App& app) {
       ->delimiter(',');
   sub->add_flag("--parallel", cfg.parallel,
                 "measure all links of a round at once (FALCON's rounds; fast on a cluster, unfair when ranks share cores)");
-  sub->add_flag("--check", cfg.check, "exit 1 when a link or a rank is slow");
+  sub->add_flag("--check", cfg.check, "exit 1 when a link or a rank is slow (validate does so on FAIL either way; kept for scripts)");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
   sub->add_option("--out", cfg.out, "write the result (sf.validate/1 JSON)");
   sub->callback([o, sub] {

@@ -29,6 +29,7 @@ import csv
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -48,10 +49,11 @@ STEPS, WINDOW = 40, 10
 KILL_BOUND_S = 120
 
 
-def hosts_run(n, prefix, slots, cmd, timeout):
+def hosts_run(n, prefix, slots, argv, timeout):
+    """argv (a list: no shell parses a path) on host 0 of N namespace hosts (issue 40, S4)."""
     subprocess.run(["bash", str(HOSTS_SH), "down", "--prefix", prefix], capture_output=True, text=True, timeout=60)
     return subprocess.run(["bash", str(HOSTS_SH), "run", str(n), "--prefix", prefix, "--slots", str(slots), "--timeout",
-                           str(timeout), "--", "sh", "-c", cmd], capture_output=True, text=True, timeout=timeout + 60)
+                           str(timeout), "--", *argv], capture_output=True, text=True, timeout=timeout + 60)
 
 
 def measure(a):
@@ -78,10 +80,10 @@ def measure(a):
                 args = ["run", "--quiet", "--out", str(d), "--scenario", "data_tail", "--delay-ms", "0", "--cost-scale",
                         "0.05", "--grad-mib", "0.25", "--steps", str(STEPS), "--warmup", "2", "--window", str(WINDOW), "--seed", "1",
                         "--gather-deadline", "30"] + extra
-                cmd = f"rm -rf '{d}' && mpirun -np {ranks} '{a.sf}' " + " ".join(f"'{x}'" for x in args)
+                shutil.rmtree(d, ignore_errors=True)
                 t0 = time.monotonic()
                 measured = True
-                r = hosts_run(hosts, "sfgx", ranks // hosts, cmd, 900)
+                r = hosts_run(hosts, "sfgx", ranks // hosts, ["mpirun", "-np", str(ranks), a.sf, *args], 900)
                 wall = time.monotonic() - t0
                 if r.returncode != 0:
                     sys.exit(f"gather.py: h{hosts} r{ranks} {arm} exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
@@ -113,15 +115,19 @@ def measure(a):
               flush=True)
     if not kill.exists() and a.gather_check and os.path.exists(a.gather_check):
         d = runs / "relay_kill"
-        cmd = (f"rm -rf '{d}' && timeout -k 5 {KILL_BOUND_S} mpirun --mca orte_enable_recovery 1 -np 32 '{a.gather_check}' '{d}' "
-               f"--steps 48 --window 6 --deadline 4 --die-rank 16 --die-after-window 2; echo \"launcher exit $?\"; "
-               f"/usr/bin/python3 '{ROOT / 'tests/mpi/check_gather.py'}' '{d}' --ranks 32 --nodes 2 --windows 8 "
-               f"--dead-rank 16 --node-ranks 16-31 --after 2")
+        shutil.rmtree(d, ignore_errors=True)
+        launch = ["timeout", "-k", "5", str(KILL_BOUND_S), "mpirun", "--mca", "orte_enable_recovery", "1", "-np", "32",
+                  a.gather_check, str(d), "--steps", "48", "--window", "6", "--deadline", "4", "--die-rank", "16",
+                  "--die-after-window", "2"]
+        check = ["/usr/bin/python3", str(ROOT / "tests/mpi/check_gather.py"), str(d), "--ranks", "32", "--nodes", "2",
+                 "--windows", "8", "--dead-rank", "16", "--node-ranks", "16-31", "--after", "2"]
+        cmd = " ".join(launch) + "; " + " ".join(check)  # for the record in relay_kill.json
         t0 = time.time()
-        r = hosts_run(2, "sfgk", 16, cmd, 600)
+        lr = hosts_run(2, "sfgk", 16, launch, 600)
         wall = time.time() - t0
+        r = subprocess.run(check, capture_output=True, text=True, timeout=120)  # reads the packets the run wrote
         packets = sorted((d / "node").glob("window_[0-9][0-9][0-9].json"))
-        launcher = [x for x in r.stdout.splitlines() if x.startswith("launcher exit")]
+        launcher = [f"launcher exit {lr.returncode}"]
         per = []
         for p in packets:
             j = json.load(open(p))

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -441,9 +442,20 @@ void write_file_atomic(const std::string& path, std::string_view content) {
     if (!ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(err));
     return;
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error("cannot create " + tmp + ": " + std::strerror(errno));
+  // The temporary is created beside the target with an unpredictable name and O_EXCL (mkstemp):
+  // a name another user guessed, or a symlink planted under it, is never opened, so nothing else
+  // is truncated or overwritten on the way (issue 40, S2).
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw std::runtime_error("cannot create a temporary file beside " + path + ": " + std::strerror(errno));
+  ::fchmod(fd, 0644);  // mkstemp's 0600 would follow the file through the rename
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (!f) {
+    const int e = errno;
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw std::runtime_error("cannot open " + tmp + ": " + std::strerror(e));
+  }
   const bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && std::fflush(f) == 0 &&
                   ::fsync(::fileno(f)) == 0;
   const int err = errno;

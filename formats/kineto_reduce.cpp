@@ -33,9 +33,12 @@ std::int64_t step_id(const std::string& file, const std::string& n) {
   if (r.ec == std::errc::result_out_of_range && r.ptr == n.data() + n.size())
     throw FormatError(file, 0,
                       "step annotation '" + shown(n) + "' has a step id outside the 64-bit integer range; expected "
-                      "ProfilerStep#N with N from -9223372036854775808 to 9223372036854775807");
+                      "ProfilerStep#N with N from 0 to 9223372036854775807");
   if (r.ec != std::errc() || r.ptr != n.data() + n.size())
     throw FormatError(file, 0, "step annotation '" + shown(n) + "' does not end in an integer; expected ProfilerStep#N");
+  // prof.step() counts from 0: a negative id is no step of a torch.profiler schedule (issue 40).
+  if (id < 0)
+    throw FormatError(file, 0, "step annotation '" + shown(n) + "' has a negative step id; expected ProfilerStep#N with N >= 0");
   return id;
 }
 

@@ -44,7 +44,25 @@ KinetoStageRule parse_rule(const json& r, const std::string& file, const std::st
     if (!p.is_string() || p.get_ref<const std::string&>().empty())
       throw FormatError(file, 0, where + " \"match\" holds " + (p.is_string() ? "an empty string" : p.type_name()) +
                                      "; expected name patterns (fnmatch: * ? [...])");
-    rule.match.push_back(p.get<std::string>());
+    // fnmatch reads an unterminated '[' as a literal and the pattern then matches almost nothing:
+    // a typo, refused where it stands (issue 40).
+    const auto& pat = p.get_ref<const std::string&>();
+    for (std::size_t i = 0; i < pat.size(); ++i) {
+      if (pat[i] == '\\') {
+        ++i;
+        continue;
+      }
+      if (pat[i] != '[') continue;
+      std::size_t j = i + 1;
+      if (j < pat.size() && (pat[j] == '!' || pat[j] == '^')) ++j;
+      if (j < pat.size() && pat[j] == ']') ++j;  // a leading ']' is a member
+      while (j < pat.size() && pat[j] != ']') ++j;
+      if (j >= pat.size())
+        throw FormatError(file, 0, where + " \"match\" pattern " + p.dump() + " has a '[' with no closing ']'; expected a "
+                                       "bracket set [...] (fnmatch), or \\[ for a literal bracket");
+      i = j;
+    }
+    rule.match.push_back(pat);
   }
   if (const auto t = r.find("thread"); t != r.end()) {
     if (!t->is_string() || (*t != "main" && *t != "any"))

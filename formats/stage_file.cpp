@@ -434,6 +434,8 @@ void parse_json_line(StrictJsonParser& parser, std::string_view line, const std:
         throw FormatError(file, line_no, p.describe() + "; expected a number of seconds >= 0");
       case JsonProblem::duplicate_key:
         throw FormatError(file, line_no, p.describe() + "; expected each key once per object");
+      case JsonProblem::nul_byte:
+        throw FormatError(file, line_no, "a NUL byte at column " + std::to_string(p.byte) + " (binary data?); expected one JSON object per line of text");
       default:
         throw FormatError(file, line_no,
                           "not valid JSON at column " + std::to_string(p.byte) +

@@ -96,6 +96,7 @@ std::string JsonProblem::describe() const {
     case negative_underflow: return where + " is " + token + ", a negative number (too small for a double, yet below 0)";
     case duplicate_key:
       return "key " + quoted_key(key) + " appears twice in " + (path.empty() ? "one object" : "the object " + path);
+    case nul_byte: return "a NUL byte at byte " + std::to_string(byte) + " (binary data?)";
     case syntax:
     case none: break;
   }
@@ -108,6 +109,14 @@ bool StrictJsonParser::parse(std::string_view text, json& out) {
   slot_ = nullptr;
   depth_ = 0;
   problem_ = {};
+  // nlohmann's lexer ends the text at a NUL byte and takes what came before it as the whole: a
+  // record after it would vanish without a word. JSON has no raw NUL anywhere (a string spells it
+  // \u0000), so one is refused where it stands.
+  if (const auto z = text.find('\0'); z != std::string_view::npos) {
+    problem_.kind = JsonProblem::nul_byte;
+    problem_.byte = z + 1;
+    return false;
+  }
   const bool ok = json::sax_parse(text.data(), text.data() + text.size(), this);
   if (!ok && problem_.kind == JsonProblem::none) problem_.kind = JsonProblem::syntax;
   return ok;

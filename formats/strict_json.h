@@ -21,6 +21,7 @@ struct JsonProblem {
     number_range,        ///< a number past the double range (1e309) at `path`
     negative_underflow,  ///< a negative number too small for a double (-1e-400) at `path`
     duplicate_key,       ///< `key` twice in the object at `path`
+    nul_byte,            ///< a NUL byte at `byte` (nlohmann's lexer would take it for the end of the text)
   };
   Kind kind = none;
   std::size_t byte = 0;  ///< 1-based byte of the failure (syntax)

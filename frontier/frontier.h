@@ -575,7 +575,7 @@ struct StepArrivals {
     double end_s = 0;      ///< F[t, its last stage]
     double after_s = 0;    ///< end_s − the previous end − the latest arrival: the time the segment ran past its
                            ///< latest arrival (the collective's own cost; signed, so the segments add up to F exactly)
-    double median_s = 0;   ///< median over the present ranks of their arrival
+    double median_s = 0;   ///< median over the present ranks of their arrival (the lower one of an even count)
     double lo_s = 0, mid_s = 0, hi_s = 0;  ///< order statistics a[k−1], a[k], a[k+1] (k = n/2) of the arrivals
     int top_count = 0;     ///< min(kTop, ranks)
     std::array<int, kTop> top_rank{};  ///< the latest arrivals' rank ids, latest first

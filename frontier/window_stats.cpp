@@ -882,7 +882,9 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     sg.lo_s = peers.lo();
     sg.mid_s = peers.mid();
     sg.hi_s = peers.hi();
-    sg.median_s = N % 2 == 1 ? sg.mid_s : 0.5 * (sg.lo_s + sg.mid_s);
+    // The lower median for an even count: with two ranks, the faster one (a mean with the
+    // straggler would charge half its delay to the ideal).
+    sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
     top_buf_.resize(N);
     std::iota(top_buf_.begin(), top_buf_.end(), 0);

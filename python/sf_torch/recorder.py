@@ -17,6 +17,7 @@ import enum
 import json
 import math
 import os
+import signal
 import socket
 import sys
 import threading
@@ -58,6 +59,40 @@ def _os_reason(e):
     return e.strerror or str(e)
 
 
+MAX_STAGES = 256  # explicit stages one Recorder records
+
+
+def _write_atomic(path, text):
+    """path replaced by text through a temporary beside it (issue 40, S2/S3): the temporary has an
+    unpredictable name and is created with O_EXCL (tempfile.mkstemp), so no file or symlink someone
+    else put there is opened; a path that names something other than a regular file (a device, a
+    FIFO, a directory) is refused, never replaced. Raises OSError."""
+    import errno
+    import stat
+    import tempfile
+    try:
+        st = os.stat(path)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a device or FIFO is never replaced)")
+    except FileNotFoundError:
+        pass
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
 def _stage_list(stages):
     """The explicit stages a Recorder records, checked: a list (or tuple) of stage names, with the
     engine's schema rules (non-empty, distinct, printable, not the residual) as one clear error."""
@@ -70,6 +105,11 @@ def _stage_list(stages):
     if not isinstance(stages, (list, tuple)):
         raise TypeError(f"stages has type {type(stages).__name__}; expected a list of stage names (their order is "
                         "the schema's)")
+    if len(stages) > MAX_STAGES:
+        # Scoring costs the training thread per stage at every window (5000 stages: ~4 s a window):
+        # bounded, in one error before anything is recorded (issue 40, T5).
+        raise ValueError(f"stages has {len(stages)} names, above {MAX_STAGES}; expected at most {MAX_STAGES} stages "
+                         "(group fine-grained spans into stages)")
     for i, name in enumerate(stages):
         if not isinstance(name, str):
             raise TypeError(f"stages[{i}] is {name!r} of type {type(name).__name__}; expected a stage name (str)")
@@ -449,7 +489,9 @@ class Recorder:
             return ""
         try:
             os.makedirs(self.out_dir, exist_ok=True)
-            open(os.path.join(self.out_dir, "windows.jsonl"), "w").close()
+            # A fresh regular file renamed into place: a symlink planted there is replaced, never
+            # followed (the appends that follow then go to this file).
+            _write_atomic(os.path.join(self.out_dir, "windows.jsonl"), "")
             return ""
         except OSError as e:
             why = f"out_dir {self.out_dir}: {_os_reason(e)}"
@@ -462,15 +504,9 @@ class Recorder:
             return self._out_problem
         path = os.path.join(self.out_dir, name)
         try:
-            with open(path + ".tmp", "w") as f:
-                f.write(text)
-            os.replace(path + ".tmp", path)
+            _write_atomic(path, text)
             return ""
         except OSError as e:
-            try:
-                os.remove(path + ".tmp")
-            except OSError:
-                pass
             return f"cannot write {path}: {_os_reason(e)}"
 
     def _safe_point(self):
@@ -955,11 +991,44 @@ class Recorder:
         self._gather_failures += 0 if gather_ok else 1
         self._write_metrics(ev)
         if self.sink is not None:
+            self._call_sink(w, ev, window)
+
+    def _call_sink(self, w, ev, window):
+        """The user's sink, which never ends the training (issue 40): whatever it raises, SystemExit
+        and KeyboardInterrupt included, is said once and the recorder goes on -- except a Ctrl-C
+        that arrived while it ran (a SIGINT seen by a handler lent for the call, on the main
+        thread), which stops the recorder cleanly and then reaches the training as it would have."""
+        interrupted = []
+        lent = None
+        if threading.current_thread() is threading.main_thread():
+            prev = signal.getsignal(signal.SIGINT)
+
+            def on_sigint(signum, frame):
+                interrupted.append(signum)
+                if prev is signal.SIG_IGN:
+                    return
+                if callable(prev):
+                    prev(signum, frame)  # the default handler raises KeyboardInterrupt
+                raise KeyboardInterrupt
             try:
-                self.sink(w, ev, window)
-            except Exception as e:  # the sink is the user's; the recorder goes on
-                self._warn("sink", f"the sink raised {type(e).__name__}: {one_line(e)} (window {window}); "
-                                   "later windows still go to it")
+                signal.signal(signal.SIGINT, on_sigint)
+                lent = prev
+            except (ValueError, TypeError):  # not the interpreter's main thread after all
+                pass
+        try:
+            self.sink(w, ev, window)
+        except BaseException as e:  # the sink is the user's; the recorder and the training go on
+            if isinstance(e, KeyboardInterrupt) and interrupted:
+                self._stopped = True
+                self.enabled = False
+                self._warn("interrupted", "interrupted (SIGINT) while the sink ran: the recorder stopped; the "
+                                          "interrupt goes on to the training")
+                raise
+            self._warn("sink", f"the sink raised {type(e).__name__}: {one_line(e)} (window {window}); "
+                               "later windows still go to it")
+        finally:
+            if lent is not None:
+                signal.signal(signal.SIGINT, lent)
 
     def _score(self, window, lo, steps, rows, gather_ok, reasons, dropped):
         w = _core.Window(self.stages, self.world, lo, steps, rows, gather_ok, reasons, dropped, self.rank_info)
@@ -989,16 +1058,9 @@ class Recorder:
             return
         steps = sum(e.steps for _, _, e in self.windows)
         text = ev.metrics("sf_torch", len(self.windows), steps, -1, self._gather_failures)
-        tmp = self.metrics_file + ".tmp"
         try:
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.metrics_file)
+            _write_atomic(self.metrics_file, text)
         except OSError as e:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
             if not self.metrics_unwritten:
                 self.metrics_unwritten = f"cannot write {self.metrics_file}: {_os_reason(e)}"
                 self._warn("metrics", f"metrics could not be written ({self.metrics_unwritten}); training goes on")

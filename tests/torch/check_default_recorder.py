@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """A user's own 2-rank DDP job with sf_torch.Recorder's defaults (issue 38): a 40 ms forward
 sleep on rank 1 is named, rank 1 and forward, whether it starts mid-run (window 0 healthy, later
-windows named, the run named) or is there from step 0; a healthy job names nobody.
+windows named, the run named) or is there from step 0, and the run's what-if gives back most of
+the 40 ms; a healthy job names nobody and has nothing to gain.
 
     check_default_recorder.py MODE REPO CORE_DIR     MODE: mid_run | from_start | healthy
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -33,18 +35,27 @@ def main():
     for w in r["windows"]:
         print(f"window {w['window']}: {w['line']}")
     print(f"run: {r['summary']}")
+    print(f"run's what-if: {r['summary_whatif']}")
     named = "rank 1 (host "
     fwd = "model.fwd_loss_cpu_wall"
     if mode == "healthy":
         for text in [w["line"] for w in r["windows"]] + [r["summary"]]:
             if not text.startswith("no significant"):
                 fail(f"a healthy job named something: {text}")
+        if not r["summary_whatif"].startswith("nothing to gain"):
+            fail(f"a healthy job's what-if invented a gain: {r['summary_whatif']}")
     else:
         if not (r["summary"].startswith(named) and fwd in r["summary"]):
             fail(f"the run's diagnosis does not name rank 1 {fwd}: {r['summary']}")
         first, last = r["windows"][0]["line"], r["windows"][-1]["line"]
         if not (last.startswith(named) and fwd in last):
             fail(f"the last window does not name rank 1 {fwd}: {last}")
+        # What fixing rank 1 would buy: its excess over its peer, which waited for it at the
+        # all-reduce (40 ms a faulty step; the run's mean over its faulty and healthy steps).
+        m = re.match(r"fixing rank 1 .*would give ~([0-9.]+) ms/step", r["summary_whatif"])
+        x = re.search(r" \+([0-9.]+) ms/step", r["summary"])
+        if not m or not x or not 0.7 <= float(m.group(1)) / float(x.group(1)) <= 1.3:
+            fail(f"the run's what-if does not give back rank 1's excess ({r['summary']}): {r['summary_whatif']}")
         if mode == "mid_run" and not first.startswith("no significant"):
             fail(f"window 0 (before the fault) named something: {first}")
         if mode == "from_start" and not first.startswith(named):

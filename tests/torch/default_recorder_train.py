@@ -34,7 +34,8 @@ rec.finish()
 if dist.get_rank() == 0:
     out = {"windows": [], "summary": None}
     for window, w, ev in rec.windows:
-        out["windows"].append({"window": window, "line": ev.diagnosis_line})
+        out["windows"].append({"window": window, "line": ev.diagnosis_line, "whatif": ev.whatif_line})
     window, evidence = rec.summary()
     out["summary"] = evidence.diagnosis_line
+    out["summary_whatif"] = evidence.whatif_line
     print("RESULT " + json.dumps(out))

@@ -159,7 +159,7 @@ class RecorderTest(unittest.TestCase):
 
     # ---- fail-open: a telemetry fault downgrades the evidence, never the training loop ----------
     SUMMARY_KEYS = ["index", "first_step", "last_step", "shares", "labels", "diagnosis", "routing_set",
-                    "median_step_s", "gather_ok", "packet_written"]
+                    "median_step_s", "gather_ok", "packet_written", "whatif"]
 
     def assert_unwritten(self, ev, summary, why):
         """A window scored in memory whose packet is not on disk: its summary says why, and its
@@ -238,6 +238,32 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "metrics_file is int; expected a path"):
             sf_torch.Recorder(window_steps=4, metrics_file=3)
 
+    def test_files_are_never_clobbered_through_a_planted_name_or_a_device(self):
+        # Issue 40, S2/S3: a fixed "<path>.tmp" followed a planted symlink (a victim file was
+        # truncated), and a FIFO or device given as metrics_file was replaced by a regular file.
+        with tempfile.TemporaryDirectory() as tmp:
+            victim = os.path.join(tmp, "victim")
+            with open(victim, "w") as f:
+                f.write("keep me")
+            out = os.path.join(tmp, "out")
+            os.mkdir(out)
+            prom = os.path.join(tmp, "sf.prom")
+            for planted in (prom + ".tmp", os.path.join(out, "window_000.json.tmp"), os.path.join(out, "windows.jsonl")):
+                os.symlink(victim, planted)
+            rec = sf_torch.Recorder(window_steps=4, metrics_file=prom, out_dir=out)
+            run_steps(rec, 8)
+            with open(victim) as f:
+                self.assertEqual(f.read(), "keep me")
+            self.assertTrue(os.path.isfile(prom) and os.path.isfile(os.path.join(out, "window_000.json")))
+            fifo = os.path.join(tmp, "fifo.prom")
+            os.mkfifo(fifo)
+            rec = sf_torch.Recorder(window_steps=4, metrics_file=fifo)
+            run_steps(rec, 4)  # never blocks on the FIFO, never replaces it
+            import stat as _stat
+            self.assertTrue(_stat.S_ISFIFO(os.stat(fifo).st_mode))
+            self.expect_stderr = [r"^sf_torch: rank 0: metrics could not be written \(cannot write .*fifo.prom: not a regular "
+                                  r"file .*\); training goes on$"]
+
     def test_an_unforeseen_error_stops_the_recorder_not_the_loop(self):
         rec = sf_torch.Recorder(window_steps=4)
 
@@ -261,6 +287,40 @@ class RecorderTest(unittest.TestCase):
         self.expect_stderr = [r"^sf_torch: rank 0: the sink raised ValueError: sink full \(window 0\); later windows "
                               r"still go to it$"]
         self.assertEqual(calls, [0, 1, 2])
+
+    def test_a_sink_that_exits_or_interrupts_itself_never_ends_the_training(self):
+        # Issue 40, T2: only Exception was caught; a sink raising SystemExit or KeyboardInterrupt
+        # ended the training loop.
+        for exc in (SystemExit(3), KeyboardInterrupt(), GeneratorExit()):
+            calls = []
+
+            def sink(w, ev, index, exc=exc):
+                calls.append(index)
+                raise exc
+            rec = sf_torch.Recorder(window_steps=4, sink=sink)
+            run_steps(rec, 12)  # never raises
+            self.assertEqual(calls, [0, 1, 2], type(exc).__name__)
+            self.assertTrue(any(f"the sink raised {type(exc).__name__}" in x for x in rec.warnings), rec.warnings)
+            self.assertTrue(rec.enabled)
+        self.expect_stderr = [r"^sf_torch: rank 0: the sink raised (SystemExit|KeyboardInterrupt|GeneratorExit)"] * 3
+
+    def test_a_ctrl_c_while_the_sink_runs_stops_the_recorder_and_reaches_the_training(self):
+        import signal as _signal
+
+        def sink(w, ev, index):
+            os.kill(os.getpid(), _signal.SIGINT)  # the user's Ctrl-C, arriving while the sink runs
+            time.sleep(0.5)
+        rec = sf_torch.Recorder(window_steps=4, sink=sink)
+        with self.assertRaises(KeyboardInterrupt):
+            run_steps(rec, 12)
+        self.assertFalse(rec.enabled)
+        self.assertIs(_signal.getsignal(_signal.SIGINT), _signal.default_int_handler)  # the lent handler is given back
+        self.expect_stderr = [r"^sf_torch: rank 0: interrupted \(SIGINT\) while the sink ran: the recorder stopped"]
+
+    def test_the_stage_count_is_bounded_in_one_error(self):
+        with self.assertRaisesRegex(ValueError, r"^stages has 5000 names, above 256; expected at most 256 stages"):
+            sf_torch.Recorder(stages=[f"s{i}" for i in range(5000)])
+        sf_torch.Recorder(stages=[f"s{i}" for i in range(256)])  # the bound itself is fine
 
     def test_corrupt_contributions_are_judged_not_scored(self):
         rec = sf_torch.Recorder(window_steps=4)
