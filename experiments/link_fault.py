@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -76,9 +77,9 @@ def measure(a):
             d = out / "runs" / f"h{hosts}x{per}_seed{seed}_{arm}"
             args = ["run", "--quiet", "--out", str(d), "--scenario", "link_slow", "--link-rate", str(rate), "--steps", str(STEPS),
                     "--warmup", str(WARMUP), "--onset", str(ONSET), "--window", str(WINDOW), "--seed", str(seed)]
-            cmd = f"rm -rf '{d}' && mpirun -np {hosts * per} '{a.sf}' " + " ".join(f"'{x}'" for x in args)
+            shutil.rmtree(d, ignore_errors=True)
             t0 = time.monotonic()
-            r = hosts_run(hosts, "sflf", per, cmd, 600)
+            r = hosts_run(hosts, "sflf", per, ["mpirun", "-np", str(hosts * per), a.sf, *args], 600)  # a list: no shell
             if not (d / "run.json").exists():
                 sys.exit(f"link_fault.py: {hosts}x{per} seed {seed} {arm} exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
             j = json.load(open(d / "run.json"))

@@ -295,7 +295,7 @@ private:
   std::vector<int> step_cw_rank_;
   std::vector<int> top_buf_;                             // per-step scratch: the latest arrivals
   std::vector<double> seg_own_;                          // per-step scratch: one segment's arrivals
-  std::vector<StepArrivals> arrivals_;                   // the first Evidence::kArrivalSteps steps (the what-if)
+  ArrivalLog arrivals_;                                  // the first Evidence::kArrivalSteps steps (the what-if)
   std::vector<int> gap_n_;
   std::vector<int> last_conf_, switches_, conf_n_;       // per stage
   ZeroArray<double> credit_, conf_credit_;               // G × R

@@ -568,25 +568,35 @@ std::string_view to_string(Diagnosis::Basis b);
 /// end). Per segment, each present rank's arrival is its own work there (its stages' time with the
 /// time inside its collectives taken off), kept as the latest few arrivals and the order
 /// statistics of the rest. In memory only (not in the packet).
-struct StepArrivals {
+struct ArrivalSegment {
   static constexpr int kTop = 8;
-  struct Segment {
-    int first_group = 0, last_group = 0;  ///< the groups it spans
-    double end_s = 0;      ///< F[t, its last stage]
-    double after_s = 0;    ///< end_s − the previous end − the latest arrival: the time the segment ran past its
-                           ///< latest arrival (the collective's own cost; signed, so the segments add up to F exactly)
-    double median_s = 0;   ///< median over the present ranks of their arrival (the lower one of an even count)
-    double lo_s = 0, mid_s = 0, hi_s = 0;  ///< order statistics a[k−1], a[k], a[k+1] (k = n/2) of the arrivals
-    int top_count = 0;     ///< min(kTop, ranks)
-    std::array<int, kTop> top_rank{};  ///< the latest arrivals' rank ids, latest first
-    std::array<double, kTop> top_s{};
-  };
-  double exposed_s = 0;  ///< F[t,S]
-  int ranks = 0;         ///< present ranks (≥ 2)
-  std::vector<Segment> segments;
-  /// The median of the other ranks' arrivals in segment k for a rank that arrived at v
-  /// (leave-one-out; the standings' rule: with n = 2k + 1 the upper of the two middle values).
-  double peers_median(int k, double v) const;
+  std::int16_t first_group = 0, last_group = 0;  ///< the groups it spans
+  std::int32_t top_count = 0;  ///< min(kTop, ranks)
+  float end_s = 0;       ///< F[t, its last stage]
+  float after_s = 0;     ///< end_s − the previous end − the latest arrival: the time the segment ran past its
+                         ///< latest arrival (the collective's own cost; signed, so the segments add up to F)
+  float median_s = 0;    ///< median over the present ranks of their arrival (the lower one of an even count)
+  float lo_s = 0, mid_s = 0, hi_s = 0;  ///< order statistics a[k−1], a[k], a[k+1] (k = n/2) of the arrivals
+  std::array<std::int32_t, kTop> top_rank{};  ///< the latest arrivals' rank ids, latest first
+  std::array<float, kTop> top_s{};
+};
+/// One step of the log: its exposed time and its segments, segments[first, first + count).
+struct StepArrivals {
+  double exposed_s = 0;     ///< F[t,S]
+  std::int32_t ranks = 0;   ///< present ranks (≥ 2)
+  std::uint32_t first = 0;  ///< its first segment in ArrivalLog::segments
+  std::uint32_t count = 0;
+};
+/// The what-if's steps, kept compactly (~100 bytes a segment, seconds as floats: 0.1 µs on a
+/// 1 s step), so that a run-level accumulator's memory stays flat-ish to its cap.
+struct ArrivalLog {
+  std::vector<StepArrivals> steps;
+  std::vector<ArrivalSegment> segments;
+  bool empty() const { return steps.empty(); }
+  std::size_t size() const { return steps.size(); }
+  /// The median of the other ranks' arrivals in segment s of a step of `ranks` ranks for a rank
+  /// that arrived at v (leave-one-out; the standings' rule: with n = 2k + 1 the upper middle).
+  static double peers_median(const ArrivalSegment& s, int ranks, double v);
 };
 
 /// What fixing a culprit would buy (docs/diagnosis.md, "What fixing it would buy"). The window's
@@ -680,7 +690,7 @@ struct Evidence {
   WhatIf whatif;
   /// Per scored step (the first kArrivalSteps), the arrivals the what-if replays; in memory only,
   /// empty past kStandingMaxRanks ranks or with one rank per step.
-  std::vector<StepArrivals> arrivals;
+  ArrivalLog arrivals;
   static constexpr std::size_t kArrivalSteps = 16384;
   static constexpr std::size_t kExcessRanks = 4;
   std::vector<Suspect> stage_suspects;      ///< for every stage with an advance, in stage order

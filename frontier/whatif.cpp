@@ -7,8 +7,7 @@
 
 namespace sf::frontier {
 
-double StepArrivals::peers_median(int k, double v) const {
-  const auto& s = segments[static_cast<std::size_t>(k)];
+double ArrivalLog::peers_median(const ArrivalSegment& s, int ranks, double v) {
   return detail::loo_median(v, static_cast<std::size_t>(ranks), s.lo_s, s.mid_s, s.hi_s);
 }
 
@@ -33,23 +32,24 @@ double healthy_offset(const Reference* ref, int rank, int first, int last) {
 /// F' of one step with the listed ranks' arrivals set back to healthy in every segment (never
 /// later than they were): each segment's latest arrival after the change plus the time it ran
 /// past its latest arrival.
-double replay(const StepArrivals& a, std::span<const int> healed, const Reference* ref) {
+double replay(const ArrivalLog& log, const StepArrivals& a, std::span<const int> healed, const Reference* ref) {
   double end = 0;
-  for (int k = 0; k < static_cast<int>(a.segments.size()); ++k) {
-    const auto& s = a.segments[static_cast<std::size_t>(k)];
+  for (std::uint32_t k = a.first; k < a.first + a.count; ++k) {
+    const auto& s = log.segments[k];
     double latest = -1e300;
     bool all_healed = true;
     for (int j = 0; j < s.top_count; ++j) {
       double v = s.top_s[j];
       const bool fixed = std::find(healed.begin(), healed.end(), s.top_rank[j]) != healed.end();
-      if (fixed) v = std::min(v, a.peers_median(k, v) + healthy_offset(ref, s.top_rank[j], s.first_group, s.last_group));
+      if (fixed)
+        v = std::min(v, ArrivalLog::peers_median(s, a.ranks, v) + healthy_offset(ref, s.top_rank[j], s.first_group, s.last_group));
       all_healed = all_healed && fixed;
       latest = std::max(latest, v);
       if (!fixed) break;  // an unhealed arrival bounds every later one in the list
     }
     // Every listed arrival healed and ranks beyond them: the next one is unknown but not below the
     // median (at most kTop of at least 2·kTop ranks sit above it).
-    if (all_healed && s.top_count < a.ranks) latest = std::max(latest, s.median_s);
+    if (all_healed && s.top_count < a.ranks) latest = std::max(latest, static_cast<double>(s.median_s));
     end += latest + s.after_s;
   }
   return end;
@@ -76,9 +76,10 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   w.available = true;
   w.steps = static_cast<int>(e.arrivals.size());
   double actual = 0, ideal = 0;
-  for (const auto& a : e.arrivals) {
+  for (const auto& a : e.arrivals.steps) {
     actual += a.exposed_s;
-    for (const auto& sg : a.segments) ideal += sg.median_s + sg.after_s;
+    for (std::uint32_t k = a.first; k < a.first + a.count; ++k)
+      ideal += static_cast<double>(e.arrivals.segments[k].median_s) + e.arrivals.segments[k].after_s;
   }
   w.actual_s = actual / w.steps;
   w.ideal_s = ideal / w.steps;
@@ -91,7 +92,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     if (c.rank < 0) continue;
     all.push_back(c.rank);
     double healed = 0;
-    for (const auto& a : e.arrivals) healed += replay(a, {&c.rank, 1}, ref);
+    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, {&c.rank, 1}, ref);
     WhatIf::Fix f;
     f.rank = c.rank;
     f.group = c.group;
@@ -100,7 +101,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     w.fixes.push_back(f);
   }
   double healed = 0;
-  for (const auto& a : e.arrivals) healed += replay(a, all, ref);
+  for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, all, ref);
   w.all_healed_s = all.empty() ? w.actual_s : healed / w.steps;
   return w;
 }

@@ -343,6 +343,10 @@ void WindowStats::bound_medians(std::size_t exact_cap) {
   exposed_ = MedianKeeper(exact_cap);
   adv_keep_.assign(G_, MedianKeeper(exact_cap));
   ev_cap_ = exact_cap;
+  // A run-level accumulator: the what-if's log at its full size up front (untouched pages cost no
+  // memory), so that it grows by what each step writes, never by a doubling copy.
+  arrivals_.steps.reserve(Evidence::kArrivalSteps);
+  arrivals_.segments.reserve(2 * Evidence::kArrivalSteps);
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
@@ -858,7 +862,8 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
   StepArrivals a;
   a.exposed_s = f.frontier.empty() ? 0.0 : f.frontier.back();
   a.ranks = n;
-  const int k = std::min<int>(StepArrivals::kTop, n);
+  a.first = static_cast<std::uint32_t>(arrivals_.segments.size());
+  const int k = std::min<int>(ArrivalSegment::kTop, n);
   int first = 0;
   double before = 0;  // F at the end of the previous segment
   for (int g = 0; g < G_; ++g) {
@@ -874,14 +879,14 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
       const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
       for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
     }
-    StepArrivals::Segment sg;
-    sg.first_group = first;
-    sg.last_group = g;
-    sg.end_s = f.frontier[static_cast<std::size_t>(group_last_[g])];
+    ArrivalSegment sg;
+    sg.first_group = static_cast<std::int16_t>(std::min(first, 32767));
+    sg.last_group = static_cast<std::int16_t>(std::min(g, 32767));
+    const double end = f.frontier[static_cast<std::size_t>(group_last_[g])];
     const LeaveOneOutMedian peers(seg_own_, loo_buf_);
-    sg.lo_s = peers.lo();
-    sg.mid_s = peers.mid();
-    sg.hi_s = peers.hi();
+    sg.lo_s = static_cast<float>(peers.lo());
+    sg.mid_s = static_cast<float>(peers.mid());
+    sg.hi_s = static_cast<float>(peers.hi());
     // The lower median for an even count: with two ranks, the faster one (a mean with the
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
@@ -895,14 +900,16 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
       sg.top_rank[j] = rank_ids_.empty() ? c : rank_ids_[c];
-      sg.top_s[j] = seg_own_[top_buf_[j]];
+      sg.top_s[j] = static_cast<float>(seg_own_[top_buf_[j]]);
     }
-    sg.after_s = sg.end_s - before - sg.top_s[0];
-    before = sg.end_s;
-    a.segments.push_back(sg);
+    sg.end_s = static_cast<float>(end);
+    sg.after_s = static_cast<float>(end - before - seg_own_[top_buf_[0]]);
+    before = end;
+    arrivals_.segments.push_back(sg);
+    ++a.count;
     first = g + 1;
   }
-  arrivals_.push_back(std::move(a));
+  arrivals_.steps.push_back(a);
 }
 
 void WindowStats::fill_standing(Standing& out, const double* sum, const double* sq, const int* n_of) const {
