@@ -178,6 +178,7 @@ ordered_json config_to_json(const LabelConfig& c) {
   j["diagnosis_min_effect"] = c.diagnosis.min_effect;
   j["diagnosis_drift"] = c.diagnosis.drift;
   j["diagnosis_cohort_min_effect"] = c.diagnosis.cohort_min_effect;
+  j["diagnosis_cohort_min_s"] = c.diagnosis.cohort_min_s;
   return j;
 }
 
@@ -251,6 +252,7 @@ void apply_config_json(const json& j, LabelConfig& c, const std::string& file) {
     else if (key == "diagnosis_min_effect") share(c.diagnosis.min_effect);
     else if (key == "diagnosis_drift") share(c.diagnosis.drift);
     else if (key == "diagnosis_cohort_min_effect") share(c.diagnosis.cohort_min_effect);
+    else if (key == "diagnosis_cohort_min_s") seconds(c.diagnosis.cohort_min_s);
     else if (key == "gain_baseline") {
       const auto b = v.is_string() ? frontier::gain_baseline_from_string(v.get<std::string>()) : std::nullopt;
       if (!b) throw FormatError(file, 0, "config \"gain_baseline\" must be rank_median, cohort_median or reference");

@@ -383,6 +383,12 @@ Diagnosis differential_diagnosis(const Evidence& e, const Differential& diff) {
 /// The step a cohort excess is measured against: the window's median exposed step.
 double cohort_step(const Evidence& e) { return e.median_step_s; }
 
+/// The least a rank's excess over its peers must be without a reference: cohort_min_effect (at
+/// least min_effect) of the median step, and at least cohort_min_s.
+double cohort_floor(const Evidence& e, const DiagnosisConfig& cfg) {
+  return std::max(std::max(cfg.min_effect, cfg.cohort_min_effect) * cohort_step(e), cfg.cohort_min_s);
+}
+
 /// Without a reference: each rank's standing (its own work above its peers' median, step by step)
 /// as a delta with the floor it must pass, per group and for the whole step (arrival): z standard
 /// errors of its mean over the window's steps, z robust deviations of the ranks' standings (with
@@ -409,7 +415,7 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
       const bool scatter = e.observed_ranks >= kSpreadRanks || (!temporal && e.observed_ranks >= 3);
       const double zs = scatter ? ranks_z(cfg.z, e.observed_ranks, K + 1) : 0.0;
       list.push_back({x.rank, x.mean_s,
-                      std::max({cfg.z * se, zs * st.spread_s, std::max(cfg.min_effect, cfg.cohort_min_effect) * cohort_step(e)})});
+                      std::max({cfg.z * se, zs * st.spread_s, cohort_floor(e, cfg)})});
     }
     if (k + 1 < K) out.groups.push_back(std::move(list));
     else out.arrival = std::move(list);
@@ -417,7 +423,7 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
   // The CPU wait is spread evenly over a window's steps: its noise is the ranks' scatter alone.
   const double scatter = e.observed_ranks >= kSpreadRanks ? ranks_z(cfg.z, e.observed_ranks, K + 1) * e.cpu_wait.spread_s : 0.0;
   for (const auto& x : e.cpu_wait.ranks)
-    out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, std::max(cfg.min_effect, cfg.cohort_min_effect) * cohort_step(e))});
+    out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, cohort_floor(e, cfg))});
   return out;
 }
 

@@ -379,6 +379,9 @@ struct DiagnosisConfig {
   double cohort_min_effect = 0.1;  ///< without a reference, the fraction of the median step a rank's
                                    ///< excess over its peers must reach: the cohort's usual asymmetry
                                    ///< (a rank that hosts the store, the loader's worker) is unknown
+  double cohort_min_s = 0.002;      ///< and (without a reference) at least this many seconds per step: a
+                                   ///< scheduler time slice, below which a shared machine moves one rank
+                                   ///< against another now and then (a 1 ms data wait on an 8 ms step)
 };
 
 /// Gates of Table 13 with the paper's defaults, plus the few thresholds the paper names

@@ -780,3 +780,30 @@ TEST(WhatIf, without_waits_measured_inside_the_collectives_it_says_why_not) {
   EXPECT_FALSE(one.whatif.available);
   EXPECT_FALSE(one.whatif.why_not.empty());
 }
+
+TEST(Standing, without_a_reference_a_rank_must_lose_a_scheduler_time_slice_to_be_named) {
+  // Two ranks on an 8 ms step; rank 1's data wait is `extra` longer every step and rank 0 waits for
+  // it at the all-reduce. 1 ms is 12 % of the step but under a time slice (cohort_min_s, 2 ms): a
+  // shared machine moves one rank's step against another's by that much (CI once named it).
+  auto window_with = [](double extra) {
+    const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+    StageMatrix m(schema, 2, 0, 20);
+    for (int t = 0; t < 20; ++t)
+      for (int r = 0; r < 2; ++r) {
+        const double jitter = 1e-5 * ((t * 7 + r * 3) % 5);
+        const double data = 0.001 + (r == 1 ? extra : 0.0) + jitter;
+        const double wait = 0.0002 + (r == 1 ? 0.0 : extra);
+        const std::vector<double> d = {data, 0.002, 0.004 + wait, 0.001};
+        m.set_record(t, r, d, std::nullopt);
+        m.set_sync_wait(t, r, 2, wait);
+      }
+    return evaluate(m);
+  };
+  const Evidence small = window_with(0.001);
+  EXPECT_FALSE(small.diagnosis.significant()) << small.diagnosis.rank;
+  EXPECT_DOUBLE_EQ(small.config.diagnosis.cohort_min_s, 0.002);
+  const Evidence large = window_with(0.003);
+  ASSERT_TRUE(large.diagnosis.significant());
+  EXPECT_EQ(large.diagnosis.rank, 1);
+  EXPECT_EQ(large.group_name(large.diagnosis.group), "data.next_wait");
+}
