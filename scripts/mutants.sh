@@ -54,7 +54,7 @@ event_cohort_with_itself	frontier/label.cpp	if (eligible(r) && r != hi_rank) med
 se_without_window	frontier/diagnose.cpp	if (n_ref > 0 && n > 0) se = sd * std::sqrt(1.0 / n_ref + 1.0 / n);	if (n_ref > 0 && n > 0) se = sd * std::sqrt(1.0 / n_ref);
 no_drift_term	frontier/diagnose.cpp	cfg.drift * std::max(0.0, ref.advance_mean_s[g])	0.0 * std::max(0.0, ref.advance_mean_s[g])
 level_not_change	frontier/diagnose.cpp	const double change = x.mean_s - base;	const double change = x.mean_s;
-median_with_itself	frontier/window_stats.cpp	if (n_ % 2 == 0) return v <= lo_ ? mid_ : lo_;	if (n_ % 2 == 0) return lo_ + (mid_ - lo_) / 2;
+median_with_itself	frontier/window_stats.cpp	if (n % 2 == 0) return v <= lo ? mid : lo;  // a[k − 1] = lo, a[k] = mid	if (n % 2 == 0) return lo + (mid - lo) / 2;
 never_common	frontier/diagnose.cpp	d.common = standing && rc.rank < 0;	d.common = false;
 no_arrival	frontier/diagnose.cpp	RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);	RankChoice rc;
 no_cpu_wait	frontier/diagnose.cpp	if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);	if (false) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
