@@ -198,9 +198,9 @@ void add_detect_columns(ordered_json& base, const ordered_json& run) {
   base["stability_culprit"] = run["culprit_stability"]["culprit"];
 }
 
-/// The columns every row's CSV line starts with: the experiment, the row and its declared
-/// parameters, the commit, the delay and seed in effect (from the result's config).
-ordered_json row_columns(const ordered_json& result, const Row& row, const Spec& spec) {
+/// The experiment, the row and its declared parameters, and the commit of the result: what every
+/// row's CSV line starts with, a skipped one's too.
+ordered_json declared_columns(const ordered_json& result, const Row& row, const Spec& spec) {
   ordered_json base;
   base["experiment"] = spec.name;
   base["row"] = row.id;
@@ -210,6 +210,12 @@ ordered_json row_columns(const ordered_json& result, const Row& row, const Spec&
   for (const auto& [k, v] : row.params.items())
     if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
   base["commit"] = result.value("commit", "");
+  return base;
+}
+
+/// declared_columns, then the delay and seed in effect (from the result's config).
+ordered_json row_columns(const ordered_json& result, const Row& row, const Spec& spec) {
+  ordered_json base = declared_columns(result, row, spec);
   const auto& cfg = result["config"];
   base["delay_ms"] = cfg.value("delay_ms", 0.0);
   base["seed"] = cfg.value("seed", 0);
@@ -324,15 +330,7 @@ std::vector<ordered_json> summarize_sim(const ordered_json& sim, const Row& row,
 std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row, const Spec& spec) {
   if (run.contains("skipped")) {
     // A run the machine could not make (a straggler's cgroup without a cpu controller): said, not scored.
-    ordered_json base;
-    base["experiment"] = spec.name;
-    base["row"] = row.id;
-    base["group"] = row.params.value("group", "");
-    base["arm"] = row.params.value("_arm", "fault");
-    base["ranks"] = row.ranks;
-    for (const auto& [k, v] : row.params.items())
-      if (k != "ranks" && k != "group" && k.rfind('_', 0) != 0) base[k] = v.is_array() ? ordered_json(arg_value(v)) : v;
-    base["commit"] = run.value("commit", "");
+    ordered_json base = declared_columns(run, row, spec);
     base["skipped"] = run["skipped"];
     return {base};
   }
