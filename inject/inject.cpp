@@ -77,7 +77,7 @@ std::string_view straggler_strength_meaning(StragglerKind k) {
   switch (k) {
     case StragglerKind::cpu_share: return "busy processes sharing the rank's core, 1..16";
     case StragglerKind::pause: return "fraction of each 100 ms the rank is stopped, 0.05..0.9";
-    case StragglerKind::cgroup: return "the rank's CPU quota in cores, 0.05..4";
+    case StragglerKind::cgroup: return "the rank's CPU quota in cores, 0.01..4";
     case StragglerKind::none: break;
   }
   return "";
@@ -88,7 +88,7 @@ std::string check_strength(StragglerKind k, double x) {
   switch (k) {
     case StragglerKind::cpu_share: ok = ok && x >= 1 && x <= 16 && x == std::floor(x); break;
     case StragglerKind::pause: ok = ok && x >= 0.05 && x <= 0.9; break;
-    case StragglerKind::cgroup: ok = ok && x >= 0.05 && x <= 4; break;
+    case StragglerKind::cgroup: ok = ok && x >= 0.01 && x <= 4; break;
     case StragglerKind::none: return "";
   }
   if (ok) return "";
