@@ -123,6 +123,16 @@ void setup_run(CLI::App& app) {
                   "the machine has no writable cpu controller). Implies --scenario none")
       ->transform(choice(kinds));
   sub->add_option("--straggler-strength", o->straggler_strength, "the straggler's strength: " + meanings);
+  const std::map<std::string, testbed::Mitigation> mitigations{{"exclude", testbed::Mitigation::exclude},
+                                                               {"rebalance", testbed::Mitigation::rebalance}};
+  sub->add_option("--mitigate", cfg.mitigate,
+                  "after the run's steps, apply a mitigation to the culprit the diagnosis named and measure the step "
+                  "the what-if predicted (issue 39): exclude (go on without it, on a communicator of the others) or "
+                  "rebalance (move a share of its batch work to the others)")
+      ->transform(choice(mitigations));
+  sub->add_option("--mitigate-steps", cfg.mitigate_steps, "recorded steps after the switch (two more to settle first)")
+      ->check(CLI::Range(3, 100000))
+      ->capture_default_str();
   sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();

@@ -371,6 +371,16 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     base["suspect_basis"] = v["suspect"]["basis"];
     base["check_pass"] = v["check"]["pass"];
     add_diagnosis_columns(base, e, v);
+    // run --mitigate (issue 39): what was switched and the step after it against the prediction.
+    if (run.contains("mitigation") && run["mitigation"].is_object()) {
+      const auto& m = run["mitigation"];
+      base["mitig_rank"] = m["rank"].is_number() ? m["rank"] : ordered_json(-1);
+      base["mitig_share"] = m.value("share", 1.0);
+      base["mitig_before_ms"] = m.value("before_s", 0.0) * 1e3;
+      base["mitig_predicted_ms"] = m.value("predicted_s", 0.0) * 1e3;
+      base["mitig_measured_ms"] = m.value("measured_s", 0.0) * 1e3;
+      base["mitig_error"] = m.value("error", 0.0);
+    }
     for (const auto& [rule, rv] : v["baselines"].items()) {
       base[rule + "_top1"] = rv["top1"];
       base[rule + "_tie"] = rv.value("top1_tie", false);
@@ -764,6 +774,7 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
       if (!straggler && (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate"))) continue;
       if (!straggler && p.contains("delay_ms") && p["delay_ms"].is_number() && p["delay_ms"].get<double>() == 0) continue;
       ordered_json sham = p;
+      sham.erase("mitigate");  // nothing to mitigate without the fault: the row's plain sham
       if (straggler) {
         sham.erase("straggler");
         sham.erase("straggler_strength");

@@ -129,7 +129,10 @@ ordered_json whatif_json(const Evidence& e, const std::vector<RankInfo>& ranks) 
                      {"stage", group_or_null(e, f.group)},
                      {"healed_s", f.healed_s},
                      {"gain_s", f.gain_s},
-                     {"gain_share", w.actual_s > 0 ? f.gain_s / w.actual_s : 0.0}});
+                     {"gain_share", w.actual_s > 0 ? f.gain_s / w.actual_s : 0.0},
+                     {"excluded_s", f.excluded_s},
+                     {"rebalance_share", f.rebalance_share},
+                     {"rebalanced_s", f.rebalanced_s}});
   return {{"available", w.available},
           {"why_not", w.available ? ordered_json(nullptr) : ordered_json(w.why_not)},
           {"steps", w.steps},

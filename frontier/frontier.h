@@ -624,6 +624,13 @@ struct WhatIf {
     int group = -1;          ///< the culprit's stage
     double healed_s = 0;     ///< T_healed: the step with this rank fixed
     double gain_s = 0;       ///< T_actual − T_healed
+    /// Mitigations (FALCON's S4 and S2), for the live checks of `run --mitigate`:
+    double excluded_s = 0;   ///< the step without this rank: the others' arrivals, each collective's own
+                             ///< time scaled by a ring all-reduce's 2(n−1)/n from R to R − 1 ranks
+    double rebalance_share = 1;  ///< the batch share (1: an even one) that minimises rebalanced_s
+    double rebalanced_s = 0; ///< the step with this rank's batch work (segments up to the gradient
+                             ///< collective) scaled by rebalance_share and every other rank's by
+                             ///< (R − share)/(R − 1): work in proportion to the batch, as a slow rate
   };
   std::vector<Fix> fixes;    ///< one per culprit, in the diagnosis' order
   double all_healed_s = 0;   ///< every culprit fixed at once (= the one fix with one culprit)

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <tuple>
 
 namespace sf::frontier {
 
@@ -55,6 +57,93 @@ double replay(const ArrivalLog& log, const StepArrivals& a, std::span<const int>
   return end;
 }
 
+/// The latest arrival in segment s of the ranks other than `rank`: the first listed one that is
+/// not it (the median past a list of it alone).
+double others_latest(const ArrivalSegment& s, int rank) {
+  for (int j = 0; j < s.top_count; ++j)
+    if (s.top_rank[j] != rank) return s.top_s[j];
+  return s.median_s;
+}
+
+/// `rank`'s arrival in segment s where it is listed; else none (it arrived by the last listed one).
+std::optional<double> own_arrival(const ArrivalSegment& s, int rank) {
+  for (int j = 0; j < s.top_count; ++j)
+    if (s.top_rank[j] == rank) return s.top_s[j];
+  return std::nullopt;
+}
+
+/// What the segments are to a mitigation: whether each ends at a collective (its time past the
+/// latest arrival is that collective's own), and whether it is batch work (it ends at or before
+/// the gradient collective: data, forward, backward), which a batch share scales.
+struct SegmentRoles {
+  std::vector<int> wait_groups;
+  int gradient_group = -1;  ///< the first collective at or after the forward group
+  bool collective(const ArrivalSegment& s) const {
+    return std::find(wait_groups.begin(), wait_groups.end(), s.last_group) != wait_groups.end();
+  }
+  bool batch(const ArrivalSegment& s) const { return gradient_group >= 0 && s.last_group <= gradient_group; }
+};
+
+SegmentRoles segment_roles(const Evidence& e) {
+  SegmentRoles roles;
+  roles.wait_groups = e.wait_groups;
+  const auto fwd = e.schema.group_index(e.config.forward_group);
+  for (int g : e.wait_groups)
+    if (g >= (fwd ? *fwd : 0) && (roles.gradient_group < 0 || g < roles.gradient_group)) roles.gradient_group = g;
+  return roles;
+}
+
+/// A ring all-reduce moves 2(n−1)/n of the buffer per rank: its cost with n ranks over its cost
+/// with `ranks` (0 with one rank left: nothing to reduce).
+double ring_ratio(int ranks, int n) {
+  auto ring = [](int k) { return k <= 1 ? 0.0 : 2.0 * (k - 1) / k; };
+  return ring(ranks) > 0 ? ring(n) / ring(ranks) : 1.0;
+}
+
+/// F' of one step without `rank`: each segment's latest arrival among the others, and each
+/// collective's own time for one rank fewer.
+double replay_excluded(const ArrivalLog& log, const StepArrivals& a, int rank, const SegmentRoles& roles) {
+  double end = 0;
+  for (std::uint32_t k = a.first; k < a.first + a.count; ++k) {
+    const auto& s = log.segments[k];
+    end += others_latest(s, rank) + s.after_s * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);
+  }
+  return end;
+}
+
+/// F' of one step with `rank`'s batch work scaled by `share` and every other rank's by
+/// (R − share)/(R − 1); segments past the gradient collective unchanged.
+double replay_rebalanced(const ArrivalLog& log, const StepArrivals& a, int rank, double share, const SegmentRoles& roles) {
+  const double others_share = (a.ranks - share) / (a.ranks - 1);
+  double end = 0;
+  for (std::uint32_t k = a.first; k < a.first + a.count; ++k) {
+    const auto& s = log.segments[k];
+    const double others = others_latest(s, rank);
+    const auto own = own_arrival(s, rank);  // unlisted: at most `others`, and share ≤ 1 ≤ others_share
+    const double latest = roles.batch(s) ? std::max(own ? share * *own : 0.0, others_share * others)
+                                         : std::max(own.value_or(others), others);
+    end += latest + s.after_s;
+  }
+  return end;
+}
+
+/// The batch share in (0, 1] that minimises the mean rebalanced step (a grid of kShares), and that step.
+std::pair<double, double> best_rebalance(const ArrivalLog& log, int rank, const SegmentRoles& roles) {
+  constexpr int kShares = 50;
+  double best_share = 1, best_s = 1e300;
+  for (int i = kShares; i >= 1; --i) {
+    const double share = static_cast<double>(i) / kShares;
+    double sum = 0;
+    for (const auto& a : log.steps) sum += replay_rebalanced(log, a, rank, share, roles);
+    const double mean = sum / static_cast<double>(log.steps.size());
+    if (mean < best_s) {
+      best_s = mean;
+      best_share = share;
+    }
+  }
+  return {best_share, best_s};
+}
+
 }  // namespace
 
 WhatIf what_if(const Evidence& e, const Reference* ref) {
@@ -88,6 +177,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   const auto& d = e.diagnosis;
   w.floor_s = e.differential ? e.differential->exposed_noise_floor_s : e.config.diagnosis.min_effect * w.actual_s;
   std::vector<int> all;
+  const SegmentRoles roles = segment_roles(e);
   for (const auto& c : d.culprits) {
     if (c.rank < 0) continue;
     all.push_back(c.rank);
@@ -98,6 +188,10 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     f.group = c.group;
     f.healed_s = healed / w.steps;
     f.gain_s = w.actual_s - f.healed_s;
+    double excluded = 0;
+    for (const auto& a : e.arrivals.steps) excluded += replay_excluded(e.arrivals, a, c.rank, roles);
+    f.excluded_s = excluded / w.steps;
+    std::tie(f.rebalance_share, f.rebalanced_s) = best_rebalance(e.arrivals, c.rank, roles);
     w.fixes.push_back(f);
   }
   double healed = 0;

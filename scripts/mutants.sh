@@ -58,6 +58,8 @@ median_with_itself	frontier/window_stats.cpp	if (n % 2 == 0) return v <= lo ? mi
 never_common	frontier/diagnose.cpp	d.common = standing && rc.rank < 0;	d.common = false;
 no_arrival	frontier/diagnose.cpp	RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);	RankChoice rc;
 no_cpu_wait	frontier/diagnose.cpp	if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);	if (false) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
+exclusion_keeps_the_ring	frontier/whatif.cpp	end += others_latest(s, rank) + s.after_s * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);	end += others_latest(s, rank) + s.after_s;
+rebalance_scales_optimizer	frontier/whatif.cpp	return gradient_group >= 0 && s.last_group <= gradient_group;	return true;
 waits_always_usable	frontier/diagnose.cpp	return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s);	return true;
 erratic_at_one_floor	frontier/diagnose.cpp	if (!(diff.delta_exposed_s > 2 * diff.exposed_noise_floor_s)) return c;	if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return c;
 window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? base_sd : x.sd_s;	const double sd = x.sd_s;

@@ -127,6 +127,13 @@ struct StageCosts {
     return {data_ms * f, loader_ms * f, fwd_host_ms * f, fwd_device_ms * f, bwd_host_ms * f, bwd_device_ms * f,
             callbacks_ms * f, optim_ms * f};
   }
+  /// The batch's work (data, forward, backward; not callbacks or the optimizer) multiplied by f:
+  /// a rank given f of an even batch share (run --mitigate rebalance).
+  StageCosts batch_scaled(double f) const {
+    StageCosts c = *this;
+    for (double* x : {&c.data_ms, &c.loader_ms, &c.fwd_host_ms, &c.fwd_device_ms, &c.bwd_host_ms, &c.bwd_device_ms}) *x *= f;
+    return c;
+  }
   /// Backward (device compute and host launches) multiplied by f (--backward-scale).
   StageCosts backward_scaled(double f) const {
     StageCosts c = *this;
@@ -241,6 +248,10 @@ struct WorkloadConfig {
   bool fetch_ahead = false;   ///< fetch step t+1's batch at the end of step t (prefetch-aware charge)
   bool sync_callbacks = false;///< a barrier in callbacks
   std::int64_t spin_ns = 0;   ///< spin margin of host sleeps
+  /// This rank's share of the batch against an even one (run --mitigate rebalance): its data,
+  /// forward and backward work, and the faults injected there (a slow rate, not a fixed stall),
+  /// scale by it; the collective entry, callbacks and the optimizer do not.
+  double batch_share = 1.0;
 };
 
 /// Recorder stage names for a workload (accumulation unfolds data/forward/backward).

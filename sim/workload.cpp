@@ -80,7 +80,7 @@ Workload::Workload(const WorkloadConfig& cfg, const inject::FaultPlan& plan, Dev
       comm_(comm),
       rank_(rank),
       idx_(stage_index(cfg)),
-      loader_(std::make_unique<Loader>(cfg.costs, cfg.prefetch, cfg.spin_ns)),
+      loader_(std::make_unique<Loader>(cfg.costs.batch_scaled(cfg.batch_share), cfg.prefetch, cfg.spin_ns)),
       buckets_(bucket_floats(cfg.layout, cfg.sharded ? static_cast<std::size_t>(comm.size()) : 1)) {
   std::size_t total = 0;
   for (auto b : buckets_) total += b;
@@ -93,17 +93,18 @@ Workload::~Workload() = default;
 
 void Workload::fetch_ahead(std::int64_t next_step, recorder::Recorder* rec) {
   // Called between steps: the recorder charges this wait to the step that consumes the batch.
-  const StageCosts c = draw_costs(cfg_.costs, cfg_.variation, cfg_.seed, rank_, next_step);
+  const StageCosts c = draw_costs(cfg_.costs, cfg_.variation, cfg_.seed, rank_, next_step).batch_scaled(cfg_.batch_share);
   const double inv = 1.0 / static_cast<double>(idx_.data.size());
   if (rec) rec->begin_stage(idx_.data[0]);
-  loader_->next(c.loader_ms * 1e-3 * inv, c.data_ms * 1e-3 * inv + plan_.delay_s(inject::Site::data, rank_, next_step));
+  loader_->next(c.loader_ms * 1e-3 * inv,
+                c.data_ms * 1e-3 * inv + cfg_.batch_share * plan_.delay_s(inject::Site::data, rank_, next_step));
   if (rec) rec->end_stage(idx_.data[0]);
   have_batch_ = true;
 }
 
 void Workload::backward_sync(std::int64_t step, const StageCosts& c, double inv, recorder::Recorder* rec) {
   using inject::Site;
-  const double extra = plan_.delay_s(Site::backward_device, rank_, step);
+  const double extra = cfg_.batch_share * plan_.delay_s(Site::backward_device, rank_, step);
   const double entry_delay = plan_.delay_s(Site::backward_collective, rank_, step);
   if (cfg_.sync_mode == SyncMode::single) {
     // The paper-comparison step: all backward work, then one blocking collective on the whole
@@ -146,7 +147,8 @@ void Workload::backward_sync(std::int64_t step, const StageCosts& c, double inv,
 void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record) {
   using inject::Site;
   if (skip_record) rec = nullptr;
-  const StageCosts c = draw_costs(cfg_.costs, cfg_.variation, cfg_.seed, rank_, step);
+  const StageCosts c = draw_costs(cfg_.costs, cfg_.variation, cfg_.seed, rank_, step).batch_scaled(cfg_.batch_share);
+  const double share = cfg_.batch_share;  // of the faults at data and forward too (a slow rate)
   const int m = static_cast<int>(idx_.data.size());
   const double inv = 1.0 / m;
   auto begin = [&](int s) {
@@ -161,7 +163,7 @@ void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record
     // data: wait for the batch this microstep consumes
     if (!(i == 0 && have_batch_)) {
       begin(idx_.data[i]);
-      loader_->next(c.loader_ms * 1e-3 * inv, c.data_ms * 1e-3 * inv + (i == 0 ? plan_.delay_s(Site::data, rank_, step) : 0.0));
+      loader_->next(c.loader_ms * 1e-3 * inv, c.data_ms * 1e-3 * inv + (i == 0 ? share * plan_.delay_s(Site::data, rank_, step) : 0.0));
       end(idx_.data[i]);
     }
     if (i == 0) have_batch_ = false;
@@ -176,10 +178,10 @@ void Workload::step(std::int64_t step, recorder::Recorder* rec, bool skip_record
     if (rec && i == 0) rec->begin_device_event();
     device_.compute(c.fwd_device_ms * 1e-3 * inv);
     if (i == 0) {
-      if (const double d = plan_.delay_s(Site::forward_device, rank_, step); d > 0) device_.spin(d);
+      if (const double d = share * plan_.delay_s(Site::forward_device, rank_, step); d > 0) device_.spin(d);
     }
     if (rec && i == 0) rec->end_device_event();
-    host(c.fwd_host_ms * 1e-3 * inv + (i == 0 ? plan_.delay_s(Site::forward_host, rank_, step) : 0.0));
+    host(c.fwd_host_ms * 1e-3 * inv + (i == 0 ? share * plan_.delay_s(Site::forward_host, rank_, step) : 0.0));
     end(idx_.fwd[i]);
 
     // backward: kernels queued, launch overhead; the last microstep also synchronises gradients

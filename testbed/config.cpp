@@ -10,6 +10,15 @@ std::string_view recorder_mode_name(RecorderMode m) {
   return m == RecorderMode::off ? "off" : m == RecorderMode::cpu ? "cpu" : "event";
 }
 
+std::string_view mitigation_name(Mitigation m) {
+  switch (m) {
+    case Mitigation::exclude: return "exclude";
+    case Mitigation::rebalance: return "rebalance";
+    case Mitigation::none: break;
+  }
+  return "none";
+}
+
 std::string validate(const RunConfig& cfg) {
   const auto* sc = inject::find_scenario(cfg.scenario);
   if (!sc) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
@@ -35,6 +44,13 @@ std::string validate(const RunConfig& cfg) {
   if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (cfg.mitigate != Mitigation::none) {
+    const std::string m = "--mitigate " + std::string(mitigation_name(cfg.mitigate));
+    if (cfg.recorder == RecorderMode::off) return m + " needs the recorder (--recorder cpu|event): the culprit comes from its diagnosis";
+    if (sc->site == inject::Site::link) return m + " with --scenario " + cfg.scenario + ": a link fault names a host, not a rank";
+    if (cfg.overhead_pairs > 0) return m + " with --overhead-pairs: the overhead mode diagnoses nothing";
+    if (cfg.mitigate_steps < 3 || cfg.mitigate_steps > 100000) return "--mitigate-steps must be in [3, 100000]";
+  }
   if (cfg.straggler != inject::StragglerKind::none) {
     if (sc->site != inject::Site::none)
       return "--straggler " + std::string(inject::to_string(cfg.straggler)) + " with --scenario " + cfg.scenario +

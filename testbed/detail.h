@@ -45,7 +45,8 @@ public:
   static constexpr std::size_t kHeadLines = 10, kTailLines = 30;
   int count() const;
   /// Run-level evidence over every measured step, the slowest-rank wall sum, the first window's
-  /// rank identities. Call once, after the recorder finished; count() > 0.
+  /// rank identities. Call after the recorder finished (it changes nothing: --mitigate calls it
+  /// before the steps after the switch, the report after them); count() > 0.
   frontier::Evidence run_evidence(MakespanCheck& makespan, std::vector<formats::RankInfo>& ranks);
   /// Closes the streamed files (the dump is renamed into place); "" or the first write error.
   std::string finish();
@@ -273,6 +274,29 @@ class Straggler {
   cpu_set_t saved_mask_{};
   std::string cgroup_dir_, cgroup_home_, failures_;
 };
+
+/// run --mitigate: what was switched, what the what-if predicted and what the steps after the
+/// switch measured (testbed/mitigate.cpp). Rank 0's copy is complete; rank < 0: nothing applied.
+struct MitigationOutcome {
+  Mitigation kind = Mitigation::none;
+  int rank = -1;              ///< the culprit excluded or rebalanced
+  double share = 1;           ///< its batch share (rebalance)
+  std::int64_t first_step = 0;
+  int steps = 0;              ///< recorded steps after the switch
+  double before_s = 0;        ///< T_actual of the run's steps (the what-if's)
+  double predicted_s = 0;     ///< the what-if's step after the switch
+  double measured_s = 0;      ///< the recorded steps' mean exposed step
+  std::string why_not;        ///< when nothing was applied
+  double error() const { return predicted_s > 0 ? (measured_s - predicted_s) / predicted_s : 0.0; }
+  nlohmann::ordered_json json() const;
+  std::string line() const;   ///< the table's line
+};
+
+/// Every rank of `world`, after the run's steps: rank 0 decides from `e` (its run evidence; null
+/// elsewhere), every rank learns the culprit, and cfg.mitigate_steps steps (after two to settle)
+/// run from `first_step` with the mitigation applied.
+MitigationOutcome run_mitigation(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& plan, Straggler& straggler,
+                                 const frontier::Evidence* e, std::int64_t first_step, int local_rank);
 
 /// The paired overhead experiment (run --overhead-pairs K).
 int run_overhead(const RunConfig& cfg, MPI_Comm world, const inject::FaultPlan& plan, Backends& b, int rank, int size);

@@ -286,6 +286,19 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   const double elapsed_s = static_cast<double>(inject::monotonic_ns() - t_start) * 1e-9;
   const double steal = steal_meter.fraction();
   rec.finish();
+  // --mitigate: the run's diagnosis picks the culprit; the steps after the switch measure what
+  // the what-if predicted (the fault stays on).
+  detail::MitigationOutcome mitigation;
+  if (cfg.mitigate != Mitigation::none) {
+    std::optional<frontier::Evidence> decided;
+    if (rank == 0 && windows->count() > 0) {
+      MakespanCheck mk;
+      std::vector<formats::RankInfo> ranks_seen;
+      decided = windows->run_evidence(mk, ranks_seen);
+    }
+    mitigation = detail::run_mitigation(run_cfg, world, plan, straggler, decided ? &*decided : nullptr,
+                                        cfg.warmup + cfg.steps, local_rank);
+  }
   // link_slow: a bandwidth fault leaves no per-rank trace in stage times (every rank of a ring
   // waits for its slowest link), so while the fault is still on, FALCON's P2P pass names the link
   // (and its host) — the validation step that follows a detection.
@@ -468,6 +481,10 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
           (link_check.root ? "; the P2P pass names the throttled host" : "; no P2P pass (the fault ended before the run)");
       result["verdict"]["check"]["pass"] = claim_pass;
       result["verdict"]["host_named"] = link_check.root ? ordered_json(named) : ordered_json(nullptr);
+    }
+    if (cfg.mitigate != Mitigation::none) {
+      table += mitigation.line();
+      result["mitigation"] = mitigation.json();
     }
     if (cfg.check && !claim_pass) exit_code = 1;
     result["evidence"] = formats::evidence_to_json(e, all_ranks);

@@ -33,6 +33,11 @@ namespace sf::testbed {
 enum class RecorderMode { off, cpu, event };
 enum class CommKind { mpi, nccl };
 enum class DeviceKind { automatic, cuda, host };
+/// run --mitigate: once the run's steps are scored, the testbed goes on without the culprit
+/// (exclude: a communicator of the other ranks; FALCON's S4) or with less of its batch
+/// (rebalance; FALCON's S2), and measures the step the what-if predicted.
+enum class Mitigation { none, exclude, rebalance };
+std::string_view mitigation_name(Mitigation m);
 std::string_view recorder_mode_name(RecorderMode m);
 
 /// --trace: Chrome trace-event JSON of a window (docs/detect.md, "Timelines").
@@ -84,6 +89,8 @@ struct RunConfig {
   /// reference that says how much of the injected delay reached the step and which stage took
   /// it. 0: no reference.
   int reference_steps = 6;
+  Mitigation mitigate = Mitigation::none;
+  int mitigate_steps = 10;                 ///< recorded steps after the switch (two more unrecorded first)
   /// link_slow: the target host's egress rate while the fault is on (tc tbf), and the gradient
   /// bytes the all-reduce moves (sized so the healthy link is not the bottleneck, the throttled
   /// one is; for this scenario the layout is real: model_mib = grad_mib = link_grad_mib).

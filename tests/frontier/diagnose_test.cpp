@@ -807,3 +807,40 @@ TEST(Standing, without_a_reference_a_rank_must_lose_a_scheduler_time_slice_to_be
   EXPECT_EQ(large.diagnosis.rank, 1);
   EXPECT_EQ(large.group_name(large.diagnosis.group), "data.next_wait");
 }
+
+/// Rank `late_rank` spends late_s more in its data wait every step and so arrives late at the
+/// backward all-reduce, whose own time past the last arrival is 2 ms; the others wait there.
+StageMatrix late_arrival_window(int R, int steps, int late_rank, double late_s) {
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+  StageMatrix m(schema, R, 0, steps);
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < R; ++r) {
+      const bool late = r == late_rank;
+      const double wait = 0.002 + (late ? 0.0 : late_s);
+      const std::vector<double> d = {0.010 + (late ? late_s : 0.0), 0.040, 0.100 + wait, 0.020};
+      m.set_record(t, r, d, std::nullopt);
+      m.set_sync_wait(t, r, 2, wait);
+    }
+  return m;
+}
+
+TEST(WhatIf, exclusion_and_rebalance_follow_the_arrivals_and_the_ring) {
+  // Arrivals at the all-reduce: 150 ms for the others, 200 ms for rank 1; 2 ms of collective past
+  // the last; then 20 ms of optimizer. Five ranks.
+  const Evidence e = evaluate(late_arrival_window(5, 12, 1, 0.050));
+  ASSERT_EQ(e.diagnosis.rank, 1);
+  const auto& w = e.whatif;
+  ASSERT_TRUE(w.available) << w.why_not;
+  EXPECT_NEAR(w.actual_s, 0.222, 1e-6);
+  ASSERT_EQ(w.fixes.size(), 1u);
+  const auto& f = w.fixes[0];
+  EXPECT_NEAR(f.healed_s, 0.172, 1e-6);
+  // Without rank 1: the others' arrival, the ring's 2(n-1)/n from 5 ranks to 4 (x 0.9375), the optimizer.
+  EXPECT_NEAR(f.excluded_s, 0.150 + 0.002 * (1.5 / 1.6) + 0.020, 1e-6);
+  // Rebalanced: rank 1's share x and the others' (5 - x)/4 balance its 200 ms against their 150 ms
+  // at x = 0.789; on the grid of 0.02, x = 0.78: max(0.78 * 0.200, 1.055 * 0.150) + 0.002 + 0.020.
+  EXPECT_NEAR(f.rebalance_share, 0.78, 1e-9);
+  EXPECT_NEAR(f.rebalanced_s, (5 - 0.78) / 4 * 0.150 + 0.002 + 0.020, 1e-6);
+  // The optimizer is not batch work: a share past the gradient collective would have scaled it.
+  EXPECT_GT(f.rebalanced_s, f.healed_s);
+}

@@ -2,7 +2,7 @@
 """Checks a `sf-testbed run --out DIR` result against expectations (used by the MPI CTest entries).
 
 usage: check_run.py DIR [--steps N] [--label L]... [--no-label L]... [--gather-failed] [--every-gather-failed] [--window-label L]
-                        [--dump FILE --sf BINARY] [--overhead] [--unwritten-packet I]
+                        [--dump FILE --sf BINARY] [--overhead] [--unwritten-packet I] [--mitigation KIND --within F]
 Exits 1 with one line per failed expectation.
 """
 import argparse, json, pathlib, subprocess, sys
@@ -21,6 +21,9 @@ ap.add_argument("--overhead", action="store_true")
 ap.add_argument("--blamed-only", type=int, help="every window's 'rank N:' reasons name this rank alone")
 ap.add_argument("--reason-contains", action="append", default=[], help="some window's reasons hold this text")
 ap.add_argument("--unwritten-packet", type=int, help="window I's packet could not be written: windows.jsonl says so")
+ap.add_argument("--mitigation", choices=["exclude", "rebalance"],
+                help="run --mitigate KIND: it acted on the injected rank, recovered, and measured within --within of the what-if")
+ap.add_argument("--within", type=float, default=0.10)
 a = ap.parse_args()
 d = pathlib.Path(a.dir)
 errors = []
@@ -116,6 +119,21 @@ else:
                     errors.append(f"window {i}: the run's packet has no gather field")
                 if text != line.strip():
                     errors.append(f"window {i}: score on the dump differs from the packet run wrote")
+
+if a.mitigation:
+    run = json.loads((d / "run.json").read_text())
+    m = run.get("mitigation") or {}
+    truth = [t["rank"] for t in run["truth"]]
+    if m.get("kind") != a.mitigation:
+        errors.append(f"mitigation kind {m.get('kind')!r}, expected {a.mitigation}")
+    elif m.get("rank") not in truth:
+        errors.append(f"mitigation acted on rank {m.get('rank')} ({m.get('why_not', '')}), the fault is on {truth}")
+    else:
+        if not m["measured_s"] < m["before_s"]:
+            errors.append(f"no recovery: {m['measured_s']:.4f} s/step after the switch, {m['before_s']:.4f} before")
+        if not abs(m["error"]) <= a.within:
+            errors.append(f"measured {m['measured_s']:.4f} s/step, the what-if predicted {m['predicted_s']:.4f} "
+                          f"({m['error']:+.1%}, more than {a.within:.0%})")
 
 for e in errors:
     print(f"check_run: {a.dir}: {e}")
