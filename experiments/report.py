@@ -1486,10 +1486,22 @@ def mitigation_section(pairs):
         for c in ["mitig_before_ms", "mitig_predicted_ms", "mitig_measured_ms"]:
             x[c] = x[c].map(lambda v: f"{v:.1f}")
         x["mitig_error"] = x["mitig_error"].map(lambda v: f"{v:+.1%}")
-        text += "\nRows outside the band:\n\n" + md_table(x.rename(columns={"fault_": "fault"}))
+
+        def why(r):
+            basis = str(r.get("diag_rank_basis", ""))
+            gain, got = r["mitig_before_ms"] - r["mitig_predicted_ms"], r["mitig_before_ms"] - r["mitig_measured_ms"]
+            if basis in ("cpu_wait", "erratic"):
+                return (f"named by its {basis.replace('_', ' ')}: its loss sits inside the collectives, in no arrival, so the "
+                        f"prediction saw {gain:.1f} of the {got:.1f} ms the switch bought")
+            return f"{'under' if gain < got else 'over'}-predicted: {gain:.1f} ms predicted, {got:.1f} ms measured"
+        x["why"] = [why(r) for _, r in misses.iterrows()]
+        text += "\nRows outside the band, and why (from the rows):\n\n" + md_table(x.rename(columns={"fault_": "fault"}))
     idle = m[~m["acted"]]
     if len(idle):
-        text += f"\n{len(idle)} row(s) named no culprit, so nothing was switched.\n"
+        said = "; ".join(f"{f}: {', '.join(sorted(set(g['diag_outcome'].astype(str))))} {len(g)}"
+                         for f, g in idle.groupby("fault_", sort=True))
+        text += (f"\n{len(idle)} row(s) named no culprit, so nothing was switched (the diagnosis' outcome per fault: "
+                 f"{said}).\n")
     head = f"live mitigations within {MITIGATE_TOL:.0%} of their prediction in {k}/{n} rows"
     return text, head
 
