@@ -1556,18 +1556,25 @@ def report_whatif(d, df):
         g = reached[reached["tool_"] == tool]
         if len(g):
             ax.scatter(g["sham_ms"], g["whatif_healed_ms"], marker=marker, s=18, label=("live" if tool == "run" else "model"))
-    lo = min(reached["sham_ms"].min(), reached["whatif_healed_ms"].min()) if len(reached) else 0
-    hi = max(reached["sham_ms"].max(), reached["whatif_healed_ms"].max()) if len(reached) else 1
+    mit = pairs[pd.to_numeric(pairs["mitig_rank"], errors="coerce").fillna(-1) >= 0] if "mitig_rank" in pairs else pairs.iloc[:0]
+    if len(mit):
+        ax.scatter(mit["mitig_measured_ms"], mit["mitig_predicted_ms"], marker="^", s=22, facecolors="none", edgecolors="C3",
+                   label="live mitigation: measured after the switch")
+    xs = pd.concat([reached["sham_ms"], reached["whatif_healed_ms"], mit.get("mitig_measured_ms", pd.Series(dtype=float)),
+                    mit.get("mitig_predicted_ms", pd.Series(dtype=float))])
+    lo = xs.min() if len(xs) else 0
+    hi = xs.max() if len(xs) else 1
     ax.plot([lo, hi], [lo, hi], c="gray", lw=0.8)
     ax.fill_between([lo, hi], [lo * (1 - WHATIF_TOL), hi * (1 - WHATIF_TOL)], [lo * (1 + WHATIF_TOL), hi * (1 + WHATIF_TOL)],
                     color="gray", alpha=0.15, lw=0)
-    ax.set_xlabel("sham twin's measured step (ms)")
-    ax.set_ylabel("predicted step with the culprits fixed (ms)")
+    ax.set_xlabel("measured step (ms): the sham twin's, or after the mitigation")
+    ax.set_ylabel("the what-if's predicted step (ms)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(d / "whatif.png", dpi=120)
     text += figure_note("whatif.png", "Predicted healed step against the sham twin's measured step, one point per fault row "
-                        f"that reached the step; the line is the diagonal, the band +/-{WHATIF_TOL:.0%}.")
+                        "that reached the step; triangles: each live mitigation's predicted step against the step measured "
+                        f"after the switch; the line is the diagonal, the band +/-{WHATIF_TOL:.0%}.")
     live, model = reached[reached["tool_"] == "run"], reached[reached["tool_"] == "sim"]
     headline = (f"T_healed within {WHATIF_TOL:.0%} of the sham twin's step in {int(reached['within'].sum())}/{len(reached)} fault "
                 f"rows that reached the step (live {int(live['within'].sum())}/{len(live)}, model "
