@@ -134,6 +134,10 @@ void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
   sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
       ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(g);
   if (stages)
+    sub->add_option("--max-line-bytes", l.max_line_bytes,
+                     "longest line (a JSONL record or header, a CSV row), checked as bytes arrive")
+        ->default_val(l.max_line_bytes)->check(CLI::PositiveNumber)->group(g);
+  if (stages)
     sub->add_option("--max-stages", l.max_stages, "most explicit stages in a header")
         ->default_val(l.max_stages)->check(CLI::Range(1, 1 << 20))->group(g);
   sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")

@@ -74,6 +74,9 @@ inline constexpr int kWorldSizeCeiling = 1 << 24;
 /// --max-window-steps, --max-values.
 struct ReadLimits {
   std::int64_t max_file_bytes = std::int64_t{4} << 30;  ///< bytes of the file
+  /// Bytes of one line (a JSONL record or header, a CSV row), checked as bytes arrive: a stream
+  /// with no line break (/dev/zero) is refused at this bound, and no line is parsed past it.
+  std::int64_t max_line_bytes = std::int64_t{16} << 20;
   int max_stages = 1024;                                ///< explicit stages in a header
   int max_world_size = 65536;                           ///< world size of a window (≤ kWorldSizeCeiling)
   std::int64_t max_window_steps = 1000000;              ///< steps a file window spans (before --window splits it)

@@ -3,6 +3,7 @@
 #include "sf/formats/formats.h"
 
 #include "open_error.h"
+#include "stage_text.h"
 #include "strict_json.h"
 
 #include <algorithm>
@@ -234,8 +235,12 @@ frontier::Reference read_reference(const std::string& path, const frontier::Labe
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw FormatError(path, 0, "the reference " + detail::open_error(path) + "; expected a healthy run's dump or packet");
+  // The first line says which kind of file it is; read no more of it than a line may hold
+  // (ReadLimits::max_line_bytes: --reference /dev/zero is refused, not read forever).
+  const std::int64_t max_line = ReadLimits{}.max_line_bytes;
   std::string first;
-  std::getline(in, first);
+  for (char c; first.size() <= static_cast<std::size_t>(max_line) && in.get(c) && c != '\n';) first.push_back(c);
+  if (first.size() > static_cast<std::size_t>(max_line)) throw detail::line_too_long(path, 1, max_line);
   // A packet is one JSON object with "schema": "sf.evidence/..." on its first line; a dump's
   // first line is an sf.stages/1 header (or a CSV header).
   if (first.find("\"sf.evidence/") != std::string::npos || first.find("\"sf.reference/") != std::string::npos) {

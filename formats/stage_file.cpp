@@ -491,6 +491,42 @@ std::vector<Window> parse_jsonl(std::string_view text, const std::string& file, 
 
 bool blank(char c) { return c == ' ' || c == '\t'; }
 
+FormatError line_too_long(const std::string& file, std::int64_t line_no, std::int64_t limit) {
+  return FormatError(file, line_no,
+                     "line " + std::to_string(line_no) + " runs past " + std::to_string(limit) +
+                         " bytes without a line break; expected records of at most that length (raise the limit with "
+                         "--max-line-bytes)");
+}
+
+void check_line_lengths(std::string_view text, const std::string& file, std::int64_t limit, bool csv) {
+  const auto max = static_cast<std::size_t>(std::max<std::int64_t>(limit, 1));
+  if (text.size() <= max) return;
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  std::int64_t line_no = 1;
+  while (p < end) {
+    const auto left = static_cast<std::size_t>(end - p);
+    const char* nl = static_cast<const char*>(std::memchr(p, '\n', left));
+    const char* stop = nl ? nl : end;
+    if (static_cast<std::size_t>(stop - p) > max) {
+      // CSV may end lines with a lone '\r' (old spreadsheets): those are line breaks too.
+      if (!csv) throw line_too_long(file, line_no, limit);
+      const char* q = p;
+      for (;;) {
+        const char* cr = static_cast<const char*>(std::memchr(q, '\r', static_cast<std::size_t>(stop - q)));
+        const char* seg_end = cr ? cr : stop;
+        if (static_cast<std::size_t>(seg_end - q) > max) throw line_too_long(file, line_no, limit);
+        if (!cr) break;
+        q = cr + 1;
+        ++line_no;
+      }
+    }
+    if (!nl) break;
+    p = nl + 1;
+    ++line_no;
+  }
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && blank(s.front())) s.remove_prefix(1);
   while (!s.empty() && (blank(s.back()) || s.back() == '\r')) s.remove_suffix(1);
@@ -891,6 +927,7 @@ std::optional<std::string> utf16_as_utf8(std::string_view text, const std::strin
 std::vector<Window> parse_stage_text(std::string_view text, const std::string& name, MatrixFormat format,
                                      const ReadOptions& opt) {
   if (const auto utf8 = utf16_as_utf8(text, name)) return parse_stage_text(*utf8, name, format, opt);
+  detail::check_line_lengths(text, name, opt.limits.max_line_bytes, format == MatrixFormat::csv);
   return format == MatrixFormat::csv ? parse_csv(text, name, opt) : parse_jsonl(text, name, opt);
 }
 
@@ -917,9 +954,19 @@ std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& 
   if (!in) throw FormatError(path, 0, "the file " + detail::open_error(path) + "; expected a stage-matrix file");
   std::string text;
   std::vector<char> block(1 << 16);
+  // A stream with no line break (/dev/zero) is refused once its line passes --max-line-bytes.
+  const auto max_line = static_cast<std::size_t>(std::max<std::int64_t>(opt.limits.max_line_bytes, 1));
+  std::size_t line_start = 0;
+  std::int64_t line_no = 1;
   while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+    const std::size_t from = text.size();
     text.append(block.data(), static_cast<std::size_t>(in.gcount()));
     if (text.size() > limit) throw too_big(text.size());
+    for (std::size_t i = from; i < text.size(); ++i) {
+      if (text[i] == '\n') ++line_no;
+      if (text[i] == '\n' || (*format == MatrixFormat::csv && text[i] == '\r')) line_start = i + 1;
+    }
+    if (text.size() - line_start > max_line) throw detail::line_too_long(path, line_no, opt.limits.max_line_bytes);
   }
   if (in.bad()) throw FormatError(path, 0, "read failed");
   return parse_stage_text(text, path, *format, opt);

@@ -60,8 +60,9 @@ class FileLines {
 public:
   // A small file gets a buffer of its size, not a chunk (zeroing megabytes for a few lines was
   // most of the time `score` took on one).
-  FileLines(int fd, std::uint64_t size, bool csv)
-      : fd_(fd), size_(size), csv_(csv), buf_(static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 1, 64, kChunkBytes))) {}
+  FileLines(int fd, std::uint64_t size, bool csv, std::int64_t max_line)
+      : fd_(fd), size_(size), csv_(csv), max_line_(static_cast<std::size_t>(std::max<std::int64_t>(max_line, 1))),
+        buf_(static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 1, 64, kChunkBytes))) {}
 
   /// The next line starts at byte `offset` of the file and is line number line_no + 1.
   void seek(std::uint64_t offset, std::int64_t line_no) {
@@ -116,6 +117,9 @@ private:
       end_ -= pos_;
       pos_ = 0;
     }
+    // A line past --max-line-bytes: the whole read refuses it with its line number (a pass of
+    // memchr over the mapped file; nothing of the line's size is allocated).
+    if (end_ > max_line_) throw ReadWhole{"a line past --max-line-bytes"};
     if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf_.size() - end_, size_ - read_off_));
     ssize_t n;
@@ -136,6 +140,7 @@ private:
   int fd_;
   std::uint64_t size_;
   bool csv_;
+  std::size_t max_line_;
   std::vector<char> buf_;
   std::size_t pos_ = 0, end_ = 0;
   std::uint64_t file_off_ = 0;  // file offset of buf_[0]
@@ -592,7 +597,7 @@ class CsvBlockReader {
 public:
   CsvBlockReader(int fd, std::uint64_t size, std::uint64_t offset, const detail::CsvHeader& h, const ReadOptions& opt)
       : fd_(fd), size_(size), off_(offset), h_(h), world_max_(std::min(opt.limits.max_world_size, kWorldSizeCeiling)),
-        world_size_(opt.world_size) {}
+        world_size_(opt.world_size), max_line_(static_cast<std::size_t>(std::max<std::int64_t>(opt.limits.max_line_bytes, 1))) {}
 
   /// Cuts the next block into b (its text only: parse() reads its rows); false once the last
   /// block was cut. Blocks must be cut in order; they may be parsed in any order, at once.
@@ -626,6 +631,13 @@ public:
       if (nl) {
         cut = static_cast<std::size_t>(static_cast<const char*>(nl) - b.text.data()) + 1;
         break;
+      }
+      // No line break yet (the carry holds none either): past --max-line-bytes the whole read
+      // refuses the line with its number, without holding it.
+      if (b.text.size() > max_line_) {
+        b.failed = "a line past --max-line-bytes";
+        b.last = done_ = true;
+        return true;
       }
     }
     if (off_ >= size_ || cut == std::string::npos) {
@@ -683,6 +695,7 @@ private:
   std::uint64_t size_, off_;
   const detail::CsvHeader& h_;
   int world_max_, world_size_;
+  std::size_t max_line_;
   std::vector<char> carry_;
   bool done_ = false;
 };
@@ -859,7 +872,7 @@ int last_line_rank(int fd, std::uint64_t size, const detail::CsvHeader& h) {
 
 void stream_csv(int fd, std::uint64_t size, std::uint64_t start, const std::string& file, const ReadOptions& opt,
                 StepSink& sink) {
-  FileLines lines(fd, size, true);
+  FileLines lines(fd, size, true, opt.limits.max_line_bytes);
   lines.seek(start, 0);
   const detail::CsvHeader h = detail::read_csv_header(lines, file, opt);
   FileWindow fw;
@@ -934,7 +947,7 @@ private:
 
 void stream_jsonl(int fd, std::uint64_t size, std::uint64_t start, const std::string& file, const ReadOptions& opt,
                   StepSink& sink) {
-  FileLines lines(fd, size, false);
+  FileLines lines(fd, size, false, opt.limits.max_line_bytes);
   lines.seek(start, 0);
   detail::StrictJsonParser parser;
   JsonlSource::Stop stop;

@@ -100,6 +100,12 @@ void parse_record(const nlohmann::json& o, const std::string& file, std::int64_t
 bool blank(char c);
 std::string_view trim(std::string_view s);
 
+/// The refusal of a line past ReadLimits::max_line_bytes: line `line_no` of `file` (1-based).
+FormatError line_too_long(const std::string& file, std::int64_t line_no, std::int64_t limit);
+/// Throws line_too_long for the first line of `text` longer than `limit` bytes (lines end at '\n',
+/// and for CSV also at a lone '\r'); one memchr pass.
+void check_line_lengths(std::string_view text, const std::string& file, std::int64_t limit, bool csv);
+
 /// Lines ended by "\n", "\r\n" or a lone "\r", numbered from 1; blank lines are skipped.
 class CsvLines {
 public:
