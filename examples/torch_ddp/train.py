@@ -225,11 +225,14 @@ def launch(nproc):
     """Runs `nproc` local ranks of this script with the env:// rendezvous torch.distributed.run
     would set up. (Debian's torch 1.13 launcher fails on Python 3.11 with its default
     --redirects 0: Std.from_str finds no zero flag there, so `to_map` gets None.)"""
-    import socket
+    import shutil
     import subprocess
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    import tempfile
+    # The rendezvous is a file in a directory only this user can enter (mkdtemp: mode 0700), not a
+    # TCP store, which torch binds to every interface whatever MASTER_ADDR says; gloo's (and
+    # NCCL's) own sockets go on loopback unless the caller named an interface. Nothing listens
+    # for other machines (docs/cluster.md, "What listens").
+    store_dir = tempfile.mkdtemp(prefix="sf-train-")
     argv = [a for a in sys.argv[1:]]
     i = argv.index("--nproc-per-node") if "--nproc-per-node" in argv else None
     if i is not None:
@@ -237,11 +240,16 @@ def launch(nproc):
     else:
         argv = [x for x in argv if not x.startswith("--nproc-per-node=")]
     procs = []
-    for r in range(nproc):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc), RANK=str(r),
-                   LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
-    rcs = [p.wait() for p in procs]
+    try:
+        for r in range(nproc):
+            env = dict(os.environ, SF_TRAIN_STORE=os.path.join(store_dir, "store"), WORLD_SIZE=str(nproc), RANK=str(r),
+                       LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(nproc), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=env))
+        rcs = [p.wait() for p in procs]
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
     # A rank's own exit code first (3: a peer was lost, 1: the claim failed),
     # else 128 + the signal that ended a rank, as a shell reports it.
     own = [rc for rc in rcs if rc > 0]
@@ -266,7 +274,12 @@ def main():
     cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     backend, why_backend = choose_backend(a.backend, cuda)
-    dist.init_process_group(backend=backend)
+    if os.environ.get("SF_TRAIN_STORE"):  # --nproc-per-node: the file rendezvous launch() set up
+        world_size = int(os.environ["WORLD_SIZE"])
+        dist.init_process_group(backend=backend, store=dist.FileStore(os.environ["SF_TRAIN_STORE"], world_size),
+                                rank=int(os.environ["RANK"]), world_size=world_size)
+    else:  # env:// as torchrun (or the user, across hosts) set it up
+        dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0 and why_backend:
         print(f"train.py: {why_backend}", file=sys.stderr)
