@@ -17,6 +17,7 @@ struct ImportOptions {
   std::string stage_map;
   formats::ReadLimits limits;
   bool quiet = false;
+  bool allow_disjoint = false;
 };
 
 int run_import_kineto(const ImportOptions& o) {
@@ -32,6 +33,7 @@ int run_import_kineto(const ImportOptions& o) {
     formats::KinetoOptions opt;
     opt.world_size = o.world_size;
     opt.rank = o.rank;
+    opt.allow_disjoint = o.allow_disjoint;
     opt.limits = o.limits;
     if (!o.stage_map.empty()) opt.stage_map = formats::read_kineto_stage_map(o.stage_map);
     imp = formats::import_kineto(o.traces, opt);
@@ -100,6 +102,9 @@ void setup_import(CLI::App& app) {
   sub->add_option("--stage-map", o->stage_map,
                   "JSON file mapping event-name patterns to stages, new stages allowed (docs/kineto.md, \"Stage map\")")
       ->check(CLI::ExistingFile);
+  sub->add_flag("--allow-disjoint", o->allow_disjoint,
+                "import traces that share no ProfilerStep id (refused otherwise: two jobs' traces, most likely); the "
+                "window's telemetry says so");
   sub->add_flag("--quiet", o->quiet, "print nothing on success");
   // The limits score applies (docs/formats.md, "Limits"), so what import writes, score reads.
   add_limit_options(sub, o->limits, false);

@@ -237,6 +237,9 @@ struct KinetoOptions {
   int world_size = 0;
   int rank = -1;
   KinetoStageMap stage_map;
+  /// Several traces with no ProfilerStep id in common are refused (two jobs' traces, most likely);
+  /// true imports them, and the window's telemetry says so.
+  bool allow_disjoint = false;
   /// As for score (docs/formats.md, "Limits"): max_file_bytes bounds each trace file and its
   /// decompressed text (checked as it is inflated); max_world_size, max_window_steps and
   /// max_values bound the window, checked before it is allocated; max_stages bounds the stages

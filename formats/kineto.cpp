@@ -202,6 +202,7 @@ public:
   std::vector<KinetoTrace> infos;
   std::vector<RankSteps> reduced;
   std::map<int, std::string> rank_file;
+  std::string disjoint_reason;  ///< set by check_common_steps under --allow-disjoint
   std::int64_t first = std::numeric_limits<std::int64_t>::max(), last = std::numeric_limits<std::int64_t>::min();
 
 private:
@@ -209,6 +210,32 @@ private:
   std::optional<int> world_;
   std::string world_file_, first_file_, last_file_;
 };
+
+/// Traces of one job share steps: with several traces, some ProfilerStep id must be in every one
+/// (two jobs' traces once imported as one window with 1002 of its steps missing). With
+/// --allow-disjoint they are imported, and the window's telemetry says so.
+void check_common_steps(Traces& t, const KinetoOptions& opt) {
+  if (t.reduced.size() < 2) return;
+  std::vector<std::int64_t> common(t.reduced[0].ids);
+  std::sort(common.begin(), common.end());
+  for (std::size_t i = 1; i < t.reduced.size() && !common.empty(); ++i) {
+    std::vector<std::int64_t> ids(t.reduced[i].ids), both;
+    std::sort(ids.begin(), ids.end());
+    std::set_intersection(common.begin(), common.end(), ids.begin(), ids.end(), std::back_inserter(both));
+    common.swap(both);
+  }
+  if (!common.empty()) return;
+  std::string spans;
+  for (std::size_t i = 0; i < t.infos.size() && i < 4; ++i)
+    spans += (i ? ", " : "") + t.infos[i].file + " " + std::to_string(t.infos[i].first_step) + ".." + std::to_string(t.infos[i].last_step);
+  if (t.infos.size() > 4) spans += ", ...";
+  const std::string what = "no ProfilerStep id is in every trace (" + spans + ")";
+  if (!opt.allow_disjoint)
+    throw FormatError(files_label(t.infos), 0,
+                      what + "; expected traces of one job's same steps (or --allow-disjoint to import them as one window "
+                             "in which each rank lacks the others' steps)");
+  t.disjoint_reason = "kineto import: " + what + ", imported with --allow-disjoint: each step has the ranks that recorded it";
+}
 
 /// The matrix keeps side evidence as float: rounded toward zero, a sync wait equal to its stage
 /// stays at or below the stage's (double) duration instead of rounding a hair above it.
@@ -300,12 +327,15 @@ KinetoImport import_each(const std::vector<Input>& inputs, const KinetoOptions& 
     const StepSpans spans = find_steps(tr);
     KinetoTrace info;
     info.file = in.name;
-    identify(tr, opt, info);
+    // What the trace holds first (an inference trace says it has no backward), then whose it is.
     RankSteps steps = reduce(tr, spans, layout, info);
+    identify(tr, opt, info);
     traces.add(std::move(info), std::move(steps));
   }
+  check_common_steps(traces, opt);
   KinetoImport out;
   build_window(traces, layout, opt.limits, out);
+  if (!traces.disjoint_reason.empty()) out.window.telemetry.reasons.push_back(traces.disjoint_reason);
   out.wait_stages = wait_groups(traces, out.window.matrix.schema());
   out.traces = std::move(traces.infos);
   for (const auto& t : out.traces)
