@@ -359,12 +359,26 @@ void step_events(const Trace& tr, int main, const Step& st, std::vector<const Ev
 /// Collective time inside each stage (µs; the residual at index S): the union of the intervals
 /// of `bits` (two gloo workers at once are one wait), clipped to the stage's pieces of the main
 /// thread's step, so never above the stage.
-std::vector<double> collective_time(const Trace& tr, const std::vector<const Ev*>& in_step, const Step& st,
-                                    const std::vector<Segment>& segs, std::uint32_t bits, int S) {
+/// `carried`: collectives of earlier steps still running when this one starts (their part in this
+/// step counts here, clipped to it).
+std::vector<double> collective_time(const Trace& tr, const std::vector<const Ev*>& in_step, const std::vector<const Ev*>& carried,
+                                    const Step& st, const std::vector<Segment>& segs, std::uint32_t bits, int S) {
   std::vector<std::pair<double, double>> iv;
-  for (const Ev* e : in_step)
-    if (tr.bits[e->name] & bits) iv.emplace_back(e->ts, std::min(e->end, st.end));
+  for (const auto* list : {&carried, &in_step})
+    for (const Ev* e : *list)
+      if ((tr.bits[e->name] & bits) && std::min(e->end, st.end) > std::max(e->ts, st.ts))
+        iv.emplace_back(std::max(e->ts, st.ts), std::min(e->end, st.end));
   return overlap_by_stage(segs, union_of(std::move(iv)), S);
+}
+
+/// The collectives that go on past the end of step `st` (from earlier steps or started in it):
+/// the next step counts their rest.
+void carry_collectives(const Trace& tr, const std::vector<const Ev*>& in_step, const Step& st, std::vector<const Ev*>& carried) {
+  std::vector<const Ev*> next;
+  for (const std::vector<const Ev*>* list : {static_cast<const std::vector<const Ev*>*>(&carried), &in_step})
+    for (const Ev* e : *list)
+      if ((tr.bits[e->name] & kAnyCollective) && e->end > st.end) next.push_back(e);
+  carried.swap(next);
 }
 
 /// What no stage explains, by the outermost main-thread event over it (name id; -1: none).
@@ -417,7 +431,7 @@ RankSteps reduce(const Trace& tr, const StepSpans& spans, const StageLayout& l, 
   std::unordered_map<int, double> unmapped;  // name id (-1: no main-thread event) → µs of residual
   double residual_us = 0, wall_us = 0;
   int with_backward = 0;
-  std::vector<const Ev*> in_step, main_top;
+  std::vector<const Ev*> in_step, main_top, carried;
   for (const auto& st : spans.steps) {
     step_events(tr, spans.main_thread, st, in_step, main_top);
     StepClaims c(tr, l, spans.main_thread, st, in_step, main_top);
@@ -428,8 +442,9 @@ RankSteps reduce(const Trace& tr, const StepSpans& spans, const StageLayout& l, 
     for (int s = 0; s < S; ++s)
       if (c.found[s]) ++info.stage_steps[s], ++rules[s][c.how[s]];
     with_backward += c.found[l.bwd] ? 1 : 0;
-    const auto sync_us = collective_time(tr, in_step, st, segs, coll, S);
-    const auto any_us = collective_time(tr, in_step, st, segs, kAnyCollective, S);
+    const auto sync_us = collective_time(tr, in_step, carried, st, segs, coll, S);
+    const auto any_us = collective_time(tr, in_step, carried, st, segs, kAnyCollective, S);
+    carry_collectives(tr, in_step, st, carried);
     for (int s = 0; s < S; ++s) {
       sync[s] = sync_us[s] / 1e6;
       out.has_sync[s] = out.has_sync[s] || sync_us[s] > 0;

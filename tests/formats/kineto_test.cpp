@@ -293,6 +293,18 @@ TEST(KinetoSync, two_gloo_workers_at_once_are_one_wait_never_above_the_stage) {
   EXPECT_LE(imp.window.matrix.sync_wait(0, 0, kBwd), imp.window.matrix.d(0, 0, kBwd));
 }
 
+TEST(KinetoSync, a_collective_past_its_step_counts_in_the_next_one_too) {
+  // The all-reduce starts in step 1's backward (250 µs) and ends in step 2's forward (350 µs): 50
+  // µs in each step (it once lost the part in step 2: MI300 step 16, 9.20 ms of wait against
+  // 12.93 ms of RCCL time in it).
+  const auto imp = import_text(trace({{"ProfilerStep#1", 0, 300}, {"## forward ##", 0, 100}, {"## backward ##", 100, 200},
+                                      {"gloo:all_reduce", 250, 100, "8"}, {"ProfilerStep#2", 300, 300},
+                                      {"## forward ##", 300, 100}, {"## backward ##", 400, 200}}));
+  EXPECT_NEAR(imp.window.matrix.sync_wait(0, 0, kBwd), 50e-6, 1e-9);
+  EXPECT_NEAR(imp.window.matrix.sync_wait(1, 0, kFwd), 50e-6, 1e-9);
+  EXPECT_NEAR(imp.window.matrix.sync_wait(1, 0, kBwd), 0.0, 1e-12);
+}
+
 TEST(KinetoSync, wait_stages_are_the_stage_groups_that_hold_a_collective) {
   const auto imp = import_text(trace({{"ProfilerStep#1", 0, 1000}, {"## forward ##", 0, 300}, {"## backward ##", 300, 300},
                                       {"record_param_comms", 400, 20, "2"}, {"## optimizer ##", 700, 200},
