@@ -354,6 +354,8 @@ class Recorder:
         self._reference_text = None  # reference.json, written with the first window's packet
         self.reference_unwritten = ""  # why reference.json could not be written
         self.write_problem = ""      # the first reason a file in out_dir could not be written
+        self._unlisted = []          # root: windows.jsonl lines a failed append left for later
+        self._metrics_window = -1    # the last window metrics_file holds
         self._out_problem = self._open_out()
 
     # ---- hot path ----------------------------------------------------------------------------
@@ -484,8 +486,10 @@ class Recorder:
 
     def _open_out(self):
         """Rank 0 with out_dir: creates it and an empty windows.jsonl. "" or, when the directory
-        cannot be written, why (said once; the windows are then scored in memory only)."""
-        if not self.out_dir:
+        cannot be written, why (said once; the windows are then scored in memory only). Only rank
+        0 writes there: a shared out_dir's problem is said once, and no other rank truncates the
+        file rank 0 appends to."""
+        if not self.out_dir or self.rank != 0:
             return ""
         try:
             os.makedirs(self.out_dir, exist_ok=True)
@@ -564,6 +568,12 @@ class Recorder:
                     time.sleep(0.002)
                 self._progress(final=False)
                 self.unfinished_ranks = [r for r, t in zip(self._sources, self._recv_threads) if t.is_alive()]
+        if self._unlisted:
+            self._list_windows()
+        if self._unlisted:
+            first = json.loads(self._unlisted[0]).get("index")
+            self._warn("unlisted", f"windows.jsonl lacks the last {len(self._unlisted)} window(s), from window {first}: "
+                                   f"{self.write_problem}; they are in Recorder.summaries")
 
     # ---- the gather's routes -------------------------------------------------------------------
     def _gather_routes(self, idents, nodes):
@@ -1060,10 +1070,13 @@ class Recorder:
         text = ev.metrics("sf_torch", len(self.windows), steps, -1, self._gather_failures)
         try:
             _write_atomic(self.metrics_file, text)
+            self._metrics_window = len(self.windows) - 1
         except OSError as e:
             if not self.metrics_unwritten:
                 self.metrics_unwritten = f"cannot write {self.metrics_file}: {_os_reason(e)}"
-                self._warn("metrics", f"metrics could not be written ({self.metrics_unwritten}); training goes on")
+                held = (f"it still holds window {self._metrics_window}'s values (stale)" if self._metrics_window >= 0
+                        else "it holds no window")
+                self._warn("metrics", f"metrics could not be written ({self.metrics_unwritten}); {held}; training goes on")
 
     def _warn_unwritten(self, why):
         if why and not self.write_problem:
@@ -1077,16 +1090,35 @@ class Recorder:
         the file can be written; kept in summaries either way)."""
         line = ev.summary(window, unwritten)
         self.summaries.append(json.loads(line))
-        if not self.out_dir or self._out_problem:
+        if not self.out_dir or self._out_problem or self.rank != 0:
+            return
+        self._unlisted.append(line)
+        self._list_windows()
+
+    def _list_windows(self):
+        """Appends the windows not yet in windows.jsonl. A failed append (a full disk) is cut back,
+        so the file stays whole lines; the windows wait for the next try (once space returns they
+        are listed, each with the reason its packet was not written) and, if none succeeds, the
+        end of training says which are missing."""
+        if not self._unlisted:
             return
         path = os.path.join(self.out_dir, "windows.jsonl")
+        text = "".join(x + "\n" for x in self._unlisted)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
         try:
             with open(path, "a") as f:
-                f.write(line + "\n")
+                f.write(text)
+            self._unlisted.clear()
         except OSError as e:
-            # A torn line must stay the file's last: no more lines after a failed one.
-            self._out_problem = f"cannot write {path}: {_os_reason(e)}"
-            self._warn_unwritten(self._out_problem)
+            if size is not None:
+                try:
+                    os.truncate(path, size)
+                except OSError:
+                    pass
+            self._warn_unwritten(f"cannot write {path}: {_os_reason(e)}")
 
     def _diagnose(self, ev, window):
         """The window's diagnosis against the reference (the cohort until there is one); the first

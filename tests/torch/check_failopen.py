@@ -9,7 +9,8 @@ check_failopen.py MODE REPO DIR, with MODE
   readonly_out  so is the trainer's --out, where both then write (the issue's case): the
                 recorder's line is the only one, nothing is written
   full          the recorder's out_dir is a tmpfs with one free page: no packet fits,
-                windows.jsonl lines do until it is full
+                windows.jsonl lines do until it is full, and it stays whole lines; the end of
+                training says (a second line) which windows it lacks
   killed        rank 1 is killed (SIGKILL) as step 12 begins
   killed0       rank 0 is, the process that holds the rendezvous store
 
@@ -77,9 +78,10 @@ def losses(path):
         return [float(x) for x in f]
 
 
-def check_failed_open(repo, out, telemetry, why, results=None):
+def check_failed_open(repo, out, telemetry, why, results=None, unlisted=False):
     """The run with an unwritable telemetry directory: exit 0, one line, the unrecorded run's
-    losses, and (where its results can be written) every window scored and marked."""
+    losses, and (where its results can be written) every window scored and marked. unlisted: a
+    second line at the end says which windows windows.jsonl lacks (a full disk)."""
     results = results or os.path.join(out, "out")
     where = ["--out", results] + (["--telemetry-out", telemetry] if telemetry != results else [])
     rc, err, _ = train(repo, *where, "--loss-out", os.path.join(out, "loss.txt"))
@@ -87,8 +89,14 @@ def check_failed_open(repo, out, telemetry, why, results=None):
         fail(f"train.py exited {rc}: a telemetry fault must not fail the run")
     line = re.compile(r"^sf_torch: rank 0: telemetry could not be written \(.*" + re.escape(why) +
                       r".*\); windows are scored in memory only, their packets marked unwritten$")
-    if len(err) != 1 or not line.match(err[0]):
-        fail(f"stderr must be exactly one line saying the telemetry could not be written ({why}); got {err}")
+    if unlisted is None:  # a full disk: a second line only if windows.jsonl lacks windows
+        unlisted = len(err) == 2
+    if len(err) != 1 + unlisted or not line.match(err[0]):
+        fail(f"stderr must be exactly {1 + unlisted} line(s), the first saying the telemetry could not be written ({why}); "
+             f"got {err}")
+    if unlisted and not re.match(r"^sf_torch: rank 0: windows\.jsonl lacks the last \d+ window\(s\), from window \d+: "
+                                 r".*" + re.escape(why) + r".*; they are in Recorder\.summaries$", err[1]):
+        fail(f"the second line must say which windows windows.jsonl lacks; got {err[1]!r}")
     check_losses(out)
     if results == telemetry:
         if os.listdir(telemetry):
@@ -107,6 +115,7 @@ def check_failed_open(repo, out, telemetry, why, results=None):
         fail(f"the evidence must be telemetry_limited with {WINDOWS} packets unwritten: labels "
              f"{run['evidence']['labels']}, telemetry {run['telemetry']}")
     print(f"{WINDOWS} windows scored and marked unwritten ({why})")
+    return unlisted
 
 
 def check_losses(out):
@@ -140,15 +149,21 @@ def main():
         mount_tmpfs(mnt, "size=64k")
         try:
             fill(mnt, 4096)
-            check_failed_open(repo, out, mnt, "No space left on device")
-            # What did fit of windows.jsonl: whole lines, each marking its window, then at most one torn one.
+            said_unlisted = check_failed_open(repo, out, mnt, "No space left on device", unlisted=None)
+            # What did fit of windows.jsonl: whole lines only (a failed append is cut back), each
+            # marking its window.
             text = open(os.path.join(mnt, "windows.jsonl")).read()
+            if text and not text.endswith("\n"):
+                fail(f"windows.jsonl ends in a torn line: {text[-80:]!r}")
             whole = [json.loads(x) for x in text.split("\n")[:-1]]
             if not whole or [w["index"] for w in whole] != list(range(len(whole))) or any(
                     w["packet_written"] or "No space left on device" not in w["packet_error"] for w in whole):
                 fail(f"windows.jsonl on the full disk: {len(whole)} whole lines, each must mark its packet unwritten")
             if [x for x in os.listdir(mnt) if x.endswith(".tmp")]:
                 fail(f"a partial packet was left behind: {os.listdir(mnt)}")
+            if said_unlisted != (len(whole) < WINDOWS):
+                fail(f"windows.jsonl lists {len(whole)} of {WINDOWS} windows, and the end of training "
+                     f"{'said' if said_unlisted else 'did not say'} which it lacks")
             print(f"windows.jsonl: {len(whole)} whole line(s) on the full disk, each marking its packet unwritten")
         finally:
             subprocess.run(["umount", mnt])

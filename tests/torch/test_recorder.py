@@ -171,6 +171,61 @@ class RecorderTest(unittest.TestCase):
         self.assertTrue(p["telemetry"]["gather_ok"])  # the gather was fine
         self.assertTrue(any("not written" in r and why in r for r in p["downgrade_reasons"]), p["downgrade_reasons"])
 
+    def test_a_torn_append_is_cut_back_and_the_windows_listed_once_space_returns(self):
+        # A full disk: the append of windows.jsonl writes part of a line, then fails. The file
+        # keeps whole lines; the window waits and is listed, in order, at the next append.
+        from sf_torch import recorder as module
+        real_open = open
+        torn = {"on": False}
+
+        class Torn:
+            def __init__(self, path):
+                self.f = real_open(path, "a")
+
+            def write(self, text):
+                self.f.write(text[: len(text) // 2])
+                self.f.flush()
+                raise OSError(28, "No space left on device")
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+
+        def fake_open(path, mode="r", *a, **k):
+            if torn["on"] and mode == "a":
+                return Torn(path)
+            return real_open(path, mode, *a, **k)
+
+        def read(path):
+            with real_open(path) as f:
+                return f.read()
+
+        with tempfile.TemporaryDirectory() as tmp:
+            rec = sf_torch.Recorder(window_steps=4, out_dir=tmp)
+            module.open = fake_open
+            try:
+                run_steps(rec, 4, fwd_s=0.0005)  # window 0, listed
+                torn["on"] = True
+                rec2_lines = read(os.path.join(tmp, "windows.jsonl"))
+                self.assertEqual(len(rec2_lines.splitlines()), 1)
+                rec._unlisted.append('{"index": 1}')
+                rec._list_windows()  # torn: cut back, kept
+                text = read(os.path.join(tmp, "windows.jsonl"))
+                self.assertEqual(text, rec2_lines)
+                self.assertEqual(rec._unlisted, ['{"index": 1}'])
+                torn["on"] = False  # space returns
+                rec._unlisted.append('{"index": 2}')
+                rec._list_windows()
+                lines = read(os.path.join(tmp, "windows.jsonl")).splitlines()
+                self.assertEqual([json.loads(x)["index"] for x in lines], [0, 1, 2])
+                self.assertEqual(rec._unlisted, [])
+            finally:
+                del module.open
+        self.expect_stderr = [r"^sf_torch: rank 0: telemetry could not be written \(cannot write .*windows\.jsonl: "
+                              r"No space left on device\)"]
+
     def test_out_dir_that_cannot_be_written_is_said_once(self):
         with tempfile.TemporaryDirectory() as tmp:
             open(os.path.join(tmp, "file"), "w").close()
@@ -233,7 +288,7 @@ class RecorderTest(unittest.TestCase):
             rec = sf_torch.Recorder(window_steps=4, metrics_file=prom)
             run_steps(rec, 12)  # never raises
             self.expect_stderr = [r"^sf_torch: rank 0: metrics could not be written \(cannot write .*/missing/sf.prom: "
-                                  r"No such file or directory\); training goes on$"]
+                                  r"No such file or directory\); it holds no window; training goes on$"]
             self.assertEqual(len(rec.windows), 3)
         with self.assertRaisesRegex(TypeError, "metrics_file is int; expected a path"):
             sf_torch.Recorder(window_steps=4, metrics_file=3)
@@ -262,7 +317,7 @@ class RecorderTest(unittest.TestCase):
             import stat as _stat
             self.assertTrue(_stat.S_ISFIFO(os.stat(fifo).st_mode))
             self.expect_stderr = [r"^sf_torch: rank 0: metrics could not be written \(cannot write .*fifo.prom: not a regular "
-                                  r"file .*\); training goes on$"]
+                                  r"file .*\); it holds no window; training goes on$"]
 
     def test_an_unforeseen_error_stops_the_recorder_not_the_loop(self):
         rec = sf_torch.Recorder(window_steps=4)
