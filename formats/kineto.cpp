@@ -237,6 +237,26 @@ void check_common_steps(Traces& t, const KinetoOptions& opt) {
   t.disjoint_reason = "kineto import: " + what + ", imported with --allow-disjoint: each step has the ranks that recorded it";
 }
 
+/// Every --stage-map rule took some event's time in some step: a rule that matched nothing (a
+/// misspelt name, a pattern without the '*' a whole-name match needs, a name an earlier rule took)
+/// is refused rather than silently leaving its stage empty.
+void check_map_rules_matched(const Traces& t, const KinetoStageMap& map) {
+  for (std::size_t r = 0; r < map.rules.size(); ++r) {
+    const std::string tag = "--stage-map stages[" + std::to_string(r) + "]";
+    bool used = false;
+    for (const auto& info : t.infos)
+      for (const auto& text : info.stage_rules) used = used || text.find(tag) != std::string::npos;
+    if (used) continue;
+    std::string patterns;
+    for (const auto& m : map.rules[r].match) patterns += (patterns.empty() ? "\"" : ", \"") + m + "\"";
+    throw FormatError(files_label(t.infos), 0,
+                      tag + " (" + patterns + " -> " + map.rules[r].stage + ") matched no event in any step of the traces" +
+                          (map.rules[r].any_thread ? "" : " on the main thread") +
+                          "; expected patterns of event names the traces hold (a pattern matches the whole name: "
+                          "add '*' for a part; an earlier rule takes a name first)");
+  }
+}
+
 /// The matrix keeps side evidence as float: rounded toward zero, a sync wait equal to its stage
 /// stays at or below the stage's (double) duration instead of rounding a hair above it.
 double toward_zero(double seconds) {
@@ -333,6 +353,7 @@ KinetoImport import_each(const std::vector<Input>& inputs, const KinetoOptions& 
     traces.add(std::move(info), std::move(steps));
   }
   check_common_steps(traces, opt);
+  check_map_rules_matched(traces, opt.stage_map);
   KinetoImport out;
   build_window(traces, layout, opt.limits, out);
   if (!traces.disjoint_reason.empty()) out.window.telemetry.reasons.push_back(traces.disjoint_reason);
