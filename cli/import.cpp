@@ -57,9 +57,12 @@ int run_import_kineto(const ImportOptions& o) {
   if (o.quiet) return 0;
   // What step.other holds, on stderr beside the table, from 0.5 % of the walls on (the window's
   // telemetry says it too from 5 %, where the residual already downgrades the labels).
-  for (const auto& t : imp.traces)
+  for (const auto& t : imp.traces) {
     if (const std::string line = formats::kineto_unmapped_line(t); !line.empty() && t.other_share >= 0.005)
       std::fprintf(stderr, "sf-testbed import kineto: %s\n", line.c_str());
+    if (const std::string line = formats::kineto_fallback_line(t); !line.empty())
+      std::fprintf(stderr, "sf-testbed import kineto: %s\n", line.c_str());
+  }
   const auto& m = imp.window.matrix;
   const auto stages = m.schema().explicit_names();
   std::printf("# sf-testbed import kineto  commit %s\n", git_commit());

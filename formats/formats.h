@@ -271,6 +271,10 @@ struct KinetoTrace {
   std::int64_t kept = 0;     ///< of which kept for the reduction (CPU side, device collectives)
   double other_share = 0;    ///< step.other's share of the summed step walls
   std::vector<KinetoUnmapped> unmapped;  ///< the largest contributors to step.other, largest first (at most 5)
+  /// Backward taken as the span of autograd events (no '## backward ##' annotation, no stage-map
+  /// rule): the user annotations (record_function ranges) inside it, by their time there, largest
+  /// first (at most 5): work the span swallowed that a --stage-map could name.
+  std::vector<KinetoUnmapped> in_fallback;
 };
 
 struct KinetoImport {
@@ -287,6 +291,9 @@ struct KinetoImport {
 /// One line per trace saying what step.other holds ("FILE (rank R): step.other 86 % of the step
 /// walls: ## sparse_data_dist ## 149 ms/step, ..."); empty for a trace without unmapped time.
 std::string kineto_unmapped_line(const KinetoTrace& t);
+/// "FILE (rank R): model.backward_cpu_wall is the span of autograd events and holds annotations
+/// dispatch 35.3 ms/step, ...; --stage-map can give them stages"; empty when in_fallback is.
+std::string kineto_fallback_line(const KinetoTrace& t);
 
 /// Reduces PyTorch-profiler (Kineto) Chrome traces, one per rank (.json or .json.gz), to one
 /// stage-matrix window (sparse when some ranks have no trace), reading each trace in one pass in

@@ -383,6 +383,16 @@ std::string kineto_unmapped_line(const KinetoTrace& t) {
   return line;
 }
 
+std::string kineto_fallback_line(const KinetoTrace& t) {
+  if (t.in_fallback.empty()) return "";
+  std::string line = t.file + " (rank " + std::to_string(t.rank) +
+                     "): model.backward_cpu_wall is the span of autograd events (no '## backward ##' annotation) and holds "
+                     "annotations";
+  for (std::size_t i = 0; i < t.in_fallback.size(); ++i)
+    line += (i ? ", " : " ") + shown(t.in_fallback[i].name) + " " + amount(t.in_fallback[i].seconds_per_step) + "/step";
+  return line + "; --stage-map can give them stages of their own (docs/kineto.md, \"Stage map\")";
+}
+
 KinetoImport import_kineto(const std::vector<std::string>& files, const KinetoOptions& opt) {
   std::vector<Input> inputs;
   for (const auto& f : files) {

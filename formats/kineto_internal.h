@@ -36,6 +36,7 @@ enum : std::uint32_t {
   kIsCollDevice = 1u << 10, // a collective kernel on the device timeline (NCCL, RCCL, …)
   kIsStep = 1u << 11,       // ProfilerStep#N
   kIsAnnotation = 1u << 12, // "## … ##" (a record_function annotation)
+  kIsUserAnn = 1u << 13,    // a CPU event of category user_annotation (record_function by the user)
 };
 inline constexpr std::uint32_t kAnyCollective = kIsCollHost | kIsGloo | kIsCollDevice;
 

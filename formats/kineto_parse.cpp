@@ -525,8 +525,13 @@ private:
     const bool device = fields_[kCat].kind == Value::string && device_category(fields_[kCat].s);
     const int thread = thread_id();
     if (p == 'E') return end_event(thread, t, i);
+    // A user's record_function range (cat user_annotation): listed where a fallback span swallows it.
+    const bool user_ann = !device && fields_[kCat].kind == Value::string && fields_[kCat].s.size() == 15 &&
+                          iequals_prefix(fields_[kCat].s, "user_annotation");
     if (p == 'B') {
-      open_[thread].emplace_back(t, name_id(device));
+      const int id = name_id(device);
+      if (user_ann) trace.bits[id] |= kIsUserAnn;
+      open_[thread].emplace_back(t, id);
       return;
     }
     const double dur = time_field(kDur, "dur", i);
@@ -540,7 +545,9 @@ private:
     ++trace.timed;
     // Device work other than collectives is never read: dropped before its name is interned.
     if (device && !device_collective(fields_[kName].s)) return;
-    trace.events.push_back({t, end, thread, name_id(device), device});
+    const int id = name_id(device);
+    if (user_ann) trace.bits[id] |= kIsUserAnn;
+    trace.events.push_back({t, end, thread, id, device});
   }
 
   void end_event(int thread, double t, std::size_t i) {

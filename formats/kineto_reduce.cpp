@@ -400,6 +400,8 @@ double attribute_residual(const std::vector<Segment>& segs, const std::vector<co
   return residual;
 }
 
+std::vector<KinetoUnmapped> largest(const Trace& tr, const std::unordered_map<int, double>& by_name, int steps);
+
 /// The per-stage rule texts and the five largest contributors to step.other.
 void summarize(const Trace& tr, const std::vector<std::map<std::string, int>>& rules,
                const std::unordered_map<int, double>& unmapped, double residual_us, double wall_us, KinetoTrace& info) {
@@ -410,12 +412,33 @@ void summarize(const Trace& tr, const std::vector<std::map<std::string, int>>& r
     info.stage_rules[s] = text.empty() ? "not found" : text;
   }
   info.other_share = wall_us > 0 ? residual_us / wall_us : 0;
+  info.unmapped = largest(tr, unmapped, info.steps);
+}
+
+/// What swallowed holds (name id, -1: no main-thread event → µs), the five largest per step.
+std::vector<KinetoUnmapped> largest(const Trace& tr, const std::unordered_map<int, double>& by_name, int steps) {
   std::vector<std::pair<double, int>> ranked;
-  for (const auto& [name, t] : unmapped) ranked.emplace_back(t, name);
+  for (const auto& [name, t] : by_name) ranked.emplace_back(t, name);
   std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+  std::vector<KinetoUnmapped> out;
   for (std::size_t k = 0; k < ranked.size() && k < 5; ++k)
-    info.unmapped.push_back({ranked[k].second < 0 ? "(no main-thread event)" : tr.names[ranked[k].second],
-                             ranked[k].first / 1e6 / info.steps});
+    out.push_back({ranked[k].second < 0 ? "(no main-thread event)" : tr.names[ranked[k].second], ranked[k].first / 1e6 / steps});
+  return out;
+}
+
+/// Backward found as the span of autograd events: the user annotations on the main thread inside
+/// its pieces of the step, by name (µs).
+void fallback_annotations(const Trace& tr, int main, const std::vector<const Ev*>& in_step, const std::vector<Segment>& segs,
+                          int stage, std::unordered_map<int, double>& by_name) {
+  for (const Ev* e : in_step) {
+    const auto bits = tr.bits[e->name];
+    if (e->thread != main || e->device || !(bits & kIsUserAnn) || (bits & (kIsAnnotation | kIsStep))) continue;
+    for (const auto& sg : segs)
+      if (sg.stage == stage) {
+        const double len = std::min(sg.e, e->end) - std::max(sg.b, e->ts);
+        if (len > 0) by_name[e->name] += len;
+      }
+  }
 }
 
 }  // namespace
@@ -429,6 +452,7 @@ RankSteps reduce(const Trace& tr, const StepSpans& spans, const StageLayout& l, 
   info.stage_steps.assign(S, 0);
   std::vector<std::map<std::string, int>> rules(S);
   std::unordered_map<int, double> unmapped;  // name id (-1: no main-thread event) → µs of residual
+  std::unordered_map<int, double> in_fallback;  // name id → µs of a user annotation inside a fallback backward
   double residual_us = 0, wall_us = 0;
   int with_backward = 0;
   std::vector<const Ev*> in_step, main_top, carried;
@@ -441,6 +465,9 @@ RankSteps reduce(const Trace& tr, const StepSpans& spans, const StageLayout& l, 
       if (s.stage >= 0) d[s.stage] += (s.e - s.b) / 1e6;
     for (int s = 0; s < S; ++s)
       if (c.found[s]) ++info.stage_steps[s], ++rules[s][c.how[s]];
+    if (c.found[l.bwd] && c.how[l.bwd].find("## backward ##") == std::string::npos &&
+        c.how[l.bwd].find("--stage-map") == std::string::npos)
+      fallback_annotations(tr, spans.main_thread, in_step, segs, l.bwd, in_fallback);
     with_backward += c.found[l.bwd] ? 1 : 0;
     const auto sync_us = collective_time(tr, in_step, carried, st, segs, coll, S);
     const auto any_us = collective_time(tr, in_step, carried, st, segs, kAnyCollective, S);
@@ -468,6 +495,7 @@ RankSteps reduce(const Trace& tr, const StepSpans& spans, const StageLayout& l, 
   info.events = tr.timed;
   info.kept = static_cast<std::int64_t>(tr.events.size());
   summarize(tr, rules, unmapped, residual_us, wall_us, info);
+  info.in_fallback = largest(tr, in_fallback, info.steps);
   return out;
 }
 

@@ -250,6 +250,31 @@ TEST(KinetoStages, unmapped_time_is_named_on_stderr_and_in_the_telemetry) {
   EXPECT_TRUE(small.window.telemetry.reasons.empty());
 }
 
+TEST(KinetoStages, user_annotations_a_fallback_backward_swallows_are_named) {
+  // Backward from autograd events alone (no '## backward ##'): 300..900 µs; the user's
+  // record_function ranges 'dispatch' (400..500) and 'combine' (600..800) run inside it (DeepSeek's
+  // dispatch/combine once sat unnamed inside "backward 92 %").
+  const std::vector<E> evs = {{"ProfilerStep#1", 0, 1000}, {"## forward ##", 0, 300},
+                              {"autograd::engine::evaluate_function: MmBackward0", 300, 600, "2"},
+                              {"dispatch", 400, 100, "1", "user_annotation"}, {"combine", 600, 200, "1", "user_annotation"},
+                              {"aten::mm", 650, 50, "1", "cpu_op"}};
+  const auto imp = import_text(trace(evs));
+  const auto& t = imp.traces[0];
+  ASSERT_EQ(t.in_fallback.size(), 2u);
+  EXPECT_EQ(t.in_fallback[0].name, "combine");
+  EXPECT_NEAR(t.in_fallback[0].seconds_per_step, 200e-6, 1e-12);
+  EXPECT_EQ(t.in_fallback[1].name, "dispatch");
+  EXPECT_NEAR(t.in_fallback[1].seconds_per_step, 100e-6, 1e-12);
+  const std::string line = sf::formats::kineto_fallback_line(t);
+  EXPECT_NE(line.find("t.json (rank 0): model.backward_cpu_wall is the span of autograd events (no '## backward ##' "
+                      "annotation) and holds annotations combine 200 us/step, dispatch 100 us/step; --stage-map"),
+            std::string::npos) << line;
+  // With the annotation, backward is what the user marked: nothing swallowed.
+  auto marked = evs;
+  marked.push_back({"## backward ##", 300, 600});
+  EXPECT_TRUE(import_text(trace(marked)).traces[0].in_fallback.empty());
+}
+
 TEST(KinetoStages, a_stage_map_maps_names_to_new_stages_in_the_schema) {
   KinetoOptions opt;
   opt.stage_map = sf::formats::parse_kineto_stage_map(
