@@ -133,6 +133,9 @@ void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
   const std::string g = "Input limits (checked before allocating; raise for bigger inputs)";
   sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
       ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(g);
+  if (!stages)
+    sub->add_option("--max-events", l.max_events, "most timed events one trace keeps (32 bytes each)")
+        ->default_val(l.max_events)->check(CLI::PositiveNumber)->group(g);
   if (stages)
     sub->add_option("--max-line-bytes", l.max_line_bytes,
                      "longest line (a JSONL record or header, a CSV row), checked as bytes arrive")

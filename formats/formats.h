@@ -77,6 +77,9 @@ struct ReadLimits {
   /// Bytes of one line (a JSONL record or header, a CSV row), checked as bytes arrive: a stream
   /// with no line break (/dev/zero) is refused at this bound, and no line is parsed past it.
   std::int64_t max_line_bytes = std::int64_t{16} << 20;
+  /// import kineto: timed events one trace may keep (32 bytes each, checked as they come: memory
+  /// follows what the import keeps, not the size of the text; 2^22 = 128 MiB).
+  std::int64_t max_events = std::int64_t{1} << 22;
   int max_stages = 1024;                                ///< explicit stages in a header
   int max_world_size = 65536;                           ///< world size of a window (≤ kWorldSizeCeiling)
   std::int64_t max_window_steps = 1000000;              ///< steps a file window spans (before --window splits it)

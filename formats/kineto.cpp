@@ -343,7 +343,7 @@ KinetoImport import_each(const std::vector<Input>& inputs, const KinetoOptions& 
   Traces traces(opt.limits);
   for (const auto& in : inputs) {
     const auto src = in.open();
-    const Trace tr = read_trace(*src, in.name, byte_limit(opt.limits), layout);
+    const Trace tr = read_trace(*src, in.name, byte_limit(opt.limits), layout, opt.limits.max_events);
     const StepSpans spans = find_steps(tr);
     KinetoTrace info;
     info.file = in.name;

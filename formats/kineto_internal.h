@@ -144,7 +144,7 @@ std::unique_ptr<ByteSource> buffer_source(std::string_view bytes, const std::str
 TraceHead read_head(ByteSource& src, const std::string& name, std::uint64_t limit);
 /// Reads the whole trace in one pass, keeping the CPU-side events and the device-side
 /// collectives (docs/kineto.md, "What is kept").
-Trace read_trace(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout& layout);
+Trace read_trace(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout& layout, std::int64_t max_events);
 
 /// One ProfilerStep#N span on the main thread.
 struct Step {

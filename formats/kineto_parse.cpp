@@ -212,8 +212,8 @@ Field field_of(const std::string& k) {
 /// The SAX handler. With head_only it stops where the events begin.
 class Reader {
 public:
-  Reader(TraceText& text, std::string file, const StageLayout* layout)
-      : text_(text), layout_(layout) {
+  Reader(TraceText& text, std::string file, const StageLayout* layout, std::int64_t max_events)
+      : text_(text), layout_(layout), max_events_(static_cast<std::size_t>(std::max<std::int64_t>(max_events, 1))) {
     trace.file = std::move(file);
     other_keys_.reserve(16);
   }
@@ -547,7 +547,7 @@ private:
     if (device && !device_collective(fields_[kName].s)) return;
     const int id = name_id(device);
     if (user_ann) trace.bits[id] |= kIsUserAnn;
-    trace.events.push_back({t, end, thread, id, device});
+    keep({t, end, thread, id, device});
   }
 
   void end_event(int thread, double t, std::size_t i) {
@@ -562,7 +562,18 @@ private:
     ++trace.timed;
     const bool device = name_device_[name];
     if (device && !(trace.bits[name] & kIsCollDevice)) return;
-    trace.events.push_back({begin, t, thread, name, device});
+    keep({begin, t, thread, name, device});
+  }
+
+  /// Keeps a timed event: memory follows the events kept, bounded as they come (a gzip of valid
+  /// events once reached 4.71 GB before it was refused at the end).
+  void keep(const Ev& e) {
+    if (trace.events.size() >= max_events_)
+      throw FormatError(trace.file, 0,
+                        "more than " + std::to_string(max_events_) + " timed events to keep (at byte " +
+                            std::to_string(text_.position()) + " of the text); expected a trace of at most that many "
+                            "(raise the limit with --max-events)");
+    trace.events.push_back(e);
   }
 
   int thread_id() {
@@ -615,13 +626,14 @@ private:
   std::string key_, last_key_;
   int last_thread_ = -1;
   std::unordered_map<int, std::vector<std::pair<double, int>>> open_;  // B events awaiting their E, per thread
+  std::size_t max_events_;
 };
 
 /// Runs the parser over the trace's text; returns the handler's result.
-Trace parse(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout* layout) {
+Trace parse(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout* layout, std::int64_t max_events) {
   TraceText text(src, name, limit);
   std::istream in(&text);
-  Reader reader(text, name, layout);
+  Reader reader(text, name, layout, max_events);
   const bool whole = json::sax_parse(in, &reader);
   if (!whole && !reader.stopped)  // the handler throws its own errors; this is a safety net
     throw FormatError(name, 0, "not valid JSON at byte " + std::to_string(text.position()) + "; expected a Chrome trace");
@@ -633,11 +645,11 @@ Trace parse(ByteSource& src, const std::string& name, std::uint64_t limit, const
 }  // namespace
 
 TraceHead read_head(ByteSource& src, const std::string& name, std::uint64_t limit) {
-  return parse(src, name, limit, nullptr).head;
+  return parse(src, name, limit, nullptr, ReadLimits{}.max_events).head;
 }
 
-Trace read_trace(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout& layout) {
-  return parse(src, name, limit, &layout);
+Trace read_trace(ByteSource& src, const std::string& name, std::uint64_t limit, const StageLayout& layout, std::int64_t max_events) {
+  return parse(src, name, limit, &layout, max_events);
 }
 
 }  // namespace sf::formats::kineto

@@ -5,6 +5,8 @@ the import's peak RSS (/usr/bin/time -v) under a bound: a memory bound, not a ti
   blanks: '{"traceEvents":[' and 400 MiB of blanks in ~400 KB of gzip. Refused at 32 MiB
           without a JSON value (kMaxValueGap: nlohmann's lexer holds every byte between two
           values), far below the size limit; peak RSS < 160 MiB.
+  kept:   400 MiB of valid main-thread X events (each kept): refused at --max-events (2^22)
+          as they come; peak RSS < 256 MiB.
   events: 400 MiB of metadata events (valid JSON the reduction skips) in ~1 MB of gzip, with
           --max-file-size 100 MiB: refused on the bytes as they are inflated, within one block
           of the limit; peak RSS < 64 MiB.
@@ -56,7 +58,14 @@ def main():
     blanks = make(os.path.join(work, "bomb_blanks.json.gz"), b'{"traceEvents":[', b" ", 400 * MIB, b"]}")
     events = make(os.path.join(work, "bomb_events.json.gz"), b'{"traceEvents":[',
                   b'{"ph":"M","name":"thread_name","pid":1,"tid":1,"args":{"name":"x"}},', 400 * MIB, b'{"ph":"M"}]}')
+    # Valid timed events on the main thread, each one the import keeps: 400 MiB of text (~7.6 M
+    # events) refused at --max-events (2^22) as they come, under 256 MiB (issue 40, B7: a gzip of
+    # valid events once reached 4.71 GB before it was refused at the end).
+    kept = make(os.path.join(work, "bomb_kept.json.gz"), b'{"traceEvents":[',
+                b'{"ph":"X","name":"aten::add","pid":1,"tid":1,"ts":1,"dur":1},', 400 * MIB,
+                b'{"ph":"X","name":"aten::add","pid":1,"tid":1,"ts":1,"dur":1}]}')
     ok = run(sf, work, blanks, [], "", 160) and "without a JSON value ending" in LAST[0]
+    ok &= run(sf, work, kept, [], "more than 4194304 timed events to keep", 256)
     ok &= run(sf, work, events, ["--max-file-size", str(100 * MIB)],
               "the decompressed trace is above the limit of 104857600 bytes (stopped at ", 64)
     print("PASS" if ok else "FAIL")
