@@ -4,6 +4,8 @@
   check_gather.py quiet   both ranks pause longer than the gather group's timeout between two
                           windows (a long window): the gather must carry on (gloo closes every
                           pair of a group when one wait passes its timeout)
+  check_gather.py shared_out  both ranks pass one out_dir that cannot be made: rank 0 says so
+                          once, rank 1 says nothing (only rank 0 writes there)
   check_gather.py dead    rank 1 dies (os._exit) after its first window while rank 0 trains on
                           alone: rank 0 says so in one line naming rank 1, scores its later windows
                           without waiting for it, telemetry_limited with the reason, never raises
@@ -99,8 +101,10 @@ def rank_main(mode):
     recorder._GROUP_TIMEOUT_MIN_S = 1.0  # the group times out after 10 deadlines: 3 s
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=0.3)
-    steps = 8
+    # shared_out: every rank passes the same out_dir, which cannot be made (under a regular file).
+    out_dir = "/proc/version/sf_out" if mode == "shared_out" else None
+    rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=0.3, out_dir=out_dir)
+    steps = 4 if mode == "shared_out" else 8
     for step in range(steps):
         if mode == "quiet":
             dist.barrier()  # both ranks close each window together
@@ -168,6 +172,15 @@ def main():
                 for w in later):
             fail(f"the windows after rank 1 died must be telemetry_limited with the reason: {root['windows']}")
         print(f"one line: {err[0]}")
+    elif mode == "shared_out":
+        # Issue 40, T1: only rank 0 opens out_dir, so its problem is said once, by rank 0.
+        err0, err1 = outs[0][1].strip().splitlines(), outs[1][1].strip().splitlines()
+        if len(err0) != 1 or not err0[0].startswith("sf_torch: rank 0: telemetry could not be written (out_dir "
+                                                    "/proc/version/sf_out: "):
+            fail(f"rank 0 must say once that out_dir cannot be written; its stderr: {err0}")
+        if err1:
+            fail(f"rank 1 must not write to out_dir nor report it: {err1}")
+        print(f"one line, from rank 0: {err0[0]}")
     else:
         fail(f"unknown mode {mode}")
     print("PASS")
