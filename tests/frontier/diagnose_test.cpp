@@ -31,17 +31,18 @@ Reference healthy_reference(int ranks, std::uint64_t seed = 2) {
 }
 
 /// Four stages (data, forward, backward with a collective, optimizer) on R ranks, one step per
-/// row: every rank computes `bwd_own` in backward and then waits in its all-reduce until the
-/// latest rank arrives; `late` (rank, seconds) is a host-local delay in the optimizer of the step
-/// before, so that rank arrives late and the others wait for it.
-StageMatrix wait_window(int R, int steps, int late_rank, double late_s) {
+/// row: every rank computes in backward and then waits in its all-reduce until the latest rank
+/// arrives, 2 ms of collective past it; rank `late_rank` spends late_s more in stage `late_stage`
+/// (the optimizer: of the step before, so it arrives late; data: of the step itself).
+StageMatrix wait_window(int R, int steps, int late_rank, double late_s, int late_stage = 3) {
   const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
   StageMatrix m(schema, R, 0, steps);
   for (int t = 0; t < steps; ++t)
     for (int r = 0; r < R; ++r) {
       const bool late = r == late_rank;
       const double wait = 0.002 + (late ? 0.0 : late_s);
-      const std::vector<double> d = {0.010, 0.040, 0.100 + wait, 0.020 + (late ? late_s : 0.0)};
+      std::vector<double> d = {0.010, 0.040, 0.100 + wait, 0.020};
+      if (late) d[static_cast<std::size_t>(late_stage)] += late_s;
       m.set_record(t, r, d, std::nullopt);
       m.set_sync_wait(t, r, 2, wait);
     }
@@ -808,26 +809,10 @@ TEST(Standing, without_a_reference_a_rank_must_lose_a_scheduler_time_slice_to_be
   EXPECT_EQ(large.group_name(large.diagnosis.group), "data.next_wait");
 }
 
-/// Rank `late_rank` spends late_s more in its data wait every step and so arrives late at the
-/// backward all-reduce, whose own time past the last arrival is 2 ms; the others wait there.
-StageMatrix late_arrival_window(int R, int steps, int late_rank, double late_s) {
-  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
-  StageMatrix m(schema, R, 0, steps);
-  for (int t = 0; t < steps; ++t)
-    for (int r = 0; r < R; ++r) {
-      const bool late = r == late_rank;
-      const double wait = 0.002 + (late ? 0.0 : late_s);
-      const std::vector<double> d = {0.010 + (late ? late_s : 0.0), 0.040, 0.100 + wait, 0.020};
-      m.set_record(t, r, d, std::nullopt);
-      m.set_sync_wait(t, r, 2, wait);
-    }
-  return m;
-}
-
 TEST(WhatIf, exclusion_and_rebalance_follow_the_arrivals_and_the_ring) {
   // Arrivals at the all-reduce: 150 ms for the others, 200 ms for rank 1; 2 ms of collective past
   // the last; then 20 ms of optimizer. Five ranks.
-  const Evidence e = evaluate(late_arrival_window(5, 12, 1, 0.050));
+  const Evidence e = evaluate(wait_window(5, 12, 1, 0.050, 0));  // rank 1 late in its data wait
   ASSERT_EQ(e.diagnosis.rank, 1);
   const auto& w = e.whatif;
   ASSERT_TRUE(w.available) << w.why_not;
