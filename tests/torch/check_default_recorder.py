@@ -23,10 +23,24 @@ def main():
     slow_from = {"mid_run": "25", "from_start": "0", "healthy": "-1"}[mode]
     env = dict(os.environ, SLOW_FROM=slow_from, PYTHONPATH=os.path.join(repo, "python"), SF_TORCH_CORE_DIR=core,
                OMP_NUM_THREADS="1")
+    # A port the kernel says is free now (a port drawn from the pid once met a busy one, and the
+    # job waited out CTest's timeout with nothing said).
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(29500 + os.getpid() % 1000),
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
            os.path.join(repo, "tests", "torch", "default_recorder_train.py")]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=280, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        sys.stdout.write(out[-3000:] + err[-3000:])
+        fail(f"the trainer did not finish in 240 s (port {port}); its output so far is above")
+    p = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     lines = [ln for ln in p.stdout.splitlines() if "RESULT " in ln]
     if p.returncode != 0 or not lines:
         sys.stdout.write(p.stdout[-2000:] + p.stderr[-2000:])
