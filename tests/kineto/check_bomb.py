@@ -65,7 +65,14 @@ def main():
                 b'{"ph":"X","name":"aten::add","pid":1,"tid":1,"ts":1,"dur":1},', 400 * MIB,
                 b'{"ph":"X","name":"aten::add","pid":1,"tid":1,"ts":1,"dur":1}]}')
     ok = run(sf, work, blanks, [], "", 160) and "without a JSON value ending" in LAST[0]
-    ok &= run(sf, work, kept, [], "more than 4194304 timed events to keep", 256)
+    # The bound is the plain binary's (issue 40: 256 MiB). An ASan binary keeps freed buffers in its
+    # quarantine and shadows every byte: the same refusal peaks at ~2.4x there (323 MiB in CI's
+    # sanitizer tree against 136 MiB plain), so it gets twice the bound and says so.
+    with open(sf, "rb") as f:
+        asan = b"__asan_init" in f.read()
+    if asan:
+        print("an ASan binary: the kept-events bound is doubled (quarantine and shadow memory)")
+    ok &= run(sf, work, kept, [], "more than 4194304 timed events to keep", 512 if asan else 256)
     ok &= run(sf, work, events, ["--max-file-size", str(100 * MIB)],
               "the decompressed trace is above the limit of 104857600 bytes (stopped at ", 64)
     print("PASS" if ok else "FAIL")
