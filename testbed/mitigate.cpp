@@ -37,7 +37,7 @@ void wait_politely(MPI_Request& req) {
 }
 
 /// Rank 0's decision from the run's evidence: the first culprit and what the what-if predicts.
-void decide(const RunConfig& cfg, const frontier::Evidence& e, Mitigation kind, MitigationOutcome& out) {
+void decide(const frontier::Evidence& e, Mitigation kind, MitigationOutcome& out) {
   const auto& w = e.whatif;
   if (e.diagnosis.rank < 0 || w.fixes.empty()) {
     out.why_not = "no culprit named: nothing to mitigate";
@@ -52,7 +52,6 @@ void decide(const RunConfig& cfg, const frontier::Evidence& e, Mitigation kind, 
   out.before_s = w.actual_s;
   out.share = kind == Mitigation::rebalance ? f.rebalance_share : 1.0;
   out.predicted_s = kind == Mitigation::exclude ? f.excluded_s : f.rebalanced_s;
-  (void)cfg;
 }
 
 /// The recorded steps after the switch on `comm` (every rank of it), scored at its rank 0:
@@ -115,7 +114,7 @@ MitigationOutcome run_mitigation(const RunConfig& cfg, MPI_Comm world, const inj
   out.kind = cfg.mitigate;
   out.first_step = first_step;
   out.steps = cfg.mitigate_steps;
-  if (rank == 0 && e) decide(cfg, *e, cfg.mitigate, out);
+  if (rank == 0 && e) decide(*e, cfg.mitigate, out);
   std::array<double, 2> said{static_cast<double>(out.rank), out.share};
   SF_MPI_CHECK(MPI_Bcast(said.data(), 2, MPI_DOUBLE, 0, world));
   const int culprit = static_cast<int>(said[0]);
