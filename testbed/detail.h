@@ -195,6 +195,12 @@ struct Backends {
 /// Chooses device and comm backends; returns an error line (identical on every rank) or "".
 std::string make_backends(const RunConfig& cfg, MPI_Comm world, int local_rank, Backends& b);
 
+/// Before MPI_Init, on a job whose ranks are all on one host (Open MPI's launcher says so) and
+/// whose transports nobody chose: the ranks' byte transports are shared memory and self, so no
+/// rank listens on the network. A user's choice (environment, `--mca btl`, the user's
+/// mca-params.conf) wins; across hosts nothing changes.
+void keep_one_host_off_the_network();
+
 /// Runs `body` inside MPI (initialising it at `thread_level` unless the caller did, finalising
 /// what it initialised); an exception on one rank is one line naming `who` and the rank, then
 /// MPI_Abort (the other ranks wait in collectives). Returns body's exit code.

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -543,10 +543,44 @@ bool built_with_mpi() { return true; }
 
 namespace detail {
 
+namespace {
+
+/// Whether the user's own Open MPI settings file names the byte transports (a `btl =` line).
+bool user_file_names_btl() {
+  const char* home = std::getenv("HOME");
+  if (home == nullptr) return false;
+  std::ifstream in(std::string(home) + "/.openmpi/mca-params.conf");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find_first_not_of(" \t");
+    if (at != std::string::npos && line.compare(at, 3, "btl") == 0) {
+      const auto rest = line.find_first_not_of(" \t", at + 3);
+      if (rest != std::string::npos && line[rest] == '=') return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void keep_one_host_off_the_network() {
+  // Open MPI 4.1's TCP transport listens on every interface, one port per rank, even when every
+  // rank is on one host and talks over shared memory (docs/cluster.md). When the launcher says
+  // every rank is local and nobody chose the transports (`--mca btl`, -x, the environment or
+  // ~/.openmpi/mca-params.conf), the ranks use shared memory and self only: nothing of theirs
+  // listens for other machines. Across hosts (local size < world size) nothing changes.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  if (local == nullptr || world == nullptr || std::string(local) != world) return;
+  if (std::getenv("OMPI_MCA_btl") != nullptr || user_file_names_btl()) return;
+  ::setenv("OMPI_MCA_btl", "self,vader", 0);
+}
+
 int with_mpi(const char* who, int thread_level, const std::function<int()>& body) {
   int initialized = 0;
   SF_MPI_CHECK(MPI_Initialized(&initialized));
   if (!initialized) {
+    keep_one_host_off_the_network();
     int provided = 0;
     SF_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, thread_level, &provided));
   }

@@ -3,6 +3,11 @@
 local ranks, every listening TCP socket its processes hold is on a loopback address.
 
   check_listen.py REPO DIR
+  check_listen.py REPO DIR --run SF MPIEXEC   (the ranks of `MPIEXEC -np 4 SF run` instead)
+
+With --run the ranks are checked and the launcher (mpirun, Open MPI's runtime) is reported but not
+judged: Open MPI 4.1 binds its out-of-band listener to every interface whatever its options say
+(docs/cluster.md).
 
 Reads /proc: each process of the run (the launcher and its descendants) -> its socket inodes ->
 the LISTEN entries of /proc/net/tcp and tcp6 (what `ss -ltnp` shows). Checked several times
@@ -72,11 +77,20 @@ def loopback(fam, addr):
 
 def main():
     repo, out = sys.argv[1], sys.argv[2]
-    cmd = ["/usr/bin/python3", os.path.join(repo, "examples", "torch_ddp", "train.py"), "--nproc-per-node", "2",
-           "--steps", "40", "--window", "10", "--warmup", "2", "--seed", "3", "--scenario", "none", "--out", out]
-    env = {k: v for k, v in os.environ.items() if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+    launcher_judged = True
+    if len(sys.argv) == 6 and sys.argv[3] == "--run":
+        sf, mpiexec = sys.argv[4], sys.argv[5]
+        cmd = [mpiexec, "-np", "4", sf, "run", "--quiet", "--scenario", "data_tail", "--steps", "30",
+               "--warmup", "2", "--window", "10", "--seed", "3", "--out", out]
+        launcher_judged = False
+    else:
+        cmd = ["/usr/bin/python3", os.path.join(repo, "examples", "torch_ddp", "train.py"), "--nproc-per-node", "2",
+               "--steps", "40", "--window", "10", "--warmup", "2", "--seed", "3", "--scenario", "none", "--out", out]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "OMPI_MCA_btl")}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    seen, bad, looks = {}, [], 0
+    seen, bad, launcher, looks = {}, [], set(), 0
     while p.poll() is None:
         time.sleep(0.5)
         pids = children_of(p.pid)
@@ -85,6 +99,9 @@ def main():
             for ino in socket_inodes(pid):
                 if ino in lis:
                     fam, addr, port = lis[ino]
+                    if pid == p.pid and not launcher_judged:
+                        launcher.add((fam, addr, port))
+                        continue
                     seen[(fam, addr, port)] = pid
                     if not loopback(fam, addr):
                         bad.append(f"pid {pid} listens on {fam} {addr}:{port}")
@@ -98,6 +115,8 @@ def main():
         print(f"FAIL: looked at the running ranks only {looks} times: the run ended before it could be checked")
         return 1
     print(f"looked {looks} times; listening sockets of the run: {sorted(seen)}")
+    if launcher:
+        print(f"the launcher's own (Open MPI's runtime, not judged): {sorted(launcher)}")
     if bad:
         print("FAIL: " + "; ".join(sorted(set(bad))))
         return 1
