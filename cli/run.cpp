@@ -161,6 +161,8 @@ void setup_run(CLI::App& app) {
                   "textfile collector reads it; docs/formats.md, Metrics)");
   sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
+  sub->add_flag("--details", cfg.details,
+                "after the answer, the whole table: set-up, the paper's frontier table, gates, labels, verdict and baselines");
   sub->add_flag("--single-process", o->single_process, "run as one rank without mpirun (on purpose: a world of one)");
   sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window (every 10 steps unless --window): redrawn on "
                 "a terminal, plain appended lines otherwise");

@@ -13,6 +13,7 @@ struct ScoreOptions {
   std::optional<formats::MatrixFormat> format;
   bool json = false;
   bool whole = false;
+  bool details = false;
   std::string out;
   std::string reference;
   std::string metrics;
@@ -68,7 +69,7 @@ int run_score(const ScoreOptions& o) {
     std::fprintf(stderr, "sf-testbed score: %s\n", err.what());
     return kExitBadInput;
   }
-  std::cout << (o.json ? scored.packets : scored.tables);
+  std::cout << (o.json ? scored.packets : o.details ? scored.tables : scored.answers);
   if (scored.trace) {
     // Beside the tables on stdout; on stderr with --json, which keeps stdout the packets.
     if (o.json) std::fprintf(stderr, "sf-testbed score: %s\n", testbed::trace_written_line(o.trace.file, *scored.trace).c_str());
@@ -87,6 +88,8 @@ void setup_score(CLI::App& app) {
       ->transform(choice(formats));
   sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/5, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
+  sub->add_flag("--details", o->details,
+                "after each window's answer, the whole table: the paper's frontier table, gates, labels and suspect");
   sub->add_option("--metrics", o->metrics,
                   "Prometheus text exposition of the last window, rewritten atomically after each window (docs/formats.md, Metrics)");
   sub->add_option("--reference", o->reference,

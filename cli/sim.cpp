@@ -20,6 +20,7 @@ struct SimOptions {
   StepOptions step;
   double delay_ms = -1;
   bool json = false, check = false;
+  bool details = false;  ///< --details: the whole table after the answer
   bool whole = false;  ///< score the whole N × R × S matrix in memory instead of streaming
   int threads = 2;
   std::optional<std::uint64_t> reference_seed;  ///< the healthy reference's own draw (default: the run's seed)
@@ -192,6 +193,14 @@ int run_sim(SimOptions& o) {
     if (dr)
       for (const auto& [k, v] : dr->json.items()) j[k] = v;
     std::printf("%s\n", j.dump().c_str());
+  } else if (!o.details) {
+    std::string answer = formats::answer_lines(e) + vr.answer_text;
+    if (dr) answer += dr->text;
+    answer += frontier::strprintf("# sim: %s on %d modelled rank(s), %d steps, seed %llu (no processes, no MPI, no clock); "
+                                  "commit %s\n",
+                                  plan.scenario->name.c_str(), cfg.ranks, cfg.steps,
+                                  static_cast<unsigned long long>(cfg.seed), git_commit());
+    std::fputs((answer + formats::details_pointer("--json")).c_str(), stdout);
   } else {
     std::printf("# sf-testbed sim  commit %s  (model-driven ranks: no processes, no MPI, no clock)\n", git_commit());
     std::printf("# scenario %s: %s\n", plan.scenario->name.c_str(), plan.scenario->injects.c_str());
@@ -226,6 +235,8 @@ void setup_sim(CLI::App& app) {
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
   add_step_options(sub, o->step, true);
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
+  sub->add_flag("--details", o->details,
+                "after the answer, the whole table: the model's set-up, the paper's frontier table, gates, labels, verdict and baselines");
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
   sub->add_option("--metrics", o->metrics, "Prometheus text exposition of the window (docs/formats.md, Metrics)");
   sub->add_flag("--whole-matrix", o->whole,

@@ -211,7 +211,16 @@ struct MetricsState {
 /// labels, change points, telemetry health. `--metrics FILE` writes it atomically each window.
 std::string metrics_text(const frontier::Evidence& e, const MetricsState& s);
 
-/// Renders the human-readable table `sf-testbed score` prints for one window.
+/// The answer first (issue 41): the lines a person came for, each "# ...\n": the diagnosis, what
+/// fixing it would buy, how sure (its confidence and the floor a change had to pass, in words),
+/// and the window's notes (why its evidence is downgraded), nothing of the paper's accounting.
+/// `evidence_table` starts with the same diagnosis and what-if and goes on with the frontier table,
+/// gates and labels (`--details`).
+std::string answer_lines(const frontier::Evidence& e, const std::vector<RankInfo>& ranks = {});
+/// The last line of a short answer: where the details are and what the terms mean.
+std::string details_pointer(std::string_view where_else);
+
+/// Renders the human-readable table `sf-testbed score --details` prints for one window.
 std::string evidence_table(const frontier::Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks = {});
 
 // ---- trace import (docs/kineto.md) -------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "sf/formats/formats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -172,6 +173,47 @@ std::string reference_advice(const frontier::Differential& d) {
   return line("# reference too noisy: changes under %.1f ms/step (%.1f %% of the step) cannot be judged; 3 %% needs a "
               "reference of >= %d steps (run: --reference-steps %d)\n",
               d.exposed_noise_floor_s * 1e3, pct, d.needed_reference_steps, d.needed_reference_steps);
+}
+
+namespace {
+
+/// "how sure" in words: the confidence and the floor the named change passed, or the floor nothing
+/// passed; "" where there is no floor (nothing scored, one rank).
+std::string how_sure(const Evidence& e) {
+  const auto& d = e.diagnosis;
+  using Basis = frontier::Diagnosis::Basis;
+  if (d.basis == Basis::none || d.basis == Basis::frontier) return "";
+  const double step = d.excess_s > 0 && d.share_of_step > 0 ? d.excess_s / d.share_of_step : e.median_step_s;
+  auto floor_words = [&](double floor_s) {
+    return step > 0 ? line("%.1f ms/step (%.1f %% of the step)", floor_s * 1e3, floor_s / step * 100)
+                    : line("%.1f ms/step", floor_s * 1e3);
+  };
+  if (d.significant())
+    return line("confidence %.2f of 1; named past a floor of ", d.confidence) + floor_words(d.noise_floor_s) +
+           (d.noise_floor_s > 0 ? line(", %.1fx over it", d.excess_s / d.noise_floor_s) : std::string());
+  if (e.differential)
+    return "nothing named: the whole step's change had to pass " + floor_words(e.differential->exposed_noise_floor_s) +
+           line(" (it changed %+.1f ms/step)", e.differential->delta_exposed_s * 1e3);
+  return "nothing named: a rank's excess over its peers had to pass " + floor_words(d.noise_floor_s);
+}
+
+}  // namespace
+
+std::string answer_lines(const Evidence& e, const std::vector<RankInfo>& ranks) {
+  std::string out = "# diagnosis: " + diagnosis_line(e, ranks) + "\n";
+  out += "# what-if: " + whatif_line(e, ranks) + "\n";
+  if (const auto sure = how_sure(e); !sure.empty()) out += "# how sure: " + sure + "\n";
+  if (e.differential) out += reference_advice(*e.differential);
+  // What the evidence lacks (the telemetry gates' reasons; the labeler's others are --details').
+  const auto n = std::min(static_cast<std::size_t>(std::max(e.telemetry_reasons, 0)), e.downgrade_reasons.size());
+  for (std::size_t i = 0; i < n; ++i) out += "# note: " + e.downgrade_reasons[i] + "\n";
+  return out;
+}
+
+std::string details_pointer(std::string_view where_else) {
+  return "# more: --details for the paper's frontier table, gates, labels and verdict" +
+         (where_else.empty() ? std::string() : " (also in " + std::string(where_else) + ")") +
+         "; the terms: docs/glossary.md\n";
 }
 
 std::string evidence_table(const Evidence& e, const std::string& title, const std::vector<RankInfo>& ranks) {

@@ -309,6 +309,7 @@ Evidence StreamingAccumulator::finish(const TelemetryInput& tel) const {
     // suspects (the same rule on what it does form) stay.
     ev.labels.clear();
     ev.downgrade_reasons.clear();
+    ev.telemetry_reasons = 0;
     ev.co_critical_stages.clear();
   }
   ev.diagnosis = diagnose(ev, nullptr, st.cfg.diagnosis);

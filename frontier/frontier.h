@@ -717,6 +717,10 @@ struct Evidence {
   std::int64_t dropped_records = 0;
   int duplicate_records = 0;
   std::vector<std::string> downgrade_reasons;
+  /// downgrade_reasons[0, telemetry_reasons) are the telemetry gates': what the evidence lacks
+  /// (a failed gather, ranks or steps without records, a reader's notes). The short answer says
+  /// these; the labeler's other reasons are the details'.
+  int telemetry_reasons = 0;
   LabelConfig config;
 
   bool has(Label l) const;

@@ -458,6 +458,7 @@ void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const 
   Pass p{e, side, cfg};
 
   const bool telemetry_limited = telemetry_gates(p, tel);
+  e.telemetry_reasons = static_cast<int>(e.downgrade_reasons.size());
   if (e.steps > 0) p.set(Label::frontier_accounting);
   if (telemetry_limited) p.set(Label::telemetry_limited);
   const Roles roles = role_gate(p);

@@ -215,7 +215,7 @@ sf_run() {  # DIR RANKS ARGS...: one `sf-testbed run`, its stdout kept beside it
   rm -rf "$dir"
   mkdir -p "$dir"
   local rc
-  mpirun -np "$np" "$SF" run --out "$dir" "$@" > "$dir/stdout.txt" 2>&1
+  mpirun -np "$np" "$SF" run --details --out "$dir" "$@" > "$dir/stdout.txt" 2>&1
   rc=$?
   echo "$(basename "$dir"): exit $rc"
   [ "$rc" -eq 0 ] || head -3 "$dir/stdout.txt"

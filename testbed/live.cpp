@@ -1,6 +1,7 @@
 // run --live: rank 0's compact view at each gathered window (the recorder's safe point): step
-// rate, progress with ETA, the window's top stages with shares, suspect, change points so far and
-// the diagnosis of the last one, opened when it was confirmed.
+// rate, progress with ETA, the window's top stages with shares, its diagnosis (the answer the run
+// ends with, for this window), change points so far and the diagnosis of the last one, opened when
+// it was confirmed.
 // Redrawn in place on a terminal; plain appended lines otherwise.
 #include "detail.h"
 
@@ -19,9 +20,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
     line = frontier::strprintf("%s%s %.0f%%", i ? ", " : "", e.group_name(g).c_str(), e.shares[g] * 100);
     top += line;
   }
-  std::string suspect = "-";
-  if (e.suspect.group >= 0)
-    suspect = e.group_name(e.suspect.group) + (e.suspect.rank >= 0 ? " rank " + std::to_string(e.suspect.rank) : "");
+  const std::string diagnosis = formats::diagnosis_line(e);
   std::string cps;
   for (const auto& c : s.changes) cps += (cps.empty() ? "" : ", ") + std::to_string(c.step) + (c.direction() > 0 ? " (slower)" : " (recovery)");
   if (!s.detecting) cps = "(off: --detect)";
@@ -29,10 +28,10 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
   if (!tty) {
     line = frontier::strprintf(
                   "live: window %d steps %lld-%lld | %lld/%lld steps (%.0f%%) %.2f steps/s ETA %.0f s | %.1f ms/step | top: %s | "
-                  "suspect: %s | change points: %s\n",
+                  "diagnosis: %s | change points: %s\n",
                   s.window, static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
                   static_cast<long long>(s.done), static_cast<long long>(s.total), 100.0 * static_cast<double>(s.done) / static_cast<double>(std::max<std::int64_t>(1, s.total)),
-                  rate, eta, e.median_step_s * 1e3, top.c_str(), suspect.c_str(), cps.c_str());
+                  rate, eta, e.median_step_s * 1e3, top.c_str(), diagnosis.c_str(), cps.c_str());
     return line;
   }
   std::string out = "\033[H\033[J";  // home, clear: redraw in place
@@ -47,7 +46,7 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
                 e.median_step_s * 1e3, s.window, static_cast<long long>(e.first_step), static_cast<long long>(e.last_step));
   out += line;
   out += "top      " + top + "\n";
-  out += "suspect  " + suspect + "\n";
+  out += "diagnosis " + diagnosis + "\n";
   out += "changes  " + cps + "\n";
   if (!s.last_change.empty()) out += "last     " + s.last_change + "\n";
   return out;

@@ -382,7 +382,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
   result["backend_notes"] = b.notes;
 
   int exit_code = 0;
-  std::string table;
+  std::string table;   // --details: everything below
+  std::string answer;  // the default: the answer first, on one screen
   std::string line;
   line = frontier::strprintf("# sf-testbed run  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
   table += line;
@@ -424,6 +425,8 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     table += "# recorder off: no evidence (steps completed by every rank: " + std::to_string(min_completed) + ")\n";
     line = frontier::strprintf("# rank-0 elapsed %.3f s, %.2f ms/step\n", elapsed_s, elapsed_s / cfg.steps * 1e3);
     table += line;
+    answer += frontier::strprintf("# recorder off: no evidence, no diagnosis; %lld steps completed by every rank, rank 0 at %.2f ms/step\n",
+                                  static_cast<long long>(min_completed), elapsed_s / cfg.steps * 1e3);
   } else {
     MakespanCheck mk;
     std::vector<formats::RankInfo> all_ranks;
@@ -431,6 +434,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
     const auto [wall_sum, gap] = mk;
     const VerdictReport vr = verdict_report(plan, e, gap, ref_e ? &*ref_e : nullptr, cfg.seed);
+    answer += formats::answer_lines(e, all_ranks) + vr.answer_text;
     if (ref_e) {
       line = frontier::strprintf("# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
                     ref_e->steps, ref_e->median_step_s * 1e3);
@@ -459,6 +463,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       const formats::Window all = windows->keeps_windows() ? detail::concat(windows->kept()) : formats::Window{};
       const auto dr = watch->report(windows->keeps_windows() ? &all.matrix : nullptr);
       table += "#\n" + dr.text;
+      answer += dr.text;
       for (const auto& [k, v] : dr.json.items()) result[k] = v;
     }
     bool claim_pass = vr.claim_pass;
@@ -469,12 +474,15 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       // check then rests on the routing alone and says so.
       const bool named = std::find(link_check.egress.begin(), link_check.egress.end(), plan.host) != link_check.egress.end();
       if (link_check.root) claim_pass = claim_pass && named;
-      table += "# link validation (P2P pass with the fault on): " +
-               (link_check.root ? (link_check.attribution.empty() ? std::string("no slow link") : link_check.attribution)
-                                : "not run: the fault ended at step " + std::to_string(plan.offset) +
-                                      ", before the run did (a link is named only while it is slow)") +
-               "\n# check: and the P2P pass names the throttled host " + plan.host + ": " +
-               (link_check.root ? (named ? "PASS" : "FAIL") : "not applicable (no pass)") + "\n";
+      const std::string link_lines =
+          "# link validation (P2P pass with the fault on): " +
+          (link_check.root ? (link_check.attribution.empty() ? std::string("no slow link") : link_check.attribution)
+                           : "not run: the fault ended at step " + std::to_string(plan.offset) +
+                                 ", before the run did (a link is named only while it is slow)") +
+          "\n# check: and the P2P pass names the throttled host " + plan.host + ": " +
+          (link_check.root ? (named ? "PASS" : "FAIL") : "not applicable (no pass)") + "\n";
+      table += link_lines;
+      answer += link_lines;
       result["link_validation"] = link_check.root ? link_check.json : ordered_json(nullptr);
       result["verdict"]["check"]["criterion"] =
           vr.json["check"]["criterion"].get<std::string>() +
@@ -484,6 +492,7 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
     }
     if (cfg.mitigate != Mitigation::none) {
       table += mitigation.line();
+      answer += mitigation.line();
       result["mitigation"] = mitigation.json();
     }
     if (cfg.check && !claim_pass) exit_code = 1;
@@ -527,12 +536,26 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
       const auto trace = watch->trace();
       formats::write_file_atomic(cfg.trace.file, trace.dump() + "\n");
       table += "# " + trace_written_line(cfg.trace.file, trace) + "\n";
+      answer += "# " + trace_written_line(cfg.trace.file, trace) + "\n";
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sf-testbed run: --trace %s\n", e.what());
       exit_code = 2;
     }
   }
-  if (!cfg.quiet) std::fputs(table.c_str(), stdout);
+  if (!cfg.quiet) {
+    if (cfg.details) {
+      std::fputs(table.c_str(), stdout);
+    } else {
+      // What ran, in one line, after the answer.
+      const std::string ref_steps = ref_e ? frontier::strprintf(", %d healthy before them", ref_e->steps) : std::string();
+      answer += frontier::strprintf("# run: %s on %d rank(s), %d steps (+%d warm-up%s), seed %llu; commit %s, host %s\n",
+                                    scenario->name.c_str(), size, cfg.steps, cfg.warmup, ref_steps.c_str(),
+                                    static_cast<unsigned long long>(cfg.seed), cfg.commit.c_str(), host_name().c_str());
+      if (!b.notes.empty()) answer += "# note: " + b.notes + "\n";
+      answer += formats::details_pointer(cfg.out_dir.empty() ? "" : cfg.out_dir + "/run.json");
+      std::fputs(answer.c_str(), stdout);
+    }
+  }
   std::fflush(stdout);
   return exit_code;
 }

@@ -136,9 +136,16 @@ ScoredFile score_file(const ScoreFileOptions& o) {
                                                  std::to_string(scored.size()) + ")",
                                           ranks);
     if (i + 1 < scored.size()) out.tables += "\n";
+    if (scored.size() > 1)
+      out.answers += "# window " + std::to_string(i + 1) + " of " + std::to_string(scored.size()) + ": steps " +
+                     std::to_string(e.first_step) + ".." + std::to_string(e.last_step) + "\n";
+    out.answers += formats::answer_lines(e, ranks);
   }
   out.packets += detect_packet;
   out.tables += detect_text;
+  out.answers += detect_text;
+  out.answers += "# scored: " + o.file + ", " + std::to_string(scored.size()) + " window(s), " + std::to_string(steps_so_far) +
+                 " step(s)\n" + formats::details_pointer("--json");
   return out;
 }
 

@@ -74,6 +74,7 @@ struct RunConfig {
   std::string metrics_file;                ///< --metrics: Prometheus text of the latest window, rewritten each window
   bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
   bool quiet = false;                      ///< no table
+  bool details = false;                    ///< --details: the paper's frontier table, gates, labels and verdict after the answer
   double gather_deadline_s = 2.0;
   /// --gather: flat (every rank to rank 0) or node (one relay per node; rank 0 receives one
   /// message per node). Relays wait half the gather deadline for their node.
@@ -168,6 +169,7 @@ struct VerdictReport {
   std::string claim;         ///< the scenario's claim (what --check asserts)
   std::string truth_text;    ///< "# truth: ..." line
   std::string verdict_text;  ///< verdict, baseline and check lines
+  std::string answer_text;   ///< of verdict_text, what the short answer shows: the diagnosis' verdict, the what-if's check, the check
   nlohmann::ordered_json json;
 };
 /// `reference` (optional): the healthy reference window's evidence (same configuration, no
@@ -392,7 +394,8 @@ struct ScoreFileOptions {
 };
 struct ScoredFile {
   std::string packets;  ///< one sf.evidence/2 line per window, then the sf.detect/1 line (--detect)
-  std::string tables;   ///< the same for a person
+  std::string tables;   ///< the same for a person, in full (--details)
+  std::string answers;  ///< the answer first: each window's diagnosis, what-if and how sure (the default)
   std::optional<nlohmann::ordered_json> trace;  ///< --trace's Chrome trace-event JSON
   bool streamed = false;                        ///< read step by step (docs/formats.md, "Streaming")
 };

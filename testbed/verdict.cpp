@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <sstream>
 
 namespace sf::testbed {
 
@@ -290,6 +291,12 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
                     {"rel_error", err}, {"actual_s", e.whatif.actual_s}};
   }
   t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
+  {
+    std::istringstream lines(t);
+    for (std::string l; std::getline(lines, l);)
+      if (l.starts_with("# diagnosis verdict:") || l.starts_with("# what-if check:") || l.starts_with("# check:"))
+        out.answer_text += l + "\n";
+  }
 
   auto& j = out.json;
   j["expected"] = {{"stage", straggler ? ordered_json(nullptr) : ordered_json(scenario.stage)},

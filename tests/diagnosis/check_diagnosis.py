@@ -110,7 +110,7 @@ def score(sf, out):
 
 def main_job(sf):
     import re
-    out = sh(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "8", sf, "run", "--scenario", "data_tail"])
+    out = sh(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "8", sf, "run", "--details", "--scenario", "data_tail"])
     truth = re.search(r"^# truth: rank (\d+) data\.next_wait", out, re.M)
     diag = re.search(r"^# diagnosis: rank (\d+) \(host [^)]*\) data\.next_wait \+", out, re.M)
     print("\n".join(l for l in out.splitlines() if l.startswith(("# truth", "# diagnosis", "# check"))))

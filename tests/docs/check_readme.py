@@ -17,6 +17,8 @@
 2. The numbers the README states about the tool are what the tool prints: "N properties"
    (verify --list), "CTest ... N entries" and "N/N CTest" (ctest -N in BUILD).
 3. Every subcommand `sf-testbed --help` lists appears in the README.
+4. The main job answers first: at most 15 lines, the diagnosis first, none of the paper's terms,
+   a last line pointing to --details and docs/glossary.md; with --details, the paper's table.
 """
 import os
 import re
@@ -28,6 +30,35 @@ import tempfile
 def fail(msg):
     print("FAIL:", msg)
     sys.exit(1)
+
+
+PAPER_TERMS = re.compile(r"routing set|# gates:|# labels:|co_critical|paper verdict|baselines top")
+
+
+def answer_first(cmd, out, line_no, cwd, env, prelude):
+    """The main job's default output fits one screen (at most 15 lines), starts with the diagnosis,
+    holds none of the paper's accounting and ends pointing to --details and the glossary; the same
+    command with --details prints the paper's table, gates, labels and verdict (issue 41)."""
+    lines = out.splitlines()
+    if len(lines) > 15:
+        fail(f"README.md:{line_no}: the main job printed {len(lines)} lines, more than one screen (15):\n{out}")
+    if not lines or not lines[0].startswith("# diagnosis: "):
+        fail(f"README.md:{line_no}: the main job's first line is not the diagnosis:\n{out}")
+    if PAPER_TERMS.search(out):
+        fail(f"README.md:{line_no}: the main job's default output holds the paper's accounting:\n{out}")
+    if "--details" not in lines[-1] or "docs/glossary.md" not in lines[-1]:
+        fail(f"README.md:{line_no}: the main job's last line does not point to --details and docs/glossary.md:\n{out}")
+    if not os.path.exists(os.path.join(cwd, "docs", "glossary.md")):
+        fail("docs/glossary.md, which the output points to, is missing")
+    detailed = re.sub(r"\bsf-testbed run\b", "sf-testbed run --details", cmd, count=1)
+    p = subprocess.run(["bash", "-c", "\n".join(["set -e"] + prelude + [detailed])], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        fail(f"README.md:{line_no}: `{detailed}` exited {p.returncode}:\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+    for want in ("# routing set", "# labels:", "# paper verdict", "# diagnosis: ", "# check: "):
+        if want not in p.stdout:
+            fail(f"README.md:{line_no}: `{detailed}` printed no `{want}` line:\n{p.stdout[-3000:]}")
+    print(f"README.md:{line_no}: the answer first ({len(lines)} lines); --details has the paper's table", flush=True)
 
 
 def blocks(text, marker):
@@ -125,6 +156,8 @@ def main():
                           + re.search(r"^# result: .*$", p.stdout, re.M).group(0), flush=True)
                 elif p.returncode != 0:
                     fail(f"README.md:{line_no}: `{c}` exited {p.returncode}:\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+                if marker.endswith("first screen -->") and re.search(r"\bsf-testbed run\b", c):
+                    answer_first(c, p.stdout, line_no, cwd, run_env, prelude)
                 ran += 1
     if ran == 0:
         fail("no README block is marked <!-- docs.readme: run -->")

@@ -29,7 +29,7 @@ grep -q "sf-testbed run --live" "$out/pane.txt" || fail "no live header"
 grep -Eq "^rate +[0-9.]+ steps/s" "$out/pane.txt" || fail "no step rate"
 grep -Eq "^progress \[#+\.*\] [0-9]+/60 steps +ETA [0-9]+ s" "$out/pane.txt" || fail "no progress with ETA"
 grep -Eq "^top +data\.next_wait [0-9]+%" "$out/pane.txt" || grep -Eq "^top +.*data\.next_wait" "$out/pane.txt" || fail "no top stages"
-grep -Eq "^suspect +data\.next_wait rank [0-9]" "$out/pane.txt" || fail "no suspect"
+grep -Eq "^diagnosis +rank [0-9]+ .*data\.next_wait" "$out/pane.txt" || fail "no diagnosis"
 grep -Eq "^changes +(.*, )?[0-9]+ \(slower\)" "$out/pane.txt" || fail "change point not shown live"
 grep -q "recovery at step 4[0-9]" "$out/pane.txt" || fail "final table missing after the live view"
 # (Where the changes sit is mpi.detect_aba's business; on a loaded machine a transient can move

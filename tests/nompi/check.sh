@@ -4,7 +4,7 @@
 set -uo pipefail
 sf=$1 ex=$2
 fail() { echo "FAIL: $*"; exit 1; }
-out=$("$sf" score "$ex/figure1.jsonl") || fail "score exited $?"
+out=$("$sf" score --details "$ex/figure1.jsonl") || fail "score exited $?"
 grep -q "exposed makespan *8.2000 s" <<<"$out" || fail "score: no 8.2 s exposed makespan"
 "$sf" verify --cases 200 --windows 50 | grep -q "result: PASS" || fail "verify did not pass"
 "$sf" sim --scenario data_tail --ranks 256 --steps 30 --delay-ms 150 --check | grep -q "check: .*PASS" || fail "sim --check"
