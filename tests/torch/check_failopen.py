@@ -31,6 +31,7 @@ import time
 
 STEPS, WINDOW, WARMUP, REFERENCE = 20, 10, 5, 10  # 3 windows: the reference steps, then 2 x 10
 WINDOWS = 1 + STEPS // WINDOW
+FULL_WINDOW = 2  # the full disk's windows: more lines than its one free page holds
 
 
 def fail(msg):
@@ -38,9 +39,9 @@ def fail(msg):
     sys.exit(1)
 
 
-def train(repo, *args):
+def train(repo, *args, window=WINDOW):
     cmd = ["/usr/bin/python3", os.path.join(repo, "examples", "torch_ddp", "train.py"), "--nproc-per-node", "2",
-           "--steps", str(STEPS), "--window", str(WINDOW), "--warmup", str(WARMUP), "--reference-steps",
+           "--steps", str(STEPS), "--window", str(window), "--warmup", str(WARMUP), "--reference-steps",
            str(REFERENCE), "--seed", "1", "--quiet", *args]
     print("+", " ".join(cmd), flush=True)
     t0 = time.monotonic()
@@ -78,13 +79,14 @@ def losses(path):
         return [float(x) for x in f]
 
 
-def check_failed_open(repo, out, telemetry, why, results=None, unlisted=False):
+def check_failed_open(repo, out, telemetry, why, results=None, unlisted=False, window=WINDOW):
     """The run with an unwritable telemetry directory: exit 0, one line, the unrecorded run's
     losses, and (where its results can be written) every window scored and marked. unlisted: a
     second line at the end says which windows windows.jsonl lacks (a full disk)."""
     results = results or os.path.join(out, "out")
     where = ["--out", results] + (["--telemetry-out", telemetry] if telemetry != results else [])
-    rc, err, _ = train(repo, *where, "--loss-out", os.path.join(out, "loss.txt"))
+    rc, err, _ = train(repo, *where, "--loss-out", os.path.join(out, "loss.txt"), window=window)
+    windows = 1 + STEPS // window
     if rc != 0:
         fail(f"train.py exited {rc}: a telemetry fault must not fail the run")
     line = re.compile(r"^sf_torch: rank 0: telemetry could not be written \(.*" + re.escape(why) +
@@ -105,16 +107,16 @@ def check_failed_open(repo, out, telemetry, why, results=None, unlisted=False):
     run = json.load(open(os.path.join(out, "out", "run.json")))
     ws = run["windows"]
     c = run["config"]
-    if len(ws) != WINDOWS or ws[-1]["last_step"] != c["warmup"] + c["reference_steps"] + c["steps"] - 1:
+    if len(ws) != windows or ws[-1]["last_step"] != c["warmup"] + c["reference_steps"] + c["steps"] - 1:
         fail(f"{len(ws)} windows scored, the last ending at step {ws[-1]['last_step'] if ws else None}: "
              "training did not complete every step")
     bad = [w["index"] for w in ws if w["packet_written"] or why not in w.get("packet_error", "")]
     if bad:
         fail(f"windows {bad} do not say that their packet was not written ({why})")
-    if "telemetry_limited" not in run["evidence"]["labels"] or run["telemetry"]["packets_unwritten"] != WINDOWS:
-        fail(f"the evidence must be telemetry_limited with {WINDOWS} packets unwritten: labels "
+    if "telemetry_limited" not in run["evidence"]["labels"] or run["telemetry"]["packets_unwritten"] != windows:
+        fail(f"the evidence must be telemetry_limited with {windows} packets unwritten: labels "
              f"{run['evidence']['labels']}, telemetry {run['telemetry']}")
-    print(f"{WINDOWS} windows scored and marked unwritten ({why})")
+    print(f"{windows} windows scored and marked unwritten ({why})")
     return unlisted
 
 
@@ -149,7 +151,10 @@ def main():
         mount_tmpfs(mnt, "size=64k")
         try:
             fill(mnt, 4096)
-            said_unlisted = check_failed_open(repo, out, mnt, "No space left on device", unlisted=None)
+            # Windows of FULL_WINDOW steps: 11 lines of ~650 bytes do not fit the one free page, so
+            # an append is cut short by the full disk (with 3 windows every line fitted, and a torn
+            # append was never exercised here).
+            said_unlisted = check_failed_open(repo, out, mnt, "No space left on device", unlisted=None, window=FULL_WINDOW)
             # What did fit of windows.jsonl: whole lines only (a failed append is cut back), each
             # marking its window.
             text = open(os.path.join(mnt, "windows.jsonl")).read()
@@ -161,8 +166,10 @@ def main():
                 fail(f"windows.jsonl on the full disk: {len(whole)} whole lines, each must mark its packet unwritten")
             if [x for x in os.listdir(mnt) if x.endswith(".tmp")]:
                 fail(f"a partial packet was left behind: {os.listdir(mnt)}")
-            if said_unlisted != (len(whole) < WINDOWS):
-                fail(f"windows.jsonl lists {len(whole)} of {WINDOWS} windows, and the end of training "
+            full_windows = 1 + STEPS // FULL_WINDOW
+            if not said_unlisted or len(whole) >= full_windows:
+                fail(f"windows.jsonl lists {len(whole)} of {full_windows} windows on a disk with one free page: the "
+                     f"appends must run out of space, and the end of training "
                      f"{'said' if said_unlisted else 'did not say'} which it lacks")
             print(f"windows.jsonl: {len(whole)} whole line(s) on the full disk, each marking its packet unwritten")
         finally:
