@@ -100,7 +100,7 @@ void add_fault_options(CLI::App* sub, Config& cfg, double& delay_ms) {
   std::map<std::string, std::string> names;
   for (const auto& s : inject::catalogue()) names[s.name] = s.name;
   sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
-  sub->add_option("--delay-ms", delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, 600000.0));
+  sub->add_option("--delay-ms", delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, inject::kMaxDelayMs));
   sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
       ->delimiter(',')->check(CLI::NonNegativeNumber);
   sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);

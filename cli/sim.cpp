@@ -65,6 +65,10 @@ int run_sim(SimOptions& o) {
                  o.detect.stability_stage.c_str(), names.c_str());
     return kExitBadInput;
   }
+  if (const auto why = frontier::config_names_problem(sim::ModelStepper::schema(), label); !why.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", why.c_str());
+    return kExitBadInput;
+  }
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump},
                                   {"--metrics", o.metrics}})
     if (!path.empty())

@@ -30,9 +30,21 @@ void check_reference(const StageSchema& schema, std::span<const double> referenc
 void validate(const StageSchema& schema, const LabelConfig& cfg) {
   if (cfg.gain_baseline == GainBaseline::reference) check_reference(schema, cfg.reference_s);
   if (!(cfg.tau_c > 0 && cfg.tau_c <= 1)) throw std::invalid_argument("tau_C must be in (0, 1]");
+  if (auto why = config_names_problem(schema, cfg); !why.empty()) throw std::invalid_argument(why);
 }
 
 }  // namespace
+
+std::string config_names_problem(const StageSchema& schema, const LabelConfig& cfg) {
+  const auto& groups = schema.groups();
+  for (const auto& w : cfg.wait_model) {
+    if (std::find(groups.begin(), groups.end(), w) != groups.end()) continue;
+    std::string list;
+    for (const auto& g : groups) list += (list.empty() ? "" : ", ") + g;
+    return "wait model: '" + w + "' is not a stage group of this window; expected one of " + list;
+  }
+  return "";
+}
 
 RankedStages rank_stages(std::vector<double> score, double tau_c) {
   RankedStages out;

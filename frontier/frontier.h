@@ -771,6 +771,13 @@ std::string accumulation_problem(const StageSchema& schema);
 /// suspects it names, into rank ids (side.rank_ids).
 void label(Evidence& e, const SideEvidence& side, const LabelConfig& cfg, const TelemetryInput& tel = {});
 
+/// Where a configuration meets a window's stages: every stage group the configuration names (the
+/// wait model) is one of the schema's groups. "" when so, else one line naming the first that is
+/// not and listing the groups (a typo would silently turn the wait model off). evaluate() and the
+/// streaming accumulator throw it (std::invalid_argument); front-ends that know their schema
+/// before any window (run) check it up front.
+std::string config_names_problem(const StageSchema& schema, const LabelConfig& cfg);
+
 /// The deterministic labeler (Appendix C): validates, accounts, computes baselines, gain, lag,
 /// leaders, routing and ambiguity sets, applies the gates and emits labels with reasons.
 Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg = {}, const TelemetryInput& tel = {});

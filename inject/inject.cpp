@@ -73,6 +73,13 @@ double default_strength(StragglerKind k) {
   return 0;
 }
 
+std::string delay_bound_problem(double delay_ms) {
+  if (delay_ms >= 0 && delay_ms <= kMaxDelayMs) return "";  // NaN fails both
+  char bound[32];
+  std::snprintf(bound, sizeof bound, "%g", kMaxDelayMs);
+  return std::string("--delay-ms must be in [0, ") + bound + "]";
+}
+
 std::string_view straggler_strength_meaning(StragglerKind k) {
   switch (k) {
     case StragglerKind::cpu_share: return "busy processes sharing the rank's core, 1..16";

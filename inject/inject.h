@@ -51,6 +51,12 @@ const Scenario* find_scenario(std::string_view name);
 
 inline constexpr std::int64_t kForever = std::numeric_limits<std::int64_t>::max();
 
+/// The longest delay a fault injects (ms; ten minutes): the one bound `run`, `sim`, their options
+/// and train.py (through sf_torch._core.max_delay_ms) check --delay-ms against.
+inline constexpr double kMaxDelayMs = 600000;
+/// "--delay-ms must be in [0, 600000]": what each front-end says when a delay is out of bounds.
+std::string delay_bound_problem(double delay_ms);
+
 /// A straggler nobody injected into a stage (issue 38): the testbed slows a rank's whole process
 /// from outside, and the rank's stages are left as they are. cpu_share: busy processes share the
 /// rank's core with it; pause: a supervisor stops it (SIGSTOP) and lets it go on (SIGCONT) in

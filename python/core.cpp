@@ -101,6 +101,9 @@ inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/5, verdicts";
   m.attr("git_commit") = SF_GIT_COMMIT;
+  m.attr("max_delay_ms") = inject::kMaxDelayMs;  // train.py's --delay-ms bound: the C++ one
+  m.def("details_pointer", [](const std::string& where_else) { return formats::details_pointer(where_else); },
+        py::arg("where_else") = "", "the short answer's last line: where the details are and what the terms mean");
   m.attr("stages_schema") = std::string(formats::kStagesSchema);
   m.attr("evidence_schema") = std::string(frontier::Evidence::kSchema);
 
@@ -133,6 +136,8 @@ PYBIND11_MODULE(_core, m) {
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
            "the sf.evidence/5 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
       .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
+      .def("answer", [](const Scored& s) { return formats::answer_lines(s.evidence); },
+           "the answer first: the diagnosis, the what-if, how sure and what the evidence lacks, as `sf-testbed run` prints them")
       .def(
           "summary",
           [](const Scored& s, int index, const std::string& packet_error) {
@@ -244,6 +249,7 @@ PYBIND11_MODULE(_core, m) {
         d["claim"] = vr.claim;
         d["truth_text"] = vr.truth_text;
         d["verdict_text"] = vr.verdict_text;
+        d["answer_text"] = vr.answer_text;
         return d;
       },
       py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("evidence"), py::arg("makespan_gap"),

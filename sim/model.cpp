@@ -22,7 +22,8 @@ std::string validate(const ModelConfig& cfg) {
   if (cfg.event_q < 0 || cfg.event_q > 1) return "--event-q must be in [0, 1]";
   for (int r : cfg.target_ranks)
     if (r < 0 || r >= cfg.ranks) return "--target-rank " + std::to_string(r) + " outside 0.." + std::to_string(cfg.ranks - 1);
-  if (cfg.delay_ms && (*cfg.delay_ms < 0 || *cfg.delay_ms > 600000)) return "--delay-ms must be in [0, 600000]";
+  if (cfg.delay_ms)
+    if (auto why = inject::delay_bound_problem(*cfg.delay_ms); !why.empty()) return why;
   if (cfg.target_count < 1 || cfg.target_count > cfg.ranks)
     return "--targets " + std::to_string(cfg.target_count) + " outside 1.." + std::to_string(cfg.ranks);
   return "";

@@ -22,7 +22,8 @@ std::string_view mitigation_name(Mitigation m) {
 std::string validate(const RunConfig& cfg) {
   const auto* sc = inject::find_scenario(cfg.scenario);
   if (!sc) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
-  if (cfg.delay_ms && (*cfg.delay_ms < 0 || *cfg.delay_ms > 600000)) return "--delay-ms must be in [0, 600000]";
+  if (cfg.delay_ms)
+    if (auto why = inject::delay_bound_problem(*cfg.delay_ms); !why.empty()) return why;
   if (cfg.steps < 1) return "--steps must be >= 1";
   if (cfg.warmup < 0) return "--warmup must be >= 0";
   if (cfg.window < 0) return "--window must be >= 0";
@@ -44,6 +45,10 @@ std::string validate(const RunConfig& cfg) {
   if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (const auto why = frontier::config_names_problem(
+          frontier::StageSchema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation), cfg.label);
+      !why.empty())
+    return why;
   if (cfg.mitigate != Mitigation::none) {
     const std::string m = "--mitigate " + std::string(mitigation_name(cfg.mitigate));
     if (cfg.recorder == RecorderMode::off) return m + " needs the recorder (--recorder cpu|event): the culprit comes from its diagnosis";

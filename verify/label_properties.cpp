@@ -78,7 +78,10 @@ frontier::StageMatrix GenLabelCase::matrix() const {
 frontier::LabelConfig GenLabelCase::config() const {
   LabelConfig cfg;
   const std::vector<std::string> groups = frontier::StageSchema::default_schema().groups();
-  for (int g = 0; g < static_cast<int>(groups.size()); ++g)
+  // The wait model names groups the window has: without wall times it has no residual group (the
+  // default schema's last), and the engine refuses a name the window does not have.
+  const int n_groups = static_cast<int>(groups.size()) - (no_wall ? 1 : 0);
+  for (int g = 0; g < n_groups; ++g)
     if (wait_mask & (1u << g)) cfg.wait_model.push_back(groups[g]);
   if (reference) {
     cfg.gain_baseline = frontier::GainBaseline::reference;
