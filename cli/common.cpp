@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include "sf/testbed/testbed.h"
 #include "sf_build_info.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <vector>
 
@@ -317,6 +319,28 @@ frontier::LabelConfig make_label_config(const LabelOptions& o) {
   if (!o.reference_s.empty()) c.reference_s = o.reference_s;
   if (!o.wait_model.empty()) c.wait_model = o.wait_model;
   return c;
+}
+
+std::string plot_packets_text(const std::string& packets, const std::string& out) {
+  std::string path = (std::filesystem::temp_directory_path() / "sf-plot-XXXXXX.jsonl").string();
+  const int fd = ::mkstemps(path.data(), 6);
+  if (fd < 0) return "--plot " + out + ": cannot make a temporary file: " + std::strerror(errno);
+  std::size_t done = 0;
+  while (done < packets.size()) {
+    const ssize_t n = ::write(fd, packets.data() + done, packets.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return "--plot " + out + ": cannot write " + path + ": " + std::strerror(e);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  const std::string why = testbed::plot_packets({path}, out);
+  ::unlink(path.c_str());
+  return why;
 }
 
 }  // namespace sf::cli

@@ -155,6 +155,9 @@ void setup_run(CLI::App& app) {
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_option("--out", cfg.out_dir, "directory for run.json and one evidence packet per window");
+  sub->add_option("--plot", cfg.plot,
+                  "after the run, draw it from --out's packets: per window, each rank x stage's change against the reference "
+                  "(the culprits outlined) and the step time (FILE.png or .svg)");
   sub->add_option("--dump", cfg.dump, "write the gathered stage matrix (sf.stages/1 JSONL, one header per window)");
   sub->add_option("--metrics", cfg.metrics_file,
                   "Prometheus text exposition of the latest window, rewritten atomically each window (node_exporter's "

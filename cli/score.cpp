@@ -15,6 +15,7 @@ struct ScoreOptions {
   bool whole = false;
   bool details = false;
   std::string out;
+  std::string plot;  ///< --plot FILE.png|svg
   std::string reference;
   std::string metrics;
   int window = 0;
@@ -28,15 +29,19 @@ struct ScoreOptions {
 
 int run_score(const ScoreOptions& o) {
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out},
-                                  {"--metrics", o.metrics}})
+                                  {"--metrics", o.metrics}, {"--plot", o.plot}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
         return kExitBadInput;
       }
+  if (const auto err = testbed::plot_file_problem(o.plot); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   // An output that is an input would be replaced by it (issue 40, B2): refused before reading.
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--out", o.out},
-                                  {"--metrics", o.metrics}})
+                                  {"--metrics", o.metrics}, {"--plot", o.plot}})
     if (const auto err = same_file_error(opt, path, {o.file, o.reference}); !err.empty()) {
       std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
       return kExitBadInput;
@@ -69,7 +74,14 @@ int run_score(const ScoreOptions& o) {
     std::fprintf(stderr, "sf-testbed score: %s\n", err.what());
     return kExitBadInput;
   }
+  if (!o.plot.empty()) {
+    if (const auto err = plot_packets_text(scored.packets, o.plot); !err.empty()) {
+      std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
+      return kExitBadInput;
+    }
+  }
   std::cout << (o.json ? scored.packets : o.details ? scored.tables : scored.answers);
+  if (!o.plot.empty() && !o.json) std::cout << "# plot: " << o.plot << " (each rank x stage's change per window, the culprits outlined)\n";
   if (scored.trace) {
     // Beside the tables on stdout; on stderr with --json, which keeps stdout the packets.
     if (o.json) std::fprintf(stderr, "sf-testbed score: %s\n", testbed::trace_written_line(o.trace.file, *scored.trace).c_str());
@@ -88,6 +100,8 @@ void setup_score(CLI::App& app) {
       ->transform(choice(formats));
   sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/5, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
+  sub->add_option("--plot", o->plot,
+                  "draw the run: per window, each rank x stage's change (the culprits outlined) and the step time (FILE.png or .svg)");
   sub->add_flag("--details", o->details,
                 "after each window's answer, the whole table: the paper's frontier table, gates, labels and suspect");
   sub->add_option("--metrics", o->metrics,

@@ -27,6 +27,7 @@ struct SimOptions {
   bool independent_reference = false;           ///< --independent-reference: seed + kIndependentSeedOffset
   std::string dump;
   std::string metrics;
+  std::string plot;  ///< --plot FILE.png|svg
   DetectOptions detect;
   TraceCliOptions trace;
 };
@@ -69,8 +70,12 @@ int run_sim(SimOptions& o) {
     std::fprintf(stderr, "sf-testbed sim: %s\n", why.c_str());
     return kExitBadInput;
   }
+  if (const auto err = testbed::plot_file_problem(o.plot); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+    return kExitBadInput;
+  }
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump},
-                                  {"--metrics", o.metrics}})
+                                  {"--metrics", o.metrics}, {"--plot", o.plot}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
@@ -177,6 +182,14 @@ int run_sim(SimOptions& o) {
       return kExitBadInput;
     }
   }
+  std::string plot_line;
+  if (!o.plot.empty()) {
+    if (const auto err = plot_packets_text(formats::evidence_to_json(e).dump() + "\n", o.plot); !err.empty()) {
+      std::fprintf(stderr, "sf-testbed sim: %s\n", err.c_str());
+      return kExitBadInput;
+    }
+    plot_line = "plot: " + o.plot + " (each rank x stage's change against the reference, the culprits outlined)";
+  }
   if (o.json) {
     nlohmann::ordered_json j;
     j["schema"] = "sf.sim/1";
@@ -222,6 +235,7 @@ int run_sim(SimOptions& o) {
     if (dr) std::fputs(("#\n" + dr->text).c_str(), stdout);
   }
   if (!trace_line.empty()) std::fprintf(o.json ? stderr : stdout, "%s%s\n", o.json ? "sf-testbed sim: " : "# ", trace_line.c_str());
+  if (!plot_line.empty()) std::fprintf(o.json ? stderr : stdout, "%s%s\n", o.json ? "sf-testbed sim: " : "# ", plot_line.c_str());
   return o.check && !vr.claim_pass ? kExitFail : 0;
 }
 
@@ -243,6 +257,8 @@ void setup_sim(CLI::App& app) {
                 "after the answer, the whole table: the model's set-up, the paper's frontier table, gates, labels, verdict and baselines");
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
   sub->add_option("--metrics", o->metrics, "Prometheus text exposition of the window (docs/formats.md, Metrics)");
+  sub->add_option("--plot", o->plot,
+                  "draw the model run: each rank x stage's change against the reference (the culprits outlined) (FILE.png or .svg)");
   sub->add_flag("--whole-matrix", o->whole,
                 "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
   sub->add_option("--reference-seed", o->reference_seed,

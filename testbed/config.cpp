@@ -45,6 +45,10 @@ std::string validate(const RunConfig& cfg) {
   if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
+  if (auto why = plot_file_problem(cfg.plot); !why.empty()) return why;
+  if (!cfg.plot.empty() && cfg.out_dir.empty())
+    return "--plot " + cfg.plot + " needs --out DIR: the picture is drawn from the window packets written there";
+  if (!cfg.plot.empty() && cfg.recorder == RecorderMode::off) return "--plot needs the recorder (--recorder cpu|event)";
   if (const auto why = frontier::config_names_problem(
           frontier::StageSchema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation), cfg.label);
       !why.empty())

@@ -612,6 +612,23 @@ int report_run(RunRecord& r) {
       exit_code = 2;
     }
   }
+  if (!cfg.plot.empty() && exit_code != 2) {
+    std::vector<std::string> packets;
+    for (int i = 0; i < r.windows.count(); ++i) {
+      const std::string f = frontier::strprintf("%s/window_%03d.json", cfg.out_dir.c_str(), i);
+      if (::access(f.c_str(), R_OK) == 0) packets.push_back(f);
+    }
+    const std::string why = packets.empty() ? "--plot " + cfg.plot + ": no window packet was written to " + cfg.out_dir
+                                            : plot_packets(packets, cfg.plot);
+    if (why.empty()) {
+      const std::string said = "# plot: " + cfg.plot + " (each rank x stage's change per window, the culprits outlined)\n";
+      table += said;
+      answer += said;
+    } else {
+      std::fprintf(stderr, "sf-testbed run: %s\n", why.c_str());
+      exit_code = 2;
+    }
+  }
   if (r.watch && !cfg.trace.file.empty()) {
     try {
       const auto trace = r.watch->trace();

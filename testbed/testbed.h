@@ -70,6 +70,7 @@ struct RunConfig {
   RecorderMode recorder = RecorderMode::cpu;
   double event_q = 0.05;                   ///< with --recorder event
   std::string out_dir;                     ///< results-style JSON and per-window packets
+  std::string plot;                        ///< --plot FILE.png|svg: drawn from out_dir's packets after the run
   std::string dump;                        ///< gathered stage matrix as JSONL
   std::string metrics_file;                ///< --metrics: Prometheus text of the latest window, rewritten each window
   bool check = false;                      ///< exit 1 unless the verdict meets the scenario's claim
@@ -402,6 +403,16 @@ struct ScoredFile {
 /// Reads, scores and (optionally) watches a stage-matrix file. Throws InputError for bad input
 /// (the file, a window's values, the detector's configuration, a run past the limits).
 ScoredFile score_file(const ScoreFileOptions& o);
+
+// ---- a picture of a run (--plot) ---------------------------------------------------------------
+
+/// "" when `file` may be a --plot target (a .png or .svg name), else the one line saying why.
+std::string plot_file_problem(const std::string& file);
+/// Draws the run's picture into `out` from evidence packet files (python/sf_torch/plot.py through
+/// Debian's python3 and matplotlib, no shell; SF_PYTHON and SF_PLOT_SCRIPT override where they
+/// are): per window, each rank x stage's change against the reference with the culprits outlined,
+/// and the step time over the run. "" on success, else one line ("--plot FILE: why").
+std::string plot_packets(const std::vector<std::string>& packet_files, const std::string& out);
 
 // ---- provenance ---------------------------------------------------------------------------------
 

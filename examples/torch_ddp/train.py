@@ -76,6 +76,9 @@ def parse():
                    help="CUDA: sampled fraction of steps with a forward CUDA-event pair (sf_torch's event channel)")
     p.add_argument("--check", action="store_true", help="exit 1 when the scenario's claim fails")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--plot", default=None, metavar="FILE.png|svg",
+                   help="rank 0 draws the run there: per window, each rank x stage's change against the reference "
+                        "(the culprits outlined), and the step time")
     p.add_argument("--details", action="store_true",
                    help="print the whole table (set-up, the paper's frontier table, gates, labels, verdict) instead of the answer")
     p.add_argument("--nproc-per-node", type=int, default=0,
@@ -88,6 +91,8 @@ def parse():
         bad = "--steps must be >= 1, --warmup, --window and --reference-steps >= 0"
     elif a.delay_ms is not None and not (0 <= a.delay_ms <= sf_torch._core.max_delay_ms):
         bad = f"--delay-ms {a.delay_ms}: expected 0..{sf_torch._core.max_delay_ms:g} (sf-testbed's bound)"
+    elif a.plot is not None and not a.plot.endswith((".png", ".svg")):
+        bad = f"--plot {a.plot}: expected a file name ending in .png or .svg"
     elif not (0.0 <= a.event_q <= 1.0):
         bad = f"--event-q {a.event_q}: expected a fraction in 0..1"
     elif a.event_q > 0 and not torch.cuda.is_available():
@@ -345,7 +350,8 @@ def main():
         rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
                                 out_dir=telemetry_out if rank == 0 and telemetry_out else None,
                                 reference_steps=a.reference_steps, gather=a.gather, event_q=a.event_q,
-                                node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None)
+                                node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None,
+                                plot_file=a.plot)
         if a.telemetry_fault != "none" and rank == 1:
             rec.telemetry_fault = a.telemetry_fault
         entry_delay = (lambda: time.sleep(d) if on() else None) if hit and name == "comm_delay" else None

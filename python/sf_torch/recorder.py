@@ -234,7 +234,7 @@ class Recorder:
     def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
                  overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
                  labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
-                 metrics_file=None, gather="node", node_id=None):
+                 metrics_file=None, gather="node", node_id=None, plot_file=None):
         import torch.distributed as dist
         self.stages = _stage_list(stages)
         self.K = len(self.stages)
@@ -266,6 +266,13 @@ class Recorder:
         # text exposition format (docs/formats.md, Metrics), as `sf-testbed run --metrics` does.
         self.metrics_file = os.fspath(metrics_file) if metrics_file is not None else None
         self.metrics_unwritten = ""
+        if plot_file is not None and not isinstance(plot_file, (str, os.PathLike)):
+            raise TypeError(f"plot_file is {type(plot_file).__name__}; expected a path")
+        if plot_file is not None and not os.fspath(plot_file).endswith((".png", ".svg")):
+            raise ValueError(f"plot_file {os.fspath(plot_file)!r}: expected a file name ending in .png or .svg")
+        # Rank 0 draws the run there at finish(): per window, each rank x stage's change against the
+        # reference (the culprits outlined) and the step time (sf_torch.plot, as `sf-testbed --plot`).
+        self.plot_file = os.fspath(plot_file) if plot_file is not None else None
         self._gather_failures = 0
         self.labeler_config = labeler_config
         self.enabled = enabled
@@ -574,6 +581,16 @@ class Recorder:
             first = json.loads(self._unlisted[0]).get("index")
             self._warn("unlisted", f"windows.jsonl lacks the last {len(self._unlisted)} window(s), from window {first}: "
                                    f"{self.write_problem}; they are in Recorder.summaries")
+        if self.plot_file and self.rank == 0 and self.windows:
+            self._plot()
+
+    def _plot(self):
+        """plot_file on rank 0: a picture that cannot be drawn is said once; training goes on."""
+        try:
+            from . import plot
+            plot.draw([json.loads(s.packet()) for _, _, s in self.windows], self.plot_file)
+        except Exception as e:  # noqa: BLE001 - a telemetry failure never stops the workload
+            self._warn("plot", f"plot_file {self.plot_file}: {e}")
 
     # ---- the gather's routes -------------------------------------------------------------------
     def _gather_routes(self, idents, nodes):

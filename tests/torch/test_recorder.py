@@ -377,6 +377,22 @@ class RecorderTest(unittest.TestCase):
             sf_torch.Recorder(stages=[f"s{i}" for i in range(5000)])
         sf_torch.Recorder(stages=[f"s{i}" for i in range(256)])  # the bound itself is fine
 
+    def test_plot_file_draws_the_run_or_says_why_once(self):
+        with self.assertRaisesRegex(ValueError, r"^plot_file 'x\.pdf': expected a file name ending in \.png or \.svg"):
+            sf_torch.Recorder(plot_file="x.pdf")
+        with tempfile.TemporaryDirectory() as d:
+            rec = sf_torch.Recorder(window_steps=4, plot_file=os.path.join(d, "run.svg"))
+            run_steps(rec, 8)
+            rec.finish()
+            self.assertTrue(os.path.getsize(os.path.join(d, "run.svg")) > 1000)
+            self.assertEqual(rec.warnings, [])
+            # A picture that cannot be drawn is said once; finish() returns (training goes on).
+            self.expect_stderr = [r"^sf_torch: rank 0: plot_file .*/no/such/dir/run\.png: .*No such file or directory$"]
+            rec = sf_torch.Recorder(window_steps=4, plot_file=os.path.join(d, "no", "such", "dir", "run.png"))
+            run_steps(rec, 4)
+            rec.finish()
+            self.assertEqual(len([w for w in rec.warnings if w.startswith("plot_file ")]), 1, rec.warnings)
+
     def test_corrupt_contributions_are_judged_not_scored(self):
         rec = sf_torch.Recorder(window_steps=4)
         run_steps(rec, 4)
