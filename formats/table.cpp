@@ -52,9 +52,16 @@ std::string others(const Evidence& e) {
   if (c.size() < 2) return "";
   constexpr std::size_t kShown = 3;
   std::string out = "; also ";
-  for (std::size_t i = 1; i < c.size() && i <= kShown; ++i)
+  for (std::size_t i = 1; i < c.size() && i <= kShown; ++i) {
+    // Named for its CPU wait alone (its stages and arrival inside their floors): said as such, not
+    // as a change of the stage where the step's change showed.
+    const bool cpu_wait_only = c[i].excess_s == c[i].cpu_wait_s &&
+                               (c[i].group < 0 || c[i].by_group_s[static_cast<std::size_t>(c[i].group)] != c[i].excess_s);
     out += (i > 1 ? ", " : "") + std::string("rank ") + std::to_string(c[i].rank) + " " +
-           (c[i].group >= 0 ? e.group_name(c[i].group) + " " : std::string()) + ms(c[i].excess_s);
+           (cpu_wait_only ? std::string("CPU wait ")
+                          : c[i].group >= 0 ? e.group_name(c[i].group) + " " : std::string()) +
+           ms(c[i].excess_s);
+  }
   if (c.size() > kShown + 1) out += line(" and %zu more", c.size() - kShown - 1);
   return out;
 }

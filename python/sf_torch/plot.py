@@ -81,8 +81,18 @@ def changes(p):
 
 
 def culprits(p):
+    """(rank, stage) of each culprit named for a change in that stage (one named for its CPU wait
+    alone, its stages inside their floors, is not outlined on a stage it did not change)."""
     d = p.get("diagnosis") or {}
-    return [(c["rank"], c["stage"]) for c in d.get("culprits") or [] if c.get("rank", -1) >= 0 and c.get("stage")]
+    out = []
+    for c in d.get("culprits") or []:
+        if c.get("rank", -1) < 0 or not c.get("stage"):
+            continue
+        by = (c.get("by_stage_s") or {}).get(c["stage"])
+        if c.get("excess_s") == c.get("cpu_wait_s") and by != c.get("excess_s"):
+            continue
+        out.append((c["rank"], c["stage"]))
+    return out
 
 
 def shown_ranks(packets, tables):

@@ -289,6 +289,20 @@ TEST(Evidence, packet_carries_the_diagnosis_and_serves_as_a_reference) {
   EXPECT_NEAR(sum, j["differential"]["delta_exposed_s"].get<double>(), 1e-12);
   EXPECT_NE(formats::diagnosis_line(a).find("rank 4 data.next_wait +"), std::string::npos);
   EXPECT_EQ(formats::evidence_table(a, "t").rfind("# diagnosis: rank 4 data.next_wait", 0), 0u);  // the first line
+  // A second culprit named for its CPU wait alone (its stages inside their floors) is said as such,
+  // not as a change of the stage where the step's change showed.
+  {
+    auto b = a;
+    frontier::Diagnosis::Culprit c;
+    c.rank = 3;
+    c.group = b.diagnosis.group;
+    c.excess_s = c.cpu_wait_s = 0.005;
+    c.by_group_s.assign(static_cast<std::size_t>(b.schema.group_count()), 0.0);
+    b.diagnosis.culprits.push_back(c);
+    const auto l = formats::diagnosis_line(b);
+    EXPECT_NE(l.find("; also rank 3 CPU wait +5.0 ms/step"), std::string::npos) << l;
+    EXPECT_EQ(formats::answer_lines(b).rfind("# diagnosis: rank 4 data.next_wait", 0), 0u);
+  }
   // Not a packet, or a packet without what a reference needs: one FormatError naming the file.
   EXPECT_THROW(formats::reference_from_packet(nlohmann::json::parse(R"({"x":1})"), "r.json"), FormatError);
   auto broken = packet;
