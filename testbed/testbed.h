@@ -394,7 +394,7 @@ struct ScoreFileOptions {
   std::optional<TraceOptions> trace;           ///< --trace (its file is not written here)
 };
 struct ScoredFile {
-  std::string packets;  ///< one sf.evidence/2 line per window, then the sf.detect/1 line (--detect)
+  std::string packets;  ///< one sf.evidence/5 line per window, then the sf.detect/1 line (--detect)
   std::string tables;   ///< the same for a person, in full (--details)
   std::string answers;  ///< the answer first: each window's diagnosis, what-if and how sure (the default)
   std::optional<nlohmann::ordered_json> trace;  ///< --trace's Chrome trace-event JSON
