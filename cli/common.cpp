@@ -322,7 +322,10 @@ frontier::LabelConfig make_label_config(const LabelOptions& o) {
 }
 
 std::string plot_packets_text(const std::string& packets, const std::string& out) {
-  std::string path = (std::filesystem::temp_directory_path() / "sf-plot-XXXXXX.jsonl").string();
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";  // TMPDIR names no directory: the system's
+  std::string path = (dir / "sf-plot-XXXXXX.jsonl").string();
   const int fd = ::mkstemps(path.data(), 6);
   if (fd < 0) return "--plot " + out + ": cannot make a temporary file: " + std::strerror(errno);
   std::size_t done = 0;

@@ -92,12 +92,24 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
     }
   }
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", cfg.trace.file}, {"--dump", cfg.dump},
-                                  {"--metrics", cfg.metrics_file}})
+                                  {"--metrics", cfg.metrics_file}, {"--plot", cfg.plot}})
     if (!path.empty())
       if (const auto err = writable_file_error(opt, path); !err.empty()) {
         if (is_first_process()) std::fprintf(stderr, "sf-testbed run: %s\n", err.c_str());
         return kExitBadInput;
       }
+  // The picture and another output in one file would overwrite each other.
+  if (!cfg.plot.empty()) {
+    std::error_code ec;
+    const auto plot = std::filesystem::weakly_canonical(cfg.plot, ec);
+    for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", cfg.trace.file},
+                                    {"--dump", cfg.dump}, {"--metrics", cfg.metrics_file}})
+      if (!path.empty() && !ec && std::filesystem::weakly_canonical(path, ec) == plot && !ec) {
+        if (is_first_process())
+          std::fprintf(stderr, "sf-testbed run: --plot %s is also %s: expected another path\n", cfg.plot.c_str(), opt);
+        return kExitBadInput;
+      }
+  }
 
   return testbed::run(cfg);
 }
@@ -165,7 +177,7 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--check", cfg.check, "exit 1 unless the verdict meets the scenario's claim");
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
   sub->add_flag("--details", cfg.details,
-                "after the answer, the whole table: set-up, the paper's frontier table, gates, labels, verdict and baselines");
+                "instead of the answer, the whole table: set-up, the truth, the paper's frontier table, gates, labels, verdicts and baselines");
   sub->add_flag("--single-process", o->single_process, "run as one rank without mpirun (on purpose: a world of one)");
   sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window (every 10 steps unless --window): redrawn on "
                 "a terminal, plain appended lines otherwise");

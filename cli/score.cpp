@@ -103,7 +103,7 @@ void setup_score(CLI::App& app) {
   sub->add_option("--plot", o->plot,
                   "draw the run: per window, each rank x stage's change (the culprits outlined) and the step time (FILE.png or .svg)");
   sub->add_flag("--details", o->details,
-                "after each window's answer, the whole table: the paper's frontier table, gates, labels and suspect");
+                "instead of the answer, each window's whole table: its diagnosis, the paper's frontier table, gates, labels and suspect");
   sub->add_option("--metrics", o->metrics,
                   "Prometheus text exposition of the last window, rewritten atomically after each window (docs/formats.md, Metrics)");
   sub->add_option("--reference", o->reference,

@@ -254,7 +254,7 @@ void setup_sim(CLI::App& app) {
   add_step_options(sub, o->step, true);
   sub->add_flag("--json", o->json, "print config, evidence packet and verdict as one JSON line");
   sub->add_flag("--details", o->details,
-                "after the answer, the whole table: the model's set-up, the paper's frontier table, gates, labels, verdict and baselines");
+                "instead of the answer, the whole table: the model's set-up, the truth, the paper's frontier table, gates, labels, verdicts and baselines");
   sub->add_option("--dump", o->dump, "write the model's stage matrix (sf.stages/1 JSONL; implies --whole-matrix)");
   sub->add_option("--metrics", o->metrics, "Prometheus text exposition of the window (docs/formats.md, Metrics)");
   sub->add_option("--plot", o->plot,

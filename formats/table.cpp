@@ -212,8 +212,11 @@ std::string answer_lines(const Evidence& e, const std::vector<RankInfo>& ranks) 
   if (const auto sure = how_sure(e); !sure.empty()) out += "# how sure: " + sure + "\n";
   if (e.differential) out += reference_advice(*e.differential);
   // What the evidence lacks (the telemetry gates' reasons; the labeler's others are --details').
+  // At most kShownNotes of them: a node that died can leave one per missing rank.
+  constexpr std::size_t kShownNotes = 3;
   const auto n = std::min(static_cast<std::size_t>(std::max(e.telemetry_reasons, 0)), e.downgrade_reasons.size());
-  for (std::size_t i = 0; i < n; ++i) out += "# note: " + e.downgrade_reasons[i] + "\n";
+  for (std::size_t i = 0; i < n && i < kShownNotes; ++i) out += "# note: " + e.downgrade_reasons[i] + "\n";
+  if (n > kShownNotes) out += line("# note: and %zu more on the evidence (--details)\n", n - kShownNotes);
   return out;
 }
 

@@ -115,6 +115,13 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("stages"), py::arg("accumulation") = 1,
       "FNV-1a 64 of the ordered stages with the residual, as the recorder's payload header carries it");
+  m.def(
+      "config_names_problem",
+      [](const std::vector<std::string>& stages, const std::string& config_json, int accumulation) {
+        return frontier::config_names_problem(frontier::StageSchema(stages, true, accumulation), label_config(config_json));
+      },
+      py::arg("stages"), py::arg("config_json"), py::arg("accumulation") = 1,
+      "\"\" when every stage group the labeler config names (its wait model) is one of these stages', else why not");
 
   py::class_<frontier::Reference>(m, "Reference", "what a window's diagnosis is compared with (frontier::Reference)")
       .def_readonly("name", &frontier::Reference::name)

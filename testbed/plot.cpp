@@ -66,9 +66,11 @@ std::string plot_packets(const std::vector<std::string>& packet_files, const std
   for (ssize_t n; (n = ::read(err[0], buf.data(), buf.size())) > 0 || (n < 0 && errno == EINTR);)
     if (n > 0 && said.size() < 65536) said.append(buf.data(), static_cast<std::size_t>(n));
   ::close(err[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  int status = -1;
+  pid_t waited = -1;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
+  if (waited < 0) return "--plot " + out + ": cannot wait for " + python + ": " + std::strerror(errno);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   // The script's own line (the last one it wrote), else what ended it.
   while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();

@@ -729,10 +729,9 @@ int run_world(const RunConfig& cfg_in, MPI_Comm world) {
 
   const Epilogue after = finish_run(cfg, run_cfg, plan, link, straggler, windows, measured, rec, world, local_rank);
   if (rank != 0) return 0;
-  RunRecord record{cfg,           run_cfg,          plan,      size,     window,           b,
-                   comm_alone_ms, measured,         after.min_completed, after.dropped_sum, after.link_any,
-                   after.link_check, after.mitigation, ref_e,     watch,    *windows,         rec,
-                   rc,            *transport};
+  RunRecord record{cfg, run_cfg, plan, size, window, b, comm_alone_ms, measured,
+                   after.min_completed, after.dropped_sum, after.link_any, after.link_check, after.mitigation,
+                   ref_e, watch, *windows, rec, rc, *transport};
   return report_run(record);
 }
 

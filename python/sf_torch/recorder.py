@@ -275,6 +275,12 @@ class Recorder:
         self.plot_file = os.fspath(plot_file) if plot_file is not None else None
         self._gather_failures = 0
         self.labeler_config = labeler_config
+        # A stage the config names that the recorder does not record is refused here, not at the
+        # first window (where the engine refuses it and the recorder would stop for the run).
+        if labeler_config:
+            why = _core.config_names_problem(self.stages, labeler_config)
+            if why:
+                raise ValueError(f"labeler_config: {why}")
         self.enabled = enabled
         # The diagnosis' reference: resolved now (a file is read once), except "first", which is
         # the first window once it is scored.

@@ -377,6 +377,12 @@ class RecorderTest(unittest.TestCase):
             sf_torch.Recorder(stages=[f"s{i}" for i in range(5000)])
         sf_torch.Recorder(stages=[f"s{i}" for i in range(256)])  # the bound itself is fine
 
+    def test_a_wait_model_stage_the_recorder_does_not_record_is_refused_up_front(self):
+        with self.assertRaisesRegex(ValueError, r"^labeler_config: wait model: 'data\.nxt_wait' is not a stage group of "
+                                                r"this window; expected one of data\.next_wait, "):
+            sf_torch.Recorder(labeler_config='{"wait_model": ["data.nxt_wait"]}')
+        sf_torch.Recorder(labeler_config='{"wait_model": ["model.backward_cpu_wall"]}')  # a stage it records
+
     def test_plot_file_draws_the_run_or_says_why_once(self):
         with self.assertRaisesRegex(ValueError, r"^plot_file 'x\.pdf': expected a file name ending in \.png or \.svg"):
             sf_torch.Recorder(plot_file="x.pdf")
