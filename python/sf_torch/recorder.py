@@ -45,6 +45,34 @@ _GROUP_TIMEOUT_MIN_S = 30.0
 _FOREVER = datetime.timedelta(days=365)
 
 
+_recorders_made = 0  # Recorders this process has made: every rank makes them in the same order
+
+
+def _exchange(dist, group, rank, world, mine, timeout):
+    """Every rank's `mine`, in rank order, through the job's rendezvous store: the calling thread
+    sets one key and waits for the others. Not a collective: a collective's work finishes on the
+    process group's own threads, which then drop the Python objects it held, creating and deleting
+    a Python thread state while the trainer goes on; a DataLoader that forks its worker in that
+    instant (right after the Recorder is made, as a training loop does) leaves the child waiting
+    forever for the interpreter lock that thread held (CPython 3.11's PyOS_AfterFork_Child, seen
+    here: 1 fork in ~450 right after all_gather_object). Without the store, all_gather_object."""
+    global _recorders_made
+    _recorders_made += 1
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - no store to reach: the collective, as before
+        store = None
+    if store is None:
+        idents = [None] * world
+        dist.all_gather_object(idents, mine, group=group)
+        return idents
+    prefix = f"sf_torch/recorder{_recorders_made}/ident/"
+    store.set(prefix + str(rank), json.dumps(mine))
+    keys = [prefix + str(r) for r in range(world)]
+    store.wait(keys, timeout)
+    return [tuple(json.loads(store.get(k))) for k in keys]
+
+
 class OverflowPolicy(enum.Enum):
     DROP_NEWEST = "drop_newest"            # new steps are not recorded (counted as dropped)
     OVERWRITE_OLDEST = "overwrite_oldest"  # the oldest unpacked step is overwritten (counted)
@@ -329,10 +357,9 @@ class Recorder:
         key = host if node_id is None else str(node_id)
         idents = [(self.rank, local, host, key)]
         if self.distributed and self.world > 1:
-            self._group = dist.new_group(backend="gloo", timeout=datetime.timedelta(
-                seconds=max(_GROUP_TIMEOUT_MIN_S, 10 * self.deadline_s)))
-            idents = [None] * self.world
-            dist.all_gather_object(idents, (self.rank, local, host, key), group=self._group)
+            timeout = datetime.timedelta(seconds=max(_GROUP_TIMEOUT_MIN_S, 10 * self.deadline_s))
+            self._group = dist.new_group(backend="gloo", timeout=timeout)
+            idents = _exchange(dist, self._group, self.rank, self.world, (self.rank, local, host, key), timeout)
         nodes = {}
         for _, _, _, k in idents:
             nodes.setdefault(k, len(nodes))

@@ -22,9 +22,15 @@
 """
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+
+# A README command runs in seconds (the longest, a DDP run, in under a minute here); one that has
+# not ended in this long is stuck, and what it was doing is what the failure says.
+COMMAND_TIMEOUT_S = 300
 
 
 def fail(msg):
@@ -51,14 +57,47 @@ def answer_first(cmd, out, line_no, cwd, env, prelude):
     if not os.path.exists(os.path.join(cwd, "docs", "glossary.md")):
         fail("docs/glossary.md, which the output points to, is missing")
     detailed = re.sub(r"\bsf-testbed run\b", "sf-testbed run --details", cmd, count=1)
-    p = subprocess.run(["bash", "-c", "\n".join(["set -e"] + prelude + [detailed])], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=900)
+    p = run_bash("\n".join(["set -e"] + prelude + [detailed]), cwd, env)
     if p.returncode != 0:
         fail(f"README.md:{line_no}: `{detailed}` exited {p.returncode}:\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
     for want in ("# routing set", "# labels:", "# paper verdict", "# diagnosis: ", "# check: "):
         if want not in p.stdout:
             fail(f"README.md:{line_no}: `{detailed}` printed no `{want}` line:\n{p.stdout[-3000:]}")
     print(f"README.md:{line_no}: the answer first ({len(lines)} lines); --details has the paper's table", flush=True)
+
+
+def run_bash(script, cwd, env):
+    """Runs `script` under bash in a session of its own. Past COMMAND_TIMEOUT_S it fails with
+    what every process of the session was doing: Python's traceback of each thread (faulthandler
+    on SIGABRT) and, where gdb is installed, each process' native stacks."""
+    env = dict(env, PYTHONFAULTHANDLER="1")
+    p = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=COMMAND_TIMEOUT_S)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        pids = subprocess.run(["ps", "-o", "pid=,args=", "-s", str(p.pid)], capture_output=True, text=True).stdout
+        stacks = ""
+        for line in pids.splitlines():
+            pid = line.split()[0]
+            if shutil.which("gdb"):
+                bt = subprocess.run(["gdb", "-p", pid, "-batch", "-ex", "thread apply all bt 20"], capture_output=True,
+                                    text=True, timeout=120).stdout
+                stacks += f"--- {line}\n" + "\n".join(l for l in bt.splitlines() if l.startswith(("#", "Thread"))) + "\n"
+            if "python" in line:
+                os.kill(int(pid), signal.SIGABRT)  # faulthandler: the Python traceback of every thread, on stderr
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            out, err = "", ""
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # the session ended with its Python processes
+        p.wait()
+        fail(f"`{script.splitlines()[-1]}` had not ended after {COMMAND_TIMEOUT_S} s; its processes:\n{pids}\n"
+             f"native stacks:\n{stacks[-6000:]}\nstdout:\n{(out or '')[-2000:]}\nstderr (Python tracebacks):\n{(err or '')[-8000:]}")
 
 
 def blocks(text, marker):
@@ -148,7 +187,7 @@ def main():
                     c = re.sub(r"^bash scripts/setup\.sh && ", "", c)
                 script = "\n".join(["set -e"] + prelude + [c])
                 print(f"README.md:{line_no}: {c}", flush=True)
-                p = subprocess.run(["bash", "-c", script], cwd=cwd, env=run_env, capture_output=True, text=True, timeout=900)
+                p = run_bash(script, cwd, run_env)
                 if p.returncode == 1 and re.search(r"\bvalidate\b", c) and re.search(r"^# result: FAIL \(", p.stdout, re.M):
                     # validate's verdict, not a failure of the command: on one busy host a shared-memory
                     # link can read 3x its peers even after the confirmation sweeps (CI beside its builds).

@@ -15,7 +15,8 @@ is rank 3):
   check_gather.py node_equals_flat  every rank's clock is a deterministic counter, and the same
                           steps are recorded twice, gathered flat and by node: every window's
                           packet is the same byte for byte; rank 0 receives 5 messages per window
-                          flat and 3 by node (ranks 1, 2 and the relay)
+                          flat and 3 by node (ranks 1, 2 and the relay); the Recorders (two per
+                          rank) learn the ranks' nodes through the store, all_gather_object raising
   check_gather.py relay_dead  the relay dies after its first bundle: the job finishes, rank 0's
                           later windows are telemetry_limited naming node 1's ranks and the relay
                           (one line on its stderr), ranks 4 and 5 say once that their relay is gone
@@ -52,6 +53,12 @@ def node_rank_main(mode):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     out = {}
+    if mode == "node_equals_flat":
+        # The ranks learn who is where through the rendezvous store, never by a collective (a
+        # DataLoader forking right after one can hang for good: docs/torch.md, "Safe to fork").
+        def no_collective(*args, **kwargs):
+            raise AssertionError("Recorder() ran all_gather_object; expected its identities through the store")
+        dist.all_gather_object = no_collective
     for gather in (["flat", "node"] if mode == "node_equals_flat" else ["node"]):
         if mode == "node_equals_flat":
             # A clock that is a function of the rank and the call count: both gathers see the
