@@ -167,6 +167,305 @@ struct Result {
   int confirmed_ranks = 0;
 };
 
+/// One rank's side of the passes: its links' fastest transfers (to, seconds per round where it
+/// sent; -1 where it did not) and its fastest GEMM (-1 for good once one failed).
+struct Pass {
+  const ValidateConfig& cfg;
+  MPI_Comm comm;
+  int rank = 0, size = 1, local_rank = 0;
+  int repeat = 1;  ///< products per timed GEMM: the injected --compute-slowdown on this rank
+  std::array<double, 2 * kMaxRounds> mine{};
+  double gemm = 0;
+
+  Pass(const ValidateConfig& c, MPI_Comm m, int r, int n) : cfg(c), comm(m), rank(r), size(n) {
+    mine.fill(-1);
+    for (const auto& [q, f] : cfg.compute_slowdown)
+      if (q == rank) repeat = std::max(1, static_cast<int>(std::lround(f)));
+  }
+
+  /// Ring edge (i, i+1 mod size) measured both ways, one after the other (links are not
+  /// symmetric: egress shaping); each rank keeps the transfer it sent, the fastest so far.
+  void measure_edge(int i, std::vector<char>& buf) {
+    const int a = i, b = (i + 1) % size;
+    if (rank != a && rank != b) return;
+    const double ab = transfer(comm, rank, a, b, buf, cfg.reps);
+    const double ba = transfer(comm, rank, b, a, buf, cfg.reps);
+    const double t = rank == a ? ab : ba;
+    double& best = mine[2 * static_cast<std::size_t>(round_of(i, size)) + 1];
+    mine[2 * static_cast<std::size_t>(round_of(i, size))] = rank == a ? b : a;
+    if (best < 0 || t < best) best = t;
+  }
+
+  /// One timed GEMM on this rank, kept when it is the fastest so far. On cuda a rank whose GEMM
+  /// fails says why on its stderr and reports -1: every rank still meets every barrier, and rank
+  /// 0 names the ranks in one line (exit 2), never a hang or a crash.
+  void time_gemm(bool first) {
+    if (gemm < 0) return;
+    double t = -1;
+    if (cfg.device == "cuda") {
+      try {
+        t = sim::cuda_gemm_seconds(local_rank, cfg.gemm_n, cfg.gemm_reps, repeat);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "sf-testbed validate: rank %d: cuBLAS GEMM failed: %s\n", rank, e.what());
+      }
+    } else {
+      t = gemm_seconds(cfg.gemm_n, cfg.gemm_reps, repeat);
+    }
+    if (t < 0) gemm = -1;
+    else if (first || t < gemm) gemm = t;
+  }
+
+  /// Sweeps over the whole ring: a link's time is its fastest over all sweeps, so its tries are
+  /// spread over seconds — a burst of contention on a shared machine spoils a sweep, not a link.
+  /// One link at a time unless asked otherwise: ranks that share cores (test hosts, an
+  /// oversubscribed node) would otherwise measure each other.
+  void p2p() {
+    if (!cfg.p2p || size < 2) return;
+    std::vector<char> buf(cfg.bytes, 1);
+    const int edges = size == 2 ? 1 : size;
+    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
+      for (int round = 0; round < kMaxRounds; ++round) {
+        quiet_barrier(comm);
+        for (int i = 0; i < edges; ++i) {
+          if (round_of(i, size) != round) continue;
+          if (!cfg.parallel) quiet_barrier(comm);
+          measure_edge(i, buf);
+        }
+      }
+  }
+
+  /// One rank at a time, every sweep.
+  void compute() {
+    if (!cfg.compute) return;
+    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
+      for (int r = 0; r < size; ++r) {
+        quiet_barrier(comm);
+        if (r == rank) time_gemm(sweep == 0);
+      }
+  }
+
+  /// Rank 0: every rank's links (stride mine.size()) and GEMM times.
+  void gather(std::vector<double>& all, std::vector<double>& gemm_s) {
+    SF_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
+                            MPI_DOUBLE, 0, comm));
+    SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
+  }
+};
+
+/// Who is where: the transport resolves node rank and host name as the recorder reports them
+/// (rank 0 holds every rank's; the others their own local rank only).
+std::vector<formats::RankInfo> identities(MPI_Comm comm, int size, int& my_local_rank) {
+  const auto id = recorder::make_mpi_transport(comm)->identity();
+  my_local_rank = id.local_rank;
+  std::array<char, 64> host{};
+  std::snprintf(host.data(), host.size(), "%s", id.hostname.c_str());
+  std::vector<int> nodes(static_cast<std::size_t>(size)), locals(static_cast<std::size_t>(size));
+  std::vector<char> hosts(static_cast<std::size_t>(size) * host.size());
+  SF_MPI_CHECK(MPI_Gather(&id.node_rank, 1, MPI_INT, nodes.data(), 1, MPI_INT, 0, comm));
+  SF_MPI_CHECK(MPI_Gather(&id.local_rank, 1, MPI_INT, locals.data(), 1, MPI_INT, 0, comm));
+  SF_MPI_CHECK(MPI_Gather(host.data(), static_cast<int>(host.size()), MPI_CHAR, hosts.data(), static_cast<int>(host.size()),
+                          MPI_CHAR, 0, comm));
+  std::vector<formats::RankInfo> ids;
+  for (int r = 0; r < size; ++r)
+    ids.push_back({r, locals[static_cast<std::size_t>(r)], nodes[static_cast<std::size_t>(r)],
+                   std::string(hosts.data() + static_cast<std::size_t>(r) * host.size())});
+  return ids;
+}
+
+/// What rank 0 has measured again before calling it slow: [links n, ring edges..., ranks n,
+/// ranks...], broadcast to every rank. Each link (its ring edge) and rank past the threshold.
+std::vector<int> to_confirm(const Pass& p, const std::vector<double>& all, const Result& res) {
+  std::vector<int> again;
+  if (p.rank == 0) {
+    std::vector<int> edges, ranks;
+    for (const auto& l : classify_links(all, p.mine.size(), res.ids, p.cfg.threshold))
+      if (l.slow) {
+        const int e = l.to == (l.from + 1) % p.size ? l.from : l.to;  // the ring edge (e, e + 1) it belongs to
+        if (std::find(edges.begin(), edges.end(), e) == edges.end()) edges.push_back(e);
+      }
+    if (p.cfg.compute)
+      for (int r : slow_ranks(res.gemm_s, p.cfg.threshold)) ranks.push_back(r);
+    again.push_back(static_cast<int>(edges.size()));
+    again.insert(again.end(), edges.begin(), edges.end());
+    again.push_back(static_cast<int>(ranks.size()));
+    again.insert(again.end(), ranks.begin(), ranks.end());
+  }
+  int n_again = static_cast<int>(again.size());
+  SF_MPI_CHECK(MPI_Bcast(&n_again, 1, MPI_INT, 0, p.comm));
+  again.resize(static_cast<std::size_t>(n_again));
+  SF_MPI_CHECK(MPI_Bcast(again.data(), n_again, MPI_INT, 0, p.comm));
+  return again;
+}
+
+/// Confirmation: what reads slow is measured again, alone, before it is called slow. A shared
+/// machine slows a link or a rank now and then (a 1 ms shared-memory link read 9.5x its peers
+/// once, beside a busy build): each link and rank past the threshold gets cfg.sweeps more tries,
+/// one at a time, and keeps its fastest.
+void confirm(Pass& p, std::vector<double>& all, Result& res) {
+  const auto again = to_confirm(p, all, res);
+  const int n_edges = again[0];
+  const int n_ranks = again[static_cast<std::size_t>(n_edges) + 1];
+  res.confirmed_links = n_edges;
+  res.confirmed_ranks = n_ranks;
+  if (n_edges + n_ranks == 0) return;
+  std::vector<char> buf(p.cfg.bytes, 1);
+  for (int sweep = 0; sweep < p.cfg.sweeps; ++sweep) {
+    for (int k = 0; k < n_edges; ++k) {
+      quiet_barrier(p.comm);
+      p.measure_edge(again[static_cast<std::size_t>(k) + 1], buf);
+    }
+    for (int k = 0; k < n_ranks; ++k) {
+      quiet_barrier(p.comm);
+      if (again[static_cast<std::size_t>(n_edges) + 2 + k] == p.rank) p.time_gemm(false);
+    }
+  }
+  quiet_barrier(p.comm);
+  p.gather(all, res.gemm_s);
+}
+
+/// Where the slow links point: hosts every one of whose outgoing (incoming) inter-host links is
+/// slow, and the sentence that says so.
+struct Attribution {
+  std::set<std::string> hosts;
+  std::vector<std::string> egress, ingress;
+  std::string text;
+};
+
+Attribution attribute(const Result& res) {
+  Attribution a;
+  std::map<std::string, std::array<int, 4>> per_host;  // out, out slow, in, in slow
+  for (const auto& l : res.links) {
+    if (!l.inter) continue;
+    auto& f = per_host[res.ids[static_cast<std::size_t>(l.from)].hostname];
+    auto& t = per_host[res.ids[static_cast<std::size_t>(l.to)].hostname];
+    ++f[0];
+    f[1] += l.slow;
+    ++t[2];
+    t[3] += l.slow;
+  }
+  for (const auto& [h, c] : per_host) {
+    if (c[0] > 0 && c[1] == c[0]) a.egress.push_back(h);
+    if (c[2] > 0 && c[3] == c[2]) a.ingress.push_back(h);
+  }
+  for (const auto& id : res.ids) a.hosts.insert(id.hostname);
+  if (res.slow_links.empty()) return a;
+  if (a.hosts.size() == 2 && !a.egress.empty() && !a.ingress.empty())
+    a.text = "slow links leave " + a.egress.front() + " for " + a.ingress.front() +
+             "; with two hosts the sender's egress and the receiver's ingress cannot be told apart";
+  else if (a.egress.size() == 1)
+    a.text = "every link leaving " + a.egress.front() + " is slow: " + a.egress.front() + "'s link is degraded";
+  else if (a.ingress.size() == 1)
+    a.text = "every link entering " + a.ingress.front() + " is slow: " + a.ingress.front() + "'s link is degraded";
+  else
+    a.text = "slow links do not share one host";
+  return a;
+}
+
+/// The hosts whose egress is degraded, as the report names them (none unless one host, or two).
+std::vector<std::string> egress_named(const Attribution& a) {
+  return a.egress.size() == 1 || a.hosts.size() == 2 ? a.egress : std::vector<std::string>{};
+}
+
+std::string validate_text(const ValidateConfig& cfg, const Result& res, const Attribution& a, bool pass) {
+  using frontier::strprintf;
+  const auto size = static_cast<int>(res.ids.size());
+  auto who = [&](int r) { return res.ids[static_cast<std::size_t>(r)].hostname; };
+  std::string text;
+  text += strprintf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
+  text += strprintf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: the other ranks)\n",
+                    size, a.hosts.size(), cfg.threshold);
+  if (cfg.p2p) {
+    text += strprintf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
+                      size < 2 ? 0 : size % 2 ? 3 : 2,
+                      cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
+    text += strprintf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
+                      "verdict");
+    for (const auto& l : res.links)
+      text += strprintf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
+                        l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
+                        l.slow ? "SLOW" : "ok");
+    if (!a.text.empty()) text += strprintf("# %s\n", a.text.c_str());
+    if (a.hosts.size() == 1)
+      text += "# one host: its links are shared memory, measured under the host's own load (its other ranks and "
+              "processes): a slow one says the host was busy, not that a wire is degraded\n";
+  }
+  if (cfg.compute) {
+    text += strprintf("#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
+                      cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
+    text += strprintf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x peers", "verdict");
+    for (int r = 0; r < size; ++r) {
+      const double t = res.gemm_s[static_cast<std::size_t>(r)];
+      const double ref = res.gemm_peer_median[static_cast<std::size_t>(r)];
+      const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
+      text += strprintf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, ref > 0 ? t / ref : 0.0,
+                        slow ? "SLOW" : "ok");
+    }
+  }
+  if (res.confirmed_links + res.confirmed_ranks > 0)
+    text += strprintf("# confirmed: %d link pair(s) and %d rank(s) that read slow were measured again (%d more sweep(s), "
+                      "the fastest kept) before the verdict\n",
+                      res.confirmed_links, res.confirmed_ranks, cfg.sweeps);
+  text += strprintf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
+                    res.slow_ranks.size());
+  return text;
+}
+
+ordered_json validate_json(const ValidateConfig& cfg, const Result& res, const Attribution& a, bool pass) {
+  auto who = [&](int r) { return res.ids[static_cast<std::size_t>(r)].hostname; };
+  ordered_json j = provenance_json("sf.validate/1", cfg.argv, cfg.commit);
+  j["ranks"] = res.ids.size();
+  j["hosts"] = ordered_json(std::vector<std::string>(a.hosts.begin(), a.hosts.end()));
+  j["threshold"] = cfg.threshold;
+  j["p2p"] = {{"bytes", cfg.bytes}, {"reps", cfg.reps}, {"sweeps", cfg.sweeps}, {"parallel", cfg.parallel}};
+  auto& links = j["links"] = ordered_json::array();
+  for (const auto& l : res.links)
+    links.push_back({{"from", l.from}, {"to", l.to}, {"from_host", who(l.from)}, {"to_host", who(l.to)},
+                     {"class", l.inter ? "inter" : "intra"}, {"seconds", l.seconds},
+                     {"mb_per_s", static_cast<double>(cfg.bytes) / l.seconds / 1e6}, {"ratio", l.ratio},
+                     {"slow", l.slow}});
+  j["confirmed"] = {{"link_pairs", res.confirmed_links}, {"ranks", res.confirmed_ranks}};
+  j["slow_links"] = ordered_json::array();
+  for (int i : res.slow_links)
+    j["slow_links"].push_back({res.links[static_cast<std::size_t>(i)].from, res.links[static_cast<std::size_t>(i)].to});
+  j["egress_degraded_hosts"] = ordered_json(egress_named(a));
+  j["attribution"] = a.text;
+  j["compute"] = {{"device", cfg.device}, {"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s},
+                  {"median_s", res.gemm_median}, {"peer_median_s", res.gemm_peer_median}};
+  j["slow_ranks"] = res.slow_ranks;
+  j["pass"] = pass;
+  return j;
+}
+
+/// Rank 0, every measurement in: the ranks whose GEMM failed (exit 2), else the classes,
+/// medians and verdicts into `report`.
+int verdicts(const ValidateConfig& cfg, const std::vector<double>& all, std::size_t stride, Result& res,
+             detail::ValidateReport& report) {
+  report.root = true;
+  std::vector<int> failed;
+  for (std::size_t r = 0; r < res.gemm_s.size(); ++r)
+    if (res.gemm_s[r] < 0) failed.push_back(static_cast<int>(r));
+  if (!failed.empty()) {
+    std::fprintf(stderr, "sf-testbed validate: the %s GEMM failed on rank(s) %s (each said why above); no compute verdict\n",
+                 cfg.device.c_str(), frontier::format_rank_ranges(failed).c_str());
+    return 2;
+  }
+  res.links = classify_links(all, stride, res.ids, cfg.threshold);
+  for (std::size_t i = 0; i < res.links.size(); ++i)
+    if (res.links[i].slow) res.slow_links.push_back(static_cast<int>(i));
+  if (cfg.compute) {
+    res.gemm_median = median_of(res.gemm_s);
+    res.slow_ranks = slow_ranks(res.gemm_s, cfg.threshold, &res.gemm_peer_median);
+  }
+  const Attribution a = attribute(res);
+  const bool pass = res.slow_links.empty() && res.slow_ranks.empty();
+  report.text = validate_text(cfg, res, a, pass);
+  report.json = validate_json(cfg, res, a, pass);
+  report.pass = pass;
+  report.attribution = a.text;
+  report.egress = egress_named(a);
+  return 0;
+}
+
 int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateReport& report) {
   int rank = 0, size = 1;
   SF_MPI_CHECK(MPI_Comm_rank(world, &rank));
@@ -180,267 +479,19 @@ int validate_passes(const ValidateConfig& cfg, MPI_Comm world, detail::ValidateR
   MPI_Comm comm = MPI_COMM_NULL;
   SF_MPI_CHECK(MPI_Comm_dup(world, &comm));
   const recorder::CommOwner owner(comm);
-
-  // Who is where: the transport resolves node rank and host name as the recorder reports them.
+  Pass p(cfg, comm, rank, size);
   Result res;
-  int my_local_rank = 0;
-  {
-    const auto id = recorder::make_mpi_transport(comm)->identity();
-    my_local_rank = id.local_rank;
-    std::array<char, 64> host{};
-    std::snprintf(host.data(), host.size(), "%s", id.hostname.c_str());
-    std::vector<int> nodes(static_cast<std::size_t>(size)), locals(static_cast<std::size_t>(size));
-    std::vector<char> hosts(static_cast<std::size_t>(size) * host.size());
-    SF_MPI_CHECK(MPI_Gather(&id.node_rank, 1, MPI_INT, nodes.data(), 1, MPI_INT, 0, comm));
-    SF_MPI_CHECK(MPI_Gather(&id.local_rank, 1, MPI_INT, locals.data(), 1, MPI_INT, 0, comm));
-    SF_MPI_CHECK(MPI_Gather(host.data(), static_cast<int>(host.size()), MPI_CHAR, hosts.data(), static_cast<int>(host.size()),
-                            MPI_CHAR, 0, comm));
-    for (int r = 0; r < size; ++r)
-      res.ids.push_back({r, locals[static_cast<std::size_t>(r)], nodes[static_cast<std::size_t>(r)],
-                         std::string(hosts.data() + static_cast<std::size_t>(r) * host.size())});
-  }
-
-  // ---- point-to-point pass ----
-  std::array<double, 2 * kMaxRounds> mine{};  // (to, seconds) per round where this rank sent
-  mine.fill(-1);
-  if (cfg.p2p && size > 1) {
-    std::vector<char> buf(cfg.bytes, 1);
-    const int edges = size == 2 ? 1 : size;
-    // Sweeps over the whole ring: a link's time is its fastest over all sweeps, so its tries are
-    // spread over seconds — a burst of contention on a shared machine spoils a sweep, not a link.
-    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
-      for (int round = 0; round < kMaxRounds; ++round) {
-        quiet_barrier(comm);
-        for (int i = 0; i < edges; ++i) {
-          if (round_of(i, size) != round) continue;
-          // One link at a time unless asked otherwise: ranks that share cores (test hosts, an
-          // oversubscribed node) would otherwise measure each other.
-          if (!cfg.parallel) quiet_barrier(comm);
-          const int a = i, b = (i + 1) % size;
-          if (rank != a && rank != b) continue;
-          // Both directions, one after the other: links are not symmetric (egress shaping).
-          const double ab = transfer(comm, rank, a, b, buf, cfg.reps);
-          const double ba = transfer(comm, rank, b, a, buf, cfg.reps);
-          // Each rank keeps the transfer it sent; it is in one edge per round at most.
-          const double t = rank == a ? ab : ba;
-          double& best = mine[2 * round + 1];
-          mine[2 * round] = rank == a ? b : a;
-          if (best < 0 || t < best) best = t;
-        }
-      }
-  }
+  res.ids = identities(comm, size, p.local_rank);
+  p.p2p();
   quiet_barrier(comm);  // the last link's pair is still measuring
-  std::vector<double> all(static_cast<std::size_t>(size) * mine.size());
-  SF_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
-                          MPI_DOUBLE, 0, comm));
-
-  // ---- compute pass: one rank at a time ----
-  // On cuda a rank whose GEMM fails says why on its stderr and reports -1: every rank still meets
-  // every barrier, and rank 0 names the ranks in one line (exit 2), never a hang or a crash.
-  double gemm = 0;
-  int repeat = 1;
-  for (const auto& [r, f] : cfg.compute_slowdown)
-    if (r == rank) repeat = std::max(1, static_cast<int>(std::lround(f)));
-  // One timed GEMM on this rank, kept when it is the fastest so far (-1 for good on a failure).
-  auto time_gemm = [&](bool first) {
-    if (gemm < 0) return;
-    double t = -1;
-    if (cfg.device == "cuda") {
-      try {
-        t = sim::cuda_gemm_seconds(my_local_rank, cfg.gemm_n, cfg.gemm_reps, repeat);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "sf-testbed validate: rank %d: cuBLAS GEMM failed: %s\n", rank, e.what());
-      }
-    } else {
-      t = gemm_seconds(cfg.gemm_n, cfg.gemm_reps, repeat);
-    }
-    if (t < 0) gemm = -1;
-    else if (first || t < gemm) gemm = t;
-  };
-  if (cfg.compute)
-    for (int sweep = 0; sweep < cfg.sweeps; ++sweep)
-      for (int r = 0; r < size; ++r) {
-        quiet_barrier(comm);
-        if (r == rank) time_gemm(sweep == 0);
-      }
+  p.compute();
   quiet_barrier(comm);  // the last rank is still computing
+  std::vector<double> all(static_cast<std::size_t>(size) * p.mine.size());
   res.gemm_s.resize(static_cast<std::size_t>(size));
-  SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, res.gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
-
-  // ---- confirmation: what reads slow is measured again, alone, before it is called slow ----
-  // A shared machine slows a link or a rank now and then (a 1 ms shared-memory link read 9.5x its
-  // peers once, beside a busy build): each link and rank past the threshold gets cfg.sweeps more
-  // tries, one at a time, and keeps its fastest.
-  std::vector<int> again;  // [links n, ring edges..., ranks n, ranks...]
-  if (rank == 0) {
-    std::vector<int> edges, ranks;
-    for (const auto& l : classify_links(all, mine.size(), res.ids, cfg.threshold))
-      if (l.slow) {
-        const int e = l.to == (l.from + 1) % size ? l.from : l.to;  // the ring edge (e, e + 1) it belongs to
-        if (std::find(edges.begin(), edges.end(), e) == edges.end()) edges.push_back(e);
-      }
-    if (cfg.compute)
-      for (int r : slow_ranks(res.gemm_s, cfg.threshold)) ranks.push_back(r);
-    again.push_back(static_cast<int>(edges.size()));
-    again.insert(again.end(), edges.begin(), edges.end());
-    again.push_back(static_cast<int>(ranks.size()));
-    again.insert(again.end(), ranks.begin(), ranks.end());
-  }
-  int n_again = static_cast<int>(again.size());
-  SF_MPI_CHECK(MPI_Bcast(&n_again, 1, MPI_INT, 0, comm));
-  again.resize(static_cast<std::size_t>(n_again));
-  SF_MPI_CHECK(MPI_Bcast(again.data(), n_again, MPI_INT, 0, comm));
-  const int n_edges = again[0];
-  const int n_ranks = again[static_cast<std::size_t>(n_edges) + 1];
-  if (n_edges + n_ranks > 0) {
-    std::vector<char> buf(cfg.bytes, 1);
-    for (int sweep = 0; sweep < cfg.sweeps; ++sweep) {
-      for (int k = 0; k < n_edges; ++k) {
-        quiet_barrier(comm);
-        const int i = again[static_cast<std::size_t>(k) + 1], a = i, b = (i + 1) % size;
-        if (rank != a && rank != b) continue;
-        const double ab = transfer(comm, rank, a, b, buf, cfg.reps);
-        const double ba = transfer(comm, rank, b, a, buf, cfg.reps);
-        double& best = mine[2 * round_of(i, size) + 1];
-        best = std::min(best, rank == a ? ab : ba);
-      }
-      for (int k = 0; k < n_ranks; ++k) {
-        quiet_barrier(comm);
-        if (again[static_cast<std::size_t>(n_edges) + 2 + k] == rank) time_gemm(false);
-      }
-    }
-    quiet_barrier(comm);
-    SF_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
-                            MPI_DOUBLE, 0, comm));
-    SF_MPI_CHECK(MPI_Gather(&gemm, 1, MPI_DOUBLE, res.gemm_s.data(), 1, MPI_DOUBLE, 0, comm));
-  }
+  p.gather(all, res.gemm_s);
+  confirm(p, all, res);
   if (rank != 0) return 0;
-  report.root = true;
-  res.confirmed_links = n_edges;
-  res.confirmed_ranks = n_ranks;
-  {
-    std::vector<int> failed;
-    for (int r = 0; r < size; ++r)
-      if (res.gemm_s[static_cast<std::size_t>(r)] < 0) failed.push_back(r);
-    if (!failed.empty()) {
-      std::fprintf(stderr, "sf-testbed validate: the %s GEMM failed on rank(s) %s (each said why above); no compute verdict\n",
-                   cfg.device.c_str(), frontier::format_rank_ranges(failed).c_str());
-      return 2;
-    }
-  }
-
-  // ---- rank 0: classes, medians, verdicts ----
-  res.links = classify_links(all, mine.size(), res.ids, cfg.threshold);
-  for (std::size_t i = 0; i < res.links.size(); ++i)
-    if (res.links[i].slow) res.slow_links.push_back(static_cast<int>(i));
-  if (cfg.compute) {
-    res.gemm_median = median_of(res.gemm_s);
-    res.slow_ranks = slow_ranks(res.gemm_s, cfg.threshold, &res.gemm_peer_median);
-  }
-
-  // Hosts every one of whose outgoing (incoming) inter-host links is slow.
-  std::map<std::string, std::array<int, 4>> per_host;  // out, out slow, in, in slow
-  for (const auto& l : res.links) {
-    if (!l.inter) continue;
-    auto& f = per_host[res.ids[static_cast<std::size_t>(l.from)].hostname];
-    auto& t = per_host[res.ids[static_cast<std::size_t>(l.to)].hostname];
-    ++f[0];
-    f[1] += l.slow;
-    ++t[2];
-    t[3] += l.slow;
-  }
-  std::vector<std::string> egress, ingress;
-  for (const auto& [h, c] : per_host) {
-    if (c[0] > 0 && c[1] == c[0]) egress.push_back(h);
-    if (c[2] > 0 && c[3] == c[2]) ingress.push_back(h);
-  }
-  std::set<std::string> hosts;
-  for (const auto& id : res.ids) hosts.insert(id.hostname);
-  std::string attribution;
-  if (!res.slow_links.empty()) {
-    if (hosts.size() == 2 && !egress.empty() && !ingress.empty())
-      attribution = "slow links leave " + egress.front() + " for " + ingress.front() +
-                    "; with two hosts the sender's egress and the receiver's ingress cannot be told apart";
-    else if (egress.size() == 1)
-      attribution = "every link leaving " + egress.front() + " is slow: " + egress.front() + "'s link is degraded";
-    else if (ingress.size() == 1)
-      attribution = "every link entering " + ingress.front() + " is slow: " + ingress.front() + "'s link is degraded";
-    else
-      attribution = "slow links do not share one host";
-  }
-  const bool pass = res.slow_links.empty() && res.slow_ranks.empty();
-
-  auto who = [&](int r) {
-    const auto& id = res.ids[static_cast<std::size_t>(r)];
-    return id.hostname;
-  };
-  {
-    using frontier::strprintf;
-    std::string& text = report.text;
-    text += strprintf("# sf-testbed validate  commit %s  %s  host %s\n", cfg.commit.c_str(), utc_now().c_str(), host_name().c_str());
-    text += strprintf("# ranks %d on %zu host(s); slow: > %.3g x the median of its peers (links: same class, leaving other hosts; ranks: the other ranks)\n",
-                      size, hosts.size(), cfg.threshold);
-    if (cfg.p2p) {
-      text += strprintf("# p2p: ring of directed links, %d round(s)%s; each the fastest of %d x %d acknowledged %zu-byte messages\n#\n",
-                        size < 2 ? 0 : size % 2 ? 3 : 2,
-                        cfg.parallel ? ", a round's links at once" : ", one link at a time", cfg.sweeps, cfg.reps, cfg.bytes);
-      text += strprintf("# %5s %5s %-18s %-18s %-6s %10s %9s %s\n", "from", "to", "from host", "to host", "class", "MB/s", "x peers",
-                        "verdict");
-      for (const auto& l : res.links)
-        text += strprintf("  %5d %5d %-18s %-18s %-6s %10.1f %9.2f %s\n", l.from, l.to, who(l.from).c_str(), who(l.to).c_str(),
-                          l.inter ? "inter" : "intra", static_cast<double>(cfg.bytes) / l.seconds / 1e6, l.ratio,
-                          l.slow ? "SLOW" : "ok");
-      if (!attribution.empty()) text += strprintf("# %s\n", attribution.c_str());
-      if (hosts.size() == 1)
-        text += "# one host: its links are shared memory, measured under the host's own load (its other ranks and "
-                "processes): a slow one says the host was busy, not that a wire is degraded\n";
-    }
-    if (cfg.compute) {
-      text += strprintf("#\n# compute: %d^3 single-precision GEMM (%s), fastest of %d x %d, one rank at a time\n", cfg.gemm_n,
-                        cfg.device == "cuda" ? "cuBLAS, cudaEvent-timed" : "Eigen", cfg.sweeps, cfg.gemm_reps);
-      text += strprintf("# %5s %-18s %10s %9s %s\n", "rank", "host", "ms", "x peers", "verdict");
-      for (int r = 0; r < size; ++r) {
-        const double t = res.gemm_s[static_cast<std::size_t>(r)];
-        const double ref = res.gemm_peer_median[static_cast<std::size_t>(r)];
-        const bool slow = std::find(res.slow_ranks.begin(), res.slow_ranks.end(), r) != res.slow_ranks.end();
-        text += strprintf("  %5d %-18s %10.3f %9.2f %s\n", r, who(r).c_str(), t * 1e3, ref > 0 ? t / ref : 0.0,
-                          slow ? "SLOW" : "ok");
-      }
-    }
-    if (res.confirmed_links + res.confirmed_ranks > 0)
-      text += strprintf("# confirmed: %d link pair(s) and %d rank(s) that read slow were measured again (%d more sweep(s), "
-                        "the fastest kept) before the verdict\n",
-                        res.confirmed_links, res.confirmed_ranks, cfg.sweeps);
-    text += strprintf("# result: %s (%zu slow link(s), %zu slow rank(s))\n", pass ? "PASS" : "FAIL", res.slow_links.size(),
-                      res.slow_ranks.size());
-  }
-  {
-    ordered_json& j = report.json;
-    j = provenance_json("sf.validate/1", cfg.argv, cfg.commit);
-    j["ranks"] = size;
-    j["hosts"] = ordered_json(std::vector<std::string>(hosts.begin(), hosts.end()));
-    j["threshold"] = cfg.threshold;
-    j["p2p"] = {{"bytes", cfg.bytes}, {"reps", cfg.reps}, {"sweeps", cfg.sweeps}, {"parallel", cfg.parallel}};
-    auto& links = j["links"] = ordered_json::array();
-    for (const auto& l : res.links)
-      links.push_back({{"from", l.from}, {"to", l.to}, {"from_host", who(l.from)}, {"to_host", who(l.to)},
-                       {"class", l.inter ? "inter" : "intra"}, {"seconds", l.seconds},
-                       {"mb_per_s", static_cast<double>(cfg.bytes) / l.seconds / 1e6}, {"ratio", l.ratio},
-                       {"slow", l.slow}});
-    j["confirmed"] = {{"link_pairs", res.confirmed_links}, {"ranks", res.confirmed_ranks}};
-    j["slow_links"] = ordered_json::array();
-    for (int i : res.slow_links) j["slow_links"].push_back({res.links[static_cast<std::size_t>(i)].from, res.links[static_cast<std::size_t>(i)].to});
-    j["egress_degraded_hosts"] = egress.size() == 1 || hosts.size() == 2 ? ordered_json(egress) : ordered_json::array();
-    j["attribution"] = attribution;
-    j["compute"] = {{"device", cfg.device}, {"gemm_n", cfg.gemm_n}, {"reps", cfg.gemm_reps}, {"seconds", res.gemm_s},
-                    {"median_s", res.gemm_median}, {"peer_median_s", res.gemm_peer_median}};
-    j["slow_ranks"] = res.slow_ranks;
-    j["pass"] = pass;
-  }
-  report.pass = pass;
-  report.attribution = attribution;
-  report.egress = egress.size() == 1 || hosts.size() == 2 ? egress : std::vector<std::string>{};
-  return 0;
+  return verdicts(cfg, all, p.mine.size(), res, report);
 }
 
 }  // namespace
