@@ -371,6 +371,44 @@ private:
 /// The line a command prints once it wrote a --trace file: where, how much, and how to open it.
 std::string trace_written_line(const std::string& file, const nlohmann::ordered_json& trace);
 
+// ---- sim: the model scored and judged ------------------------------------------------------------
+
+/// `sf-testbed sim` as a call: the model's ranks under the plan, scored, diagnosed against a
+/// healthy reference and judged against the truth (docs/testbed.md, "sim").
+struct SimulateOptions {
+  sim::ModelConfig cfg;
+  frontier::LabelConfig label;
+  bool whole = false;  ///< hold the whole N × R × S matrix (forced by keep_window, rank_median, a trace)
+  int threads = 2;     ///< streaming: 2 runs the model beside the scorer, 1 alternates
+  /// The healthy reference's own draw: its jitter and per-rank speeds (default: the run's seed
+  /// without the fault).
+  std::optional<std::uint64_t> reference_seed;
+  std::optional<detect::DetectConfig> detect;  ///< --detect
+  int stability_window = 20;
+  std::string stability_stage;
+  std::optional<TraceOptions> trace;           ///< --trace (its file is not written here)
+  bool keep_window = false;                    ///< the model's stage matrix in the outcome (--dump)
+};
+/// What `simulate` found: the evidence diagnosed against the reference, the verdict, and what
+/// was asked beside them (detect report, trace, the matrix).
+struct SimOutcome {
+  inject::FaultPlan plan;
+  frontier::Evidence evidence;   ///< diagnosed against `reference`
+  frontier::Evidence reference;  ///< the healthy reference's evidence (the run itself when nothing differs)
+  std::string reference_name;
+  std::uint64_t reference_seed = 0;
+  VerdictReport verdict;
+  MakespanCheck makespan;
+  std::string scoring;           ///< "whole matrix" or "streamed, N thread(s)"
+  std::optional<DetectReport> detect;
+  std::optional<nlohmann::ordered_json> trace;
+  formats::Window window;        ///< keep_window: the model's stage matrix
+};
+/// Scores the model. The options are checked by the caller (sim::validate, detect::validate,
+/// the label config against the model's schema). Throws InputError for an unknown
+/// --stability-stage or a trace that cannot be made.
+SimOutcome simulate(SimulateOptions o);
+
 // ---- score a file -------------------------------------------------------------------------------
 
 /// Bad input to a library entry point: what() is one line that says what was wrong, where
