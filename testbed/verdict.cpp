@@ -151,13 +151,17 @@ std::vector<double> advance_per_step(const frontier::Evidence& e) {
   return out;
 }
 
-VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
-                             const frontier::Evidence* reference, std::uint64_t shuffle_seed) {
+namespace {
+
+/// What the verdict expects of the evidence: the plan's truth, the share of the window it was
+/// active, and the reference's advance per step the change is measured against.
+verify::Expected expected_of(const inject::FaultPlan& plan, const frontier::Evidence& e, const frontier::Evidence* reference) {
   const auto& scenario = *plan.scenario;
-  const auto truth = inject::truth(plan);
-  VerdictReport out;
   const bool straggler = plan.straggler != inject::StragglerKind::none;
-  verify::Expected x{scenario.stage, plan.ranks, scenario.should_route};
+  verify::Expected x;
+  x.stage = scenario.stage;
+  x.ranks = plan.ranks;
+  x.should_route = scenario.should_route;
   x.delay_s = straggler ? 0.0 : plan.delay_ms * 1e-3;
   x.rate_fault = scenario.site == inject::Site::link || straggler;
   x.shared = scenario.site == inject::Site::link;
@@ -168,137 +172,136 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   if (e.events.sampled == 0) x.also_stage = scenario.surfaces_without_events;
   if (reference && reference->schema == e.schema && reference->steps > 0) x.reference_advance_s = advance_per_step(*reference);
   else if (e.differential && e.steps > 0) x.reference_advance_s = reference_advance(e);
-  out.verdict = verify::score(e, x);
-  const auto& v = out.verdict;
-  const Claim claim = straggler ? Claim{v.diagnosis.correct(), "the diagnosis names the straggling rank (in whatever stage its "
-                                                                "loss surfaced; nothing, if it never reached the step)"}
-                                 : check_claim(scenario, e, v);
-  out.claim_pass = claim.pass;
-  out.claim = claim.criterion;
-  std::string line;
-  auto yn = [](bool flag) { return flag ? "yes" : "no"; };
-  out.truth_text = "# truth: ";
-  if (truth.empty()) out.truth_text += "no fault";
+  return x;
+}
+
+std::string truth_line(const inject::FaultPlan& plan, const std::vector<inject::TruthRecord>& truth) {
+  const bool straggler = plan.straggler != inject::StragglerKind::none;
+  std::string text = "# truth: ";
+  if (truth.empty()) text += "no fault";
   for (const auto& r : truth) {
     if (straggler)
-      line = frontier::strprintf("rank %d straggler %s, strength %g (%s), from step %lld, any stage; ", r.rank, r.kind.c_str(),
-                                 r.strength, std::string(inject::straggler_strength_meaning(plan.straggler)).c_str(),
-                                 static_cast<long long>(r.onset));
+      text += frontier::strprintf("rank %d straggler %s, strength %g (%s), from step %lld, any stage; ", r.rank, r.kind.c_str(),
+                                  r.strength, std::string(inject::straggler_strength_meaning(plan.straggler)).c_str(),
+                                  static_cast<long long>(r.onset));
     else if (!r.host.empty())
-      line = frontier::strprintf("rank %d (host %s) %s %s %.0f Mbit/s; ", r.rank, r.host.c_str(), r.stage.c_str(),
-                    r.kind.c_str(), r.rate_mbit);
+      text += frontier::strprintf("rank %d (host %s) %s %s %.0f Mbit/s; ", r.rank, r.host.c_str(), r.stage.c_str(),
+                                  r.kind.c_str(), r.rate_mbit);
     else
-      line = frontier::strprintf("rank %d %s %s %.0f ms%s%s; ", r.rank, r.stage.c_str(), r.kind.c_str(), r.delay_ms,
-                    r.sync_bearing ? " sync-bearing" : "", r.should_route ? "" : " (must stay unrouted)");
-    out.truth_text += line;
+      text += frontier::strprintf("rank %d %s %s %.0f ms%s%s; ", r.rank, r.stage.c_str(), r.kind.c_str(), r.delay_ms,
+                                  r.sync_bearing ? " sync-bearing" : "", r.should_route ? "" : " (must stay unrouted)");
   }
-  out.truth_text += "\n";
-  std::string& t = out.verdict_text;
-  {
-    const auto& d = e.diagnosis;
-    std::string named = !d.significant() ? std::string("nothing")
-                        : d.common       ? "a common slowdown of every rank in " + e.group_name(d.group)
-                        : (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string("no rank, ")) + e.group_name(d.group);
-    if (d.culprits.size() > 1) {
-      std::string all;
-      for (const auto& c : d.culprits) all += (all.empty() ? "" : ",") + std::to_string(c.rank);
-      named += " (culprits: rank " + all + ")";
-    }
-    std::string truth_ranks;
-    for (int r : plan.ranks) truth_ranks += (truth_ranks.empty() ? "" : ",") + std::to_string(r);
-    using O = verify::DiagnosisOutcome;
-    const auto o = v.diagnosis.outcome;
-    const bool never = o == O::not_exposed || o == O::false_alarm;
-    t += "# diagnosis verdict: " + std::string(verify::to_string(o)) + " (" + (v.diagnosis.correct() ? "right" : "wrong") +
+  return text + "\n";
+}
+
+/// "# diagnosis verdict: ...": what the diagnosis named against what was injected.
+std::string diagnosis_verdict_line(const inject::FaultPlan& plan, const frontier::Evidence& e, const verify::Verdict& v,
+                                   bool no_truth) {
+  const bool straggler = plan.straggler != inject::StragglerKind::none;
+  const auto& d = e.diagnosis;
+  std::string named = !d.significant() ? std::string("nothing")
+                      : d.common       ? "a common slowdown of every rank in " + e.group_name(d.group)
+                      : (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string("no rank, ")) + e.group_name(d.group);
+  if (d.culprits.size() > 1) {
+    std::string all;
+    for (const auto& c : d.culprits) all += (all.empty() ? "" : ",") + std::to_string(c.rank);
+    named += " (culprits: rank " + all + ")";
+  }
+  std::string truth_ranks;
+  for (int r : plan.ranks) truth_ranks += (truth_ranks.empty() ? "" : ",") + std::to_string(r);
+  using O = verify::DiagnosisOutcome;
+  const auto o = v.diagnosis.outcome;
+  const bool never = o == O::not_exposed || o == O::false_alarm;
+  return "# diagnosis verdict: " + std::string(verify::to_string(o)) + " (" + (v.diagnosis.correct() ? "right" : "wrong") +
          "): named " + named + "; truth " +
-         (truth.empty() || !v.diagnosis.fault ? std::string("no fault")
-                                              : "rank " + truth_ranks + " " + (straggler ? "(a straggler, any stage)" : scenario.stage) +
-                                                    (never ? ", which never reached the step" : "")) +
+         (no_truth || !v.diagnosis.fault
+              ? std::string("no fault")
+              : "rank " + truth_ranks + " " + (straggler ? "(a straggler, any stage)" : plan.scenario->stage) +
+                    (never ? ", which never reached the step" : "")) +
          (o == O::unexplained ? " (an unexplained culprit: a straggler the testbed did not inject, or a false alarm)" : "") +
          (plan.ranks.size() > 1 && v.diagnosis.fault
               ? frontier::strprintf("; culprits %d of %d named right, %d of %zu injected ranks found", v.diagnosis.culprits_true,
                                     v.diagnosis.culprits_named, v.diagnosis.culprits_true, plan.ranks.size())
               : std::string()) +
          "\n";
-  }
-  if (straggler) {
-    t += "# paper verdict (where the time goes): not applicable (a straggler has no stage of its own)\n";
-    if (e.differential)
-      t += frontier::strprintf("# slowdown: the exposed step %+.1f ms/step against the reference (floor %.1f): %s\n",
-                               e.differential->delta_exposed_s * 1e3, e.differential->exposed_noise_floor_s * 1e3,
-                               v.diagnosis.exposed ? "reached the step" : "did not reach the step");
-  } else if (!truth.empty()) {
-    // The rank judged is the one the evidence names for the injected stage (its stage suspect).
-    int judged = e.suspect.rank;
-    std::string judged_basis = e.suspect.basis;
-    const auto gi = e.schema.group_index(scenario.stage);
-    for (const auto& s : e.stage_suspects)
-      if (gi && s.group == *gi) {
-        judged = s.rank;
-        judged_basis = s.basis;
-      }
-    line = frontier::strprintf(
-                  "# paper verdict (where the time goes): %s  top-1 %s  tie %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (%s's suspect %d, %s)\n",
-                  std::string(verify::to_string(v.outcome)).c_str(), yn(v.frontier.top1), yn(v.frontier.top1_tie),
-                  yn(v.frontier.top2), yn(v.frontier.candidate_hit), v.frontier.candidate_size, yn(v.rank_hit),
-                  scenario.stage.c_str(), judged, judged_basis.c_str());
-    t += line;
-    const std::string absorbed = v.absorbed_group >= 0 ? e.group_name(v.absorbed_group) : std::string("-");
-    // Per faulty step and over the window: an A/B/A run's 120 ms in a third of its steps is
-    // 40 ms/step over the window, and saying only the latter reads as a 40 ms fault.
-    const std::int64_t span = e.last_step >= e.first_step ? e.last_step - e.first_step + 1 : 0;
-    const auto faulty_steps = static_cast<std::int64_t>(std::llround(x.active_fraction * static_cast<double>(span)));
-    const std::string injected =
-        faulty_steps == span ? frontier::strprintf("%.1f ms injected in every step", plan.delay_ms)
-                             : frontier::strprintf("%.1f ms injected in %lld of %lld steps (%.1f ms/step over the window)",
-                                                   plan.delay_ms, static_cast<long long>(faulty_steps),
-                                                   static_cast<long long>(span), plan.delay_ms * x.active_fraction);
-    // Whether the delay reached the step is said once, by the rule the verdict uses: the exposed
-    // step's change against its floor (or the injected change named past its own).
-    const std::string reached =
-        e.differential ? frontier::strprintf("the exposed step %+.1f ms/step (floor %.1f): %s", e.differential->delta_exposed_s * 1e3,
-                                             e.differential->exposed_noise_floor_s * 1e3,
-                                             v.diagnosis.exposed ? "reached the step" : "did not reach the step")
-                       : std::string();
-    if (v.absorbed_basis == "reference")
-      line = frontier::strprintf(
-                    "# delay: %s; %s; of the stages that grew (%.1f ms/step over the window%s), %s took %.0f%%%s\n",
-                    injected.c_str(), reached.empty() ? "against the reference" : reached.c_str(), v.exposed_s * 1e3,
-                    faulty_steps > 0 && faulty_steps < span
-                        ? frontier::strprintf(", %.1f ms per faulty step", v.exposed_s * 1e3 / x.active_fraction).c_str()
-                        : "",
-                    absorbed.c_str(), v.absorbed_share * 100, v.misroute ? " — a confident misroute (paper verdict)" : "");
-    else
-      line = frontier::strprintf("# delay: no reference; top stage %s (share %.3f)\n", absorbed.c_str(), v.absorbed_share);
-    t += line;
-    t += "# baselines top-1/top-2:";
-    for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
-      t += " " + std::string(frontier::to_string(frontier::kBaselineRules[i])) + " " + yn(v.baselines[i].top1) + "/" +
-           yn(v.baselines[i].top2);
-    t += "\n";
-  }
-  // The what-if checked against the truth the testbed has: the step without the fault, measured.
-  ordered_json whatif_check = nullptr;
-  if (!truth.empty() && e.whatif.available && e.differential && e.differential->reference_step_s > 0) {
-    const double measured = e.differential->reference_step_s;
-    const double predicted = e.whatif.all_healed_s;
-    const double err = (predicted - measured) / measured;
-    t += frontier::strprintf("# what-if check: fixing %s predicts %.1f ms/step; %s measured %.1f ms/step without the fault: "
-                             "error %+.1f %%\n",
-                             e.whatif.fixes.empty() ? "nothing" : e.whatif.fixes.size() > 1 ? "every culprit" : "the culprit",
-                             predicted * 1e3, e.differential->reference.c_str(), measured * 1e3, err * 100);
-    whatif_check = {{"predicted_s", predicted}, {"measured_s", measured}, {"measured_by", e.differential->reference},
-                    {"rel_error", err}, {"actual_s", e.whatif.actual_s}};
-  }
-  t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
-  {
-    std::istringstream lines(t);
-    for (std::string l; std::getline(lines, l);)
-      if (l.starts_with("# diagnosis verdict:") || l.starts_with("# what-if check:") || l.starts_with("# check:"))
-        out.answer_text += l + "\n";
-  }
+}
 
-  auto& j = out.json;
+const char* yn(bool flag) { return flag ? "yes" : "no"; }
+
+/// The paper's verdict (where the time goes), how much of the delay reached the step and which
+/// stage took it, and the baselines: for an injected stage fault.
+std::string paper_lines(const inject::FaultPlan& plan, const frontier::Evidence& e, const verify::Verdict& v,
+                        const verify::Expected& x) {
+  const auto& scenario = *plan.scenario;
+  // The rank judged is the one the evidence names for the injected stage (its stage suspect).
+  int judged = e.suspect.rank;
+  std::string judged_basis = e.suspect.basis;
+  const auto gi = e.schema.group_index(scenario.stage);
+  for (const auto& s : e.stage_suspects)
+    if (gi && s.group == *gi) {
+      judged = s.rank;
+      judged_basis = s.basis;
+    }
+  std::string t = frontier::strprintf(
+      "# paper verdict (where the time goes): %s  top-1 %s  tie %s  top-2 %s  candidate hit %s (size %d)  rank hit %s (%s's suspect %d, %s)\n",
+      std::string(verify::to_string(v.outcome)).c_str(), yn(v.frontier.top1), yn(v.frontier.top1_tie), yn(v.frontier.top2),
+      yn(v.frontier.candidate_hit), v.frontier.candidate_size, yn(v.rank_hit), scenario.stage.c_str(), judged,
+      judged_basis.c_str());
+  const std::string absorbed = v.absorbed_group >= 0 ? e.group_name(v.absorbed_group) : std::string("-");
+  // Per faulty step and over the window: an A/B/A run's 120 ms in a third of its steps is
+  // 40 ms/step over the window, and saying only the latter reads as a 40 ms fault.
+  const std::int64_t span = e.last_step >= e.first_step ? e.last_step - e.first_step + 1 : 0;
+  const auto faulty_steps = static_cast<std::int64_t>(std::llround(x.active_fraction * static_cast<double>(span)));
+  const std::string injected =
+      faulty_steps == span ? frontier::strprintf("%.1f ms injected in every step", plan.delay_ms)
+                           : frontier::strprintf("%.1f ms injected in %lld of %lld steps (%.1f ms/step over the window)",
+                                                 plan.delay_ms, static_cast<long long>(faulty_steps),
+                                                 static_cast<long long>(span), plan.delay_ms * x.active_fraction);
+  // Whether the delay reached the step is said once, by the rule the verdict uses: the exposed
+  // step's change against its floor (or the injected change named past its own).
+  const std::string reached =
+      e.differential ? frontier::strprintf("the exposed step %+.1f ms/step (floor %.1f): %s", e.differential->delta_exposed_s * 1e3,
+                                           e.differential->exposed_noise_floor_s * 1e3,
+                                           v.diagnosis.exposed ? "reached the step" : "did not reach the step")
+                     : std::string();
+  if (v.absorbed_basis == "reference")
+    t += frontier::strprintf(
+        "# delay: %s; %s; of the stages that grew (%.1f ms/step over the window%s), %s took %.0f%%%s\n", injected.c_str(),
+        reached.empty() ? "against the reference" : reached.c_str(), v.exposed_s * 1e3,
+        faulty_steps > 0 && faulty_steps < span
+            ? frontier::strprintf(", %.1f ms per faulty step", v.exposed_s * 1e3 / x.active_fraction).c_str()
+            : "",
+        absorbed.c_str(), v.absorbed_share * 100, v.misroute ? " — a confident misroute (paper verdict)" : "");
+  else
+    t += frontier::strprintf("# delay: no reference; top stage %s (share %.3f)\n", absorbed.c_str(), v.absorbed_share);
+  t += "# baselines top-1/top-2:";
+  for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
+    t += " " + std::string(frontier::to_string(frontier::kBaselineRules[i])) + " " + yn(v.baselines[i].top1) + "/" +
+         yn(v.baselines[i].top2);
+  return t + "\n";
+}
+
+/// The what-if checked against the truth the testbed has: the step without the fault, measured.
+/// Appends its line to `t`; its JSON (null when there is nothing to check).
+ordered_json whatif_check(const frontier::Evidence& e, bool has_truth, std::string& t) {
+  if (!has_truth || !e.whatif.available || !e.differential || e.differential->reference_step_s <= 0) return nullptr;
+  const double measured = e.differential->reference_step_s;
+  const double predicted = e.whatif.all_healed_s;
+  const double err = (predicted - measured) / measured;
+  t += frontier::strprintf("# what-if check: fixing %s predicts %.1f ms/step; %s measured %.1f ms/step without the fault: "
+                           "error %+.1f %%\n",
+                           e.whatif.fixes.empty() ? "nothing" : e.whatif.fixes.size() > 1 ? "every culprit" : "the culprit",
+                           predicted * 1e3, e.differential->reference.c_str(), measured * 1e3, err * 100);
+  return {{"predicted_s", predicted}, {"measured_s", measured}, {"measured_by", e.differential->reference},
+          {"rel_error", err}, {"actual_s", e.whatif.actual_s}};
+}
+
+ordered_json verdict_json(const inject::FaultPlan& plan, const frontier::Evidence& e, const verify::Verdict& v,
+                          const verify::Expected& x, const Claim& claim, double makespan_gap, ordered_json whatif,
+                          std::uint64_t shuffle_seed) {
+  const auto& scenario = *plan.scenario;
+  const bool straggler = plan.straggler != inject::StragglerKind::none;
+  ordered_json j;
   j["expected"] = {{"stage", straggler ? ordered_json(nullptr) : ordered_json(scenario.stage)},
                    {"ranks", plan.ranks},
                    {"should_route", scenario.should_route}};
@@ -324,7 +327,7 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   for (std::size_t i = 0; i < std::size(frontier::kBaselineRules); ++i)
     bls[std::string(frontier::to_string(frontier::kBaselineRules[i]))] = rule_json(v.baselines[i]);
   j["check"] = {{"criterion", claim.criterion}, {"pass", claim.pass}};
-  j["whatif"] = whatif_check;
+  j["whatif"] = std::move(whatif);
   if (!scenario.stage.empty() || straggler) {
     const verify::Expected sx = shuffled_expected(x, e, shuffle_seed);
     const verify::Verdict sv = verify::score(e, sx);
@@ -336,6 +339,43 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
                      {"rank_hit", sv.rank_hit},
                      {"misroute", sv.misroute}};
   }
+  return j;
+}
+
+}  // namespace
+
+VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evidence& e, double makespan_gap,
+                             const frontier::Evidence* reference, std::uint64_t shuffle_seed) {
+  const auto truth = inject::truth(plan);
+  VerdictReport out;
+  const bool straggler = plan.straggler != inject::StragglerKind::none;
+  const verify::Expected x = expected_of(plan, e, reference);
+  out.verdict = verify::score(e, x);
+  const auto& v = out.verdict;
+  const Claim claim = straggler ? Claim{v.diagnosis.correct(), "the diagnosis names the straggling rank (in whatever stage its "
+                                                                "loss surfaced; nothing, if it never reached the step)"}
+                                : check_claim(*plan.scenario, e, v);
+  out.claim_pass = claim.pass;
+  out.claim = claim.criterion;
+  out.truth_text = truth_line(plan, truth);
+  std::string& t = out.verdict_text;
+  t += diagnosis_verdict_line(plan, e, v, truth.empty());
+  if (straggler) {
+    t += "# paper verdict (where the time goes): not applicable (a straggler has no stage of its own)\n";
+    if (e.differential)
+      t += frontier::strprintf("# slowdown: the exposed step %+.1f ms/step against the reference (floor %.1f): %s\n",
+                               e.differential->delta_exposed_s * 1e3, e.differential->exposed_noise_floor_s * 1e3,
+                               v.diagnosis.exposed ? "reached the step" : "did not reach the step");
+  } else if (!truth.empty()) {
+    t += paper_lines(plan, e, v, x);
+  }
+  ordered_json whatif = whatif_check(e, !truth.empty(), t);
+  t += "# check: " + claim.criterion + ": " + (claim.pass ? "PASS" : "FAIL") + "\n";
+  std::istringstream lines(t);
+  for (std::string l; std::getline(lines, l);)
+    if (l.starts_with("# diagnosis verdict:") || l.starts_with("# what-if check:") || l.starts_with("# check:"))
+      out.answer_text += l + "\n";
+  out.json = verdict_json(plan, e, v, x, claim, makespan_gap, std::move(whatif), shuffle_seed);
   return out;
 }
 
