@@ -114,13 +114,8 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
   return testbed::run(cfg);
 }
 
-}  // namespace
-
-void setup_run(CLI::App& app) {
-  auto o = std::make_shared<RunOptions>();
-  auto& cfg = o->cfg;
-  auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
-  add_fault_options(sub, cfg, o->delay_ms);
+/// --straggler and its strength (issue 38): a rank slowed from outside, its stages untouched.
+void add_straggler_options(CLI::App* sub, RunOptions& opts) {
   std::map<std::string, std::string> kinds;
   std::string meanings;
   for (auto k : inject::straggler_kinds()) {
@@ -129,12 +124,16 @@ void setup_run(CLI::App& app) {
                 std::string(inject::straggler_strength_meaning(k)) + " (default " +
                 std::to_string(inject::default_strength(k)).substr(0, 4) + ")";
   }
-  sub->add_option("--straggler", o->straggler,
+  sub->add_option("--straggler", opts.straggler,
                   "slow the target rank's whole process from outside, its stages untouched (issue 38): cpu_share "
                   "(busy processes on its core), pause (SIGSTOP/SIGCONT bursts), cgroup (a CPU quota; skipped where "
                   "the machine has no writable cpu controller). Implies --scenario none")
       ->transform(choice(kinds));
-  sub->add_option("--straggler-strength", o->straggler_strength, "the straggler's strength: " + meanings);
+  sub->add_option("--straggler-strength", opts.straggler_strength, "the straggler's strength: " + meanings);
+}
+
+/// --mitigate: after the run, a mitigation applied to the culprit and measured (issue 39).
+void add_mitigation_options(CLI::App* sub, testbed::RunConfig& cfg) {
   const std::map<std::string, testbed::Mitigation> mitigations{{"exclude", testbed::Mitigation::exclude},
                                                                {"rebalance", testbed::Mitigation::rebalance}};
   sub->add_option("--mitigate", cfg.mitigate,
@@ -145,6 +144,10 @@ void setup_run(CLI::App& app) {
   sub->add_option("--mitigate-steps", cfg.mitigate_steps, "recorded steps after the switch (two more to settle first)")
       ->check(CLI::Range(3, 100000))
       ->capture_default_str();
+}
+
+/// How many ranks are targets, steps, warm-up, window, medians and the seed.
+void add_shape_options(CLI::App* sub, testbed::RunConfig& cfg) {
   sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();
@@ -155,6 +158,10 @@ void setup_run(CLI::App& app) {
                   "log2 bins within 0.034 % (bounded memory on long runs; 0: exact, memory grows 8 bytes a step)")
       ->check(whole_in(0, 1000000000000LL));
   sub->add_option("--seed", cfg.seed, "seed (hidden target rank)")->capture_default_str();
+}
+
+/// The gradient sync, the device and the recorder.
+void add_backend_options(CLI::App* sub, testbed::RunConfig& cfg) {
   const std::map<std::string, testbed::CommKind> comms{{"mpi", testbed::CommKind::mpi}, {"nccl", testbed::CommKind::nccl}};
   sub->add_option("--comm", cfg.comm, "gradient sync backend")->transform(choice(comms));
   const std::map<std::string, testbed::DeviceKind> devices{
@@ -166,6 +173,11 @@ void setup_run(CLI::App& app) {
   sub->add_option("--recorder", cfg.recorder, "recorder mode")->transform(choice(modes));
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event pair (--recorder event)")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+}
+
+/// What is written and shown: --out, --plot, --dump, --metrics, --check, --quiet, --details, --live.
+void add_output_options(CLI::App* sub, RunOptions& opts) {
+  auto& cfg = opts.cfg;
   sub->add_option("--out", cfg.out_dir, "directory for run.json and one evidence packet per window");
   sub->add_option("--plot", cfg.plot,
                   "after the run, draw it from --out's packets: per window, each rank x stage's change against the reference "
@@ -178,11 +190,15 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--quiet", cfg.quiet, "no table on stdout");
   sub->add_flag("--details", cfg.details,
                 "instead of the answer, the whole table: set-up, the truth, the paper's frontier table, gates, labels, verdicts and baselines");
-  sub->add_flag("--single-process", o->single_process, "run as one rank without mpirun (on purpose: a world of one)");
+  sub->add_flag("--single-process", opts.single_process, "run as one rank without mpirun (on purpose: a world of one)");
   sub->add_flag("--live", cfg.live, "rank 0 shows a compact view at each window (every 10 steps unless --window): redrawn on "
                 "a terminal, plain appended lines otherwise");
   sub->add_flag("--live-redraw", cfg.live_redraw, "--live, redrawn in place even under mpirun (which gives ranks a pseudo-terminal, "
                 "so rank 0 cannot tell whether you are watching)");
+}
+
+/// How windows reach rank 0 and where they are scored.
+void add_gather_options(CLI::App* sub, testbed::RunConfig& cfg) {
   sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
       ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
   const std::map<std::string, recorder::GatherMode> gathers{{"flat", recorder::GatherMode::flat},
@@ -194,16 +210,21 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--score-inline", cfg.score_inline,
                 "rank 0 assembles and scores each window in the training thread's safe point instead of on its "
                 "telemetry thread (measures what the thread takes off training)");
+}
+
+/// The DDP-like step (group "Workload").
+void add_workload_options(CLI::App* sub, RunOptions& opts) {
+  auto& cfg = opts.cfg;
   const std::string w = "Workload";
   sub->add_option("--accumulation", cfg.workload.accumulation, "gradient accumulation factor (no-sync microsteps)")
       ->check(CLI::Range(1, 64))->group(w);
   sub->add_flag("--sharded", cfg.workload.sharded, "all-gather in forward, reduce-scatter in backward")->group(w);
   sub->add_flag("--fetch-ahead", cfg.workload.fetch_ahead, "fetch the next batch at the end of a step (prefetch-aware charge)")
       ->group(w);
-  sub->add_flag("--no-prefetch", o->no_prefetch, "no background loader thread")->group(w);
+  sub->add_flag("--no-prefetch", opts.no_prefetch, "no background loader thread")->group(w);
   sub->add_flag("--sync-callbacks", cfg.workload.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)")
       ->group(w);
-  add_step_options(sub, o->step, false);
+  add_step_options(sub, opts.step, false);
   sub->add_option("--reference-steps", cfg.reference_steps,
                   "healthy steps recorded before the warm-up as the verdict's reference (0: none)")
       ->check(CLI::Range(0, 100000))->group(w)->capture_default_str();
@@ -214,19 +235,41 @@ void setup_run(CLI::App& app) {
       ->group(w)->capture_default_str();
   sub->add_option("--spin-us", cfg.spin_us, "spin the last microseconds of each sleep (default: 100, 0 when oversubscribed)")
       ->check(CLI::Range(0.0, 100000.0))->group(w);
+}
+
+/// Telemetry faults and the overhead experiment.
+void add_telemetry_options(CLI::App* sub, RunOptions& opts) {
+  auto& cfg = opts.cfg;
   const std::string t = "Telemetry faults and overhead";
   // A string option mapped afterwards: CLI11 2.1 trips over enums that have an ADL to_string.
   std::map<std::string, std::string> tfaults;
   for (auto f : {inject::TelemetryFault::none, inject::TelemetryFault::late, inject::TelemetryFault::corrupt,
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     tfaults.emplace(std::string(inject::to_string(f)), std::string(inject::to_string(f)));
-  sub->add_option("--telemetry-fault", o->telemetry_fault, "inject a telemetry failure (training must not notice)")
+  sub->add_option("--telemetry-fault", opts.telemetry_fault, "inject a telemetry failure (training must not notice)")
       ->transform(choice(tfaults))->group(t);
   sub->add_option("--telemetry-fault-rank", cfg.telemetry_fault_rank, "rank whose telemetry fails")
       ->check(CLI::NonNegativeNumber)->group(t)->capture_default_str();
   sub->add_option("--overhead-pairs", cfg.overhead_pairs, "overhead mode: blocks of paired off/cpu/event windows")
       ->check(CLI::NonNegativeNumber)->group(t);
   sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t)->capture_default_str();
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto& cfg = o->cfg;
+  auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
+  add_fault_options(sub, cfg, o->delay_ms);
+  add_straggler_options(sub, *o);
+  add_mitigation_options(sub, cfg);
+  add_shape_options(sub, cfg);
+  add_backend_options(sub, cfg);
+  add_output_options(sub, *o);
+  add_gather_options(sub, cfg);
+  add_workload_options(sub, *o);
+  add_telemetry_options(sub, *o);
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);
   add_trace_options(sub, o->trace);
