@@ -96,10 +96,9 @@ inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const 
   return plan;
 }
 
-}  // namespace
 
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/5, verdicts";
+/// The module's constants and the stage schema's names and hash.
+void bind_names(py::module_& m) {
   m.attr("git_commit") = SF_GIT_COMMIT;
   m.attr("max_delay_ms") = inject::kMaxDelayMs;  // train.py's --delay-ms bound: the C++ one
   m.def("details_pointer", [](const std::string& where_else) { return formats::details_pointer(where_else); },
@@ -122,7 +121,10 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("stages"), py::arg("config_json"), py::arg("accumulation") = 1,
       "\"\" when every stage group the labeler config names (its wait model) is one of these stages', else why not");
+}
 
+/// frontier::Reference and reading one from a file.
+void bind_reference(py::module_& m) {
   py::class_<frontier::Reference>(m, "Reference", "what a window's diagnosis is compared with (frontier::Reference)")
       .def_readonly("name", &frontier::Reference::name)
       .def_readonly("steps", &frontier::Reference::steps)
@@ -138,7 +140,10 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("path"), py::arg("config_json") = "",
       "a reference from a healthy run's stage-matrix dump or evidence packet (ValueError with one line on bad input)");
+}
 
+/// A scored window: its packet, table, answer, diagnosis, what-if, metrics.
+void bind_evidence(py::module_& m) {
   py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
            "the sf.evidence/5 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
@@ -177,7 +182,10 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("exposed_makespan_s", [](const Scored& s) { return s.evidence.exposed_makespan_s; })
       .def_property_readonly("median_step_s", [](const Scored& s) { return s.evidence.median_step_s; })
       .def_property_readonly("steps", [](const Scored& s) { return s.evidence.steps; });
+}
 
+/// A stage-matrix window: made from the recorder's rows, read from a file, evaluated.
+void bind_window(py::module_& m) {
   py::class_<formats::Window>(m, "Window", "a stage-matrix window (formats::Window)")
       .def(py::init(&make_window), py::arg("stages"), py::arg("world_size"), py::arg("first_step"), py::arg("steps"),
            py::arg("records"), py::arg("gather_ok") = true, py::arg("reasons") = std::vector<std::string>{},
@@ -218,7 +226,10 @@ PYBIND11_MODULE(_core, m) {
   m.def("read_stage_file", [](const std::string& path) { return formats::read_stage_file(path); },
         "windows of a stage-matrix file (JSONL or CSV); raises ValueError with file:line on bad input");
   py::register_exception<formats::FormatError>(m, "FormatError", PyExc_ValueError);
+}
 
+/// The fault catalogue, the hidden targets, the truth and the verdict against it.
+void bind_catalogue(py::module_& m) {
   m.def("scenarios", [] {
     py::list out;
     for (const auto& s : inject::catalogue()) {
@@ -262,9 +273,25 @@ PYBIND11_MODULE(_core, m) {
       py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("evidence"), py::arg("makespan_gap"),
       py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1, py::arg("seed") = 0,
       "testbed::verdict_report: the verdict against the truth and the scenario's claim (seed: the shuffled-target null's draw)");
+}
+
+/// Provenance as the C++ writers have it.
+void bind_provenance(py::module_& m) {
   m.def("provenance", [](const std::string& schema, const std::vector<std::string>& argv, const std::string& commit) {
     return testbed::provenance_json(schema, argv, commit).dump();
   });
   m.def("machine", [] { return testbed::machine_json().dump(); });
   m.def("utc_now", &testbed::utc_now);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/5, verdicts";
+  bind_names(m);
+  bind_reference(m);
+  bind_evidence(m);
+  bind_window(m);
+  bind_catalogue(m);
+  bind_provenance(m);
 }
