@@ -373,13 +373,13 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     add_diagnosis_columns(base, e, v);
     // run --mitigate (issue 39): what was switched and the step after it against the prediction.
     if (run.contains("mitigation") && run["mitigation"].is_object()) {
-      const auto& m = run["mitigation"];
-      base["mitig_rank"] = m["rank"].is_number() ? m["rank"] : ordered_json(-1);
-      base["mitig_share"] = m.value("share", 1.0);
-      base["mitig_before_ms"] = m.value("before_s", 0.0) * 1e3;
-      base["mitig_predicted_ms"] = m.value("predicted_s", 0.0) * 1e3;
-      base["mitig_measured_ms"] = m.value("measured_s", 0.0) * 1e3;
-      base["mitig_error"] = m.value("error", 0.0);
+      const auto& mi = run["mitigation"];
+      base["mitig_rank"] = mi["rank"].is_number() ? mi["rank"] : ordered_json(-1);
+      base["mitig_share"] = mi.value("share", 1.0);
+      base["mitig_before_ms"] = mi.value("before_s", 0.0) * 1e3;
+      base["mitig_predicted_ms"] = mi.value("predicted_s", 0.0) * 1e3;
+      base["mitig_measured_ms"] = mi.value("measured_s", 0.0) * 1e3;
+      base["mitig_error"] = mi.value("error", 0.0);
     }
     for (const auto& [rule, rv] : v["baselines"].items()) {
       base[rule + "_top1"] = rv["top1"];
@@ -660,8 +660,10 @@ void write_csv(const std::string& path, const std::vector<ordered_json>& rows) {
 
 }  // namespace
 
-Spec load_spec(const std::string& path, bool quick, const std::vector<std::string>& overrides) {
-  const ordered_json j = parse_json_file(path);
+namespace {
+
+/// The spec's own fields: name, title, kind, per_window, sham, row_timeout_s.
+Spec spec_header(const ordered_json& j, const std::string& path) {
   Spec s;
   s.raw = j;
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
@@ -684,91 +686,112 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
       throw formats::FormatError(path, 0, "\"row_timeout_s\" is " + t.dump() + ", expected an integer in [10, 86400]");
     s.row_timeout_s = t.get<int>();
   }
-  ordered_json base = j.value("base", ordered_json::object());
-  ordered_json matrix = j.value("matrix", ordered_json::object());
-  // "matrices": more products over the same base, appended (each straggler kind its own strengths).
-  ordered_json matrices = j.value("matrices", ordered_json::array());
-  ordered_json extra = j.value("rows", ordered_json::array());
-  if (quick && j.contains("quick")) {
-    const auto& q = j["quick"];
-    if (q.contains("base"))
-      for (const auto& [k, v] : q["base"].items()) base[k] = v;
-    if (q.contains("matrix")) matrix = q["matrix"];
-    matrices = q.value("matrices", ordered_json::array());
-    extra = q.value("rows", ordered_json::array());
+  return s;
+}
+
+/// A sweep: a base, a matrix (its product), more matrices over the same base ("matrices": each
+/// straggler kind its own strengths, appended) and rows of their own.
+struct Sweep {
+  ordered_json base = ordered_json::object(), matrix = ordered_json::object(), matrices = ordered_json::array(),
+               rows = ordered_json::array();
+};
+
+Sweep sweep_of(const ordered_json& j) {
+  Sweep w;
+  w.base = j.value("base", ordered_json::object());
+  w.matrix = j.value("matrix", ordered_json::object());
+  w.matrices = j.value("matrices", ordered_json::array());
+  w.rows = j.value("rows", ordered_json::array());
+  return w;
+}
+
+/// The sweep's parameter sets: the matrix's product, each of "matrices"' products, then the rows.
+std::vector<ordered_json> expand_sweep(const Sweep& w, const std::string& path, const std::string& whose) {
+  std::vector<ordered_json> params = w.matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(w.base, w.matrix, path);
+  for (const auto& m : w.matrices) {
+    if (!m.is_object() || m.empty())
+      throw formats::FormatError(path, 0, "every entry of " + whose + "\"matrices\" must be a non-empty object");
+    for (auto& p : expand_matrix(w.base, m, path)) params.push_back(std::move(p));
   }
-  if (!matrices.is_array()) throw formats::FormatError(path, 0, "\"matrices\" must be a list of matrix objects");
+  for (const auto& r : w.rows) {
+    ordered_json p = w.base;
+    for (const auto& [k, v] : r.items()) p[k] = v;
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+/// --set KEY=VALUE: into the base (JSON, else a plain string such as cuda), replacing a swept
+/// option too; recorded under the spec's "overrides".
+void apply_overrides(Sweep& w, Spec& s, const std::vector<std::string>& overrides, const std::string& path) {
   for (const auto& kv : overrides) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw formats::FormatError(path, 0, "--set " + kv + ": expected KEY=VALUE");
     const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
     try {
-      base[key] = ordered_json::parse(value);
+      w.base[key] = ordered_json::parse(value);
     } catch (const nlohmann::json::parse_error&) {
-      base[key] = value;  // not JSON: a plain string such as cuda
+      w.base[key] = value;
     }
-    matrix.erase(key);  // an override replaces a swept option too
-    s.raw["overrides"][key] = base[key];
+    w.matrix.erase(key);
+    s.raw["overrides"][key] = w.base[key];
   }
-  if (s.kind == "fixtures") return s;
-  if (s.kind == "script") {
-    // A measurement with a launcher of its own (namespace hosts, a probe binary): the script
-    // measures into the experiment's directory, then makes its table and plots.
-    auto strings = [&](const ordered_json& v, const char* what) {
-      if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_string(); }))
-        throw formats::FormatError(path, 0, std::string("a script spec needs \"") + what + "\": a non-empty list of strings");
-      return v.get<std::vector<std::string>>();
-    };
-    if (!j.contains("script") || !j["script"].is_string()) throw formats::FormatError(path, 0, "a script spec needs a \"script\" path");
-    s.script = j["script"];
-    s.script_args = strings(quick && j.contains("quick") && j["quick"].contains("args") ? j["quick"]["args"] : j.value("args", ordered_json()),
-                            "args");
-    s.report_args = strings(j.value("report_args", ordered_json()), "report_args");
-    return s;  // --set applies to rows; the driver says it does not reach a script
+}
+
+/// A measurement with a launcher of its own (namespace hosts, a probe binary): the script
+/// measures into the experiment's directory, then makes its table and plots. --set applies to
+/// rows; the driver says it does not reach a script.
+void script_spec(Spec& s, const ordered_json& j, bool quick, const std::string& path) {
+  auto strings = [&](const ordered_json& v, const char* what) {
+    if (!v.is_array() || v.empty() || !std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_string(); }))
+      throw formats::FormatError(path, 0, std::string("a script spec needs \"") + what + "\": a non-empty list of strings");
+    return v.get<std::vector<std::string>>();
+  };
+  if (!j.contains("script") || !j["script"].is_string()) throw formats::FormatError(path, 0, "a script spec needs a \"script\" path");
+  s.script = j["script"];
+  s.script_args = strings(quick && j.contains("quick") && j["quick"].contains("args") ? j["quick"]["args"] : j.value("args", ordered_json()),
+                          "args");
+  s.report_args = strings(j.value("report_args", ordered_json()), "report_args");
+}
+
+void sensitivity_spec(Spec& s, const ordered_json& j, bool quick, const Sweep& w, const std::string& path) {
+  if (quick && j.contains("quick"))
+    for (const auto& [k, v] : j["quick"].items()) s.raw[k] = v;
+  if (w.matrix.empty()) throw formats::FormatError(path, 0, "a sensitivity spec needs a \"matrix\"");
+  for (const auto& p : expand_matrix(w.base, w.matrix, path)) {
+    Row row;
+    row.params = p;
+    row.id = row_id(p, w.base);
+    row.ranks = p.value("ranks", 8);
+    s.rows.push_back(std::move(row));
   }
-  if (s.kind == "sensitivity") {
-    if (quick && j.contains("quick"))
-      for (const auto& [k, v] : j["quick"].items()) s.raw[k] = v;
-    if (matrix.empty()) throw formats::FormatError(path, 0, "a sensitivity spec needs a \"matrix\"");
-    for (const auto& p : expand_matrix(base, matrix, path)) {
-      Row row;
-      row.params = p;
-      row.id = row_id(p, base);
-      row.ranks = p.value("ranks", 8);
-      s.rows.push_back(std::move(row));
-    }
-    sensitivity_options(s, path);  // validates now, before anything runs
-    return s;
-  }
-  std::vector<ordered_json> params = matrix.empty() ? std::vector<ordered_json>{} : expand_matrix(base, matrix, path);
-  for (const auto& m : matrices) {
-    if (!m.is_object() || m.empty()) throw formats::FormatError(path, 0, "every entry of \"matrices\" must be a non-empty object");
-    for (auto& p : expand_matrix(base, m, path)) params.push_back(std::move(p));
-  }
-  for (const auto& r : extra) {
-    ordered_json p = base;
-    for (const auto& [k, v] : r.items()) p[k] = v;
-    params.push_back(std::move(p));
-  }
-  std::set<std::string> ids;
-  auto add_row = [&](const ordered_json& p, const ordered_json& from, const std::string& tool, const std::string& prefix = "") {
+  sensitivity_options(s, path);  // validates now, before anything runs
+}
+
+/// Rows of a runs or torch spec, each id once.
+class RowAdder {
+public:
+  RowAdder(Spec& s, const std::string& path) : s_(s), path_(path) {}
+
+  void add(const ordered_json& p, const ordered_json& from, const std::string& tool, const std::string& prefix = "") {
     Row row;
     row.params = p;
     row.tool = tool;
     if (!p.contains("ranks") || !p["ranks"].is_number_integer() || p["ranks"].get<int>() < 1)
-      throw formats::FormatError(path, 0, "every row needs an integer \"ranks\" >= 1");
+      throw formats::FormatError(path_, 0, "every row needs an integer \"ranks\" >= 1");
     row.ranks = p["ranks"];
     row.args = to_args(p);
     if (tool == "sim") row.args.insert(row.args.begin(), {"--ranks", std::to_string(row.ranks)});
     row.id = (tool == "sim" ? "sim-" : "") + prefix + row_id(p, from);
-    if (!ids.insert(row.id).second) throw formats::FormatError(path, 0, "duplicate row " + row.id);
-    s.rows.push_back(std::move(row));
-  };
-  // The sham arm: each row with a fault again with delay 0 (same seed, hence the same hidden
-  // target and cost draws, same settings). Rows that differ only in the delay share one sham.
-  // A straggler's sham is the same run with no straggler (and no scenario): rows that differ only in
-  // the straggler's kind or strength share one.
-  auto add_sham_rows = [&](const std::vector<ordered_json>& rows, const ordered_json& from, const std::string& tool) {
+    if (!ids_.insert(row.id).second) throw formats::FormatError(path_, 0, "duplicate row " + row.id);
+    s_.rows.push_back(std::move(row));
+  }
+
+  /// The sham arm: each row with a fault again with delay 0 (same seed, hence the same hidden
+  /// target and cost draws, same settings). Rows that differ only in the delay share one sham.
+  /// A straggler's sham is the same run with no straggler (and no scenario): rows that differ only
+  /// in the straggler's kind or strength share one.
+  void add_shams(const std::vector<ordered_json>& rows, const ordered_json& from, const std::string& tool) {
     for (const auto& p : rows) {
       const bool straggler = p.contains("straggler");
       if (!straggler && (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate"))) continue;
@@ -784,12 +807,46 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
       }
       sham["_arm"] = "sham";
       const std::string tool_prefix = tool == "sim" ? "sim-" : "";
-      if (ids.count(tool_prefix + "sham-" + row_id(sham, from)) || ids.count(tool_prefix + row_id(sham, from))) continue;
-      add_row(sham, from, tool, "sham-");
+      if (ids_.count(tool_prefix + "sham-" + row_id(sham, from)) || ids_.count(tool_prefix + row_id(sham, from))) continue;
+      add(sham, from, tool, "sham-");
     }
-  };
-  for (const auto& p : params) add_row(p, base, "run");
-  if (s.sham) add_sham_rows(params, base, "run");
+  }
+
+private:
+  Spec& s_;
+  const std::string& path_;
+  std::set<std::string> ids_;
+};
+
+}  // namespace
+
+Spec load_spec(const std::string& path, bool quick, const std::vector<std::string>& overrides) {
+  const ordered_json j = parse_json_file(path);
+  Spec s = spec_header(j, path);
+  Sweep w = sweep_of(j);
+  if (quick && j.contains("quick")) {
+    const auto& q = j["quick"];
+    if (q.contains("base"))
+      for (const auto& [k, v] : q["base"].items()) w.base[k] = v;
+    if (q.contains("matrix")) w.matrix = q["matrix"];
+    w.matrices = q.value("matrices", ordered_json::array());
+    w.rows = q.value("rows", ordered_json::array());
+  }
+  if (!w.matrices.is_array()) throw formats::FormatError(path, 0, "\"matrices\" must be a list of matrix objects");
+  apply_overrides(w, s, overrides, path);
+  if (s.kind == "fixtures") return s;
+  if (s.kind == "script") {
+    script_spec(s, j, quick, path);
+    return s;
+  }
+  if (s.kind == "sensitivity") {
+    sensitivity_spec(s, j, quick, w, path);
+    return s;
+  }
+  RowAdder rows(s, path);
+  const auto params = expand_sweep(w, path, "");
+  for (const auto& p : params) rows.add(p, w.base, "run");
+  if (s.sham) rows.add_shams(params, w.base, "run");
   // "sim": the same sweep shape on model-driven ranks (`sf-testbed sim --json`, no MPI), for
   // rank counts no machine here can launch; its own base, matrix and rows; "quick" may replace it.
   ordered_json sim = j.value("sim", ordered_json());
@@ -797,20 +854,10 @@ Spec load_spec(const std::string& path, bool quick, const std::vector<std::strin
   if (!sim.is_null()) {
     if (s.kind != "runs" || !sim.is_object())
       throw formats::FormatError(path, 0, "\"sim\" must be an object of a \"runs\" spec");
-    const ordered_json sbase = sim.value("base", ordered_json::object());
-    const ordered_json smatrix = sim.value("matrix", ordered_json::object());
-    std::vector<ordered_json> sp = smatrix.empty() ? std::vector<ordered_json>{} : expand_matrix(sbase, smatrix, path);
-    for (const auto& m : sim.value("matrices", ordered_json::array())) {
-      if (!m.is_object() || m.empty()) throw formats::FormatError(path, 0, "every entry of the sim's \"matrices\" must be a non-empty object");
-      for (auto& p : expand_matrix(sbase, m, path)) sp.push_back(std::move(p));
-    }
-    for (const auto& r : sim.value("rows", ordered_json::array())) {
-      ordered_json p = sbase;
-      for (const auto& [k, v] : r.items()) p[k] = v;
-      sp.push_back(std::move(p));
-    }
-    for (const auto& p : sp) add_row(p, sbase, "sim");
-    if (s.sham) add_sham_rows(sp, sbase, "sim");
+    Sweep sw = sweep_of(sim);
+    const auto sp = expand_sweep(sw, path, "the sim's ");
+    for (const auto& p : sp) rows.add(p, sw.base, "sim");
+    if (s.sham) rows.add_shams(sp, sw.base, "sim");
   }
   return s;
 }
@@ -832,20 +879,205 @@ int row_timeout(const DriverOptions& opt, const Spec& spec) {
 }
 }  // namespace
 
-int run(const DriverOptions& opt) {
+namespace {
+
+/// The specs named (or every spec for "all"); false after saying why on stderr.
+bool load_specs(const DriverOptions& opt, std::vector<Spec>& specs) {
   std::vector<std::string> names = opt.names;
   if (names.size() == 1 && names[0] == "all") names = list_specs(opt.specs_dir);
   if (names.empty()) {
     std::fprintf(stderr, "sf-testbed experiment: no experiment specs in %s\n", opt.specs_dir.c_str());
-    return 2;
+    return false;
   }
-  std::vector<Spec> specs;
   try {
     for (const auto& n : names) specs.push_back(load_spec(opt.specs_dir + "/" + n + ".json", opt.quick, opt.overrides));
   } catch (const formats::FormatError& e) {
     std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
-    return 2;
+    return false;
   }
+  return true;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A script experiment: the spec's script measures into `dir`, then makes its table and plots.
+/// {sf}: this binary; {build}: its directory (the probes CTest builds); {out}: the experiment's
+/// directory. A relative script path is relative to the project root. Returns failures (0 or 1).
+int run_script(const DriverOptions& opt, const Spec& spec, const std::string& dir, std::chrono::steady_clock::time_point t0) {
+  const fs::path root = fs::absolute(opt.specs_dir).parent_path().parent_path();
+  fs::path script = spec.script;
+  if (script.is_relative()) script = root / script;
+  auto expand = [&](std::vector<std::string> args) {
+    for (auto& a : args)
+      for (const auto& [key, value] : {std::pair<std::string, std::string>{"{sf}", opt.self},
+                                       {"{build}", fs::path(opt.self).parent_path().string()},
+                                       {"{out}", dir}})
+        for (auto at = a.find(key); at != std::string::npos; at = a.find(key, at + value.size())) a.replace(at, key.size(), value);
+    args.insert(args.begin(), {opt.python, script.string()});
+    return args;
+  };
+  const int timeout_s = row_timeout(opt, spec);
+  if (opt.force) {  // the script keeps finished rows: --force starts it afresh
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  if (!opt.overrides.empty())
+    std::fprintf(stderr, "[%s] --set does not reach a script experiment (its options are the spec's \"args\")\n", spec.name.c_str());
+  std::fprintf(stderr, "[%s] %s (log: %s/log.txt)\n", spec.name.c_str(), script.string().c_str(), dir.c_str());
+  int rc = spawn(expand(spec.script_args), dir + "/log.txt", timeout_s, [] {});
+  if (rc == 0) rc = spawn(expand(spec.report_args), dir + "/report.log", 600, [] {});
+  const double elapsed = seconds_since(t0);
+  if (rc != 0) {
+    std::fprintf(stderr, "[%s] %s (%s), see %s/log.txt and report.log\n", spec.name.c_str(),
+                 rc == -1 ? ("killed at the timeout of " + std::to_string(timeout_s) + " s").c_str() : ("exit " + std::to_string(rc)).c_str(),
+                 hms(elapsed).c_str(), dir.c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(), dir.c_str());
+  return 0;
+}
+
+/// The command of one row: `run` under mpirun, `sim --json`, or a torch spec's trainer launching
+/// its own ranks; "{row_dir}" in a spec value names a file inside the row's directory.
+std::vector<std::string> row_command(const DriverOptions& opt, const Spec& spec, const Row& row, const std::string& rdir) {
+  std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
+  if (row.tool == "sim") cmd = {opt.self, "sim", "--json"};
+  if (spec.kind == "torch") {
+    // A relative trainer path is relative to the project root (specs live in ROOT/experiments/specs).
+    fs::path trainer = spec.raw.value("trainer", "examples/torch_ddp/train.py");
+    if (trainer.is_relative()) trainer = fs::absolute(opt.specs_dir).parent_path().parent_path() / trainer;
+    cmd = {opt.python, trainer.string(), "--nproc-per-node", std::to_string(row.ranks), "--quiet", "--out", rdir};
+  }
+  for (std::string a : row.args) {
+    if (const auto at = a.find("{row_dir}"); at != std::string::npos) a.replace(at, 9, rdir);
+    cmd.push_back(std::move(a));
+  }
+  return cmd;
+}
+
+/// Runs the spec's rows not done yet (all with --force), each in rows/ID under the row timeout,
+/// and summarizes every row's result into csv_rows; a row that left no result is in `failed`.
+void run_rows(const DriverOptions& opt, const Spec& spec, const std::string& dir, std::chrono::steady_clock::time_point t0,
+              std::vector<ordered_json>& csv_rows, std::vector<std::string>& failed) {
+  const bool tty = isatty(2);
+  const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
+  const int row_timeout_s = row_timeout(opt, spec);
+  std::size_t done_now = 0;
+  double spent = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Row& row = spec.rows[i];
+    const std::string rdir = dir + "/rows/" + row.id;
+    const bool sim_row = row.tool == "sim";
+    const std::string result = rdir + (sim_row ? "/sim.json" : spec.kind == "overhead" ? "/overhead.json" : "/run.json");
+    if (opt.force || !fs::exists(result)) {
+      fs::remove_all(rdir);
+      fs::create_directories(rdir);
+      const auto r0 = std::chrono::steady_clock::now();
+      auto tick = [&] {
+        const double per = done_now ? spent / static_cast<double>(done_now) : 0.0;
+        const std::string eta = done_now ? hms(per * static_cast<double>(n - i)) : "?";
+        std::fprintf(stderr, "%s[%s] row %zu/%zu  elapsed %s  eta %s  (%s)%s", tty ? "\r" : "", spec.name.c_str(), i + 1, n,
+                     hms(seconds_since(t0)).c_str(), eta.c_str(), row.id.c_str(), tty ? "   " : "\n");
+      };
+      tick();
+      const int rc = spawn(row_command(opt, spec, row, rdir), rdir + "/log.txt", row_timeout_s,
+                           tty ? std::function<void()>(tick) : [] {}, sim_row ? result : std::string());
+      if (sim_row && rc != 0) fs::remove(result);  // a sim that failed leaves no half line behind
+      spent += seconds_since(r0);
+      ++done_now;
+      // A row whose check failed still has its result: it is data, not a crash.
+      if (!fs::exists(result)) {
+        const std::string why = rc == -1 ? "killed at the row timeout of " + std::to_string(row_timeout_s) +
+                                               " s: --row-timeout, or the spec's \"row_timeout_s\""
+                                         : "exit " + std::to_string(rc);
+        failed.push_back(row.id + " (" + why + ", see " + rdir + "/log.txt)");
+        continue;
+      }
+    } else if (tty) {
+      std::fprintf(stderr, "\r[%s] row %zu/%zu  elapsed %s  (done earlier: %s)   ", spec.name.c_str(), i + 1, n,
+                   hms(seconds_since(t0)).c_str(), row.id.c_str());
+    }
+    try {
+      const auto j = parse_json_file(result);
+      for (auto& r : row.tool == "sim"          ? summarize_sim(j, row, spec)
+                     : spec.kind == "overhead" ? summarize_overhead(j, row, spec)
+                                               : summarize_run(j, row, spec))
+        csv_rows.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      failed.push_back(row.id + " (" + e.what() + ")");
+    }
+  }
+  if (tty && n) std::fprintf(stderr, "\n");
+}
+
+void write_manifest(const DriverOptions& opt, const Spec& spec, const std::string& dir, std::size_t rows,
+                    const std::vector<std::string>& failed, double elapsed) {
+  ordered_json manifest;
+  manifest["experiment"] = spec.name;
+  manifest["title"] = spec.title;
+  manifest["command"] = opt.argv;
+  manifest["commit"] = opt.commit;
+  manifest["date"] = testbed::utc_now();
+  manifest["machine"] = testbed::machine_json();
+  manifest["quick"] = opt.quick;
+  manifest["rows"] = rows;
+  manifest["rows_failed"] = failed;
+  manifest["elapsed_s"] = elapsed;
+  manifest["spec"] = spec.raw;
+  formats::write_file_atomic(dir + "/manifest.json", manifest.dump(2) + "\n");
+}
+
+/// One spec: its rows (or fixtures, sensitivity settings, script), rows.csv, manifest.json, then
+/// the tables and plots from the CSV (matplotlib, Debian's python3; none without a row). Returns
+/// its failures, or -1 for bad input (exit 2).
+int run_spec(const DriverOptions& opt, const Spec& spec) {
+  const std::string dir = opt.out_dir + "/" + spec.name + (opt.tag.empty() ? "" : "-" + opt.tag) + (opt.quick ? "-quick" : "");
+  fs::create_directories(spec.kind == "script" ? dir : dir + "/rows");
+  const auto t0 = std::chrono::steady_clock::now();
+  if (spec.kind == "script") return run_script(opt, spec, dir, t0);
+  std::vector<ordered_json> csv_rows;
+  std::vector<std::string> failed;
+  if (spec.kind == "fixtures") {
+    const auto seed = spec.raw.value("seed", 1);
+    const int windows = opt.quick ? 200 : spec.raw.value("windows", 20000);
+    std::fprintf(stderr, "[%s] computing the §6.1 fixtures and properties in-process\n", spec.name.c_str());
+    csv_rows = fixtures_rows(spec, static_cast<std::uint64_t>(seed), windows, opt.commit);
+  }
+  if (spec.kind == "sensitivity") {
+    std::fprintf(stderr, "[%s] %zu settings through the timeline model in-process\n", spec.name.c_str(), spec.rows.size());
+    try {
+      csv_rows = sensitivity_rows(spec, opt.commit);
+    } catch (const formats::FormatError& e) {
+      std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
+      return -1;
+    }
+  }
+  run_rows(opt, spec, dir, t0, csv_rows, failed);
+  write_csv(dir + "/rows.csv", csv_rows);
+  const double elapsed = seconds_since(t0);
+  write_manifest(opt, spec, dir, spec.kind == "sensitivity" ? csv_rows.size() : spec.rows.size(), failed, elapsed);
+  for (const auto& f : failed) std::fprintf(stderr, "[%s] row failed: %s\n", spec.name.c_str(), f.c_str());
+  int failures = static_cast<int>(failed.size());
+  if (csv_rows.empty()) {
+    std::fprintf(stderr, "[%s] no row finished: no table or plot (rows.csv and manifest.json say so)\n", spec.name.c_str());
+    return failures + 1;
+  }
+  if (const int rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {}); rc != 0) {
+    std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), rc, dir.c_str());
+    return failures + 1;
+  }
+  std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(),
+               dir.c_str());
+  return failures;
+}
+
+}  // namespace
+
+int run(const DriverOptions& opt) {
+  std::vector<Spec> specs;
+  if (!load_specs(opt, specs)) return 2;
   install_row_cleanup();
   // mpirun as root on an oversubscribed 2-core machine (TOOLCHAIN.md); shared memory only.
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
@@ -854,163 +1086,11 @@ int run(const DriverOptions& opt) {
   setenv("OMPI_MCA_pml", "ob1", 0);
   setenv("OMPI_MCA_btl", "self,vader", 0);
   setenv("OMPI_MCA_mtl", "^ofi,psm,psm2", 0);
-
-  const bool tty = isatty(2);
   int failures = 0;
   for (const auto& spec : specs) {
-    const std::string dir = opt.out_dir + "/" + spec.name + (opt.tag.empty() ? "" : "-" + opt.tag) + (opt.quick ? "-quick" : "");
-    fs::create_directories(spec.kind == "script" ? dir : dir + "/rows");
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<ordered_json> csv_rows;
-    std::vector<std::string> failed;
-    if (spec.kind == "script") {
-      // {sf}: this binary; {build}: its directory (the probes CTest builds); {out}: the
-      // experiment's directory. A relative script path is relative to the project root.
-      const fs::path root = fs::absolute(opt.specs_dir).parent_path().parent_path();
-      fs::path script = spec.script;
-      if (script.is_relative()) script = root / script;
-      auto expand = [&](std::vector<std::string> args) {
-        for (auto& a : args)
-          for (const auto& [key, value] : {std::pair<std::string, std::string>{"{sf}", opt.self},
-                                           {"{build}", fs::path(opt.self).parent_path().string()},
-                                           {"{out}", dir}})
-            for (auto at = a.find(key); at != std::string::npos; at = a.find(key, at + value.size())) a.replace(at, key.size(), value);
-        args.insert(args.begin(), {opt.python, script.string()});
-        return args;
-      };
-      const int timeout_s = row_timeout(opt, spec);
-      if (opt.force) {  // the script keeps finished rows: --force starts it afresh
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-      }
-      if (!opt.overrides.empty())
-        std::fprintf(stderr, "[%s] --set does not reach a script experiment (its options are the spec's \"args\")\n", spec.name.c_str());
-      std::fprintf(stderr, "[%s] %s (log: %s/log.txt)\n", spec.name.c_str(), script.string().c_str(), dir.c_str());
-      int rc = spawn(expand(spec.script_args), dir + "/log.txt", timeout_s, [] {});
-      if (rc == 0) rc = spawn(expand(spec.report_args), dir + "/report.log", 600, [] {});
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (rc != 0) {
-        std::fprintf(stderr, "[%s] %s (%s), see %s/log.txt and report.log\n", spec.name.c_str(),
-                     rc == -1 ? ("killed at the timeout of " + std::to_string(timeout_s) + " s").c_str() : ("exit " + std::to_string(rc)).c_str(),
-                     hms(elapsed).c_str(), dir.c_str());
-        ++failures;
-      } else {
-        std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(), dir.c_str());
-      }
-      continue;
-    }
-    if (spec.kind == "fixtures") {
-      const auto seed = spec.raw.value("seed", 1);
-      const int windows = opt.quick ? 200 : spec.raw.value("windows", 20000);
-      std::fprintf(stderr, "[%s] computing the §6.1 fixtures and properties in-process\n", spec.name.c_str());
-      csv_rows = fixtures_rows(spec, static_cast<std::uint64_t>(seed), windows, opt.commit);
-    }
-    if (spec.kind == "sensitivity") {
-      std::fprintf(stderr, "[%s] %zu settings through the timeline model in-process\n", spec.name.c_str(), spec.rows.size());
-      try {
-        csv_rows = sensitivity_rows(spec, opt.commit);
-      } catch (const formats::FormatError& e) {
-        std::fprintf(stderr, "sf-testbed experiment: %s\n", e.what());
-        return 2;
-      }
-    }
-    const std::size_t n = spec.kind == "sensitivity" ? 0 : spec.rows.size();
-    const int row_timeout_s = row_timeout(opt, spec);
-    std::size_t done_now = 0;
-    double spent = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const Row& row = spec.rows[i];
-      const std::string rdir = dir + "/rows/" + row.id;
-      const bool sim_row = row.tool == "sim";
-      const std::string result = rdir + (sim_row ? "/sim.json" : spec.kind == "overhead" ? "/overhead.json" : "/run.json");
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (opt.force || !fs::exists(result)) {
-        fs::remove_all(rdir);
-        fs::create_directories(rdir);
-        std::vector<std::string> cmd{opt.mpirun, "-np", std::to_string(row.ranks), opt.self, "run", "--quiet", "--out", rdir};
-        if (sim_row) cmd = {opt.self, "sim", "--json"};
-        if (spec.kind == "torch") {  // a real PyTorch DDP trainer (sf_torch), launching its own ranks
-          // A relative trainer path is relative to the project root (specs live in ROOT/experiments/specs).
-          fs::path trainer = spec.raw.value("trainer", "examples/torch_ddp/train.py");
-          if (trainer.is_relative()) trainer = fs::absolute(opt.specs_dir).parent_path().parent_path() / trainer;
-          cmd = {opt.python, trainer.string(), "--nproc-per-node", std::to_string(row.ranks), "--quiet", "--out", rdir};
-        }
-        for (std::string a : row.args) {
-          // "{row_dir}" in a spec value names a file inside this row's directory.
-          if (const auto at = a.find("{row_dir}"); at != std::string::npos) a.replace(at, 9, rdir);
-          cmd.push_back(std::move(a));
-        }
-        const auto r0 = std::chrono::steady_clock::now();
-        auto tick = [&] {
-          const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          const double per = done_now ? spent / static_cast<double>(done_now) : 0.0;
-          const std::string eta = done_now ? hms(per * static_cast<double>(n - i)) : "?";
-          std::fprintf(stderr, "%s[%s] row %zu/%zu  elapsed %s  eta %s  (%s)%s", tty ? "\r" : "", spec.name.c_str(), i + 1, n,
-                       hms(now).c_str(), eta.c_str(), row.id.c_str(), tty ? "   " : "\n");
-        };
-        tick();
-        const int rc = spawn(cmd, rdir + "/log.txt", row_timeout_s, tty ? std::function<void()>(tick) : [] {},
-                             sim_row ? result : std::string());
-        if (sim_row && rc != 0) fs::remove(result);  // a sim that failed leaves no half line behind
-        spent += std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
-        ++done_now;
-        if (rc != 0 || !fs::exists(result)) {
-          // A row whose check failed still has its result: it is data, not a crash.
-          if (!fs::exists(result)) {
-            const std::string why = rc == -1 ? "killed at the row timeout of " + std::to_string(row_timeout_s) +
-                                                   " s: --row-timeout, or the spec's \"row_timeout_s\""
-                                             : "exit " + std::to_string(rc);
-            failed.push_back(row.id + " (" + why + ", see " + rdir + "/log.txt)");
-            continue;
-          }
-        }
-      } else if (tty) {
-        std::fprintf(stderr, "\r[%s] row %zu/%zu  elapsed %s  (done earlier: %s)   ", spec.name.c_str(), i + 1, n,
-                     hms(elapsed).c_str(), row.id.c_str());
-      }
-      try {
-        const auto j = parse_json_file(result);
-        for (auto& r : row.tool == "sim"          ? summarize_sim(j, row, spec)
-                       : spec.kind == "overhead" ? summarize_overhead(j, row, spec)
-                                                 : summarize_run(j, row, spec))
-          csv_rows.push_back(std::move(r));
-      } catch (const std::exception& e) {
-        failed.push_back(row.id + " (" + e.what() + ")");
-      }
-    }
-    if (tty && n) std::fprintf(stderr, "\n");
-    write_csv(dir + "/rows.csv", csv_rows);
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ordered_json manifest;
-    manifest["experiment"] = spec.name;
-    manifest["title"] = spec.title;
-    manifest["command"] = opt.argv;
-    manifest["commit"] = opt.commit;
-    manifest["date"] = testbed::utc_now();
-    manifest["machine"] = testbed::machine_json();
-    manifest["quick"] = opt.quick;
-    manifest["rows"] = spec.kind == "sensitivity" ? csv_rows.size() : n;
-    manifest["rows_failed"] = failed;
-    manifest["elapsed_s"] = elapsed;
-    manifest["spec"] = spec.raw;
-    formats::write_file_atomic(dir + "/manifest.json", manifest.dump(2) + "\n");
-    for (const auto& f : failed) std::fprintf(stderr, "[%s] row failed: %s\n", spec.name.c_str(), f.c_str());
-    failures += static_cast<int>(failed.size());
-
-    // Tables and plots from the CSV (matplotlib, Debian's python3); none without a row.
-    if (csv_rows.empty()) {
-      std::fprintf(stderr, "[%s] no row finished: no table or plot (rows.csv and manifest.json say so)\n", spec.name.c_str());
-      ++failures;
-      continue;
-    }
-    const int rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {});
-    if (rc != 0) {
-      std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), rc, dir.c_str());
-      ++failures;
-    } else {
-      std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(),
-                   dir.c_str());
-    }
+    const int f = run_spec(opt, spec);
+    if (f < 0) return 2;
+    failures += f;
   }
   if (!opt.quick && opt.tag.empty()) {
     const int rc = spawn({opt.python, opt.report_script, "--index", opt.out_dir}, opt.out_dir + "/.index.log", 120, [] {});
