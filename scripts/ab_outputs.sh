@@ -38,6 +38,8 @@ corpus() {  # corpus BINARY DIR
   run sim --scenario bwd_compute --ranks 8 --steps 80 --onset 40 --detect --stability-stage nope
   run sim --scenario data_tail --ranks 8 --steps 90 --every 10 --detect --details
   run sim --scenario data_tail --ranks 8 --steps 60 --trace "$F/trace.json" --details
+  run sim --scenario data_tail --ranks 8 --steps 80 --onset 40 --detect --trace "$F/trace_detect.json" --trace-steps 30
+  run sim --scenario bwd_compute --ranks 12 --steps 90 --every 10 --trace "$F/trace_every.json" --trace-ranks 2
   run sim --scenario data_tail --ranks 8 --steps 60 --metrics "$F/m.prom"
   run sim --scenario data_tail --ranks 8 --steps 30 --dump "$F/d.jsonl"
   run sim --scenario data_tail --ranks 64 --steps 30 --threads 1
@@ -51,6 +53,7 @@ corpus() {  # corpus BINARY DIR
   run score examples/section4.jsonl --details
   run score "$F/d.jsonl" --detect --details
   run score "$F/d.jsonl" --detect --json
+  run score "$F/d.jsonl" --detect --trace "$F/score_trace.json"
   run run --help
   run sim --help
   echo "$n"

@@ -21,6 +21,19 @@ constexpr double kUs = 1e6;
 constexpr std::size_t kMaxTimes = 4096;   ///< truth and change steps whose start time is kept
 constexpr std::size_t kMaxRanges = 50;    ///< dropped stretches listed in otherData
 
+/// µs at ns resolution where the ns count is a double, else µs alone: a window holds at most
+/// frontier::kMaxWindowSeconds (1e300 s), and 1e300 s in ns is past the double range (the score
+/// fuzzer drew a 6e299 s stage as inf µs, null in the JSON). Times on the axis stay finite: score
+/// --detect reads its windows as one run under that bound, and sim and run measure theirs.
+double us(double s) {
+  const double ns = s * kUs * 1000;
+  return std::isfinite(ns) ? std::round(ns) / 1000 : s * kUs;
+}
+/// A slice's duration is its rounded end minus its rounded start, both taken from the same sums
+/// its neighbours start from: rounded separately, ts + dur could pass the next slice's ts by a
+/// nanosecond, which strict nesting checks and Perfetto's importer flag as an overlap.
+double dur(double from, double to) { return std::max(0.0, us(to) - us(from)); }
+
 }  // namespace
 
 struct TraceRecorder::State {
@@ -78,6 +91,170 @@ struct TraceRecorder::State {
   void keep_change_time(std::int64_t step, double T) {
     change_T[step] = T;
     while (change_T.size() > kMaxTimes) change_T.erase(change_T.begin());
+  }
+
+  using Kept = std::map<std::int64_t, const StepRec*>;
+  /// The steps kept: those around change points and truth transitions, then the last ones.
+  Kept kept_steps() const {
+    Kept kept;
+    for (const auto& [step, r] : events) kept[step] = &r;
+    const auto want = static_cast<std::size_t>(std::max(1, opt.max_steps));
+    for (auto it = recent.rbegin(); it != recent.rend() && kept.size() < want; ++it) kept.emplace(it->step, &*it);
+    return kept;
+  }
+
+  /// Leaders outside the fixed ranks: shown (at the steps they lead) by advance led, at most
+  /// max_ranks of them; a slice naming any other leader says it is not in the trace.
+  std::set<int> added_leaders(const Kept& kept, std::int64_t& not_shown) const {
+    std::map<int, double> led;
+    for (const auto& [step, r] : kept)
+      for (int s = 0; s < static_cast<int>(r->leader.size()); ++s)
+        if (r->leader[s] >= 0 && !fixed.count(r->leader[s])) led[r->leader[s]] += r->a[s];
+    std::vector<std::pair<double, int>> by_lead;
+    for (const auto& [rank, a] : led) by_lead.emplace_back(-a, rank);
+    std::sort(by_lead.begin(), by_lead.end());
+    std::set<int> leaders;
+    for (std::size_t i = 0; i < by_lead.size() && static_cast<int>(i) < opt.max_ranks; ++i) leaders.insert(by_lead[i].second);
+    not_shown = static_cast<std::int64_t>(by_lead.size() - leaders.size());
+    return leaders;
+  }
+
+  int frontier_pid() const { return world + 1; }  // rank r is pid r + 1; pid 0 is not used
+
+  /// Process and thread names: the frontier's, each fixed rank's, each added leader's.
+  void metadata(ordered_json& ev, const std::set<int>& leaders) const {
+    const int S = schema.size();
+    auto meta = [&](const char* name, int pid, int tid, ordered_json args) {
+      ev.push_back({{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
+    };
+    meta("process_name", frontier_pid(), 0, {{"name", "frontier (F[t,s], leaders)"}});
+    meta("process_sort_index", frontier_pid(), 0, {{"sort_index", -1}});
+    for (int s = 0; s < S; ++s) meta("thread_name", frontier_pid(), s + 1, {{"name", schema.name(s)}});
+    auto process = [&](int r, bool leader_only) {
+      std::string name = "rank " + std::to_string(r);
+      if (const auto it = who.find(r); it != who.end())
+        name += " (local " + std::to_string(it->second.local_rank) + ", " + it->second.hostname + ")";
+      if (leader_only) name += " (leader: only the steps it leads)";
+      meta("process_name", r + 1, 0, {{"name", name}});
+      meta("process_sort_index", r + 1, 0, {{"sort_index", r}});
+      meta("thread_name", r + 1, 0, {{"name", "step"}});
+      meta("thread_sort_index", r + 1, 0, {{"sort_index", 0}});
+      for (int s = 0; s < S; ++s) {
+        meta("thread_name", r + 1, s + 1, {{"name", schema.name(s)}});
+        meta("thread_sort_index", r + 1, s + 1, {{"sort_index", s + 1}});
+      }
+    };
+    for (int r : fixed) process(r, false);
+    for (int r : leaders) process(r, true);
+  }
+
+  /// One kept step: each shown rank's step and stage slices, the frontier's advance slices with
+  /// their leaders, and the exposed step and stage shares as counters.
+  void step_events(ordered_json& ev, const StepRec& r, const std::set<int>& leaders) const {
+    const int S = schema.size();
+    const std::int64_t step = r.step;
+    for (const auto& rr : r.ranks) {
+      if (rr.leader_only && !leaders.count(rr.rank)) continue;
+      double p = 0;
+      for (double v : rr.d) p += v;
+      ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", 0}, {"ts", us(r.T)},
+                    {"dur", dur(r.T, r.T + p)}, {"args", {{"step", step}}}});
+      double off = 0;
+      for (int s = 0; s < S; ++s) {
+        const double next = off + rr.d[s];
+        if (rr.d[s] > 0)
+          ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", s + 1}, {"ts", us(r.T + off)},
+                        {"dur", dur(r.T + off, r.T + next)}, {"args", {{"step", step}}}});
+        off = next;
+      }
+    }
+    double prev = 0;
+    for (int s = 0; s < S; ++s) {
+      const double f = r.f[s], a = r.a[s];
+      if (a > 0) {
+        const int l = r.leader[s];
+        std::string name = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
+        if (l >= 0 && !fixed.count(l) && !leaders.count(l)) name += ", not in trace";
+        ev.push_back({{"name", schema.name(s) + " (" + name + ")"}, {"ph", "X"}, {"pid", frontier_pid()}, {"tid", s + 1},
+                      {"ts", us(r.T + prev)}, {"dur", dur(r.T + prev, r.T + f)},
+                      {"args", {{"step", step}, {"leader", l}, {"advance_ms", a * 1e3}}}});
+      }
+      prev = f;
+    }
+    ev.push_back({{"name", "exposed step (ms)"}, {"ph", "C"}, {"pid", frontier_pid()}, {"ts", us(r.T)},
+                  {"args", {{"F[t,S]", r.F * 1e3}}}});
+    ordered_json shares = ordered_json::object();
+    std::vector<double> g(static_cast<std::size_t>(schema.group_count()), 0.0);
+    for (int s = 0; s < S; ++s) g[schema.group_of(s)] += r.a[s];
+    for (int k = 0; k < schema.group_count(); ++k) shares[schema.groups()[k]] = r.F > 0 ? g[k] / r.F : 0.0;
+    ev.push_back({{"name", "stage shares"}, {"ph", "C"}, {"pid", frontier_pid()}, {"ts", us(r.T)}, {"args", shares}});
+  }
+
+  /// Instants for every change point and truth transition, kept step or not (they are few).
+  void instants(ordered_json& ev, const Kept& kept, const std::vector<detect::ChangePoint>& changes) const {
+    auto instant = [&](std::int64_t step, const std::string& name, ordered_json args, const std::map<std::int64_t, double>& at) {
+      const auto it = at.find(step);
+      if (it == at.end()) return;
+      args["step_in_trace"] = kept.count(step) > 0;
+      ev.push_back({{"name", name}, {"ph", "i"}, {"s", "g"}, {"pid", frontier_pid()}, {"tid", 0}, {"ts", us(it->second)},
+                    {"args", std::move(args)}});
+    };
+    for (const auto& c : changes)
+      instant(c.step, c.direction() > 0 ? "change point (slower)" : "change point (recovery)",
+              {{"step", c.step}, {"detected_at", c.detected_at}, {"rel_change", c.rel_change}}, change_T);
+    if (!plan || !plan->scenario || plan->scenario->site == inject::Site::none) return;
+    const auto& p = *plan;
+    const ordered_json args = {{"scenario", p.scenario->name}, {"stage", p.scenario->stage}, {"ranks", p.ranks},
+                               {"delay_ms", p.delay_ms}, {"every", p.every}};
+    for (const auto& [step, T] : T_at) {
+      if (!truth_step(step)) continue;
+      ordered_json a = args;
+      a["step"] = step;
+      instant(step, step == p.offset ? "truth: fault ends" : "truth: fault injected", std::move(a), T_at);
+    }
+  }
+
+  /// What the trace holds and what it dropped, as stretches of steps.
+  ordered_json other_data(const Kept& kept, const std::set<int>& leaders, std::int64_t not_shown) const {
+    ordered_json ranges = ordered_json::array();
+    // `next` is the first step not yet kept or counted (none once the last 64-bit step id is
+    // kept), so no step arithmetic here leaves the int64 range.
+    std::int64_t dropped = 0, more = 0;
+    std::optional<std::int64_t> next = first_seen;
+    auto gap = [&](std::int64_t lo, std::int64_t hi) {
+      if (hi < lo) return;
+      dropped += (hi - lo) + 1;
+      if (ranges.size() < kMaxRanges) ranges.push_back({lo, hi});
+      else ++more;
+    };
+    for (const auto& [step, r] : kept) {
+      if (next && step > *next) gap(*next, step - 1);
+      next = step < std::numeric_limits<std::int64_t>::max() ? std::optional<std::int64_t>(step + 1) : std::nullopt;
+    }
+    if (next) gap(*next, last_seen);
+    const std::vector<int> leader_list(leaders.begin(), leaders.end());
+    const auto want = static_cast<std::size_t>(std::max(1, opt.max_steps));
+    return {{"schema", "sf.trace/2"},
+            {"alignment", "every rank starts step t at sum_{u<t} F[u,S] over every step seen (the frontier's time "
+                          "axis; dropped steps leave a gap); within a step, a rank's stages are laid end to end "
+                          "from its own recorded durations"},
+            {"selection", "up to " + std::to_string(event_budget) + " steps within " + std::to_string(ctx) +
+                              " steps of each change point and truth transition, then the last steps, " +
+                              std::to_string(want) + " in all (--trace-steps)"},
+            {"steps_in_trace", kept.size()},
+            {"steps_seen", seen},
+            {"steps_in_window", seen},
+            {"first_step_seen", first_seen},
+            {"last_step_seen", last_seen},
+            {"steps_dropped", dropped},
+            {"dropped_ranges", std::move(ranges)},
+            {"dropped_ranges_not_listed", more},
+            {"ranks_in_trace", fixed.size() + leaders.size()},
+            {"leader_ranks_added", leader_list},
+            {"leaders_not_in_trace", not_shown},
+            {"ranks_in_window", world},
+            {"ranks_recorded", ranks_recorded},
+            {"instant_times_dropped", times_dropped}};
   }
 };
 
@@ -188,169 +365,16 @@ ordered_json TraceRecorder::finish(const std::vector<detect::ChangePoint>& chang
     out["otherData"] = {{"schema", "sf.trace/2"}, {"steps_in_trace", 0}, {"steps_seen", 0}};
     return out;
   }
-  const auto& schema = st.schema;
-  const int S = schema.size();
-
-  // The steps kept: those around change points and truth transitions, then the last ones.
-  std::map<std::int64_t, const State::StepRec*> kept;
-  for (const auto& [step, r] : st.events) kept[step] = &r;
-  const auto want = static_cast<std::size_t>(std::max(1, st.opt.max_steps));
-  for (auto it = st.recent.rbegin(); it != st.recent.rend() && kept.size() < want; ++it) kept.emplace(it->step, &*it);
-
-  // Leaders outside the fixed ranks: shown (at the steps they lead) by advance led, at most
-  // max_ranks of them; a slice naming any other leader says it is not in the trace.
-  std::map<int, double> led;
-  for (const auto& [step, r] : kept)
-    for (int s = 0; s < static_cast<int>(r->leader.size()); ++s)
-      if (r->leader[s] >= 0 && !st.fixed.count(r->leader[s])) led[r->leader[s]] += r->a[s];
-  std::vector<std::pair<double, int>> by_lead;
-  for (const auto& [rank, a] : led) by_lead.emplace_back(-a, rank);
-  std::sort(by_lead.begin(), by_lead.end());
-  std::set<int> leaders;
-  for (std::size_t i = 0; i < by_lead.size() && static_cast<int>(i) < st.opt.max_ranks; ++i) leaders.insert(by_lead[i].second);
-  const auto not_shown = static_cast<std::int64_t>(by_lead.size() - leaders.size());
-
-  const int frontier_pid = st.world + 1;  // rank r is pid r + 1; pid 0 is not used
-  auto meta = [&](const char* name, int pid, int tid, ordered_json args) {
-    ev.push_back({{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
-  };
-  meta("process_name", frontier_pid, 0, {{"name", "frontier (F[t,s], leaders)"}});
-  meta("process_sort_index", frontier_pid, 0, {{"sort_index", -1}});
-  for (int s = 0; s < S; ++s) meta("thread_name", frontier_pid, s + 1, {{"name", schema.name(s)}});
-  auto process = [&](int r, bool leader_only) {
-    std::string name = "rank " + std::to_string(r);
-    if (const auto who = st.who.find(r); who != st.who.end())
-      name += " (local " + std::to_string(who->second.local_rank) + ", " + who->second.hostname + ")";
-    if (leader_only) name += " (leader: only the steps it leads)";
-    meta("process_name", r + 1, 0, {{"name", name}});
-    meta("process_sort_index", r + 1, 0, {{"sort_index", r}});
-    meta("thread_name", r + 1, 0, {{"name", "step"}});
-    meta("thread_sort_index", r + 1, 0, {{"sort_index", 0}});
-    for (int s = 0; s < S; ++s) {
-      meta("thread_name", r + 1, s + 1, {{"name", schema.name(s)}});
-      meta("thread_sort_index", r + 1, s + 1, {{"sort_index", s + 1}});
-    }
-  };
-  for (int r : st.fixed) process(r, false);
-  for (int r : leaders) process(r, true);
-
-  // µs at ns resolution where the ns count is a double, else µs alone: a window holds at most
-  // frontier::kMaxWindowSeconds (1e300 s), and 1e300 s in ns is past the double range (the score
-  // fuzzer drew a 6e299 s stage as inf µs, null in the JSON). Times on the axis stay finite: score
-  // --detect reads its windows as one run under that bound, and sim and run measure theirs.
-  auto us = [](double s) {
-    const double ns = s * kUs * 1000;
-    return std::isfinite(ns) ? std::round(ns) / 1000 : s * kUs;
-  };
-  // A slice's duration is its rounded end minus its rounded start, both taken from the same sums
-  // its neighbours start from: rounded separately, ts + dur could pass the next slice's ts by a
-  // nanosecond, which strict nesting checks and Perfetto's importer flag as an overlap.
-  auto dur = [&](double from, double to) { return std::max(0.0, us(to) - us(from)); };
-  for (const auto& [step, rp] : kept) {
-    const auto& r = *rp;
-    if (!r.scored) continue;
-    for (const auto& rr : r.ranks) {
-      if (rr.leader_only && !leaders.count(rr.rank)) continue;
-      double p = 0;
-      for (double v : rr.d) p += v;
-      ev.push_back({{"name", "step " + std::to_string(step)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", 0}, {"ts", us(r.T)},
-                    {"dur", dur(r.T, r.T + p)}, {"args", {{"step", step}}}});
-      double off = 0;
-      for (int s = 0; s < S; ++s) {
-        const double next = off + rr.d[s];
-        if (rr.d[s] > 0)
-          ev.push_back({{"name", schema.name(s)}, {"ph", "X"}, {"pid", rr.rank + 1}, {"tid", s + 1}, {"ts", us(r.T + off)},
-                        {"dur", dur(r.T + off, r.T + next)}, {"args", {{"step", step}}}});
-        off = next;
-      }
-    }
-    double prev = 0;
-    for (int s = 0; s < S; ++s) {
-      const double f = r.f[s], a = r.a[s];
-      if (a > 0) {
-        const int l = r.leader[s];
-        std::string who = l >= 0 ? "rank " + std::to_string(l) : l == frontier::Accounting::kTie ? "tie" : "none";
-        if (l >= 0 && !st.fixed.count(l) && !leaders.count(l)) who += ", not in trace";
-        ev.push_back({{"name", schema.name(s) + " (" + who + ")"}, {"ph", "X"}, {"pid", frontier_pid}, {"tid", s + 1},
-                      {"ts", us(r.T + prev)}, {"dur", dur(r.T + prev, r.T + f)},
-                      {"args", {{"step", step}, {"leader", l}, {"advance_ms", a * 1e3}}}});
-      }
-      prev = f;
-    }
-    ev.push_back({{"name", "exposed step (ms)"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(r.T)},
-                  {"args", {{"F[t,S]", r.F * 1e3}}}});
-    ordered_json shares = ordered_json::object();
-    std::vector<double> g(static_cast<std::size_t>(schema.group_count()), 0.0);
-    for (int s = 0; s < S; ++s) g[schema.group_of(s)] += r.a[s];
-    for (int k = 0; k < schema.group_count(); ++k) shares[schema.groups()[k]] = r.F > 0 ? g[k] / r.F : 0.0;
-    ev.push_back({{"name", "stage shares"}, {"ph", "C"}, {"pid", frontier_pid}, {"ts", us(r.T)}, {"args", shares}});
-  }
-
-  // Instants for every change point and truth transition, kept step or not (they are few).
-  auto instant = [&](std::int64_t step, const std::string& name, ordered_json args, const std::map<std::int64_t, double>& at) {
-    const auto it = at.find(step);
-    if (it == at.end()) return;
-    args["step_in_trace"] = kept.count(step) > 0;
-    ev.push_back({{"name", name}, {"ph", "i"}, {"s", "g"}, {"pid", frontier_pid}, {"tid", 0}, {"ts", us(it->second)},
-                  {"args", std::move(args)}});
-  };
-  for (const auto& c : changes)
-    instant(c.step, c.direction() > 0 ? "change point (slower)" : "change point (recovery)",
-            {{"step", c.step}, {"detected_at", c.detected_at}, {"rel_change", c.rel_change}}, st.change_T);
-  if (st.plan && st.plan->scenario && st.plan->scenario->site != inject::Site::none) {
-    const auto& p = *st.plan;
-    const ordered_json args = {{"scenario", p.scenario->name}, {"stage", p.scenario->stage}, {"ranks", p.ranks},
-                               {"delay_ms", p.delay_ms}, {"every", p.every}};
-    for (const auto& [step, T] : st.T_at) {
-      if (!st.truth_step(step)) continue;
-      ordered_json a = args;
-      a["step"] = step;
-      instant(step, step == p.offset ? "truth: fault ends" : "truth: fault injected", std::move(a), st.T_at);
-    }
-  }
-
-  // What was dropped, as stretches of steps.
-  ordered_json ranges = ordered_json::array();
-  // `next` is the first step not yet kept or counted (none once the last 64-bit step id is
-  // kept), so no step arithmetic here leaves the int64 range.
-  std::int64_t dropped = 0, more = 0;
-  std::optional<std::int64_t> next = st.first_seen;
-  auto gap = [&](std::int64_t lo, std::int64_t hi) {
-    if (hi < lo) return;
-    dropped += (hi - lo) + 1;
-    if (ranges.size() < kMaxRanges) ranges.push_back({lo, hi});
-    else ++more;
-  };
-  for (const auto& [step, r] : kept) {
-    if (next && step > *next) gap(*next, step - 1);
-    next = step < std::numeric_limits<std::int64_t>::max() ? std::optional<std::int64_t>(step + 1) : std::nullopt;
-  }
-  if (next) gap(*next, st.last_seen);
-  std::vector<int> leader_list(leaders.begin(), leaders.end());
-
+  const auto kept = st.kept_steps();
+  std::int64_t not_shown = 0;
+  const std::set<int> leaders = st.added_leaders(kept, not_shown);
+  st.metadata(ev, leaders);
+  for (const auto& [step, rp] : kept)
+    if (rp->scored) st.step_events(ev, *rp, leaders);
+  st.instants(ev, kept, changes);
   out["traceEvents"] = std::move(ev);
   out["displayTimeUnit"] = "ms";
-  out["otherData"] = {{"schema", "sf.trace/2"},
-                      {"alignment", "every rank starts step t at sum_{u<t} F[u,S] over every step seen (the frontier's time "
-                                    "axis; dropped steps leave a gap); within a step, a rank's stages are laid end to end "
-                                    "from its own recorded durations"},
-                      {"selection", "up to " + std::to_string(st.event_budget) + " steps within " + std::to_string(st.ctx) +
-                                        " steps of each change point and truth transition, then the last steps, " +
-                                        std::to_string(want) + " in all (--trace-steps)"},
-                      {"steps_in_trace", kept.size()},
-                      {"steps_seen", st.seen},
-                      {"steps_in_window", st.seen},
-                      {"first_step_seen", st.first_seen},
-                      {"last_step_seen", st.last_seen},
-                      {"steps_dropped", dropped},
-                      {"dropped_ranges", std::move(ranges)},
-                      {"dropped_ranges_not_listed", more},
-                      {"ranks_in_trace", st.fixed.size() + leaders.size()},
-                      {"leader_ranks_added", leader_list},
-                      {"leaders_not_in_trace", not_shown},
-                      {"ranks_in_window", st.world},
-                      {"ranks_recorded", st.ranks_recorded},
-                      {"instant_times_dropped", st.times_dropped}};
+  out["otherData"] = st.other_data(kept, leaders, not_shown);
   return out;
 }
 
