@@ -255,6 +255,20 @@ private:
   void fill_standing(Standing& out, const double* sum, const double* sq, const int* n_of) const;
   /// e's rank_excess, cohort_own_median_s and cohort_own_spread_s from the own-work sums.
   void cohort_excess(Evidence& e) const;
+  // finish()'s steps, in its order.
+  /// Shares (eq. 2) with the small-denominator floor, static gain, routing set, share order, baselines.
+  void finish_shares(Evidence& e) const;
+  /// Step-to-step spreads of the advances, the exposed step and the lag increments.
+  void finish_spreads(Evidence& e) const;
+  /// Lag and gap means, the leaders with their credit, leader switches and confident leaders.
+  void finish_leaders(Evidence& e, SideEvidence& side) const;
+  /// The forward-event side channel: per-rank medians, the largest rank and its cohort.
+  void finish_events(Evidence& e, SideEvidence& side) const;
+  /// Telemetry facts: closure residual and overlap shares, missing ranks and records.
+  void finish_telemetry(Evidence& e) const;
+  /// Per-rank side facts the labeler reads: wait groups, sync waits, forward CPU, the residual
+  /// counterfactual of the top group.
+  void finish_side(Evidence& e, SideEvidence& side) const;
   /// Adds x to rank r's credit in group g, listing r the first time its credit turns > 0.
   void credit(int g, int r, double x) {
     double& c = credit_[static_cast<std::size_t>(g) * world_ + r];

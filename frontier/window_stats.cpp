@@ -977,7 +977,19 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.gain_baseline = cfg_.gain_baseline;
   if (!exposed_.empty()) e.median_step_s = exposed_.median();
   e.medians_exact = exposed_.exact();
+  finish_shares(e);
+  finish_spreads(e);
+  cohort_excess(e);
+  standings(e);
+  e.arrivals = arrivals_;
+  finish_leaders(e, side);
+  finish_events(e, side);
+  finish_telemetry(e);
+  finish_side(e, side);
+  return out;
+}
 
+void WindowStats::finish_shares(Evidence& e) const {
   // Shares (eq. 2) with the small-denominator floor, routing set and share order.
   e.shares_valid = steps_ > 0 && denom_ >= cfg_.share_floor_s;
   e.advances_s = adv_;
@@ -992,7 +1004,9 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.share_order = ranked.order;
   e.routing_set = ranked.candidates;
   e.baselines = base_.finish(cfg_.tau_c);
+}
 
+void WindowStats::finish_spreads(Evidence& e) const {
   e.advance_sd_s.assign(G_, 0.0);
   for (int g = 0; g < G_; ++g) e.advance_sd_s[g] = adv_spread_[g].sd();
   e.exposed_sd_s = exposed_spread_.sd();
@@ -1001,9 +1015,9 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   e.advance_robust_sd_s.assign(G_, -1.0);
   for (int g = 0; g < G_; ++g) e.advance_robust_sd_s[g] = adv_keep_[g].robust_sd();
   e.exposed_robust_sd_s = exposed_.robust_sd();
-  cohort_excess(e);
-  standings(e);
-  e.arrivals = arrivals_;
+}
+
+void WindowStats::finish_leaders(Evidence& e, SideEvidence& side) const {
   e.lag_mean_s.assign(G_, 0.0);
   e.lag_increment_mean_s.assign(G_, 0.0);
   e.gap_mean_s.assign(G_, 0.0);
@@ -1039,7 +1053,9 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     e.confident_leaders[schema_.group_of(s)] += conf_n_[s];
     if (conf_n_[s] > 1) side.switch_chances[schema_.group_of(s)] += conf_n_[s] - 1;
   }
+}
 
+void WindowStats::finish_events(Evidence& e, SideEvidence& side) const {
   // Forward-event side channel summary.
   e.events.sampled = ev_sampled_;
   e.events.ready = ev_ready_;
@@ -1069,7 +1085,9 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     if (ev_slot_[r] != 0 && r != e.events.max_rank) others.push_back(rank_medians[r]);
   if (!others.empty()) e.events.cohort_median_s = median_inplace(others);
   else if (e.events.max_rank >= 0) e.events.cohort_median_s = e.events.max_rank_median_s;
+}
 
+void WindowStats::finish_telemetry(Evidence& e) const {
   // Telemetry facts.
   e.has_wall = has_wall_;
   // Shares of the recorded step time Σ max(w, Σd) = Σ (w + o), never of Σ w alone: a present
@@ -1098,7 +1116,10 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
   }
   if (gaps) missing(next, declared_world_ - 1);
   e.missing_records = missing_records_;
+}
 
+void WindowStats::finish_side(Evidence& e, SideEvidence& side) const {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   // Per-rank side facts the labeler reads.
   side.ranks = world_;
   side.rank_ids = rank_ids_;
@@ -1127,7 +1148,6 @@ WindowSummary WindowStats::finish(std::int64_t first_step, std::int64_t last_ste
     side.residual_shares.assign(G_, 0.0);
     for (int h = 0; h < G_; ++h) side.residual_shares[h] = cf_adv_[static_cast<std::size_t>(s1) * G_ + h] / cf_denom_[s1];
   }
-  return out;
 }
 
 
