@@ -28,6 +28,33 @@ std::int64_t resident_kb() {
 /// Steps back from a window's last step whose packets are kept for change points confirmed late.
 constexpr std::int64_t kRecentPacketSteps = 64;
 
+namespace {
+
+/// The window's line in the run's table: its steps, median step, top stage and the diagnosis.
+std::string window_line(const frontier::Evidence& e, int index) {
+  const int top = e.share_order.empty() ? -1 : e.share_order[0];
+  const auto& d = e.diagnosis;
+  std::string diag = !d.significant() ? std::string("no significant change")
+                     : d.common ? "common slowdown: " + e.group_name(d.group) + frontier::strprintf(" %+.1f ms", d.excess_s * 1e3)
+                                : (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string()) + e.group_name(d.group) +
+                                      frontier::strprintf(" %+.1f ms", d.excess_s * 1e3);
+  if (d.significant()) {
+    diag += frontier::strprintf(" (confidence %.2f", d.confidence);
+    if (d.culprits.size() > 1) diag += frontier::strprintf("; %zu culprits", d.culprits.size());
+    diag += ")";
+    if (e.whatif.gains()) diag += frontier::strprintf("; fixing it: %+.1f ms/step", (e.whatif.all_healed_s - e.whatif.actual_s) * 1e3);
+  }
+  std::string line = frontier::strprintf("  %5d %7lld..%-7lld %9.1f  %-26s %6s  %s", index,
+                                         static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
+                                         e.median_step_s * 1e3, top >= 0 ? e.group_name(top).c_str() : "-",
+                                         top >= 0 && e.shares_valid ? frontier::strprintf("%.3f", e.shares[top]).c_str() : "-",
+                                         diag.c_str());
+  if (!e.gather_ok) line += "  (gather failed)";
+  return line;
+}
+
+}  // namespace
+
 struct Rank0Windows::Impl {
   Rank0Windows::Observer observer;
   const RunConfig& cfg;
@@ -133,6 +160,85 @@ struct Rank0Windows::Impl {
     }
   }
 
+  /// Change points go into the packet of the window that holds their step: this one (pj), or
+  /// one of the last few (rewritten).
+  void place_changes(const std::vector<ConfirmedChange>& changes, nlohmann::ordered_json& pj, std::int64_t first,
+                     std::int64_t last) {
+    for (const auto& c : changes) {
+      if (c.change.step >= first && c.change.step <= last) {
+        pj["change_points"].push_back(c.json);
+        continue;
+      }
+      for (auto& r : recent)
+        if (c.change.step >= r.first && c.change.step <= r.last) {
+          r.packet["change_points"].push_back(c.json);
+          try {
+            formats::write_file_atomic(r.path, r.packet.dump() + "\n");
+          } catch (const std::exception& ex) {
+            fail(ex.what());
+          }
+        }
+    }
+  }
+  /// The first kHeadLines window lines and the last kTailLines (the ones between counted).
+  void keep_line(std::string line) {
+    if (head_lines.size() < kHeadLines) {
+      head_lines.push_back(std::move(line));
+      return;
+    }
+    tail_lines.push_back(std::move(line));
+    if (tail_lines.size() > kTailLines) {
+      tail_lines.pop_front();
+      ++lines_left_out;
+    }
+  }
+  /// --out: the window's packet and its windows.jsonl line. A packet that cannot be written is
+  /// named in its summary line (and ends the run with exit 2 once the workload finished); the
+  /// window is still scored and counted.
+  void write_packet(nlohmann::ordered_json pj, const std::string& packet, int index, std::int64_t first, std::int64_t last) {
+    if (cfg.out_dir.empty()) return;
+    char name[32];
+    std::snprintf(name, sizeof name, "/window_%03d.json", index);
+    std::string packet_error;
+    try {
+      formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
+    } catch (const std::exception& ex) {
+      packet_error = ex.what();
+      fail(packet_error);
+    }
+    write(summaries, window_summary(pj, index, packet_error).dump() + "\n", cfg.out_dir + "/windows.jsonl");
+    if (observer) {
+      // A change is confirmed at most a few dozen steps after its step (docs/detect.md).
+      recent.push_back({first, last, cfg.out_dir + name, std::move(pj)});
+      while (!recent.empty() && recent.front().last < last - kRecentPacketSteps) recent.pop_front();
+    }
+  }
+  /// Telemetry of telemetry: a metrics file that cannot be written is said once (finish()),
+  /// never fatal, and not retried every window.
+  void write_metrics(const frontier::Evidence& e) {
+    if (cfg.metrics_file.empty() || metrics_failed) return;
+    formats::MetricsState ms{"run", count, steps_scored, cfg.detect ? change_points : -1, gather_failures};
+    try {
+      formats::write_file_atomic(cfg.metrics_file, formats::metrics_text(e, ms));
+    } catch (const std::exception& ex) {
+      metrics_failed = true;
+      fail(std::string("--metrics: ") + ex.what());
+    }
+  }
+  /// How the window reached rank 0: messages, bytes and the latency from its close to now.
+  void count_gather(const formats::Window& w, std::int64_t now_ns) {
+    if (w.gather.mode.empty()) return;
+    gather_mode = w.gather.mode;
+    gather_nodes = w.gather.nodes;
+    ++gathered;
+    gather_messages += w.gather.messages;
+    gather_bytes += w.gather.bytes;
+    if (w.gather.closed_ns > 0) {
+      const double lat = static_cast<double>(now_ns - w.gather.closed_ns) * 1e-9;
+      latency_sum_s += lat;
+      latency_max_s = std::max(latency_max_s, lat);
+    }
+  }
   void sample_rss(int index) {
     const std::int64_t kb = resident_kb();
     if (count == 1) rss_first = kb;
@@ -172,14 +278,12 @@ const std::vector<formats::Window>& Rank0Windows::kept() const { return impl_->k
 void Rank0Windows::add(formats::Window&& win, int index) {
   auto& im = *impl_;
   const std::int64_t t0 = inject::monotonic_ns();
-  const auto& cfg = im.cfg;
   const auto wp = std::make_shared<const formats::Window>(std::move(win));
   const auto& w = *wp;
-  auto e = frontier::evaluate(w.matrix, cfg.label, w.telemetry);
+  auto e = frontier::evaluate(w.matrix, im.cfg.label, w.telemetry);
   if (im.reference) apply_reference(e, *im.reference);
   Notes notes;
   if (im.observer) notes = im.observer(wp, e, index);
-  const auto& changes = notes.changes;
   auto pj = formats::evidence_to_json(e, w.ranks);
   // The window's culprit stability, as run.json's per-window record (and the class so far).
   if (!notes.stability.is_null()) pj["culprit_stability"] = std::move(notes.stability);
@@ -187,113 +291,29 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   if (!w.gather.mode.empty())
     pj["gather"] = {{"mode", w.gather.mode}, {"nodes", w.gather.nodes}, {"messages", w.gather.messages}, {"bytes", w.gather.bytes}};
   const std::int64_t first = w.matrix.first_step(), last = w.matrix.first_step() + (w.matrix.steps() - 1);
-  // Change points go into the packet of the window that holds their step: this one, or one of
-  // the last few (rewritten).
-  for (const auto& c : changes) {
-    if (c.change.step >= first && c.change.step <= last) {
-      pj["change_points"].push_back(c.json);
-      continue;
-    }
-    for (auto& r : im.recent)
-      if (c.change.step >= r.first && c.change.step <= r.last) {
-        r.packet["change_points"].push_back(c.json);
-        try {
-          formats::write_file_atomic(r.path, r.packet.dump() + "\n");
-        } catch (const std::exception& ex) {
-          im.fail(ex.what());
-        }
-      }
-  }
-  {
-    // The window's line in the run's table.
-    const int top = e.share_order.empty() ? -1 : e.share_order[0];
-    const auto& d = e.diagnosis;
-    std::string diag = !d.significant() ? std::string("no significant change")
-                       : d.common ? "common slowdown: " + e.group_name(d.group) + frontier::strprintf(" %+.1f ms", d.excess_s * 1e3)
-                                  : (d.rank >= 0 ? "rank " + std::to_string(d.rank) + " " : std::string()) + e.group_name(d.group) +
-                                        frontier::strprintf(" %+.1f ms", d.excess_s * 1e3);
-    if (d.significant()) {
-      diag += frontier::strprintf(" (confidence %.2f", d.confidence);
-      if (d.culprits.size() > 1) diag += frontier::strprintf("; %zu culprits", d.culprits.size());
-      diag += ")";
-      if (e.whatif.gains()) diag += frontier::strprintf("; fixing it: %+.1f ms/step", (e.whatif.all_healed_s - e.whatif.actual_s) * 1e3);
-    }
-    std::string line = frontier::strprintf("  %5d %7lld..%-7lld %9.1f  %-26s %6s  %s", index,
-                                           static_cast<long long>(e.first_step), static_cast<long long>(e.last_step),
-                                           e.median_step_s * 1e3, top >= 0 ? e.group_name(top).c_str() : "-",
-                                           top >= 0 && e.shares_valid ? frontier::strprintf("%.3f", e.shares[top]).c_str() : "-",
-                                           diag.c_str());
-    if (!e.gather_ok) line += "  (gather failed)";
-    if (im.head_lines.size() < kHeadLines) {
-      im.head_lines.push_back(std::move(line));
-    } else {
-      im.tail_lines.push_back(std::move(line));
-      if (im.tail_lines.size() > kTailLines) {
-        im.tail_lines.pop_front();
-        ++im.lines_left_out;
-      }
-    }
-  }
+  im.place_changes(notes.changes, pj, first, last);
+  im.keep_line(window_line(e, index));
   const std::string packet = pj.dump();
   if (im.count == 0) {
     im.first_packet = packet.size();
     im.ranks = w.ranks;
   }
   ++im.count;
-  if (!cfg.out_dir.empty()) {
-    char name[32];
-    std::snprintf(name, sizeof name, "/window_%03d.json", index);
-    // A packet that cannot be written is named in its summary line (and ends the run with exit 2
-    // once the workload finished); the window is still scored and counted.
-    std::string packet_error;
-    try {
-      formats::write_file_atomic(cfg.out_dir + name, packet + "\n");
-    } catch (const std::exception& ex) {
-      packet_error = ex.what();
-      im.fail(packet_error);
-    }
-    im.write(im.summaries, window_summary(pj, index, packet_error).dump() + "\n", cfg.out_dir + "/windows.jsonl");
-    if (im.observer) {
-      // A change is confirmed at most a few dozen steps after its step (docs/detect.md).
-      im.recent.push_back({first, last, cfg.out_dir + name, std::move(pj)});
-      while (!im.recent.empty() && im.recent.front().last < last - kRecentPacketSteps) im.recent.pop_front();
-    }
-  }
+  im.write_packet(std::move(pj), packet, index, first, last);
   im.steps_scored += e.steps;
   im.gather_failures += e.gather_ok ? 0 : 1;
-  im.change_points += static_cast<std::int64_t>(changes.size());
-  if (!cfg.metrics_file.empty() && !im.metrics_failed) {
-    // Telemetry of telemetry: a metrics file that cannot be written is said once (finish()),
-    // never fatal, and not retried every window.
-    formats::MetricsState ms{"run", im.count, im.steps_scored, cfg.detect ? im.change_points : -1, im.gather_failures};
-    try {
-      formats::write_file_atomic(cfg.metrics_file, formats::metrics_text(e, ms));
-    } catch (const std::exception& ex) {
-      im.metrics_failed = true;
-      im.fail(std::string("--metrics: ") + ex.what());
-    }
-  }
+  im.change_points += static_cast<std::int64_t>(notes.changes.size());
+  im.write_metrics(e);
   if (im.dump.is_open()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
-    im.write(im.dump, out.str(), cfg.dump);
+    im.write(im.dump, out.str(), im.cfg.dump);
   }
   if (keeps_windows()) im.kept.push_back(w);
   else im.accumulate(w);
   const std::int64_t t1 = inject::monotonic_ns();
   im.scoring_s += static_cast<double>(t1 - t0) * 1e-9;
-  if (!w.gather.mode.empty()) {
-    im.gather_mode = w.gather.mode;
-    im.gather_nodes = w.gather.nodes;
-    ++im.gathered;
-    im.gather_messages += w.gather.messages;
-    im.gather_bytes += w.gather.bytes;
-    if (w.gather.closed_ns > 0) {
-      const double lat = static_cast<double>(t1 - w.gather.closed_ns) * 1e-9;
-      im.latency_sum_s += lat;
-      im.latency_max_s = std::max(im.latency_max_s, lat);
-    }
-  }
+  im.count_gather(w, t1);
   im.sample_rss(index);
 }
 
