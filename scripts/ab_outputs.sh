@@ -43,6 +43,8 @@ corpus() {  # corpus BINARY DIR
   run sim --scenario data_tail --ranks 8 --steps 60 --metrics "$F/m.prom"
   run sim --scenario data_tail --ranks 8 --steps 30 --dump "$F/d.jsonl"
   run sim --scenario data_tail --ranks 64 --steps 30 --threads 1
+  run sim --scenario bwd_compute --ranks 3001 --steps 20 --sync-mode single --json
+  run sim --scenario callback_sync_tail --ranks 700 --steps 20 --json
   run sim --scenario data_tail --ranks 16 --steps 30 --reference-seed 7 --details
   run sim --scenario data_tail --ranks 16 --steps 30 --independent-reference --json
   run sim --scenario data_tail --ranks 16 --steps 30 --targets 3 --details
