@@ -106,25 +106,27 @@ void note_step(PendingWindow& pw, std::int64_t step, const std::string& file, st
 
 /// Turns a file window into Windows of opt.window_steps steps each (one when 0). Memory beyond
 /// the dense matrices is proportional to the records (no table over the declared span).
-void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions& opt, std::vector<Window>& out) {
-  const auto& lim = opt.limits;
-  const int k = static_cast<int>(pw.stages.size());
-  bool has_wall = !pw.records.empty() && pw.records.front().has_wall;
+/// The window's schema: every record with a wall or none.
+StageSchema window_schema(const PendingWindow& pw, const std::string& file) {
+  const bool has_wall = !pw.records.empty() && pw.records.front().has_wall;
   for (const auto& rec : pw.records)
     if (rec.has_wall != has_wall)
       throw FormatError(file, rec.line,
                         rec.has_wall ? "record has \"wall\" but earlier records of this window do not; expected all or none"
                                      : "record has no \"wall\" but earlier records of this window do; expected all or none");
-  StageSchema schema;
   try {
-    schema = StageSchema(pw.stages, has_wall, pw.accumulation);
+    return StageSchema(pw.stages, has_wall, pw.accumulation);
   } catch (const std::invalid_argument& e) {
     throw FormatError(file, pw.header_line, std::string("bad header: ") + e.what());
   }
-  // The window's span: declared (checked against the limits and INT64_MAX at the header), else
-  // the records' own min..max: `total` steps.
-  std::int64_t first = 0;
-  std::uint64_t total = 0;
+}
+
+/// The window's span: declared (checked against the limits and INT64_MAX at the header), else the
+/// records' own min..max: `total` steps from `first`.
+void window_span(const PendingWindow& pw, const std::string& file, const ReadLimits& lim, std::int64_t& first,
+                 std::uint64_t& total) {
+  first = 0;
+  total = 0;
   if (pw.span_first) {
     first = *pw.span_first;
     total = static_cast<std::uint64_t>(*pw.span_steps);
@@ -142,62 +144,103 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
   if (total > static_cast<std::uint64_t>(lim.max_window_steps))
     throw FormatError(file, pw.header_line,
                       too_many_steps(pw.span_first ? std::to_string(total) : span_text(first, pw.max_step), lim));
-  // Rank layout: the ranks that have records. When some of the world's ranks have none, the
-  // matrix is sparse (one column per rank with records): memory follows the records present, and
-  // the absent ranks are reported as missing ranges. A declared window without records keeps one
-  // column, which no step scores.
+}
+
+/// Rank layout: the ranks that have records. When some of the world's ranks have none, the
+/// matrix is sparse (one column per rank with records): memory follows the records present, and
+/// the absent ranks are reported as missing ranges. A declared window without records keeps one
+/// column, which no step scores. Sets each record's column; returns the rank ids of the columns.
+std::vector<int> window_columns(PendingWindow& pw) {
   std::vector<int> ids;
   ids.reserve(pw.records.size());
   for (const auto& rec : pw.records) ids.push_back(rec.rank);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   if (ids.empty()) ids.push_back(0);
-  const int columns = static_cast<int>(ids.size());
-  const bool sparse = columns < pw.world;
+  const bool sparse = static_cast<int>(ids.size()) < pw.world;
   for (auto& rec : pw.records)
     rec.column = sparse ? static_cast<int>(std::lower_bound(ids.begin(), ids.end(), rec.rank) - ids.begin()) : rec.rank;
+  return ids;
+}
+
+/// Records grouped by step: a stable counting sort (line order within a step). `start[t]..start[t+1]`
+/// index `order` for step first + t.
+void group_by_step(const PendingWindow& pw, std::int64_t first, std::size_t n_steps, std::vector<std::size_t>& start,
+                   std::vector<std::size_t>& order) {
+  auto at = [&](const Pending& rec) {
+    return static_cast<std::size_t>(static_cast<std::uint64_t>(rec.step) - static_cast<std::uint64_t>(first));
+  };
+  start.assign(n_steps + 1, 0);
+  for (const auto& rec : pw.records) ++start[at(rec) + 1];
+  for (std::size_t t = 0; t < n_steps; ++t) start[t + 1] += start[t];
+  order.assign(pw.records.size(), 0);
+  std::vector<std::size_t> fill(start.begin(), start.end() - 1);
+  for (std::size_t i = 0; i < pw.records.size(); ++i) order[fill[at(pw.records[i])]++] = i;
+}
+
+/// The duplicate (step, rank) whose second line comes first, as a reader going down the file
+/// meets it: refused.
+void refuse_duplicates(const PendingWindow& pw, const std::string& file, std::size_t columns,
+                       const std::vector<std::size_t>& start, const std::vector<std::size_t>& order) {
+  std::vector<std::size_t> stamp(columns, SIZE_MAX);
+  std::vector<std::int64_t> first_line(columns, 0);
+  const Pending* dup = nullptr;
+  std::int64_t dup_first = 0;
+  for (std::size_t t = 0; t + 1 < start.size(); ++t)
+    for (std::size_t i = start[t]; i < start[t + 1]; ++i) {
+      const Pending& rec = pw.records[order[i]];
+      if (stamp[rec.column] == t) {
+        if (!dup || rec.line < dup->line) {
+          dup = &rec;
+          dup_first = first_line[rec.column];
+        }
+      } else {
+        stamp[rec.column] = t;
+        first_line[rec.column] = rec.line;
+      }
+    }
+  if (dup)
+    throw FormatError(file, dup->line,
+                      "duplicate record for (step " + std::to_string(dup->step) + ", rank " + std::to_string(dup->rank) +
+                          "), first seen at line " + std::to_string(dup_first) + "; expected one record per (step, rank)");
+}
+
+/// One record into row `ti` of the window's matrix.
+void set_record(Window& w, const PendingWindow& pw, const Pending& rec, int ti, int k, const std::string& file) {
+  try {
+    w.matrix.set_record(ti, rec.column, std::span<const double>(pw.values.data() + rec.offset, k),
+                        rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
+    if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.column, rec.event, rec.event_s);
+    if (!std::isnan(rec.cpu_wait)) w.matrix.set_cpu_wait(ti, rec.column, rec.cpu_wait);
+    if (rec.sync_offset >= 0)
+      for (int s = 0; s < k; ++s) {
+        const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
+        if (!std::isnan(v)) w.matrix.set_sync_wait(ti, rec.column, s, v);
+      }
+  } catch (const std::invalid_argument& e) {
+    throw FormatError(file, rec.line, e.what());
+  }
+}
+
+void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions& opt, std::vector<Window>& out) {
+  const auto& lim = opt.limits;
+  const int k = static_cast<int>(pw.stages.size());
+  const StageSchema schema = window_schema(pw, file);
+  std::int64_t first = 0;
+  std::uint64_t total = 0;
+  window_span(pw, file, lim, first, total);
+  const std::vector<int> ids = window_columns(pw);
+  const int columns = static_cast<int>(ids.size());
+  const bool sparse = columns < pw.world;
   if (!values_fit(total, columns, schema.size(), lim))
     throw FormatError(file, pw.header_line,
                       "window of " + std::to_string(total) + " steps x " + std::to_string(columns) + " ranks x " +
                           std::to_string(schema.size()) + " stages is above the limit of " + std::to_string(lim.max_values) +
                           " values; expected a smaller window (raise the limit with --max-values)");
-
-  // Records grouped by step (a stable counting sort: line order within a step), then the
-  // duplicate (step, rank) whose second line comes first, as a reader going down the file meets it.
-  const auto n_steps = static_cast<std::size_t>(total);
-  std::vector<std::size_t> start(n_steps + 1, 0);
-  for (const auto& rec : pw.records) ++start[static_cast<std::size_t>(static_cast<std::uint64_t>(rec.step) - static_cast<std::uint64_t>(first)) + 1];
-  for (std::size_t t = 0; t < n_steps; ++t) start[t + 1] += start[t];
-  std::vector<std::size_t> order(pw.records.size());
-  {
-    std::vector<std::size_t> fill(start.begin(), start.end() - 1);
-    for (std::size_t i = 0; i < pw.records.size(); ++i)
-      order[fill[static_cast<std::size_t>(static_cast<std::uint64_t>(pw.records[i].step) - static_cast<std::uint64_t>(first))]++] = i;
-  }
-  {
-    std::vector<std::size_t> stamp(static_cast<std::size_t>(columns), SIZE_MAX);
-    std::vector<std::int64_t> first_line(static_cast<std::size_t>(columns), 0);
-    const Pending* dup = nullptr;
-    std::int64_t dup_first = 0;
-    for (std::size_t t = 0; t < n_steps; ++t)
-      for (std::size_t i = start[t]; i < start[t + 1]; ++i) {
-        const Pending& rec = pw.records[order[i]];
-        if (stamp[rec.column] == t) {
-          if (!dup || rec.line < dup->line) {
-            dup = &rec;
-            dup_first = first_line[rec.column];
-          }
-        } else {
-          stamp[rec.column] = t;
-          first_line[rec.column] = rec.line;
-        }
-      }
-    if (dup)
-      throw FormatError(file, dup->line,
-                        "duplicate record for (step " + std::to_string(dup->step) + ", rank " + std::to_string(dup->rank) +
-                            "), first seen at line " + std::to_string(dup_first) + "; expected one record per (step, rank)");
-  }
-
+  std::vector<std::size_t> start, order;
+  group_by_step(pw, first, static_cast<std::size_t>(total), start, order);
+  refuse_duplicates(pw, file, static_cast<std::size_t>(columns), start, order);
+  // Windows of --window steps (all of them by default).
   const std::uint64_t chunk = opt.window_steps > 0 ? static_cast<std::uint64_t>(opt.window_steps) : std::max<std::uint64_t>(total, 1);
   std::uint64_t off = 0;  // steps from `first`; first + off never passes INT64_MAX while off < total
   do {
@@ -216,23 +259,8 @@ void emit_windows(PendingWindow& pw, const std::string& file, const ReadOptions&
     w.header_line = pw.header_line;
     for (std::uint64_t t = 0; t < n; ++t) {
       const auto step = static_cast<std::size_t>(off + t);
-      for (std::size_t i = start[step]; i < start[step + 1]; ++i) {
-        const Pending& rec = pw.records[order[i]];
-        const int ti = static_cast<int>(t);
-        try {
-          w.matrix.set_record(ti, rec.column, std::span<const double>(pw.values.data() + rec.offset, k),
-                              rec.has_wall ? std::optional<double>(rec.wall) : std::nullopt);
-          if (rec.event != frontier::EventState::unsampled) w.matrix.set_fwd_event(ti, rec.column, rec.event, rec.event_s);
-          if (!std::isnan(rec.cpu_wait)) w.matrix.set_cpu_wait(ti, rec.column, rec.cpu_wait);
-          if (rec.sync_offset >= 0)
-            for (int s = 0; s < k; ++s) {
-              const double v = pw.sync_values[static_cast<std::size_t>(rec.sync_offset) + s];
-              if (!std::isnan(v)) w.matrix.set_sync_wait(ti, rec.column, s, v);
-            }
-        } catch (const std::invalid_argument& e) {
-          throw FormatError(file, rec.line, e.what());
-        }
-      }
+      for (std::size_t i = start[step]; i < start[step + 1]; ++i)
+        set_record(w, pw, pw.records[order[i]], static_cast<int>(t), k, file);
     }
     out.push_back(std::move(w));
     off += n;
