@@ -243,17 +243,17 @@ Recomputed recompute(const frontier::StageMatrix& m, const LabelConfig& cfg) {
 
 }  // namespace
 
-LabelOracle label_oracle(const GenLabelCase& c) {
-  const frontier::StageMatrix m = c.matrix();
-  const LabelConfig cfg = c.config();
-  const auto& schema = m.schema();
-  const int G = schema.group_count(), R = m.world_size();
-  const Recomputed x = recompute(m, cfg);
-  LabelOracle o;
-  o.ambiguity_set = x.amb;
-  auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
+namespace {
 
-  // Gates: telemetry (missing ranks and whole steps, closure and overlap, no wall), roles.
+/// What the gates decide, recomputed: the telemetry gate (missing ranks and whole steps, closure
+/// and overlap, no wall), the role gate, and whether the stage diagnosis runs.
+struct OracleGates {
+  bool telemetry = false, roles_differ = false, undeclared = false, diagnose = false;
+};
+
+OracleGates oracle_gates(const frontier::StageMatrix& m, const LabelConfig& cfg, const Recomputed& x) {
+  const auto& schema = m.schema();
+  const int R = m.world_size();
   int missing_steps = 0;
   bool missing_rank = false;
   double residual = 0, overlap = 0, wall = 0;
@@ -276,32 +276,34 @@ LabelOracle label_oracle(const GenLabelCase& c) {
   const double recorded = wall + overlap;
   const bool closure_bad = schema.has_residual() && recorded > 0 &&
                            (residual / recorded > cfg.max_closure_residual_share || overlap / recorded > cfg.max_overlap_error_share);
-  const bool telemetry = missing_rank || missing_steps > 0 || x.steps == 0 || closure_bad ||
-                         (!schema.has_residual() && cfg.require_wall);
+  OracleGates g;
+  g.telemetry = missing_rank || missing_steps > 0 || x.steps == 0 || closure_bad || (!schema.has_residual() && cfg.require_wall);
   std::vector<std::string> declared;
-  bool undeclared = m.roles().empty();
+  g.undeclared = m.roles().empty();
   for (const auto& r : m.roles()) {
-    if (r.empty()) undeclared = true;
+    if (r.empty()) g.undeclared = true;
     else if (std::find(declared.begin(), declared.end(), r) == declared.end()) declared.push_back(r);
   }
-  const bool roles_differ = declared.size() >= 2;
+  g.roles_differ = declared.size() >= 2;
   const bool shares_valid = x.steps > 0 && x.denom >= cfg.share_floor_s;
-  set(Label::frontier_accounting, x.steps > 0);
-  set(Label::telemetry_limited, telemetry);
-  set(Label::role_aware_needed, roles_differ);
-  set(Label::gradient_accumulation_ambiguous, false);  // the default schema has m = 1
-  const bool diagnose = !telemetry && !roles_differ && shares_valid;
+  g.diagnose = !g.telemetry && !g.roles_differ && shares_valid;
+  return g;
+}
 
-  // Stage diagnosis (Appendix C, Table 12; docs/labeler.md).
+/// The stage diagnosis' labels (Appendix C, Table 12; docs/labeler.md).
+void oracle_stage_labels(const frontier::StageMatrix& m, const LabelConfig& cfg, const Recomputed& x, const OracleGates& gates,
+                         LabelOracle& o) {
+  auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
+  const auto& schema = m.schema();
+  const int G = schema.group_count(), R = m.world_size();
   const int s1 = x.order.empty() ? -1 : x.order[0];
-  const int s2 = x.order.size() > 1 ? x.order[1] : -1;
   const double a1 = s1 >= 0 ? x.share[s1] : 0, g1 = s1 >= 0 ? x.gain[s1] : 0;
   const bool switching = s1 >= 0 && R > 1 && x.conf[s1] >= 3 && x.chances[s1] > 0 &&
                          static_cast<double>(x.switches[s1]) / x.chances[s1] > cfg.gamma_switch;
   const bool ambiguous = x.c_a >= 2 || x.c_g >= 2 || switching;
   const bool dominant = a1 > cfg.gamma_a;
   const bool w1 = s1 >= 0 && std::find(cfg.wait_model.begin(), cfg.wait_model.end(), schema.groups()[s1]) != cfg.wait_model.end();
-  const bool stage_diag = diagnose && s1 >= 0 && x.adv[s1] > 0;
+  const bool stage_diag = gates.diagnose && s1 >= 0 && x.adv[s1] > 0;
   auto top2 = [&](const std::vector<double>& score) {  // by value: above 0, at most one group above
     if (!(score[s1] > 0)) return false;
     int above = 0;
@@ -321,9 +323,17 @@ LabelOracle label_oracle(const GenLabelCase& c) {
     const double open = x.lag_inc[s1] / x.steps;
     lag_fits = open > 0 && -collapse >= 0.5 * open;
   }
-  set(Label::likely_sync_wait, strong_ok && R > 1 && w1 && lag_fits && !undeclared);
+  set(Label::likely_sync_wait, strong_ok && R > 1 && w1 && lag_fits && !gates.undeclared);
+}
 
-  // Device axis, recomputed from the matrix: per-rank ready samples and medians.
+/// The device axis' labels, recomputed from the matrix: per-rank ready samples and medians.
+void oracle_device_labels(const frontier::StageMatrix& m, const LabelConfig& cfg, const Recomputed& x, const OracleGates& gates,
+                          LabelOracle& o) {
+  auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
+  const auto& schema = m.schema();
+  const int R = m.world_size();
+  const int s1 = x.order.empty() ? -1 : x.order[0];
+  const int s2 = x.order.size() > 1 ? x.order[1] : -1;
   int sampled = 0, ready = 0;
   std::vector<std::vector<double>> ev(R);
   std::vector<double> cpu_sum(R, 0.0);
@@ -351,7 +361,7 @@ LabelOracle label_oracle(const GenLabelCase& c) {
     if (eligible(r) && (hi < 0 || median(ev[r]) > median(ev[hi]))) hi = r;
   const bool scope = sampled > 0 && (static_cast<double>(ready) / sampled < cfg.min_event_ready_ratio || cfg.event_scope_limited);
   set(Label::forward_event_scope_limited, scope);
-  const bool device = sampled > 0 && !scope && hi >= 0 && diagnose;
+  const bool device = sampled > 0 && !scope && hi >= 0 && gates.diagnose;
   const double evh = hi >= 0 ? median(ev[hi]) : 0;
   std::vector<double> medians;  // the cohort: every other eligible rank's median (leave-one-out)
   for (int r = 0; r < R; ++r)
@@ -372,6 +382,24 @@ LabelOracle label_oracle(const GenLabelCase& c) {
     }
   }
   set(Label::forward_host_overhead_suspected, host);
+}
+
+}  // namespace
+
+LabelOracle label_oracle(const GenLabelCase& c) {
+  const frontier::StageMatrix m = c.matrix();
+  const LabelConfig cfg = c.config();
+  const Recomputed x = recompute(m, cfg);
+  LabelOracle o;
+  o.ambiguity_set = x.amb;
+  const OracleGates gates = oracle_gates(m, cfg, x);
+  auto set = [&](Label l, bool v) { o.fires[static_cast<int>(l)] = v; };
+  set(Label::frontier_accounting, x.steps > 0);
+  set(Label::telemetry_limited, gates.telemetry);
+  set(Label::role_aware_needed, gates.roles_differ);
+  set(Label::gradient_accumulation_ambiguous, false);  // the default schema has m = 1
+  oracle_stage_labels(m, cfg, x, gates, o);
+  oracle_device_labels(m, cfg, x, gates, o);
   return o;
 }
 
