@@ -264,6 +264,21 @@ class Recorder:
                  labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
                  metrics_file=None, gather="node", node_id=None, plot_file=None):
         import torch.distributed as dist
+        reference = self._init_options(stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s,
+                                       out_dir, sink, labeler_config, reference, reference_steps, metrics_file, gather,
+                                       plot_file)
+        self.enabled = enabled
+        self._init_reference(reference, labeler_config)
+        self._init_ring()
+        self._init_events(event_q)
+        self._init_gather(dist, node_id)
+        self._init_state()
+        self._out_problem = self._open_out()
+
+    def _init_options(self, stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s, out_dir,
+                      sink, labeler_config, reference, reference_steps, metrics_file, gather, plot_file):
+        """The arguments checked and kept (ValueError or TypeError with one line); returns the
+        reference as resolved by reference_steps."""
         self.stages = _stage_list(stages)
         self.K = len(self.stages)
         self.order_hash = _core.order_hash(self.stages)
@@ -309,7 +324,9 @@ class Recorder:
             why = _core.config_names_problem(self.stages, labeler_config)
             if why:
                 raise ValueError(f"labeler_config: {why}")
-        self.enabled = enabled
+        return reference
+
+    def _init_reference(self, reference, labeler_config):
         # The diagnosis' reference: resolved now (a file is read once), except "first", which is
         # the first window once it is scored.
         self._reference_first = isinstance(reference, str) and reference == "first"
@@ -322,6 +339,8 @@ class Recorder:
         else:
             raise TypeError(f"reference is {type(reference).__name__}; expected None, \"first\", a path or an "
                             "sf_torch Reference")
+
+    def _init_ring(self):
         self.W = 5 + 3 * self.K
         # Ring slots, then the pending slot (stages between steps: a prefetch wait charged to the
         # next step), then the scratch slot (a dropped step's stage calls land there).
@@ -340,12 +359,16 @@ class Recorder:
         self._sync_stages = set()
         self._stage_cm = {name: _Stage(self, s) for s, name in enumerate(self.stages)}
         self._step_cm = _Step(self)
+
+    def _init_events(self, event_q):
         # Sampled forward event pairs (CUDA): polled with query() at safe points, never synchronized.
         self.event_q = float(event_q)
         self._event_pool = []
         self._event_live = []   # (slot base, step id, start, end)
         self._event_counter = 0
         self._event_open = None
+
+    def _init_gather(self, dist, node_id):
         # Process group of its own (gloo) for the gather, so telemetry never queues behind DDP's
         # collectives, and the identities of the ranks.
         self.distributed = dist.is_available() and dist.is_initialized()
@@ -365,6 +388,9 @@ class Recorder:
             nodes.setdefault(k, len(nodes))
         self.rank_info = [(r, l, nodes[k], h) for r, l, h, k in idents]
         self._gather_routes(idents, nodes)
+
+    def _init_state(self):
+        """What the gather, the scoring and the fail-open reporting keep."""
         self._send_q = None          # this rank's payloads, sent by a daemon thread
         self.send_errors = []
         self._recv_q = None          # root: (rank, window, payload) from the receiver threads
@@ -396,7 +422,6 @@ class Recorder:
         self.write_problem = ""      # the first reason a file in out_dir could not be written
         self._unlisted = []          # root: windows.jsonl lines a failed append left for later
         self._metrics_window = -1    # the last window metrics_file holds
-        self._out_problem = self._open_out()
 
     # ---- hot path ----------------------------------------------------------------------------
     def begin_step(self, step):
