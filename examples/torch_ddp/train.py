@@ -22,7 +22,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
@@ -274,10 +273,9 @@ def steal_ticks():
         return 0, 0
 
 
-def main():
-    a = parse()
-    if a.nproc_per_node > 0:
-        launch(a.nproc_per_node)
+def init_distributed(a):
+    """The process group (the file rendezvous launch() set up, else env:// as torchrun or the user
+    set it up), the threads and the device; returns (rank, world, device, cuda)."""
     cuda = torch.cuda.is_available()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     backend, why_backend = choose_backend(a.backend, cuda)
@@ -295,153 +293,197 @@ def main():
     device = torch.device("cuda", local % torch.cuda.device_count()) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    if a.kill_rank_at[0] >= world or (a.kill_rank_at[0] >= 0) != (a.kill_rank_at[1] >= 0):
-        if rank == 0:
-            print(f"train.py: --kill-rank-at {a.kill_rank_at[0]} {a.kill_rank_at[1]}: expected a rank in 0..{world - 1} "
-                  "and a step >= 0", file=sys.stderr)
-        sys.exit(2)
-    if a.ranks_per_node < 0:
-        if rank == 0:
-            print(f"train.py: --ranks-per-node {a.ranks_per_node}: expected 0 (nodes by host name) or a rank count >= 1",
-                  file=sys.stderr)
-        sys.exit(2)
-    scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
-    delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
-    if scen["site"] == "none":
-        targets = []
-    elif a.target_rank >= 0:
-        if a.target_rank >= world:
-            if rank == 0:
-                print(f"train.py: --target-rank {a.target_rank} outside 0..{world - 1}", file=sys.stderr)
-            sys.exit(2)
-        targets = [a.target_rank]
-    else:
-        targets = list(_core.draw_targets(a.seed, world))
-    hit = rank in targets
-    d = delay_ms / 1e3 if hit else 0.0
-    name = a.scenario
-    # The fault starts after the warm-up and the healthy reference steps (step ids from 0).
-    fault_start = a.warmup + a.reference_steps
-    cur = {"step": -1}
+    return rank, world, device, cuda
 
-    def on():
-        return cur["step"] >= fault_start
 
+def refuse(rank, message):
+    """Bad input found once the world is known: one line on rank 0, exit 2 on every rank."""
+    if rank == 0:
+        print(f"train.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+class Fault:
+    """The scenario on this rank: its delay (0 off target), the targets, and from which step it acts
+    (after the warm-up and the healthy reference steps; step ids from 0)."""
+
+    def __init__(self, a, rank, world):
+        if a.kill_rank_at[0] >= world or (a.kill_rank_at[0] >= 0) != (a.kill_rank_at[1] >= 0):
+            refuse(rank, f"--kill-rank-at {a.kill_rank_at[0]} {a.kill_rank_at[1]}: expected a rank in 0..{world - 1} "
+                         "and a step >= 0")
+        if a.ranks_per_node < 0:
+            refuse(rank, f"--ranks-per-node {a.ranks_per_node}: expected 0 (nodes by host name) or a rank count >= 1")
+        scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
+        self.delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
+        if scen["site"] == "none":
+            self.targets = []
+        elif a.target_rank >= 0:
+            if a.target_rank >= world:
+                refuse(rank, f"--target-rank {a.target_rank} outside 0..{world - 1}")
+            self.targets = [a.target_rank]
+        else:
+            self.targets = list(_core.draw_targets(a.seed, world))
+        self.hit = rank in self.targets
+        self.d = self.delay_ms / 1e3 if self.hit else 0.0
+        self.name = a.scenario
+        self.start = a.warmup + a.reference_steps
+        self.step = -1  # the step being trained
+
+    def on(self):
+        return self.step >= self.start
+
+    def acts(self, name):
+        """This rank injects scenario `name` in the current step."""
+        return self.name == name and self.hit and self.on()
+
+
+def make_model(a, f, device, rank):
+    """The MLP under DDP, its data (a DataLoader whose sampler stalls for data_tail), the optimizer."""
     torch.manual_seed(a.seed)  # same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model = MLP(a.width).to(device)
-    if hit and name == "bwd_compute":
-        model.backward_work = lambda: spin(d) if on() else None
+    if f.hit and f.name == "bwd_compute":
+        model.backward_work = lambda: spin(f.d) if f.on() else None
     ddp = DDP(model)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
     n = a.batch * (a.warmup + a.reference_steps + a.steps)
     data = torch.utils.data.TensorDataset(torch.randn(n, 64, generator=gen), torch.randint(0, 10, (n,), generator=gen))
-    sampler = SlowBatchSampler(n, a.batch, d if name == "data_tail" else 0.0, first_slow=fault_start)
+    sampler = SlowBatchSampler(n, a.batch, f.d if f.name == "data_tail" else 0.0, first_slow=f.start)
     loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, num_workers=a.workers,
                                          persistent_workers=a.workers > 0)
-    sampler.depth = prefetch_depth(loader)  # the fault starts at fault_start, not depth steps into the reference
+    sampler.depth = prefetch_depth(loader)  # the fault starts at f.start, not depth steps into the reference
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
+    return ddp, loader, opt
 
-    window = a.window or a.steps
-    telemetry_out = a.out if a.telemetry_out is None else a.telemetry_out
+
+def make_recorder(a, f, ddp, rank, telemetry_out):
+    """sf_torch's recorder with its comm hook (comm_delay: the first bucket of each step enters the
+    all-reduce late), or a recorder that records nothing (--no-recorder)."""
     if a.no_recorder:
-        rec = NoRecorder()
-    else:
-        rec = sf_torch.Recorder(window_steps=window, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
-                                out_dir=telemetry_out if rank == 0 and telemetry_out else None,
-                                reference_steps=a.reference_steps, gather=a.gather, event_q=a.event_q,
-                                node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None,
-                                plot_file=a.plot)
-        if a.telemetry_fault != "none" and rank == 1:
-            rec.telemetry_fault = a.telemetry_fault
-        entry_delay = (lambda: time.sleep(d) if on() else None) if hit and name == "comm_delay" else None
-        first_bucket = {"step": -1}
+        return NoRecorder()
+    rec = sf_torch.Recorder(window_steps=a.window or a.steps, first_step=a.warmup, gather_deadline_s=a.gather_deadline,
+                            out_dir=telemetry_out if rank == 0 and telemetry_out else None,
+                            reference_steps=a.reference_steps, gather=a.gather, event_q=a.event_q,
+                            node_id=f"n{rank // a.ranks_per_node}" if a.ranks_per_node > 0 else None,
+                            plot_file=a.plot)
+    if a.telemetry_fault != "none" and rank == 1:
+        rec.telemetry_fault = a.telemetry_fault
+    first_bucket = {"step": -1}
 
-        def before_allreduce():  # comm_delay: the first bucket of each step enters the all-reduce late
-            if first_bucket["step"] != cur["step"]:
-                first_bucket["step"] = cur["step"]
-                entry_delay()
+    def before_allreduce():
+        if first_bucket["step"] != f.step:
+            first_bucket["step"] = f.step
+            if f.on():
+                time.sleep(f.d)
 
-        ddp.register_comm_hook(rec.comm_state(before_allreduce=before_allreduce if entry_delay else None),
-                               sf_torch.allreduce_hook)
-    fwd = rec.stage("model.fwd_loss_cpu_wall")
-    bwd = rec.stage("model.backward_cpu_wall")
-    cbs = rec.stage("callbacks.cpu_wall")
-    opt_stage = rec.stage("optim.step_cpu_wall")
-    fwd_event = rec.forward_event()
-    sync_cb = name == "callback_sync_tail"
-    cb_delay = d if name in ("callback_sync_tail", "callback_host_tail") else 0.0
+    late = f.hit and f.name == "comm_delay"
+    ddp.register_comm_hook(rec.comm_state(before_allreduce=before_allreduce if late else None), sf_torch.allreduce_hook)
+    return rec
 
-    prof = None
-    if a.profile:
-        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
-        out_trace = os.path.join(a.out, f"trace_rank{rank}.json")
-        prof = torch.profiler.profile(
-            activities=acts,
-            schedule=torch.profiler.schedule(wait=0, warmup=max(0, a.warmup - 1), active=a.reference_steps + a.steps + 1),
-            on_trace_ready=lambda p: export_trace(p, out_trace, unwritten))
-        prof.start()
 
+def make_profiler(a, rank, cuda, unwritten):
+    """--profile: the PyTorch profiler over the reference and measured steps, one trace per rank."""
+    if not a.profile:
+        return None
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    out_trace = os.path.join(a.out, f"trace_rank{rank}.json")
+    prof = torch.profiler.profile(
+        activities=acts,
+        schedule=torch.profiler.schedule(wait=0, warmup=max(0, a.warmup - 1), active=a.reference_steps + a.steps + 1),
+        on_trace_ready=lambda p: export_trace(p, out_trace, unwritten))
+    prof.start()
+    return prof
+
+
+def train_step(f, rec, cms, ddp, opt, loss_fn, x, y):
+    """One step in the recorder's stages (cms: forward, backward, callbacks, optimizer, forward
+    event), with the scenario's fault where this rank injects it."""
+    fwd, bwd, cbs, opt_stage, fwd_event = cms
+    with rec.step(f.step):
+        with fwd:
+            if f.acts("fwd_host"):
+                time.sleep(f.d)
+            with fwd_event:
+                out = ddp(x)
+                if f.acts("fwd_device"):
+                    torch.cuda._sleep(int(f.d * 1.4e9))  # ~d seconds of queued device work
+            loss = loss_fn(out, y)
+        with bwd:
+            loss.backward()
+        sync_cb = f.name == "callback_sync_tail"
+        cb_delay = f.d if f.name in ("callback_sync_tail", "callback_host_tail") else 0.0
+        if cb_delay or sync_cb:
+            with cbs:
+                if cb_delay and f.on():
+                    time.sleep(cb_delay)
+                if sync_cb:
+                    dist.barrier()
+        with opt_stage:
+            if f.acts("optim_host_local"):
+                time.sleep(f.d)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    return loss
+
+
+def train(a, f, rec, ddp, loader, opt, device, rank, prof, losses):
+    """The steps: warm-up, reference, measured; returns (elapsed s, steal share, steps every rank
+    completed) of the measured steps."""
+    loss_fn = nn.CrossEntropyLoss()
+    cms = (rec.stage("model.fwd_loss_cpu_wall"), rec.stage("model.backward_cpu_wall"), rec.stage("callbacks.cpu_wall"),
+           rec.stage("optim.step_cpu_wall"), rec.forward_event())
+    t_start, steal0, step = None, (0, 0), -1
+    for step, (x, y) in enumerate(rec.loader(loader)):
+        if step == f.start:
+            t_start = time.perf_counter()
+            steal0 = steal_ticks()
+        f.step = step
+        if (rank, step) == tuple(a.kill_rank_at):
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = train_step(f, rec, cms, ddp, opt, loss_fn, x, y)
+        if losses is not None:
+            losses.append(loss.item())
+        rec.safe_point()
+        if prof is not None:
+            prof.step()
+        if step + 1 >= f.start + a.steps:
+            break
+    elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
+    steal1 = steal_ticks()
+    steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
+    completed = torch.tensor([step + 1 - f.start], dtype=torch.int64)
+    dist.all_reduce(completed, op=dist.ReduceOp.MIN)
+    return elapsed, steal, int(completed)
+
+
+def main():
+    a = parse()
+    if a.nproc_per_node > 0:
+        launch(a.nproc_per_node)
+    rank, world, device, cuda = init_distributed(a)
+    f = Fault(a, rank, world)
+    ddp, loader, opt = make_model(a, f, device, rank)
+    telemetry_out = a.out if a.telemetry_out is None else a.telemetry_out
+    rec = make_recorder(a, f, ddp, rank, telemetry_out)
     unwritten = []  # (path, why): this rank's result files that could not be written
+    prof = make_profiler(a, rank, cuda, unwritten)
     losses = [] if a.loss_out and rank == 0 else None
     dist.barrier()
-    t_start = None
     try:
-        for step, (x, y) in enumerate(rec.loader(loader)):
-            if step == fault_start:
-                t_start = time.perf_counter()
-                steal0 = steal_ticks()
-            cur["step"] = step
-            if (rank, step) == tuple(a.kill_rank_at):
-                os.kill(os.getpid(), signal.SIGKILL)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with rec.step(step):
-                with fwd:
-                    if name == "fwd_host" and hit and on():
-                        time.sleep(d)
-                    with fwd_event:
-                        out = ddp(x)
-                        if name == "fwd_device" and hit and on():
-                            torch.cuda._sleep(int(d * 1.4e9))  # ~d seconds of queued device work
-                    loss = loss_fn(out, y)
-                with bwd:
-                    loss.backward()
-                if cb_delay or sync_cb:
-                    with cbs:
-                        if cb_delay and on():
-                            time.sleep(cb_delay)
-                        if sync_cb:
-                            dist.barrier()
-                with opt_stage:
-                    if name == "optim_host_local" and hit and on():
-                        time.sleep(d)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-            if losses is not None:
-                losses.append(loss.item())
-            rec.safe_point()
-            if prof is not None:
-                prof.step()
-            if step + 1 >= fault_start + a.steps:
-                break
-        elapsed = time.perf_counter() - t_start if t_start is not None else 0.0
-        steal1 = steal_ticks()
-        steal = (steal1[0] - steal0[0]) / max(1, steal1[1] - steal0[1]) if t_start is not None else 0.0
-        completed = torch.tensor([step + 1 - fault_start], dtype=torch.int64)
-        dist.all_reduce(completed, op=dist.ReduceOp.MIN)
+        elapsed, steal, completed = train(a, f, rec, ddp, loader, opt, device, rank, prof, losses)
         if prof is not None:
             prof.stop()
         rec.finish()
         dist.barrier()
     except RuntimeError as e:
-        stop_on_lost_peer(rank, cur["step"], e)
+        stop_on_lost_peer(rank, f.step, e)
     rc = 0
     if rank == 0:
         files = {}
         if not a.no_recorder and not rec.windows:
             unwritten.append((None, "the recorder scored no window"))
         elif not a.no_recorder:
-            files, claim_pass = report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, int(completed))
+            files, claim_pass = report(a, rec, world, f.targets, f.delay_ms, elapsed, cuda, steal, completed)
             rc = 0 if not a.check or claim_pass else 1
         if losses is not None:
             files[a.loss_out] = "".join(f"{x!r}\n" for x in losses)
@@ -455,7 +497,7 @@ def main():
         path, why = unsaid[0]
         where = f"{path}: " if path else ""
         print(f"train.py: rank {rank}: results not written ({where}{why}); training finished all "
-              f"{int(completed)} steps", file=sys.stderr, flush=True)
+              f"{completed} steps", file=sys.stderr, flush=True)
     dist.destroy_process_group()
     sys.exit(rc)
 
@@ -561,7 +603,6 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
         sys.stdout.write(text if a.details else answer)
         sys.stdout.flush()
     return files, vr["claim_pass"]
-
 
 if __name__ == "__main__":
     main()
