@@ -76,34 +76,32 @@ testbed::SimulateOptions simulate_options(SimOptions& o, const frontier::LabelCo
   return so;
 }
 
-/// The files asked for (--dump, --trace, --metrics, --plot); the lines to say after the output,
-/// or the one line of a failure (its first element "" then the line).
+/// The files asked for (--dump, --trace, --metrics, --plot); the lines to say after the output.
+/// A file that cannot be written stops there: `error` is its one line, named by its option.
 std::vector<std::string> write_files(const SimOptions& o, const testbed::SimOutcome& r, std::string& error) {
   std::vector<std::string> said;
   const auto& e = r.evidence;
-  try {
-    if (!o.dump.empty()) {
-      std::ostringstream out;
-      formats::write_jsonl(out, r.window);
-      formats::write_file_atomic(o.dump, out.str());
+  auto write = [&](const char* option, const std::string& path, const std::string& text) {
+    try {
+      formats::write_file_atomic(path, text);
+    } catch (const std::exception& err) {
+      error = std::string(option) + " " + err.what();
     }
-    if (r.trace) {
-      formats::write_file_atomic(o.trace.file, r.trace->dump() + "\n");
-      said.push_back(testbed::trace_written_line(o.trace.file, *r.trace));
-    }
-  } catch (const std::exception& err) {
-    error = std::string(o.dump.empty() ? "--trace " : "") + err.what();
-    return said;
+    return error.empty();
+  };
+  if (!o.dump.empty()) {
+    std::ostringstream out;
+    formats::write_jsonl(out, r.window);
+    if (!write("--dump", o.dump, out.str())) return said;
+  }
+  if (r.trace) {
+    if (!write("--trace", o.trace.file, r.trace->dump() + "\n")) return said;
+    said.push_back(testbed::trace_written_line(o.trace.file, *r.trace));
   }
   if (!o.metrics.empty()) {
     const formats::MetricsState ms{"sim", 1, e.steps, r.detect ? static_cast<std::int64_t>(r.detect->changes.size()) : -1,
                                    e.gather_ok ? 0 : 1};
-    try {
-      formats::write_file_atomic(o.metrics, formats::metrics_text(e, ms));
-    } catch (const std::exception& err) {
-      error = std::string("--metrics ") + err.what();
-      return said;
-    }
+    if (!write("--metrics", o.metrics, formats::metrics_text(e, ms))) return said;
   }
   if (!o.plot.empty()) {
     if (error = plot_packets_text(formats::evidence_to_json(e).dump() + "\n", o.plot); !error.empty()) return said;
