@@ -67,14 +67,6 @@ std::string writable_file_error(const std::string& option, const std::string& pa
 /// "" unless `out` already exists and is the same file as one of `inputs` (device and inode: a
 /// link or another spelling of the path is caught too), which writing it would replace.
 std::string same_file_error(const std::string& option, const std::string& out, const std::vector<std::string>& inputs);
-/// One line when the fault window is empty (offset <= onset), else "".
-inline std::string fault_window_error(std::int64_t onset, std::int64_t offset) {
-  if (offset <= onset)
-    return "--offset " + std::to_string(offset) + " is not after --onset " + std::to_string(onset) +
-           "; expected onset < offset (the fault is on from onset up to, not including, offset)";
-  return "";
-}
-
 /// Maps a case-insensitive name to a value; a typo gets one line listing the valid names.
 template <typename T>
 CLI::Validator choice(const std::map<std::string, T>& m) {
@@ -93,19 +85,18 @@ CLI::Validator choice(const std::map<std::string, T>& m) {
       "{" + names + "}");
 }
 
-/// The fault options `run` and `sim` share, bound to either's config (RunConfig and ModelConfig
-/// name these fields alike); delay_ms stays negative unless given (the scenario's default).
-template <typename Config>
-void add_fault_options(CLI::App* sub, Config& cfg, double& delay_ms) {
+/// The fault options `run` and `sim` share, bound to their one inject::FaultSpec; delay_ms stays
+/// negative unless given (the scenario's default).
+inline void add_fault_options(CLI::App* sub, inject::FaultSpec& fault, double& delay_ms) {
   std::map<std::string, std::string> names;
   for (const auto& s : inject::catalogue()) names[s.name] = s.name;
-  sub->add_option("--scenario", cfg.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
+  sub->add_option("--scenario", fault.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
   sub->add_option("--delay-ms", delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, inject::kMaxDelayMs));
-  sub->add_option("--target-rank", cfg.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
+  sub->add_option("--target-rank", fault.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
       ->delimiter(',')->check(CLI::NonNegativeNumber);
-  sub->add_option("--onset", cfg.onset, "first faulty step")->check(CLI::NonNegativeNumber);
-  sub->add_option("--offset", cfg.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
-  sub->add_option("--every", cfg.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
+  sub->add_option("--onset", fault.onset, "first faulty step")->check(CLI::NonNegativeNumber);
+  sub->add_option("--offset", fault.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
+  sub->add_option("--every", fault.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
 }
 
 /// The step's shape, shared by `run` and `sim`: a named cost profile, then every option given

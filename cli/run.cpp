@@ -37,10 +37,10 @@ int run_run(RunOptions& o, const std::vector<std::string>& argv) {
   auto& cfg = o.cfg;
   cfg.argv = argv;
   cfg.commit = git_commit();
-  if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
-  cfg.straggler_strength = o.straggler_strength;
+  if (o.delay_ms >= 0) cfg.fault.delay_ms = o.delay_ms;
+  cfg.fault.straggler_strength = o.straggler_strength;
   for (auto k : inject::straggler_kinds())
-    if (inject::to_string(k) == o.straggler) cfg.straggler = k;
+    if (inject::to_string(k) == o.straggler) cfg.fault.straggler = k;
   for (auto f : {inject::TelemetryFault::none, inject::TelemetryFault::late, inject::TelemetryFault::corrupt,
                  inject::TelemetryFault::schema_mismatch, inject::TelemetryFault::drop_steps})
     if (inject::to_string(f) == o.telemetry_fault) cfg.telemetry_fault = f;
@@ -148,7 +148,7 @@ void add_mitigation_options(CLI::App* sub, testbed::RunConfig& cfg) {
 
 /// How many ranks are targets, steps, warm-up, window, medians and the seed.
 void add_shape_options(CLI::App* sub, testbed::RunConfig& cfg) {
-  sub->add_option("--targets", cfg.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--targets", cfg.fault.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps; 10 with --live)")
@@ -261,7 +261,7 @@ void setup_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("run", "Run one fault scenario on real MPI ranks: mpirun -np R sf-testbed run --scenario NAME");
-  add_fault_options(sub, cfg, o->delay_ms);
+  add_fault_options(sub, cfg.fault, o->delay_ms);
   add_straggler_options(sub, *o);
   add_mitigation_options(sub, cfg);
   add_shape_options(sub, cfg);
@@ -281,7 +281,7 @@ void setup_run(CLI::App& app) {
         argv.push_back(opt->get_name(false, true) + "=" + r);
       }
     // A straggler is the run's fault: without --scenario, no scenario of the catalogue runs beside it.
-    if (!o->straggler.empty() && sub->count("--scenario") == 0) o->cfg.scenario = "none";
+    if (!o->straggler.empty() && sub->count("--scenario") == 0) o->cfg.fault.scenario = "none";
     if (const int rc = run_run(*o, argv)) exit_with(rc);
   });
 }

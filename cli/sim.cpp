@@ -31,7 +31,7 @@ struct SimOptions {
 /// The options against the model: one line saying what is wrong, or "".
 std::string sim_options_problem(SimOptions& o, frontier::LabelConfig& label) {
   auto& cfg = o.cfg;
-  if (o.delay_ms >= 0) cfg.delay_ms = o.delay_ms;
+  if (o.delay_ms >= 0) cfg.fault.delay_ms = o.delay_ms;
   if (auto err = apply_step_options(o.step, cfg, &cfg.comm); !err.empty()) return err;
   try {
     label = make_label_config(o.label);
@@ -40,7 +40,6 @@ std::string sim_options_problem(SimOptions& o, frontier::LabelConfig& label) {
   }
   if (auto err = detect::validate(o.detect.cfg); !err.empty()) return err;
   if (auto err = sim::validate(cfg); !err.empty()) return err;
-  if (auto err = fault_window_error(cfg.onset, cfg.offset); !err.empty()) return err;
   if (const auto schema = sim::ModelStepper::schema();
       !o.detect.stability_stage.empty() && !schema.group_index(o.detect.stability_stage)) {
     std::string names;
@@ -115,7 +114,7 @@ std::string sim_json(const SimOptions& o, const testbed::SimOutcome& r) {
   nlohmann::ordered_json j;
   j["schema"] = "sf.sim/1";
   j["commit"] = git_commit();
-  j["config"] = {{"scenario", cfg.scenario}, {"delay_ms", r.plan.delay_ms}, {"ranks", cfg.ranks}, {"steps", cfg.steps},
+  j["config"] = {{"scenario", cfg.fault.scenario}, {"delay_ms", r.plan.delay_ms}, {"ranks", cfg.ranks}, {"steps", cfg.steps},
                  {"seed", cfg.seed}, {"jitter", cfg.variation.jitter_sigma}, {"event_q", cfg.event_q},
                  {"profile", cfg.profile}, {"sync_mode", sim::to_string(cfg.sync_mode)},
                  {"heterogeneity", sim::to_string(cfg.variation.heterogeneity)}, {"rank_sigma", cfg.variation.rank_sigma},
@@ -200,7 +199,7 @@ void setup_sim(CLI::App& app) {
   auto o = std::make_shared<SimOptions>();
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("sim", "Model-driven ranks at scale (no MPI): a scenario scored and checked in milliseconds");
-  add_fault_options(sub, cfg, o->delay_ms);
+  add_fault_options(sub, cfg.fault, o->delay_ms);
   sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->capture_default_str();
@@ -219,7 +218,7 @@ void setup_sim(CLI::App& app) {
   sub->add_option("--reference-seed", o->reference_seed,
                   "draw the healthy reference from this seed (its own jitter and per-rank speeds) instead of the run's "
                   "own seed without the fault: the null a healthy run can fail");
-  sub->add_option("--targets", o->cfg.target_count, "number of hidden target ranks to draw (every rank: a common fault)")
+  sub->add_option("--targets", o->cfg.fault.target_count, "number of hidden target ranks to draw (every rank: a common fault)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_flag("--independent-reference", o->independent_reference,
                "the healthy reference from a seed of its own (the run's seed + 1000003): --reference-seed without naming one");

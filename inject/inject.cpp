@@ -8,6 +8,7 @@
 #include <ctime>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 
 namespace sf::inject {
 
@@ -103,6 +104,51 @@ std::string check_strength(StragglerKind k, double x) {
   std::snprintf(v, sizeof v, "%g", x);
   return "--straggler-strength " + std::string(v) + " for " + std::string(to_string(k)) + ": expected " +
          std::string(straggler_strength_meaning(k));
+}
+
+std::string validate(const FaultSpec& f, int world) {
+  const auto* sc = find_scenario(f.scenario);
+  if (!sc) {
+    std::string names;
+    for (const auto& s : catalogue()) names += (names.empty() ? "" : ", ") + s.name;
+    return "--scenario " + f.scenario + ": unknown; expected one of " + names;
+  }
+  if (f.delay_ms) {
+    if (auto why = delay_bound_problem(*f.delay_ms); !why.empty()) return why;
+    if (sc->site == Site::link) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
+  }
+  if (f.onset < 0 || f.offset <= f.onset)
+    return "--offset " + std::to_string(f.offset) + " is not after --onset " + std::to_string(f.onset) + "; expected 0 <= onset < offset (the fault is on from onset up to, not including, offset)";
+  if (f.every < 1) return "--every must be >= 1";
+  if (f.target_count < 1) return "--targets must be >= 1";
+  if (world > 0) {
+    for (int r : f.target_ranks)
+      if (r < 0 || r >= world) return "--target-rank " + std::to_string(r) + " outside 0.." + std::to_string(world - 1);
+    if (f.target_ranks.empty() && f.target_count > world)
+      return "--targets " + std::to_string(f.target_count) + " outside 1.." + std::to_string(world);
+  }
+  if (f.straggler != StragglerKind::none) {
+    if (sc->site != Site::none)
+      return "--straggler " + std::string(to_string(f.straggler)) + " with --scenario " + f.scenario +
+             ": a straggler is the run's fault; expected --scenario none (or no --scenario)";
+    return check_strength(f.straggler, f.straggler_strength.value_or(default_strength(f.straggler)));
+  }
+  if (f.straggler_strength) return "--straggler-strength without --straggler";
+  return "";
+}
+
+FaultPlan make_plan(const FaultSpec& f, int world, std::uint64_t seed) {
+  if (auto why = validate(f, world); !why.empty()) throw std::invalid_argument(why);
+  FaultPlan plan;
+  plan.scenario = find_scenario(f.scenario);
+  plan.delay_ms = f.delay_ms.value_or(plan.scenario->default_delay_ms);
+  plan.ranks = f.target_ranks.empty() ? draw_targets(seed, world, f.target_count) : f.target_ranks;
+  plan.onset = f.onset;
+  plan.offset = f.offset;
+  plan.every = f.every;
+  plan.straggler = f.straggler;
+  if (f.straggler != StragglerKind::none) plan.strength = f.straggler_strength.value_or(default_strength(f.straggler));
+  return plan;
 }
 
 const std::vector<Scenario>& catalogue() {

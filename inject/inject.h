@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,6 +98,28 @@ struct FaultPlan {
   double step_delay_s(Site site, std::int64_t step) const;
   bool targets(int rank) const;
 };
+
+/// What a caller asks to inject, as `run`, `sim` and sf_torch's trainer take it from their options:
+/// one spec, one check (validate) and one plan (make_plan) for every front-end (issue 41).
+struct FaultSpec {
+  std::string scenario = "data_tail";
+  std::optional<double> delay_ms;  ///< default: the scenario's
+  std::vector<int> target_ranks;   ///< default: target_count ranks drawn from the seed (hidden until the verdict)
+  int target_count = 1;
+  std::int64_t onset = 0, offset = kForever;
+  int every = 1;
+  /// A straggler from outside the step on the target ranks (the scenario is then "none"), and its
+  /// strength (default: the kind's; straggler_strength_meaning).
+  StragglerKind straggler = StragglerKind::none;
+  std::optional<double> straggler_strength;
+};
+/// "" when `spec` can be planned, else one line naming the option (--scenario, --delay-ms,
+/// --target-rank, --targets, --onset/--offset, --every, --straggler...) and what was expected.
+/// `world` > 0: the target ranks and count are checked against it too (0: not known yet).
+std::string validate(const FaultSpec& spec, int world = 0);
+/// The plan of a valid spec on `world` ranks; the targets are drawn from `seed` unless named.
+/// Throws std::invalid_argument with validate's line for an invalid spec.
+FaultPlan make_plan(const FaultSpec& spec, int world, std::uint64_t seed);
 
 /// Ground truth of one injected fault (one per affected rank).
 struct TruthRecord {

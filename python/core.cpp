@@ -83,17 +83,23 @@ formats::Window make_window(const std::vector<std::string>& stages, int world_si
   return w;
 }
 
+/// The fault as train.py's options give it: one inject::FaultSpec, checked and planned by the
+/// C++ that `run` and `sim` use (std::invalid_argument, a ValueError in Python, for a bad spec).
+inject::FaultSpec fault_spec(const std::string& scenario, std::optional<double> delay_ms, const std::vector<int>& ranks,
+                             std::int64_t onset, std::int64_t offset, int every) {
+  inject::FaultSpec f;
+  f.scenario = scenario;
+  f.delay_ms = delay_ms;
+  f.target_ranks = ranks;
+  f.onset = onset;
+  f.offset = offset < 0 ? inject::kForever : offset;
+  f.every = every;
+  return f;
+}
+
 inject::FaultPlan make_plan(const std::string& scenario, double delay_ms, const std::vector<int>& ranks,
                             std::int64_t onset, std::int64_t offset, int every) {
-  inject::FaultPlan plan;
-  plan.scenario = inject::find_scenario(scenario);
-  if (plan.scenario == nullptr) throw std::invalid_argument("unknown scenario '" + scenario + "' (see sf-testbed scenarios)");
-  plan.delay_ms = delay_ms;
-  plan.ranks = ranks;
-  plan.onset = onset;
-  plan.offset = offset < 0 ? inject::kForever : offset;
-  plan.every = every;
-  return plan;
+  return inject::make_plan(fault_spec(scenario, delay_ms, ranks, onset, offset, every), 0, 0);
 }
 
 
@@ -247,6 +253,25 @@ void bind_catalogue(py::module_& m) {
     }
     return out;
   }, "the fault catalogue of `sf-testbed scenarios`");
+  m.def(
+      "fault_plan",
+      [](const std::string& scenario, int world, std::uint64_t seed, std::optional<double> delay_ms,
+         const std::vector<int>& target_ranks, std::int64_t onset, std::int64_t offset, int every) {
+        const auto plan = inject::make_plan(fault_spec(scenario, delay_ms, target_ranks, onset, offset, every), world, seed);
+        py::dict d;
+        d["scenario"] = plan.scenario->name;
+        d["site"] = std::string(inject::to_string(plan.scenario->site));
+        d["delay_ms"] = plan.delay_ms;
+        d["ranks"] = plan.ranks;
+        d["onset"] = plan.onset;
+        d["offset"] = plan.offset == inject::kForever ? -1 : plan.offset;
+        d["every"] = plan.every;
+        return d;
+      },
+      py::arg("scenario"), py::arg("world"), py::arg("seed"), py::arg("delay_ms") = py::none(),
+      py::arg("target_ranks") = std::vector<int>{}, py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1,
+      "the fault plan `run` and `sim` make from the same options (inject::make_plan): scenario, site, delay_ms, "
+      "ranks, onset, offset (-1: never), every; ValueError with one line for a bad option");
   m.def("draw_targets", &inject::draw_targets, py::arg("seed"), py::arg("world"), py::arg("count") = 1,
         "the hidden target ranks `sf-testbed run` draws from a seed");
   m.def(

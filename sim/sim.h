@@ -299,12 +299,7 @@ private:
 /// becomes host-visible at the next synchronize, collectives that release every rank when the
 /// last arrives. Same scenario catalogue and stage costs as `run`; no processes, no clock.
 struct ModelConfig {
-  std::string scenario = "data_tail";
-  std::optional<double> delay_ms;
-  std::vector<int> target_ranks;          ///< default: target_count ranks drawn from seed
-  int target_count = 1;                   ///< --targets: ranks drawn when target_ranks is empty
-  std::int64_t onset = 0, offset = inject::kForever;
-  int every = 1;
+  inject::FaultSpec fault;                ///< what to inject (no stragglers: the model has no process to slow)
   int ranks = 1024;
   int steps = 100;
   std::uint64_t seed = 1;                 ///< target rank and cost variation

@@ -20,20 +20,13 @@ std::string_view mitigation_name(Mitigation m) {
 }
 
 std::string validate(const RunConfig& cfg) {
-  const auto* sc = inject::find_scenario(cfg.scenario);
-  if (!sc) return "--scenario " + cfg.scenario + ": unknown (see sf-testbed scenarios)";
-  if (cfg.delay_ms)
-    if (auto why = inject::delay_bound_problem(*cfg.delay_ms); !why.empty()) return why;
+  if (auto why = inject::validate(cfg.fault); !why.empty()) return why;
+  const auto* sc = inject::find_scenario(cfg.fault.scenario);
   if (cfg.steps < 1) return "--steps must be >= 1";
   if (cfg.warmup < 0) return "--warmup must be >= 0";
   if (cfg.window < 0) return "--window must be >= 0";
-  if (cfg.onset < 0 || cfg.offset <= cfg.onset)
-    return "--offset " + std::to_string(cfg.offset) + " is not after --onset " + std::to_string(cfg.onset) +
-           "; expected 0 <= onset < offset (the fault is on from onset up to, not including, offset)";
-  if (cfg.every < 1) return "--every must be >= 1";
   if (cfg.event_q < 0 || cfg.event_q > 1) return "--event-q must be in [0, 1]";
   if (cfg.workload.accumulation < 1 || cfg.workload.accumulation > 64) return "--accumulation must be in [1, 64]";
-  if (cfg.target_count < 1) return "--targets must be >= 1";
   if (cfg.overhead_pairs < 0) return "--overhead-pairs must be >= 0";
   if (cfg.overhead_pairs > 0 && cfg.overhead_window < 2) return "--overhead-window must be >= 2";
   if (cfg.gather_deadline_s <= 0) return "--gather-deadline must be > 0";
@@ -42,7 +35,6 @@ std::string validate(const RunConfig& cfg) {
     return "--telemetry-fault-rank must not be 0 for late/corrupt (rank 0 is the gather root)";
   if (!(cfg.link_rate_mbit >= 1 && cfg.link_rate_mbit <= 1e6)) return "--link-rate must be in [1, 1000000] Mbit/s";
   if (!(cfg.link_grad_mib >= 1 && cfg.link_grad_mib <= 1024)) return "--link-grad-mib must be in [1, 1024]";
-  if (sc->site == inject::Site::link && cfg.delay_ms) return "--delay-ms: link_slow is a rate limit; set --link-rate instead";
   if (!cfg.dump.empty() && cfg.recorder == RecorderMode::off) return "--dump needs the recorder (--recorder cpu|event)";
   if (cfg.reference_steps < 0 || cfg.reference_steps > 100000) return "--reference-steps must be in [0, 100000]";
   if (auto why = plot_file_problem(cfg.plot); !why.empty()) return why;
@@ -56,19 +48,9 @@ std::string validate(const RunConfig& cfg) {
   if (cfg.mitigate != Mitigation::none) {
     const std::string m = "--mitigate " + std::string(mitigation_name(cfg.mitigate));
     if (cfg.recorder == RecorderMode::off) return m + " needs the recorder (--recorder cpu|event): the culprit comes from its diagnosis";
-    if (sc->site == inject::Site::link) return m + " with --scenario " + cfg.scenario + ": a link fault names a host, not a rank";
+    if (sc->site == inject::Site::link) return m + " with --scenario " + cfg.fault.scenario + ": a link fault names a host, not a rank";
     if (cfg.overhead_pairs > 0) return m + " with --overhead-pairs: the overhead mode diagnoses nothing";
     if (cfg.mitigate_steps < 3 || cfg.mitigate_steps > 100000) return "--mitigate-steps must be in [3, 100000]";
-  }
-  if (cfg.straggler != inject::StragglerKind::none) {
-    if (sc->site != inject::Site::none)
-      return "--straggler " + std::string(inject::to_string(cfg.straggler)) + " with --scenario " + cfg.scenario +
-             ": a straggler is the run's fault; expected --scenario none (or no --scenario)";
-    if (const auto v = inject::check_strength(cfg.straggler, cfg.straggler_strength.value_or(inject::default_strength(cfg.straggler)));
-        !v.empty())
-      return v;
-  } else if (cfg.straggler_strength) {
-    return "--straggler-strength without --straggler";
   }
   if (cfg.detect && !cfg.stability_stage.empty()) {
     const frontier::StageSchema schema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation);
@@ -103,19 +85,7 @@ std::string validate(const ValidateConfig& cfg) {
 
 namespace detail {
 
-inject::FaultPlan make_plan(const RunConfig& cfg, int world_size) {
-  const auto* scenario = inject::find_scenario(cfg.scenario);
-  inject::FaultPlan plan;
-  plan.scenario = scenario;
-  plan.delay_ms = cfg.delay_ms.value_or(scenario->default_delay_ms);
-  plan.ranks = cfg.target_ranks.empty() ? inject::draw_targets(cfg.seed, world_size, cfg.target_count) : cfg.target_ranks;
-  plan.onset = cfg.onset;
-  plan.offset = cfg.offset;
-  plan.every = cfg.every;
-  plan.straggler = cfg.straggler;
-  if (cfg.straggler != inject::StragglerKind::none) plan.strength = cfg.straggler_strength.value_or(inject::default_strength(cfg.straggler));
-  return plan;
-}
+inject::FaultPlan make_plan(const RunConfig& cfg, int world_size) { return inject::make_plan(cfg.fault, world_size, cfg.seed); }
 
 recorder::RecorderConfig recorder_config(const RunConfig& cfg, std::int64_t first_step, int window) {
   recorder::RecorderConfig rc;

@@ -113,7 +113,7 @@ std::string resolve_link_plan(inject::FaultPlan& plan, const RunConfig& cfg, MPI
   const int node_count = *std::max_element(nodes.begin(), nodes.end()) + 1;
   if (node_count < 2) return "link_slow needs ranks on at least two hosts (a link between them); all ranks share one host";
   // The hidden target: the host of the drawn (or given) rank.
-  const int target_rank = cfg.target_ranks.empty() ? inject::draw_targets(cfg.seed, size, 1).front() : cfg.target_ranks.front();
+  const int target_rank = cfg.fault.target_ranks.empty() ? inject::draw_targets(cfg.seed, size, 1).front() : cfg.fault.target_ranks.front();
   const int node = nodes[static_cast<std::size_t>(target_rank)];
   plan.ranks.clear();
   for (int r = 0; r < size; ++r)

@@ -240,7 +240,7 @@ void print_overhead(const RunConfig& cfg, const Estimates& x, const Gathered& g,
   std::printf("# sf-testbed run --overhead-pairs %d  commit %s  %s  host %s\n", cfg.overhead_pairs, cfg.commit.c_str(), utc_now().c_str(),
               host_name().c_str());
   std::printf("# ranks %d, %d rounds of 4 steps (off A, off B, cpu, event in a seeded random order per round),"
-              " scenario %s, event q %.3g\n", size, rounds, cfg.scenario.c_str(), cfg.event_q);
+              " scenario %s, event q %.3g\n", size, rounds, cfg.fault.scenario.c_str(), cfg.event_q);
   std::printf("# slowest rank's step time per step (work only; window-boundary work apart); estimator: 20%%-trimmed mean of\n"
               "# per-round paired differences against off A, 95%% CI by bootstrap over rounds\n");
   std::printf("#\n# %-6s %6s %11s %24s %10s %24s\n", "arm", "steps", "median ms", "overhead % [95% CI]", "paired us",

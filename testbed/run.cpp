@@ -80,9 +80,7 @@ RunConfig effective_config(const RunConfig& in, int size) {
 /// What the options ask of this world that it cannot give; "" when the run can go on.
 std::string world_problem(const RunConfig& cfg, int size) {
   if (auto v = validate(cfg); !v.empty()) return v;
-  for (int r : cfg.target_ranks)
-    if (r < 0 || r >= size) return "--target-rank " + std::to_string(r) + " outside 0.." + std::to_string(size - 1);
-  if (cfg.target_count > size) return "--targets " + std::to_string(cfg.target_count) + " > world size";
+  if (auto v = inject::validate(cfg.fault, size); !v.empty()) return v;
   if (cfg.telemetry_fault != inject::TelemetryFault::none && (cfg.telemetry_fault_rank < 0 || cfg.telemetry_fault_rank >= size))
     return "--telemetry-fault-rank outside the world";
   return "";
@@ -243,7 +241,7 @@ void watch_windows(const RunConfig& cfg, int size, detail::Rank0Windows& windows
       if (cfg.live && !live.tty) std::printf("live: %s\n", c.line.c_str());
     }
     if (cfg.live) {
-      detail::LiveState ls{cfg.scenario, size, index + 1, w->matrix.first_step() + w->matrix.steps() - cfg.warmup, cfg.steps,
+      detail::LiveState ls{cfg.fault.scenario, size, index + 1, w->matrix.first_step() + w->matrix.steps() - cfg.warmup, cfg.steps,
                            static_cast<double>(inject::monotonic_ns() - live.t0) * 1e-9, cfg.detect.has_value(),
                            watch ? watch->changes() : std::vector<detect::ChangePoint>{}, live.last_change};
       std::fputs(detail::live_view(ls, e, live.tty).c_str(), stdout);
@@ -379,7 +377,7 @@ ordered_json run_json_head(const RunRecord& r) {
   const auto& w = r.run_cfg.workload;
   ordered_json result = provenance_json("sf.run/1", cfg.argv, cfg.commit);
   const auto buckets = sim::bucket_floats(w.layout, cfg.workload.sharded ? static_cast<std::size_t>(r.size) : 1);
-  result["config"] = {{"scenario", cfg.scenario},
+  result["config"] = {{"scenario", cfg.fault.scenario},
                       {"delay_ms", r.plan.delay_ms},
                       {"ranks", r.size},
                       {"steps", cfg.steps},

@@ -37,7 +37,7 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
   if (opt.seeds < 1 || opt.min_hits < 1 || opt.min_hits > opt.seeds)
     throw std::invalid_argument("need seeds >= 1 and 1 <= min_hits <= seeds");
   sim::ModelConfig base;
-  base.scenario = s.scenario;
+  base.fault.scenario = s.scenario;
   base.ranks = s.ranks;
   base.steps = opt.steps;
   base.profile = profile->name;
@@ -66,7 +66,7 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
     // The healthy reference of this seed: same ranks and cost draws, no fault.
     sim::ModelConfig healthy = base;
     healthy.seed = static_cast<std::uint64_t>(seed);
-    healthy.scenario = "none";
+    healthy.fault.scenario = "none";
     // A scenario that brings a callback barrier (callback_sync_tail) has it in its reference too.
     healthy.sync_callbacks = sim::model_plan(base).scenario->sync_callbacks;
     const auto hplan = sim::model_plan(healthy);
@@ -89,7 +89,7 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
     for (std::size_t i = 0; i < D; ++i) {
       sim::ModelConfig cfg = base;
       cfg.seed = static_cast<std::uint64_t>(seed);
-      cfg.delay_ms = opt.delays_ms[i];
+      cfg.fault.delay_ms = opt.delays_ms[i];
       const auto plan = sim::model_plan(cfg);
       const auto w = sim::model_window(cfg, plan);
       const auto e = frontier::evaluate(w.matrix, opt.label, w.telemetry);

@@ -15,8 +15,8 @@ namespace {
 sim::ModelConfig healthy_config(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
                                 const std::optional<std::uint64_t>& reference_seed) {
   sim::ModelConfig healthy = cfg;
-  healthy.scenario = "none";
-  healthy.delay_ms.reset();
+  healthy.fault.scenario = "none";
+  healthy.fault.delay_ms.reset();
   healthy.sync_callbacks = cfg.sync_callbacks || plan.scenario->sync_callbacks;
   if (reference_seed) healthy.seed = *reference_seed;
   return healthy;

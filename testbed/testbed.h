@@ -47,16 +47,7 @@ struct TraceOptions {
   int max_ranks = 64;      ///< --trace-ranks: ranks 0..N-1, plus the injected targets and up to N leaders
 };
 struct RunConfig {
-  std::string scenario = "data_tail";
-  std::optional<double> delay_ms;          ///< default: the scenario's
-  /// A straggler from outside the step on the target ranks (the scenario is then "none"), and its
-  /// strength (default: the kind's; inject::straggler_strength_meaning).
-  inject::StragglerKind straggler = inject::StragglerKind::none;
-  std::optional<double> straggler_strength;
-  std::vector<int> target_ranks;           ///< default: drawn from seed (hidden until the verdict)
-  int target_count = 1;
-  std::int64_t onset = 0, offset = inject::kForever;
-  int every = 1;
+  inject::FaultSpec fault;                 ///< what to inject (inject::validate, inject::make_plan)
   int steps = 60;
   int warmup = 5;
   int window = 0;                          ///< 0 → one window over all measured steps

@@ -313,16 +313,14 @@ class Fault:
                          "and a step >= 0")
         if a.ranks_per_node < 0:
             refuse(rank, f"--ranks-per-node {a.ranks_per_node}: expected 0 (nodes by host name) or a rank count >= 1")
-        scen = next(s for s in _core.scenarios() if s["name"] == a.scenario)
-        self.delay_ms = scen["default_delay_ms"] if a.delay_ms is None else a.delay_ms
-        if scen["site"] == "none":
-            self.targets = []
-        elif a.target_rank >= 0:
-            if a.target_rank >= world:
-                refuse(rank, f"--target-rank {a.target_rank} outside 0..{world - 1}")
-            self.targets = [a.target_rank]
-        else:
-            self.targets = list(_core.draw_targets(a.seed, world))
+        # The plan `run` and `sim` make from the same options (one C++ check, one draw of the targets).
+        try:
+            plan = _core.fault_plan(a.scenario, world, a.seed, delay_ms=a.delay_ms,
+                                    target_ranks=[a.target_rank] if a.target_rank >= 0 else [])
+        except ValueError as e:
+            refuse(rank, str(e))
+        self.delay_ms = plan["delay_ms"]
+        self.targets = [] if plan["site"] == "none" else list(plan["ranks"])
         self.hit = rank in self.targets
         self.d = self.delay_ms / 1e3 if self.hit else 0.0
         self.name = a.scenario

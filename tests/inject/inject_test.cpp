@@ -106,6 +106,53 @@ TEST(Targets, drawn_from_the_seed_distinct_and_in_range) {
   EXPECT_EQ(seen.size(), 8u);  // every rank can be the hidden target
 }
 
+// One spec for run, sim and train.py: each bad field is refused in one line naming its option.
+TEST(FaultSpec, validate_names_the_option_and_make_plan_draws_as_run_does) {
+  FaultSpec ok;
+  EXPECT_EQ(validate(ok), "");
+  EXPECT_EQ(validate(ok, 4), "");
+  auto bad = [](auto edit, int world = 0) {
+    FaultSpec f;
+    edit(f);
+    return validate(f, world);
+  };
+  EXPECT_NE(bad([](FaultSpec& f) { f.scenario = "nope"; }).find("--scenario nope: unknown; expected one of none, data_tail"),
+            std::string::npos);
+  EXPECT_EQ(bad([](FaultSpec& f) { f.delay_ms = -1; }), delay_bound_problem(-1));
+  EXPECT_EQ(bad([](FaultSpec& f) { f.delay_ms = kMaxDelayMs + 1; }), delay_bound_problem(kMaxDelayMs + 1));
+  EXPECT_NE(bad([](FaultSpec& f) { f.onset = 40, f.offset = 30; }).find("--offset 30 is not after --onset 40"), std::string::npos);
+  EXPECT_EQ(bad([](FaultSpec& f) { f.every = 0; }), "--every must be >= 1");
+  EXPECT_EQ(bad([](FaultSpec& f) { f.target_ranks = {4}; }), "");  // the world is not known yet
+  EXPECT_EQ(bad([](FaultSpec& f) { f.target_ranks = {4}; }, 4), "--target-rank 4 outside 0..3");
+  EXPECT_EQ(bad([](FaultSpec& f) { f.target_count = 5; }, 4), "--targets 5 outside 1..4");
+  EXPECT_NE(bad([](FaultSpec& f) { f.straggler = StragglerKind::pause; }).find("a straggler is the run's fault"), std::string::npos);
+  EXPECT_EQ(bad([](FaultSpec& f) { f.scenario = "none", f.straggler = StragglerKind::pause, f.straggler_strength = 2; }),
+            check_strength(StragglerKind::pause, 2));
+  EXPECT_EQ(bad([](FaultSpec& f) { f.straggler_strength = 2; }), "--straggler-strength without --straggler");
+  EXPECT_NE(bad([](FaultSpec& f) { f.scenario = "link_slow", f.delay_ms = 5; }).find("link_slow is a rate limit"), std::string::npos);
+
+  FaultSpec f;
+  f.scenario = "fwd_host";
+  f.target_count = 2;
+  f.onset = 3;
+  f.every = 2;
+  const auto plan = make_plan(f, 16, 7);
+  EXPECT_EQ(plan.scenario, find_scenario("fwd_host"));
+  EXPECT_EQ(plan.delay_ms, find_scenario("fwd_host")->default_delay_ms);
+  EXPECT_EQ(plan.ranks, draw_targets(7, 16, 2));
+  EXPECT_EQ(plan.onset, 3);
+  EXPECT_EQ(plan.every, 2);
+  f.target_ranks = {5};
+  f.delay_ms = 80;
+  EXPECT_EQ(make_plan(f, 16, 7).ranks, std::vector<int>{5});
+  EXPECT_EQ(make_plan(f, 16, 7).delay_ms, 80);
+  f.scenario = "none";
+  f.straggler = StragglerKind::cgroup;
+  EXPECT_EQ(make_plan(f, 16, 7).strength, default_strength(StragglerKind::cgroup));
+  f.target_ranks = {16};
+  EXPECT_THROW(make_plan(f, 16, 7), std::invalid_argument);
+}
+
 TEST(Primitives, precise_sleep_never_ends_early) {
   for (double ms : {1.0, 5.0, 20.0}) {
     const auto t0 = monotonic_ns();

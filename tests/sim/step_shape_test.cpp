@@ -132,7 +132,7 @@ TEST(StepShape, two_tier_heterogeneity_slows_about_half_the_ranks) {
 namespace {
 double healthy_step_ms(sim::SyncMode mode, double gib_per_s) {
   sim::ModelConfig cfg;
-  cfg.scenario = "none";
+  cfg.fault.scenario = "none";
   cfg.ranks = 8;
   cfg.steps = 10;
   cfg.sync_mode = mode;

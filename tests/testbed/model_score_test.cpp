@@ -10,10 +10,10 @@ namespace {
 
 sim::ModelConfig config(const std::string& scenario, int ranks, int steps, double event_q) {
   sim::ModelConfig mc;
-  mc.scenario = scenario;
+  mc.fault.scenario = scenario;
   mc.ranks = ranks;
   mc.steps = steps;
-  mc.delay_ms = 150;
+  mc.fault.delay_ms = 150;
   mc.seed = 11;
   mc.event_q = event_q;
   return mc;
@@ -25,7 +25,7 @@ void expect_same(const sim::ModelConfig& mc) {
   const auto whole = testbed::score_model_whole(mc, plan, label);
   for (int threads : {1, 2}) {
     const auto streamed = testbed::score_model_streaming(mc, plan, label, threads);
-    SCOPED_TRACE(mc.scenario + ", threads " + std::to_string(threads));
+    SCOPED_TRACE(mc.fault.scenario + ", threads " + std::to_string(threads));
     EXPECT_TRUE(streamed.streamed);
     // Bit for bit: the JSON packet prints every double with round-trip precision.
     EXPECT_EQ(formats::evidence_to_json(streamed.evidence).dump(), formats::evidence_to_json(whole.evidence).dump());
@@ -47,7 +47,7 @@ TEST(ModelScore, streamed_evidence_equals_the_whole_matrix) {
 TEST(ModelScore, the_accounted_reference_is_the_labelled_one_where_the_verdict_reads_it) {
   for (auto mc : {config("none", 300, 40, 0.0), config("none", 64, 25, 0.25), config("none", 1, 12, 0.0),
                   config("none", 128, 1, 0.0)}) {
-    mc.delay_ms.reset();
+    mc.fault.delay_ms.reset();
     const auto plan = sim::model_plan(mc);
     const auto full = testbed::score_model_streaming(mc, plan, {}, 1);
     const auto acc = testbed::score_model_accounting(mc, plan);
@@ -104,9 +104,9 @@ TEST(ModelScore, streamed_detect_report_equals_the_whole_matrix) {
   for (const bool periodic : {false, true}) {
     auto mc = config("data_tail", 64, 200, 0.25);
     mc.seed = 3;
-    mc.onset = periodic ? 20 : 60;
-    mc.offset = periodic ? inject::kForever : 140;
-    mc.every = periodic ? 5 : 1;
+    mc.fault.onset = periodic ? 20 : 60;
+    mc.fault.offset = periodic ? inject::kForever : 140;
+    mc.fault.every = periodic ? 5 : 1;
     const auto plan = sim::model_plan(mc);
     testbed::WatchOptions wo;
     wo.detect = detect::DetectConfig{};

@@ -17,11 +17,11 @@ namespace {
 TEST(Validate, rejects_bad_run_options_with_one_line) {
   testbed::RunConfig c;
   EXPECT_EQ(testbed::validate(c), "");
-  c.scenario = "nope";
+  c.fault.scenario = "nope";
   EXPECT_NE(testbed::validate(c).find("unknown"), std::string::npos);
   c = {};
-  c.onset = 5;
-  c.offset = 5;
+  c.fault.onset = 5;
+  c.fault.offset = 5;
   EXPECT_NE(testbed::validate(c).find("--offset 5 is not after --onset 5"), std::string::npos);
   c = {};
   c.detect = detect::DetectConfig{};
@@ -46,10 +46,10 @@ struct DataTailWindow {
   testbed::MakespanCheck mk;
   DataTailWindow() {
     sim::ModelConfig mc;
-    mc.scenario = "data_tail";
+    mc.fault.scenario = "data_tail";
     mc.ranks = 16;
     mc.steps = 30;
-    mc.delay_ms = 150;
+    mc.fault.delay_ms = 150;
     mc.seed = 7;
     plan = sim::model_plan(mc);
     const auto w = sim::model_window(mc, plan);
@@ -283,13 +283,13 @@ TEST(Watch, window_stability_is_the_reports_record_for_that_window) {
 // stage that moved at a change), --stability-stage picks one, and every window lists its top ranks.
 TEST(Watch, culprit_stability_follows_the_stage_that_moved) {
   sim::ModelConfig mc;
-  mc.scenario = "data_tail";
+  mc.fault.scenario = "data_tail";
   mc.ranks = 64;
   mc.steps = 200;
-  mc.onset = 20;
-  mc.offset = 150;
-  mc.every = 7;
-  mc.delay_ms = 30;
+  mc.fault.onset = 20;
+  mc.fault.offset = 150;
+  mc.fault.every = 7;
+  mc.fault.delay_ms = 30;
   mc.seed = 4;
   const auto plan = sim::model_plan(mc);
   const auto w = std::make_shared<formats::Window>(sim::model_window(mc, plan));
