@@ -321,29 +321,5 @@ frontier::LabelConfig make_label_config(const LabelOptions& o) {
   return c;
 }
 
-std::string plot_packets_text(const std::string& packets, const std::string& out) {
-  std::error_code ec;
-  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
-  if (ec) dir = "/tmp";  // TMPDIR names no directory: the system's
-  std::string path = (dir / "sf-plot-XXXXXX.jsonl").string();
-  const int fd = ::mkstemps(path.data(), 6);
-  if (fd < 0) return "--plot " + out + ": cannot make a temporary file: " + std::strerror(errno);
-  std::size_t done = 0;
-  while (done < packets.size()) {
-    const ssize_t n = ::write(fd, packets.data() + done, packets.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(path.c_str());
-      return "--plot " + out + ": cannot write " + path + ": " + std::strerror(e);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  const std::string why = testbed::plot_packets({path}, out);
-  ::unlink(path.c_str());
-  return why;
-}
 
 }  // namespace sf::cli

@@ -141,9 +141,6 @@ std::string apply_step_options(const StepOptions& o, Config& cfg, sim::CommModel
 /// Before MPI_Init only the launcher's environment knows the rank: errors are printed once.
 bool is_first_process();
 
-/// --plot from packets held in memory (score, sim): written to a private temporary file, drawn
-/// (testbed::plot_packets), the file removed. "" or the one line of why not.
-std::string plot_packets_text(const std::string& packets, const std::string& out);
 
 /// Ends a subcommand callback with a non-zero exit code (CLI11 prints nothing for it).
 [[noreturn]] inline void exit_with(int code) { throw CLI::RuntimeError(code); }

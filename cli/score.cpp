@@ -47,13 +47,17 @@ int run_score(const ScoreOptions& o) {
       return kExitBadInput;
     }
   testbed::ScoredFile scored;
+  testbed::Reporters reporters;
+  if (!o.metrics.empty()) reporters.add(testbed::metrics_reporter(o.metrics));
+  if (!o.plot.empty()) reporters.add(testbed::plot_reporter(o.plot, "each rank x stage's change per window, the culprits outlined"));
+  if (!o.trace.file.empty()) reporters.add(testbed::trace_reporter(o.trace.file));
   try {
     testbed::ScoreFileOptions so;
     so.file = o.file;
     so.read = {o.format, o.window, o.world_size, o.accumulation, o.limits};
     so.whole = o.whole;
     so.reference = o.reference;
-    so.metrics_file = o.metrics;
+    so.reporters = &reporters;
     so.label = make_label_config(o.label);
     if (o.detect.on) so.detect = o.detect.cfg;
     so.stability_window = o.detect.stability_window;
@@ -68,24 +72,23 @@ int run_score(const ScoreOptions& o) {
     return kExitBadInput;
   }
   try {
-    if (scored.trace) formats::write_file_atomic(o.trace.file, scored.trace->dump() + "\n");
     if (!o.out.empty()) formats::write_file_atomic(o.out, scored.packets);
   } catch (const std::exception& err) {
-    std::fprintf(stderr, "sf-testbed score: %s\n", err.what());
+    std::fprintf(stderr, "sf-testbed score: --out %s\n", err.what());
     return kExitBadInput;
   }
-  if (!o.plot.empty()) {
-    if (const auto err = plot_packets_text(scored.packets, o.plot); !err.empty()) {
-      std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
-      return kExitBadInput;
-    }
+  testbed::ReportedEnd end;
+  end.packets = scored.packets;
+  end.trace = scored.trace ? &*scored.trace : nullptr;
+  if (const auto err = reporters.finish(end); !err.empty()) {
+    std::fprintf(stderr, "sf-testbed score: %s\n", err.c_str());
+    return kExitBadInput;
   }
   std::cout << (o.json ? scored.packets : o.details ? scored.tables : scored.answers);
-  if (!o.plot.empty() && !o.json) std::cout << "# plot: " << o.plot << " (each rank x stage's change per window, the culprits outlined)\n";
-  if (scored.trace) {
-    // Beside the tables on stdout; on stderr with --json, which keeps stdout the packets.
-    if (o.json) std::fprintf(stderr, "sf-testbed score: %s\n", testbed::trace_written_line(o.trace.file, *scored.trace).c_str());
-    else std::cout << "# " << testbed::trace_written_line(o.trace.file, *scored.trace) << "\n";
+  // Beside the tables on stdout; on stderr with --json, which keeps stdout the packets.
+  for (const auto& line : reporters.said()) {
+    if (o.json) std::fprintf(stderr, "sf-testbed score: %s\n", line.c_str());
+    else std::cout << "# " << line << "\n";
   }
   return 0;
 }

@@ -75,38 +75,36 @@ testbed::SimulateOptions simulate_options(SimOptions& o, const frontier::LabelCo
   return so;
 }
 
-/// The files asked for (--dump, --trace, --metrics, --plot); the lines to say after the output.
-/// A file that cannot be written stops there: `error` is its one line, named by its option.
+/// The files asked for: --dump, then the reporters (--metrics of the one window, --trace and --plot
+/// at the end); the lines to say after the output. A file that cannot be written stops there:
+/// `error` is its one line, named by its option.
 std::vector<std::string> write_files(const SimOptions& o, const testbed::SimOutcome& r, std::string& error) {
-  std::vector<std::string> said;
   const auto& e = r.evidence;
-  auto write = [&](const char* option, const std::string& path, const std::string& text) {
-    try {
-      formats::write_file_atomic(path, text);
-    } catch (const std::exception& err) {
-      error = std::string(option) + " " + err.what();
-    }
-    return error.empty();
-  };
   if (!o.dump.empty()) {
     std::ostringstream out;
     formats::write_jsonl(out, r.window);
-    if (!write("--dump", o.dump, out.str())) return said;
+    try {
+      formats::write_file_atomic(o.dump, out.str());
+    } catch (const std::exception& err) {
+      error = std::string("--dump ") + err.what();
+      return {};
+    }
   }
-  if (r.trace) {
-    if (!write("--trace", o.trace.file, r.trace->dump() + "\n")) return said;
-    said.push_back(testbed::trace_written_line(o.trace.file, *r.trace));
+  testbed::Reporters reporters;
+  if (!o.metrics.empty()) reporters.add(testbed::metrics_reporter(o.metrics));
+  if (r.trace) reporters.add(testbed::trace_reporter(o.trace.file));
+  if (!o.plot.empty())
+    reporters.add(testbed::plot_reporter(o.plot, "each rank x stage's change against the reference, the culprits outlined"));
+  const formats::MetricsState counts{"sim", 1, e.steps, r.detect ? static_cast<std::int64_t>(r.detect->changes.size()) : -1,
+                                     e.gather_ok ? 0 : 1};
+  error = reporters.window({e, counts});
+  if (error.empty()) {
+    testbed::ReportedEnd end;
+    if (!o.plot.empty()) end.packets = formats::evidence_to_json(e).dump() + "\n";
+    end.trace = r.trace ? &*r.trace : nullptr;
+    error = reporters.finish(end);
   }
-  if (!o.metrics.empty()) {
-    const formats::MetricsState ms{"sim", 1, e.steps, r.detect ? static_cast<std::int64_t>(r.detect->changes.size()) : -1,
-                                   e.gather_ok ? 0 : 1};
-    if (!write("--metrics", o.metrics, formats::metrics_text(e, ms))) return said;
-  }
-  if (!o.plot.empty()) {
-    if (error = plot_packets_text(formats::evidence_to_json(e).dump() + "\n", o.plot); !error.empty()) return said;
-    said.push_back("plot: " + o.plot + " (each rank x stage's change against the reference, the culprits outlined)");
-  }
-  return said;
+  return error.empty() ? reporters.said() : std::vector<std::string>{};
 }
 
 std::string sim_json(const SimOptions& o, const testbed::SimOutcome& r) {

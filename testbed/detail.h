@@ -50,6 +50,9 @@ public:
   frontier::Evidence run_evidence(MakespanCheck& makespan, std::vector<formats::RankInfo>& ranks);
   /// Closes the streamed files (the dump is renamed into place); "" or the first write error.
   std::string finish();
+  /// The run's reporters (--metrics, told each window here; --plot and --trace, finished by
+  /// report_run).
+  Reporters& reporters();
   /// Per-window summaries as run.json lists them (read back from windows.jsonl; empty without --out).
   nlohmann::ordered_json summaries() const;
   std::size_t first_packet_bytes() const;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,56 @@ std::string plot_packets(const std::vector<std::string>& packet_files, const std
   if (said.empty())
     said = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by signal " + std::to_string(WTERMSIG(status));
   return "--plot " + out + ": " + said;
+}
+
+std::string plot_packets_text(const std::string& packets, const std::string& out) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";  // TMPDIR names no directory: the system's
+  std::string path = (dir / "sf-plot-XXXXXX.jsonl").string();
+  const int fd = ::mkstemps(path.data(), 6);
+  if (fd < 0) return "--plot " + out + ": cannot make a temporary file: " + std::strerror(errno);
+  std::size_t done = 0;
+  while (done < packets.size()) {
+    const ssize_t n = ::write(fd, packets.data() + done, packets.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(path.c_str());
+      return "--plot " + out + ": cannot write " + path + ": " + std::strerror(e);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  const std::string why = plot_packets({path}, out);
+  ::unlink(path.c_str());
+  return why;
+}
+
+namespace {
+
+class PlotReporter final : public Reporter {
+public:
+  PlotReporter(std::string file, std::string what) : file_(std::move(file)), what_(std::move(what)) {}
+  std::string finish(const ReportedEnd& end) override {
+    const std::string why = !end.packet_files.empty() ? plot_packets(end.packet_files, file_)
+                            : !end.packets.empty()    ? plot_packets_text(end.packets, file_)
+                            : end.packet_dir.empty()  ? "--plot " + file_ + ": no window packet to draw"
+                                                      : "--plot " + file_ + ": no window packet was written to " + end.packet_dir;
+    if (why.empty()) said_ = "plot: " + file_ + " (" + what_ + ")";
+    return why;
+  }
+  std::string said() const override { return said_; }
+
+private:
+  std::string file_, what_, said_;
+};
+
+}  // namespace
+
+std::unique_ptr<Reporter> plot_reporter(std::string file, std::string what) {
+  return std::make_unique<PlotReporter>(std::move(file), std::move(what));
 }
 
 }  // namespace sf::testbed

@@ -83,7 +83,7 @@ struct Rank0Windows::Impl {
   // run level
   std::optional<frontier::Reference> reference;
   std::int64_t steps_scored = 0, gather_failures = 0, change_points = 0;
-  bool metrics_failed = false;
+  Reporters reporters;  // --metrics told each window; --plot and --trace at the end (report_run)
   std::vector<std::string> head_lines;
   std::deque<std::string> tail_lines;
   std::int64_t lines_left_out = 0;
@@ -108,6 +108,9 @@ struct Rank0Windows::Impl {
       dump_tmp = cfg.dump + ".partial." + std::to_string(::getpid());
       open(dump, dump_tmp);
     }
+    if (!cfg.metrics_file.empty()) reporters.add(metrics_reporter(cfg.metrics_file));
+    if (!cfg.plot.empty()) reporters.add(plot_reporter(cfg.plot, "each rank x stage's change per window, the culprits outlined"));
+    if (!cfg.trace.file.empty()) reporters.add(trace_reporter(cfg.trace.file));
   }
 
   void open(std::ofstream& f, const std::string& path) {
@@ -213,18 +216,13 @@ struct Rank0Windows::Impl {
       while (!recent.empty() && recent.front().last < last - kRecentPacketSteps) recent.pop_front();
     }
   }
-  /// Telemetry of telemetry: a metrics file that cannot be written is said once (finish()),
-  /// never fatal, and not retried every window.
-  void write_metrics(const frontier::Evidence& e) {
-    if (cfg.metrics_file.empty() || metrics_failed) return;
-    formats::MetricsState ms{"run", count, steps_scored, cfg.detect ? change_points : -1, gather_failures};
-    try {
-      formats::write_file_atomic(cfg.metrics_file, formats::metrics_text(e, ms));
-    } catch (const std::exception& ex) {
-      metrics_failed = true;
-      fail(std::string("--metrics: ") + ex.what());
-    }
+  /// Telemetry of telemetry: a file a reporter cannot write (--metrics) is said once (finish()),
+  /// never fatal to the workload, and not retried every window.
+  void report_window(const frontier::Evidence& e) {
+    const formats::MetricsState counts{"run", count, steps_scored, cfg.detect ? change_points : -1, gather_failures};
+    if (auto why = reporters.window({e, counts}); !why.empty()) fail(why);
   }
+
   /// How the window reached rank 0: messages, bytes and the latency from its close to now.
   void count_gather(const formats::Window& w, std::int64_t now_ns) {
     if (w.gather.mode.empty()) return;
@@ -303,7 +301,7 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   im.steps_scored += e.steps;
   im.gather_failures += e.gather_ok ? 0 : 1;
   im.change_points += static_cast<std::int64_t>(notes.changes.size());
-  im.write_metrics(e);
+  im.report_window(e);
   if (im.dump.is_open()) {
     std::ostringstream out;
     formats::write_jsonl(out, w);
@@ -351,6 +349,8 @@ frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vect
   makespan.gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - im.wall_sum) / e.exposed_makespan_s : 0.0;
   return e;
 }
+
+Reporters& Rank0Windows::reporters() { return impl_->reporters; }
 
 std::string Rank0Windows::finish() {
   auto& im = *impl_;

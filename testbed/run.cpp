@@ -610,34 +610,29 @@ int report_run(RunRecord& r) {
       exit_code = 2;
     }
   }
-  if (!cfg.plot.empty() && exit_code != 2) {
-    std::vector<std::string> packets;
-    for (int i = 0; i < r.windows.count(); ++i) {
-      const std::string f = frontier::strprintf("%s/window_%03d.json", cfg.out_dir.c_str(), i);
-      if (::access(f.c_str(), R_OK) == 0) packets.push_back(f);
-    }
-    const std::string why = packets.empty() ? "--plot " + cfg.plot + ": no window packet was written to " + cfg.out_dir
-                                            : plot_packets(packets, cfg.plot);
-    if (why.empty()) {
-      const std::string said = "# plot: " + cfg.plot + " (each rank x stage's change per window, the culprits outlined)\n";
-      table += said;
-      answer += said;
-    } else {
-      std::fprintf(stderr, "sf-testbed run: %s\n", why.c_str());
-      exit_code = 2;
-    }
+  // The files beside the answer (--plot from the packets written to --out, --trace from the watch).
+  ReportedEnd end;
+  for (int i = 0; !cfg.plot.empty() && i < r.windows.count(); ++i) {
+    const std::string f = frontier::strprintf("%s/window_%03d.json", cfg.out_dir.c_str(), i);
+    if (::access(f.c_str(), R_OK) == 0) end.packet_files.push_back(f);
   }
-  if (r.watch && !cfg.trace.file.empty()) {
-    try {
-      const auto trace = r.watch->trace();
-      formats::write_file_atomic(cfg.trace.file, trace.dump() + "\n");
-      const std::string said = "# " + trace_written_line(cfg.trace.file, trace) + "\n";
-      table += said;
-      answer += said;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "sf-testbed run: --trace %s\n", e.what());
-      exit_code = 2;
-    }
+  end.packet_dir = cfg.out_dir;
+  std::optional<ordered_json> trace;
+  std::string why;
+  try {
+    if (r.watch && !cfg.trace.file.empty()) trace = r.watch->trace();
+  } catch (const std::exception& e) {
+    why = std::string("--trace ") + e.what();
+  }
+  end.trace = trace ? &*trace : nullptr;
+  if (const auto failed = r.windows.reporters().finish(end); why.empty()) why = failed;
+  for (const auto& line : r.windows.reporters().said()) {
+    table += "# " + line + "\n";
+    answer += "# " + line + "\n";
+  }
+  if (!why.empty()) {
+    std::fprintf(stderr, "sf-testbed run: %s\n", why.c_str());
+    exit_code = 2;
   }
   if (!cfg.quiet) {
     if (!cfg.details) {

@@ -123,13 +123,9 @@ ScoredFile score_file(const ScoreFileOptions& o) {
     const auto& [e, ranks] = scored[i];
     steps_so_far += e.steps;
     gather_failures += e.gather_ok ? 0 : 1;
-    if (!o.metrics_file.empty()) {
-      const formats::MetricsState ms{"score", static_cast<std::int64_t>(i + 1), steps_so_far, -1, gather_failures};
-      try {
-        formats::write_file_atomic(o.metrics_file, formats::metrics_text(e, ms));
-      } catch (const std::exception& err) {
-        throw InputError(std::string("--metrics ") + err.what());
-      }
+    if (o.reporters != nullptr) {
+      const formats::MetricsState counts{"score", static_cast<std::int64_t>(i + 1), steps_so_far, -1, gather_failures};
+      if (auto why = o.reporters->window({e, counts}); !why.empty()) throw InputError(why);
     }
     out.packets += formats::evidence_to_json(e, ranks).dump() + "\n";
     out.tables += formats::evidence_table(e, "sf-testbed score " + o.file + " (window " + std::to_string(i + 1) + " of " +

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <memory>
@@ -425,6 +428,56 @@ TEST(Provenance, every_result_file_says_where_when_and_from_what) {
   const double f = meter.fraction();
   EXPECT_GE(f, 0.0);
   EXPECT_LE(f, 1.0);
+}
+
+// Reporters: a new output is one Reporter; the multiplex tells each, keeps the first failure and
+// stops telling the reporter that failed; metrics and trace write their files, naming their option.
+TEST(Reporters, a_new_output_is_one_reporter_and_a_failure_names_its_option) {
+  struct Counting final : testbed::Reporter {
+    int* windows;
+    std::string fail_at;
+    Counting(int* w, std::string f) : windows(w), fail_at(std::move(f)) {}
+    std::string window(const testbed::ReportedWindow& w) override {
+      ++*windows;
+      return fail_at == "window" ? "--counting: full after window " + std::to_string(w.counts.windows) : "";
+    }
+    std::string finish(const testbed::ReportedEnd&) override { return fail_at == "finish" ? "--counting: no end" : ""; }
+    std::string said() const override { return "counted " + std::to_string(*windows); }
+  };
+  const DataTailWindow d;
+  int a = 0, b = 0;
+  testbed::Reporters rs;
+  EXPECT_TRUE(rs.empty());
+  rs.add(std::make_unique<Counting>(&a, "window"));
+  rs.add(std::make_unique<Counting>(&b, ""));
+  const formats::MetricsState counts{"test", 1, d.e.steps, -1, 0};
+  EXPECT_EQ(rs.window({d.e, counts}), "--counting: full after window 1");
+  EXPECT_EQ(rs.window({d.e, counts}), "");  // the failed one is not told again
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(rs.finish({}), "");
+  EXPECT_EQ(rs.said(), std::vector<std::string>{"counted 2"});
+
+  const std::string dir = ::testing::TempDir() + "reporters_test";
+  std::filesystem::create_directories(dir);
+  testbed::Reporters files;
+  files.add(testbed::metrics_reporter(dir + "/sf.prom"));
+  files.add(testbed::trace_reporter(dir + "/no/such/dir/trace.json"));
+  EXPECT_EQ(files.window({d.e, counts}), "");
+  std::ifstream prom(dir + "/sf.prom");
+  const std::string text((std::istreambuf_iterator<char>(prom)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, formats::metrics_text(d.e, counts));
+  const nlohmann::ordered_json trace = {{"traceEvents", nlohmann::ordered_json::array()}};
+  testbed::ReportedEnd end;
+  end.trace = &trace;
+  const std::string failed = files.finish(end);
+  EXPECT_EQ(failed.rfind("--trace ", 0), 0u) << failed;
+  EXPECT_NE(failed.find(dir + "/no/such/dir/trace.json"), std::string::npos) << failed;
+  EXPECT_TRUE(files.said().empty());
+  testbed::Reporters plot;
+  plot.add(testbed::plot_reporter(dir + "/p.svg", "what"));
+  end.packet_dir = dir;
+  EXPECT_EQ(plot.finish(end), "--plot " + dir + "/p.svg: no window packet was written to " + dir);
 }
 
 }  // namespace
