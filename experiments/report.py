@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import scipy.stats  # noqa: E402
 
+import rowstore  # noqa: E402
+
 RULES = ["per_stage_max", "per_stage_avg", "raw_spread", "slowest_rank", "rank0_total"]
 RULE_NAMES = {"frontier": "StageFrontier", "per_stage_max": "Per-stage max", "per_stage_avg": "Per-stage average",
               "raw_spread": "Raw rank spread", "slowest_rank": "Slowest-rank breakdown", "rank0_total": "Rank-0 local total"}
@@ -824,8 +826,8 @@ def report_periodic(d, df):
     full = df
     df, sham, _ = split_arms(df)
     for _, r in df.iterrows():
-        dump = d / "rows" / r["row"] / "dump.jsonl"
-        lines = dump.read_text().splitlines() if dump.exists() else []
+        dump = rowstore.read_text(d, r["row"], "dump.jsonl")
+        lines = dump.splitlines() if dump is not None else []
         recs = [json.loads(x) for x in lines if '"step"' in x]
         cb_idx = 3
         per_step = pd.DataFrame([{"step": x["step"], "cb": x["d"][cb_idx], "wall": x["wall"]} for x in recs])
@@ -1132,9 +1134,9 @@ def report_torch_routing(d, df):
     fault, sham, _ = split_arms(full)
     contention = {}
     for _, r in df.iterrows():
-        rj = d / "rows" / r["row"] / "run.json"
-        if rj.exists():
-            contention[int(r["ranks"])] = json.loads(rj.read_text()).get("contention", {})
+        rj = rowstore.read_text(d, r["row"], "run.json")
+        if rj is not None:
+            contention[int(r["ranks"])] = json.loads(rj).get("contention", {})
     text += ("Real trainer: `examples/torch_ddp/train.py` (a 4-layer MLP, DataLoader with worker processes, DDP with "
              "its default buckets, SGD), faults injected the real way on a hidden target rank drawn from the seed; "
              "scored by the C++ engine through `sf_torch._core` with the current labeler and the diagnosis. Every fault row "
@@ -1749,9 +1751,9 @@ def report_detect(d, df):
     if len(aba):
         pick = aba[aba.ranks == aba.ranks.min()]
         pick = pick[pick.delay_ms == pick.delay_ms.max()].sort_values("seed")
-        run_file = d / "rows" / str(pick.iloc[0].row) / "run.json"
-        if run_file.exists():
-            example = json.loads(run_file.read_text())
+        run_file = rowstore.read_text(d, str(pick.iloc[0].row), "run.json")
+        if run_file is not None:
+            example = json.loads(run_file)
             plot_series(ax[1][0], ax[1][1], example,
                         f"{int(pick.iloc[0].ranks)} live ranks, {int(pick.iloc[0].delay_ms)} ms data tail, seed {int(pick.iloc[0].seed)}")
     if example is None:
