@@ -63,6 +63,9 @@ def pack(exp_dir) -> pathlib.Path:
     exp_dir = pathlib.Path(exp_dir)
     if not (exp_dir / ROWS).is_dir():
         raise FileNotFoundError(f"{exp_dir / ROWS}: no such directory (nothing to pack)")
+    if not any(p.is_file() for p in (exp_dir / ROWS).rglob("*")):
+        # The driver makes an empty rows/ for the in-process experiments (fixtures, sensitivity).
+        raise FileNotFoundError(f"{exp_dir / ROWS}: holds no file (nothing to pack)")
     data = lzma.compress(_tar_bytes(exp_dir), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=9)
     out = exp_dir / ARCHIVE
     tmp = out.with_name(out.name + ".tmp")
