@@ -2058,12 +2058,15 @@ def index_text(results):
     longest = sorted(elapsed.items(), key=lambda kv: -kv[1])[:2]
     out = ["# sf-testbed results beside the StageFrontier paper\n",
            "Every directory holds `rows.csv` (one line per run, with seed, commit and arm), `table.md` (the paper's layout "
-           "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
+           "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date); "
+           "the files of each run (`run.json`, window packets, stage dumps, logs) are packed in one `rows.tar.xz` per "
+           "experiment that ran processes (stragglers keeps `rows.csv` only; docs/experiments.md says how to read one). "
            "Every number below is computed from the rows by `experiments/report.py` (CTest `results.claims` recomputes "
-           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all` (the "
+           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
            f"recorded runs took {sum(elapsed.values()) / 3600:.1f} h in all on the project's 2-core VM; longest: "
            + ", ".join(f"{k} {v / 60:.0f} min" for k, v in longest) + "); one experiment with `build/sf-testbed experiment "
-           "NAME`. Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
+           "NAME --out results`; then `/usr/bin/python3 experiments/rowstore.py pack results/NAME` packs its rows/ into "
+           "`rows.tar.xz`. Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
            "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (the same rows with no "
            "fault) scores beside it and the lift over it, with its 95 % interval.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
