@@ -1,6 +1,7 @@
 // sf::experiments — declared sweeps (experiments/specs/*.json) run as real mpirun subprocesses,
-// resumable row by row, collected into results/<name>/ (rows.csv, manifest.json; table.md and
-// plots come from experiments/report.py over the CSV).
+// resumable row by row, collected into results/<name>/ (rows/, rows.csv, manifest.json; table.md and
+// plots come from experiments/report.py over the CSV). The tree keeps rows/ packed as rows.tar.xz
+// (experiments/rowstore.py pack, after the run; docs/experiments.md).
 #pragma once
 
 #include <nlohmann/json.hpp>

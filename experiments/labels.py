@@ -45,6 +45,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+import rowstore  # noqa: E402
+
 SCENARIOS = ["none", "data_tail", "bwd_compute", "comm_delay", "fwd_device", "fwd_host", "callback_sync_tail",
              "callback_host_tail", "optim_host_local"]
 LABELS = ["frontier_accounting", "direct_exposure", "sync_wait_dependent", "likely_sync_wait", "co_critical",
@@ -163,32 +165,45 @@ def model_rows(sf, ranks_list, seeds, steps, tmp):
     return pd.DataFrame(rows)
 
 
+def first_line(path):
+    data = rowstore.read_path(path)
+    return data[:data.find(b"\n")].decode(errors="replace")
+
+
 def stored_rows(sf, results):
-    """Every stage dump under results/, re-scored with `defaults` by this binary."""
+    """Every stage dump under results/ (the packed experiments' rows.tar.xz included), re-scored with `defaults`
+    by this binary."""
     rows = []
-    for path in sorted(pathlib.Path(results).rglob("*.jsonl")):
-        if "labels" in path.parts:
-            continue
-        with open(path) as f:
-            if '"sf.stages/1"' not in f.readline():
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in rowstore.tree_files(results, "*.jsonl"):
+            if "labels" in path.parts:
                 continue
-        run = path.parent / "run.json"
-        cfg = json.loads(run.read_text()).get("config", {}) if run.exists() else {}
-        scen = cfg.get("scenario") or path.parent.name
-        for i, line in enumerate(sh([sf, "score", "--json", str(path)]).splitlines()):
-            e = json.loads(line)
-            rows.append(row_of(e, source="stored", experiment=path.relative_to(results).parts[0], file=str(path.relative_to(results)),
-                               window=i, scenario=scen, ranks=cfg.get("ranks"), seed=cfg.get("seed"),
-                               event_q=float(cfg.get("event_q", 0.0) or 0.0), config="defaults"))
+            if '"sf.stages/1"' not in first_line(path):
+                continue
+            run = path.parent / "run.json"
+            try:
+                cfg = json.loads(rowstore.read_path(run)).get("config", {})
+            except FileNotFoundError:
+                cfg = {}
+            scen = cfg.get("scenario") or path.parent.name
+            dump = path if path.is_file() else pathlib.Path(tmp) / "dump.jsonl"
+            if dump != path:  # a packed row's dump: `score` reads a file
+                dump.write_bytes(rowstore.read_path(path))
+            for i, line in enumerate(sh([sf, "score", "--json", str(dump)]).splitlines()):
+                e = json.loads(line)
+                rows.append(row_of(e, source="stored", experiment=path.relative_to(results).parts[0], file=str(path.relative_to(results)),
+                                   window=i, scenario=scen, ranks=cfg.get("ranks"), seed=cfg.get("seed"),
+                                   event_q=float(cfg.get("event_q", 0.0) or 0.0), config="defaults"))
     return pd.DataFrame(rows)
 
 
 def undumped_packets(results):
-    """Stored evidence packets (window_*.json) whose run kept no stage dump: not re-scorable."""
+    """Stored evidence packets (window_*.json under EXP/rows/, packed or not) whose run kept no stage dump:
+    not re-scorable."""
+    dumped = {p.parent for p in rowstore.tree_files(results, "*.jsonl") if '"sf.stages/1"' in first_line(p)}
     n, runs = 0, set()
-    for w in pathlib.Path(results).glob("*/rows/**/window_*.json"):
-        if "labels" in w.parts or any(w.parent.glob("*.jsonl")) and any(
-                '"sf.stages/1"' in p.open().readline() for p in w.parent.glob("*.jsonl")):
+    for w in rowstore.tree_files(results, "window_*.json"):
+        if w.relative_to(results).parts[1:2] != ("rows",) or "labels" in w.parts or w.parent in dumped:
             continue
         n += 1
         runs.add(w.parent)

@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import scipy.stats  # noqa: E402
 
+import rowstore  # noqa: E402
+
 RULES = ["per_stage_max", "per_stage_avg", "raw_spread", "slowest_rank", "rank0_total"]
 RULE_NAMES = {"frontier": "StageFrontier", "per_stage_max": "Per-stage max", "per_stage_avg": "Per-stage average",
               "raw_spread": "Raw rank spread", "slowest_rank": "Slowest-rank breakdown", "rank0_total": "Rank-0 local total"}
@@ -824,8 +826,8 @@ def report_periodic(d, df):
     full = df
     df, sham, _ = split_arms(df)
     for _, r in df.iterrows():
-        dump = d / "rows" / r["row"] / "dump.jsonl"
-        lines = dump.read_text().splitlines() if dump.exists() else []
+        dump = rowstore.read_text(d, r["row"], "dump.jsonl")
+        lines = dump.splitlines() if dump is not None else []
         recs = [json.loads(x) for x in lines if '"step"' in x]
         cb_idx = 3
         per_step = pd.DataFrame([{"step": x["step"], "cb": x["d"][cb_idx], "wall": x["wall"]} for x in recs])
@@ -1132,9 +1134,9 @@ def report_torch_routing(d, df):
     fault, sham, _ = split_arms(full)
     contention = {}
     for _, r in df.iterrows():
-        rj = d / "rows" / r["row"] / "run.json"
-        if rj.exists():
-            contention[int(r["ranks"])] = json.loads(rj.read_text()).get("contention", {})
+        rj = rowstore.read_text(d, r["row"], "run.json")
+        if rj is not None:
+            contention[int(r["ranks"])] = json.loads(rj).get("contention", {})
     text += ("Real trainer: `examples/torch_ddp/train.py` (a 4-layer MLP, DataLoader with worker processes, DDP with "
              "its default buckets, SGD), faults injected the real way on a hidden target rank drawn from the seed; "
              "scored by the C++ engine through `sf_torch._core` with the current labeler and the diagnosis. Every fault row "
@@ -1749,9 +1751,9 @@ def report_detect(d, df):
     if len(aba):
         pick = aba[aba.ranks == aba.ranks.min()]
         pick = pick[pick.delay_ms == pick.delay_ms.max()].sort_values("seed")
-        run_file = d / "rows" / str(pick.iloc[0].row) / "run.json"
-        if run_file.exists():
-            example = json.loads(run_file.read_text())
+        run_file = rowstore.read_text(d, str(pick.iloc[0].row), "run.json")
+        if run_file is not None:
+            example = json.loads(run_file)
             plot_series(ax[1][0], ax[1][1], example,
                         f"{int(pick.iloc[0].ranks)} live ranks, {int(pick.iloc[0].delay_ms)} ms data tail, seed {int(pick.iloc[0].seed)}")
     if example is None:
@@ -2056,12 +2058,15 @@ def index_text(results):
     longest = sorted(elapsed.items(), key=lambda kv: -kv[1])[:2]
     out = ["# sf-testbed results beside the StageFrontier paper\n",
            "Every directory holds `rows.csv` (one line per run, with seed, commit and arm), `table.md` (the paper's layout "
-           "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date). "
+           "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date); "
+           "the files of each run (`run.json`, window packets, stage dumps, logs) are packed in one `rows.tar.xz` per "
+           "experiment that ran processes (stragglers keeps `rows.csv` only; docs/experiments.md says how to read one). "
            "Every number below is computed from the rows by `experiments/report.py` (CTest `results.claims` recomputes "
-           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all` (the "
+           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
            f"recorded runs took {sum(elapsed.values()) / 3600:.1f} h in all on the project's 2-core VM; longest: "
            + ", ".join(f"{k} {v / 60:.0f} min" for k, v in longest) + "); one experiment with `build/sf-testbed experiment "
-           "NAME`. Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
+           "NAME --out results`; then `/usr/bin/python3 experiments/rowstore.py pack results/NAME` packs its rows/ into "
+           "`rows.tar.xz`. Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
            "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (the same rows with no "
            "fault) scores beside it and the lift over it, with its 95 % interval.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]

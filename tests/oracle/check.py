@@ -5,10 +5,11 @@
 
 Generates windows (tests/oracle/windows.py) under several labeler configurations, batches each
 configuration's windows into one JSON Lines file (one `score` call per file), adds every stored
-stage dump under ROOT/results, and compares per window the labels and the ambiguity set
-(co_critical_stages). A disagreement fails the test unless the oracle marked the window fragile
-(a decision within a few roundings of its threshold, where two correct implementations summing in
-different orders may part); disagreements on fragile windows may be at most 1 % of the windows.
+stage dump under ROOT/results (those packed in an experiment's rows.tar.xz extracted into
+OUT/stored), and compares per window the labels and the ambiguity set (co_critical_stages). A
+disagreement fails the test unless the oracle marked the window fragile (a decision within a few
+roundings of its threshold, where two correct implementations summing in different orders may
+part); disagreements on fragile windows may be at most 1 % of the windows.
 Every label of Table 12 must fire on some generated window (so the windows exercise them all).
 """
 import argparse
@@ -18,6 +19,7 @@ import pathlib
 import pickle
 import subprocess
 import sys
+import tarfile
 import time
 
 import numpy as np
@@ -92,6 +94,32 @@ def compare(name, path, cfg, packets, found, report, cache=None):
                 sys.exit(1)
 
 
+def stored_dumps(results, into):
+    """Every stage dump under results/: files on disk, and those of the rows an experiment keeps packed
+    in EXP/rows.tar.xz (experiments/rowstore.py), extracted into INTO/EXP/rows/... (a row unpacked on
+    disk is read from there, not from its archive)."""
+    dumps = []
+    for p in sorted(results.rglob("*.jsonl")):
+        with open(p) as f:
+            if '"sf.stages/1"' in f.readline():
+                dumps.append(p)
+    for archive in sorted(results.rglob("rows.tar.xz")):
+        exp = archive.parent
+        with tarfile.open(archive, "r:xz") as tar:
+            for m in tar:
+                parts = pathlib.PurePosixPath(m.name).parts
+                if not m.isfile() or not m.name.endswith(".jsonl") or ".." in parts or (exp / parts[0] / parts[1]).is_dir():
+                    continue
+                data = tar.extractfile(m).read()
+                if b'"sf.stages/1"' not in data.split(b"\n", 1)[0]:
+                    continue
+                dest = into / exp.relative_to(results) / m.name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(data)
+                dumps.append(dest)
+    return dumps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sf")
@@ -134,11 +162,7 @@ def main():
                 cfg_path.write_text(json.dumps(cfg))
             compare(name, path, cfg, score(a.sf, str(path), str(cfg_path)), found, gen, cache)
     stored = {"windows": 0, "fragile": 0, "disagree": [], "fragile_disagree": []}
-    dumps = []
-    for p in sorted(pathlib.Path(a.root, "results").rglob("*.jsonl")):
-        with open(p) as f:
-            if '"sf.stages/1"' in f.readline():
-                dumps.append(p)
+    dumps = stored_dumps(pathlib.Path(a.root, "results"), out / "stored")
     for name in ("defaults", "residual_leaders"):
         cfg = CONFIGS[name][0]
         cfg_path = out / f"stored_{name}.config.json"
