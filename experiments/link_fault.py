@@ -14,7 +14,7 @@ ranks, the stage holding the all-reduce), the verdict against a shuffled truth (
 whether the P2P pass made while the limit is on names the target host (every slow link leaves it).
 Rows go to rows.csv (resumable: finished rows are kept).
 
-report: table.md with the counts of each arm and the lift over the sham (report.py's arms helpers).
+report: table.md with the counts of each arm and the lift over the sham (sfreport's arms helpers).
 """
 import argparse
 import json
@@ -30,7 +30,7 @@ import pandas as pd
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-import report  # noqa: E402
+from sfreport import arms, common  # noqa: E402  (the arms helpers every report uses)
 from gather import hosts_run  # noqa: E402  (scripts/testhosts.sh: bring hosts up, run, take them down)
 
 ARMS = {"fault": 200, "sham": 1000000}  # Mbit/s
@@ -105,17 +105,17 @@ def report_table(d):
             f"{m['arms_mbit']['sham']} Mbit/s (sham: the same qdisc, set where no link reaches it); {m['steps']} steps, windows "
             f"of {m['window']}. The truth is the target host's ranks and the stage holding the bucket all-reduces; "
             "`host (P2P pass)`: the pass made while the limit is on finds slow links and every one leaves the target host.\n\n")
-    f, s, _ = report.split_arms(df)
+    f, s, _ = arms.split_arms(df)
     rows = []
     for (h, p), g in f.groupby(["hosts", "ranks_per_host"]):
         sg = s[(s.hosts == h) & (s.ranks_per_host == p)]
         rows.append({"hosts x ranks": f"{h}x{p}", "seeds": ",".join(map(str, sorted(g.seed))),
                      "median step ms fault / sham": f"{g.median_step_ms.median():.0f} / {sg.median_step_ms.median():.0f}",
                      "backward share fault / sham": f"{g.backward_share.median():.2f} / {sg.backward_share.median():.2f}"})
-    text += report.md_table(pd.DataFrame(rows)) + "\n"
-    text += report.arms_section(df, ["hosts", "ranks_per_host"], extra_measures=[("host (P2P pass)", "p2p_host_hit")])
-    pooled = {m_: report.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis", "diag_hit")]}
-    headline = "; ".join(report.with_null(p, f"link fault {k}") for k, p in pooled.items())
+    text += common.md_table(pd.DataFrame(rows)) + "\n"
+    text += arms.arms_section(df, ["hosts", "ranks_per_host"], extra_measures=[("host (P2P pass)", "p2p_host_hit")])
+    pooled = {m_: arms.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis", "diag_hit")]}
+    headline = "; ".join(arms.with_null(p, f"link fault {k}") for k, p in pooled.items())
     text += ("\nThe stage verdict is what a no-op also scores: backward leads the sham windows as it leads the faulty ones. "
              "What the fault adds is the step's growth and the P2P pass naming the throttled host.\n")
     (d / "table.md").write_text(text)
