@@ -2,6 +2,8 @@
 markdown table and header, and the per-rule hit table."""
 
 import json
+import pathlib
+from typing import Any
 
 import pandas as pd
 
@@ -70,6 +72,13 @@ def header(d, title):
             f"Regenerate: `{' '.join(m['command'])}` (commit `{m['commit']}`, {m['date']}, "
             f"{mach['cpus']} CPUs {mach['cpu_model']}, {mach['memory_gib']:.0f} GiB; {m['elapsed_s'] / 60:.1f} min"
             f"{', QUICK run' if m['quick'] else ''}). Rows: `rows.csv`; per-run JSON under `rows/`.\n\n"), m
+
+
+def row_json(d: pathlib.Path, row: object, name: str = "run.json") -> dict[str, Any] | None:
+    """A row's JSON file as its run wrote it (d/rows/ROW/NAME), or None where the row kept none. Every report reads a
+    row's run.json through here."""
+    path = d / "rows" / str(row) / name
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def rule_hits(df, stage_col="stage"):

@@ -1,11 +1,10 @@
 """Change-point detection (BOCPD + FALCON verification) on live and model-driven ranks."""
 
-import json
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .common import header, md_table
+from .common import header, md_table, row_json
 from .figures import figure_note
 from .stats import frac
 
@@ -141,9 +140,8 @@ def report_detect(d, df):
     if len(aba):
         pick = aba[aba.ranks == aba.ranks.min()]
         pick = pick[pick.delay_ms == pick.delay_ms.max()].sort_values("seed")
-        run_file = d / "rows" / str(pick.iloc[0].row) / "run.json"
-        if run_file.exists():
-            example = json.loads(run_file.read_text())
+        example = row_json(d, pick.iloc[0].row)
+        if example is not None:
             plot_series(ax[1][0], ax[1][1], example,
                         f"{int(pick.iloc[0].ranks)} live ranks, {int(pick.iloc[0].delay_ms)} ms data tail, seed {int(pick.iloc[0].seed)}")
     if example is None:

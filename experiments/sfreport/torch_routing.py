@@ -1,12 +1,11 @@
 """E3 on real PyTorch DDP (sf_torch), with a delay sweep and the threshold predicted from its own step."""
 
-import json
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from .arms import arms_section, lift_prose, null_match, pooled, split_arms, with_null
-from .common import SCEN_NAMES, STAGE, header, honest, md_table, p50_by_ranks, scen_name
+from .common import SCEN_NAMES, STAGE, header, honest, md_table, p50_by_ranks, row_json, scen_name
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate
 
@@ -46,9 +45,9 @@ def report_torch_routing(d, df):
     fault, sham, _ = split_arms(full)
     contention = {}
     for _, r in df.iterrows():
-        rj = d / "rows" / r["row"] / "run.json"
-        if rj.exists():
-            contention[int(r["ranks"])] = json.loads(rj.read_text()).get("contention", {})
+        run = row_json(d, r["row"])
+        if run is not None:
+            contention[int(r["ranks"])] = run.get("contention", {})
     text += ("Real trainer: `examples/torch_ddp/train.py` (a 4-layer MLP, DataLoader with worker processes, DDP with "
              "its default buckets, SGD), faults injected the real way on a hidden target rank drawn from the seed; "
              "scored by the C++ engine through `sf_torch._core` with the current labeler and the diagnosis. Every fault row "
