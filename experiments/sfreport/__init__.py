@@ -12,6 +12,6 @@ the command).
 
 Plots are drawn off-screen (Agg), chosen here before any module imports pyplot.
 """
-import matplotlib
+import matplotlib  # type: ignore[import]
 
 matplotlib.use("Agg")

@@ -1,12 +1,14 @@
 """E6 A/B/A: the injection removed, each seed's recovery judged on its own."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
 
-from .common import header, md_table
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
+
+from .common import Report, header, md_table
 
 
-def report_aba(d, df):
+def report_aba(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "E6 A/B/A removed-injection consistency")
     rows = []
     names = {0: "A1", 1: "B (120 ms sync callback)", 2: "A2"}
@@ -16,13 +18,13 @@ def report_aba(d, df):
                      "callback share": f"{float(r['window_share:callbacks.cpu_wall']):.4f}", "labels": r.window_labels})
     text += md_table(pd.DataFrame(rows))
     # Recovery per seed: A2 against A1 of the same seed, and |A2 - A1| against the paper's 8.63 ms tolerance.
-    per = []
+    per_seed: list[dict[str, float]] = []
     for seed, g in df.groupby("seed"):
         w = g.groupby("window").window_median_step_ms.first()
         if {0, 2} <= set(w.index.astype(int)):
-            per.append({"seed": int(seed), "A1 ms": w.loc[0], "A2 ms": w.loc[2], "recovery A2/A1": w.loc[2] / w.loc[0],
+            per_seed.append({"seed": int(seed), "A1 ms": w.loc[0], "A2 ms": w.loc[2], "recovery A2/A1": w.loc[2] / w.loc[0],
                         "A2 - A1 (abs) ms": abs(w.loc[2] - w.loc[0])})
-    per = pd.DataFrame(per)
+    per = pd.DataFrame(per_seed)
     headline, differ = "quick run", ""
     if len(per):
         tol = 8.63

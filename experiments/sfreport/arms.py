@@ -8,20 +8,26 @@ two proportions (hybrid Wilson score, method 10; pairs are treated as independen
 interval conservative).
 """
 
-import pandas as pd
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd  # type: ignore[import]
 
 from .common import md_table
 from .stats import b, count, frac, lift_text, newcombe
 
 
+# Cell makers per key column: {key: function(value) -> cell}.
+Names = Mapping[str, Callable[[Any], Any]] | None
+
 MEASURES = [("top-1", "top1"), ("top-2", "top2"), ("rank", "rank_hit"), ("diagnosis", "diag_hit")]
 
 
-def arm_of(df):
+def arm_of(df: pd.DataFrame) -> pd.Series:
     return df["arm"].fillna("fault") if "arm" in df else pd.Series("fault", index=df.index)
 
 
-def split_arms(df):
+def split_arms(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(fault, sham, shuffled) rows, each with diag_hit = the diagnosis named the expected stage on an expected
     rank (for a sham row: what it would have named had the fault been there)."""
     df = df.copy()
@@ -34,7 +40,7 @@ def split_arms(df):
     return df[(a == "fault") & with_fault], df[a == "sham"], df[a == "shuffled"]
 
 
-def null_match(rows, g, keys):
+def null_match(rows: pd.DataFrame, g: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """The null rows that belong to fault group g: equal on every key but the delay."""
     m = pd.Series(True, index=rows.index)
     for k in keys:
@@ -43,7 +49,8 @@ def null_match(rows, g, keys):
     return rows[m]
 
 
-def lift_table(df, keys, names=None, measures=None, extra_measures=()):
+def lift_table(df: pd.DataFrame, keys: Sequence[str], names: Names = None, measures: Sequence[str] | None = None,
+               extra_measures: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
     """Per group of fault rows (keys) and measure: hits, sham null hits, lift over sham [95 % CI], shuffled
     hits, lift over shuffled. names: {key: function(value) -> cell}; measures: names out of MEASURES."""
     fault, sham, shuf = split_arms(df)
@@ -67,7 +74,7 @@ def lift_table(df, keys, names=None, measures=None, extra_measures=()):
     return pd.DataFrame(out)
 
 
-def pooled(df, col, sel=None):
+def pooled(df: pd.DataFrame, col: str, sel: Callable[[pd.DataFrame], pd.Series] | None = None) -> dict[str, float]:
     """(fault k, n, sham k, n, shuffled k, n, lift, lo, hi) over every row (sel: a filter on the rows)."""
     fault, sham, shuf = split_arms(df)
     if sel is not None:
@@ -77,7 +84,7 @@ def pooled(df, col, sel=None):
     return {"k": k1, "n": n1, "k0": k0, "n0": n0, "ks": count(shuf, col), "ns": len(shuf), "lift": d, "lo": lo, "hi": hi}
 
 
-def with_null(p, what):
+def with_null(p: Mapping[str, float], what: str) -> str:
     """'what k/n (sham k0/n0, lift +x [lo, hi]; shuffled ks/ns)': a hit count with what a no-op scores beside it."""
     if p["n0"] == 0:
         return f"{what} {p['k']}/{p['n']} (no sham arm)"
@@ -85,10 +92,11 @@ def with_null(p, what):
             f"shuffled {p['ks']}/{p['ns']})")
 
 
-def informative(df, keys, col, names=None):
+def informative(df: pd.DataFrame, keys: Sequence[str], col: str, names: Names = None) -> tuple[list[str], list[str]]:
     """Groups whose lift over sham on col has a 95 % interval above 0, and those whose does not."""
     fault, sham, _ = split_arms(df)
-    yes, no = [], []
+    yes: list[str] = []
+    no: list[str] = []
     for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
         vals = vals if isinstance(vals, tuple) else (vals,)
         s = null_match(sham, g, keys)
@@ -99,7 +107,8 @@ def informative(df, keys, col, names=None):
     return yes, no
 
 
-def arms_section(df, keys, names=None, title="Against the null arms", measures=None, extra_measures=()):
+def arms_section(df: pd.DataFrame, keys: Sequence[str], names: Names = None, title: str = "Against the null arms",
+                 measures: Sequence[str] | None = None, extra_measures: Sequence[tuple[str, str]] = ()) -> str:
     """The table every routing-type experiment carries, with a paragraph saying what the arms are."""
     fault, sham, shuf = split_arms(df)
     if not len(sham) and not len(shuf):
@@ -114,7 +123,7 @@ def arms_section(df, keys, names=None, title="Against the null arms", measures=N
     return text + md_table(lift_table(df, keys, names, measures, extra_measures)) + "\n"
 
 
-def lift_prose(df, keys, names=None, what="scenario"):
+def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what: str = "scenario") -> str:
     """Generated prose: what the nulls score, and which groups carry information (lift above 0)."""
     parts = []
     for m, col in [("top-1", "top1"), ("top-2", "top2"), ("diagnosis", "diag_hit")]:

@@ -5,7 +5,7 @@ import json
 import pathlib
 from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import]
 
 from .stats import b, frac
 
@@ -28,14 +28,19 @@ SCEN_NAMES = {"data_tail": "Data", "bwd_compute": "Backward", "comm_delay": "Bac
               "optim_host_local": "Optimizer (host-local control)"}
 
 
-def yn(x):
+# What each experiment's report function returns: table.md's text, the index's headline, the picture (None: no plot),
+# the paper's figure and where we differ.
+Report = tuple[str, str, str | None, str, str]
+
+
+def yn(x: object) -> str:
     """One true/false cell (a bool, 'True'/'False', 1/0 or empty) as yes/no."""
     if isinstance(x, str):
         return "yes" if x.strip().lower() in ("true", "1", "yes") else "no"
     return "yes" if (not pd.isna(x) and bool(x)) else "no"
 
 
-def honest(g, p=""):
+def honest(g: pd.DataFrame, p: str = "") -> dict[str, str]:
     """Ties (a top-1 within eta_A of the runner-up, not counted as top-1) and confident misroutes (the delay
     reached the step and went to another stage): columns every routing table carries. Rows made before the
     honest scorer have neither column: shown as 'n/a'."""
@@ -47,7 +52,7 @@ def honest(g, p=""):
     return {"ties": tie, "misroutes": mis}
 
 
-def absorbed(g):
+def absorbed(g: pd.DataFrame) -> str:
     """Where the injected delay went, from the healthy reference: the stage(s) that took most of it, with share."""
     if "absorbed_stage" not in g or g["absorbed_stage"].isna().all():
         return "n/a"
@@ -57,7 +62,7 @@ def absorbed(g):
     return "; ".join(parts)
 
 
-def md_table(df):
+def md_table(df: pd.DataFrame) -> str:
     cols = list(df.columns)
     out = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
@@ -65,7 +70,7 @@ def md_table(df):
     return "\n".join(out) + "\n"
 
 
-def header(d, title):
+def header(d: pathlib.Path, title: str) -> tuple[str, dict[str, Any]]:
     m = json.loads((d / "manifest.json").read_text())
     mach = m["machine"]
     return (f"# {title}\n\n"
@@ -81,7 +86,7 @@ def row_json(d: pathlib.Path, row: object, name: str = "run.json") -> dict[str, 
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def rule_hits(df, stage_col="stage"):
+def rule_hits(df: pd.DataFrame, stage_col: str = "stage") -> pd.DataFrame:
     rows = []
     for rule in ["frontier"] + RULES:
         p = "" if rule == "frontier" else rule + "_"
@@ -95,19 +100,19 @@ def rule_hits(df, stage_col="stage"):
     return pd.DataFrame(rows)
 
 
-def p50_by_ranks(df):
+def p50_by_ranks(df: pd.DataFrame) -> dict[int, float]:
     p = df[df["scenario"] == "none"]
     return {int(r): float(g["median_step_ms"].median()) for r, g in p.groupby("ranks")}
 
 
-def real_rows(df):
+def real_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of real mpirun processes (not the timeline model's `sim` rows)."""
     return df[df["tool"].fillna("") != "sim"] if "tool" in df else df
 
 
-def sim_rows(df):
+def sim_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["tool"].fillna("") == "sim"] if "tool" in df else df.iloc[0:0]
 
 
-def scen_name(x):
+def scen_name(x: str) -> str:
     return SCEN_NAMES.get(x, x)

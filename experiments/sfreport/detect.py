@@ -1,15 +1,19 @@
 """Change-point detection (BOCPD + FALCON verification) on live and model-driven ranks."""
 
+import pathlib
+from collections.abc import Mapping
+from typing import Any
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import matplotlib.pyplot as plt  # type: ignore[import]
+from matplotlib.axes import Axes  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
-from .common import header, md_table, row_json
+from .common import Report, header, md_table, row_json
 from .figures import figure_note
 from .stats import frac
 
 
-def detect_rows(g):
+def detect_rows(g: pd.DataFrame) -> list[dict[str, Any]]:
     """Per (ranks, delay) of A/B/A runs: found transitions, steps to detect, false alarms."""
     rows = []
     for (ranks, delay), x in g.groupby(["ranks", "delay_ms"]):
@@ -26,7 +30,7 @@ def detect_rows(g):
     return rows
 
 
-def healthy_rate(rows):
+def healthy_rate(rows: pd.DataFrame) -> tuple[int, int, str]:
     """Change points on healthy runs: (alarms, steps, text)."""
     steps = int(rows.cp_steps_observed.sum())
     alarms = int(rows.cp_count.sum())
@@ -37,7 +41,7 @@ def healthy_rate(rows):
     return alarms, steps, text
 
 
-def periodic_text(per):
+def periodic_text(per: pd.DataFrame) -> str:
     if not len(per):
         return ""
     parts = []
@@ -49,12 +53,12 @@ def periodic_text(per):
     return (f"period found in {frac(int(per.cp_period_hit.sum()), len(per))} runs (" + "; ".join(parts) + ")")
 
 
-def found_fraction(cell):
+def found_fraction(cell: str) -> float:
     k, n = (int(v) for v in cell.split("/"))
     return k / n if n else float("nan")
 
 
-def plot_series(ax, ax_shares, run, title):
+def plot_series(ax: Axes, ax_shares: Axes, run: Mapping[str, Any], title: str) -> None:
     """F[t,S] of one run with its change points and the injected fault; the stage shares of each regime."""
     series = run.get("series", {})
     xs = series.get("exposed_step_s", [])
@@ -89,7 +93,7 @@ def plot_series(ax, ax_shares, run, title):
     ax_shares.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
 
 
-def report_detect(d, df):
+def report_detect(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Change-point detection (BOCPD + FALCON verification) on live and model-driven ranks")
     sim = df[df["tool"] == "sim"] if "tool" in df else df.iloc[0:0]
     live = df[df["tool"] != "sim"] if "tool" in df else df

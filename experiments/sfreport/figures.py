@@ -1,7 +1,12 @@
 """matplotlib helpers every plot shares (the Agg backend is chosen in sfreport/__init__.py)."""
 
+from collections.abc import Mapping, Sequence
 
-def grouped_bars(ax, groups, series, paper=None):
+from matplotlib.axes import Axes  # type: ignore[import]
+
+
+def grouped_bars(ax: Axes, groups: Sequence[str], series: Mapping[str, Sequence[float]],
+                 paper: Mapping[str, Sequence[float | None]] | None = None) -> None:
     """One cluster of bars per group, one bar per series (rates in [0, 1]). A zero bar gets a small '0' so it reads as
     measured rather than missing; paper[name][i] (None where the paper gives nothing) is a black dashed cap."""
     n = max(len(series), 1)
@@ -23,6 +28,6 @@ def grouped_bars(ax, groups, series, paper=None):
     ax.set_ylabel("rate (fraction of runs)")
 
 
-def figure_note(picture, sentence):
+def figure_note(picture: str, sentence: str) -> str:
     """The picture's link and one sentence on what it shows, for the end of table.md."""
     return f"\n![{picture.removesuffix('.png')}]({picture})\n\n{sentence}\n"

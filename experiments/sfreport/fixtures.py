@@ -1,11 +1,14 @@
 """§6.1 algorithmic validation: the fixtures' recovery rates and the bounds beside the paper's."""
 
-import matplotlib.pyplot as plt
+import pathlib
 
-from .common import header, md_table
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
+
+from .common import Report, header, md_table
 
 
-def report_fixtures(d, df):
+def report_fixtures(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "§6.1 algorithmic validation")
     t = df[["metric", "ours", "paper", "note"]].copy()
     t["ours"] = t["ours"].map(lambda x: f"{x:.3g}")

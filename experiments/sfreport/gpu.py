@@ -4,23 +4,23 @@ import io
 import pathlib
 import re
 
-import pandas as pd
+import pandas as pd  # type: ignore[import]
 
-from .common import md_table, yn
+from .common import Report, md_table, yn
 from .stats import b
 
 
-def gpu_csv(path):
+def gpu_csv(path: pathlib.Path) -> tuple[str, pd.DataFrame]:
     """A results/gpu CSV: its '# device=... commit=...' first line and the rows below it."""
     lines = path.read_text().splitlines()
     return lines[0].lstrip("# ").strip(), pd.read_csv(io.StringIO("\n".join(lines[1:])))
 
 
-def gpu_label(row, name):
+def gpu_label(row: pd.Series, name: str) -> bool:
     return name in str(row.get("labels", "") if not pd.isna(row.get("labels", "")) else "").split()
 
 
-def report_gpu(d):
+def report_gpu(d: str | pathlib.Path) -> Report:
     """results/gpu (issue 43): the files of one scripts/gpu_check.sh run on a real GPU, beside the paper's Table 5
     and Table 7 and beside each fault row's sham (the same seed at delay 0)."""
     d = pathlib.Path(d)

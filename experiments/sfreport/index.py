@@ -2,8 +2,9 @@
 
 import json
 import pathlib
+from typing import Any
 
-import pandas as pd
+import pandas as pd  # type: ignore[import]
 
 from .arms import MEASURES, split_arms
 from .registry import GPU, REPORTS, SCRIPTED
@@ -14,7 +15,7 @@ from .stats import b
 RERUN = ["routing", "detectability", "callback", "accumulation", "sharded", "events", "torch_routing"]
 
 
-def fault_counts(df):
+def fault_counts(df: pd.DataFrame) -> dict[str, Any]:
     """Fault-arm counts of a rows.csv (old rows have no arm column: every row with a fault is a fault row)."""
     if "tool" in df:
         df = df[df["tool"].fillna("") != "sim"]
@@ -31,12 +32,12 @@ def fault_counts(df):
     return out
 
 
-def moved(old_commit, results):
+def moved(old_commit: str, results: str | pathlib.Path) -> None:
     """results/moved.json: per re-run experiment, the fault-arm counts at old_commit's rows.csv and now."""
     import subprocess
     import io
     results = pathlib.Path(results)
-    out = {"old_commit": old_commit, "experiments": {}}
+    out: dict[str, Any] = {"old_commit": old_commit, "experiments": {}}
     for name in RERUN:
         new_csv = results / name / "rows.csv"
         try:
@@ -51,7 +52,7 @@ def moved(old_commit, results):
     print(f"{results}/moved.json")
 
 
-def moved_text(results):
+def moved_text(results: pathlib.Path) -> list[str]:
     """The index's 'what moved' section, from moved.json (old rows) and the rows now: counts and the differences in
     what was run that explain them."""
     p = results / "moved.json"
@@ -86,7 +87,7 @@ OTHER = [("bench/README.md", "speed of evaluate(), account(), the CSV reader and
          ("kineto_import/agreement.md", "real profiler traces imported and scored against the same runs recorded by sf_torch")]
 
 
-def index_text(results):
+def index_text(results: str | pathlib.Path) -> str:
     results = pathlib.Path(results)
     mans = {}
     for name in [*REPORTS, *SCRIPTED]:
@@ -127,7 +128,7 @@ def index_text(results):
     return "\n".join(out) + "\n"
 
 
-def index(results):
+def index(results: str | pathlib.Path) -> None:
     results = pathlib.Path(results)
     (results / "README.md").write_text(index_text(results))
     print(f"{results}/README.md")

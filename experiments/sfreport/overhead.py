@@ -1,12 +1,14 @@
 """What always-on recording costs: E1 overhead (Table 7) and the soak's rank-0 memory."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
 
-from .common import header, md_table
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
+
+from .common import Report, header, md_table
 
 
-def report_overhead(d, df):
+def report_overhead(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "E1 always-on overhead (Table 7)")
     paper_cpu = {8: "0.019", 16: "0.160", 32: "0.047", 64: "≤ 0", 128: "0.107"}
     paper_ev = {8: "0.004", 16: "0.043", 32: "0.023", 64: "≤ 0", 128: "≤ 0"}
@@ -77,7 +79,7 @@ def report_overhead(d, df):
     return text, headline, "overhead.png", "paper: ≤ 0.181% (CPU), ≤ 0.043% (event); goal ≤ 0.05%", differ
 
 
-def report_soak(d, df):
+def report_soak(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Soak: rank 0's resident memory over many windows")
     rows = []
     for _, r in df.iterrows():

@@ -1,17 +1,18 @@
 """Vision-B: a periodic callback spike under the p50 and the frontier views (Table 9)."""
 
 import json
+import pathlib
 
-import matplotlib.pyplot as plt
-import matplotlib.ticker
-import pandas as pd
+import matplotlib.pyplot as plt  # type: ignore[import]
+import matplotlib.ticker  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
 from .arms import pooled, split_arms, with_null
-from .common import header, md_table
+from .common import Report, header, md_table
 from .figures import figure_note
 
 
-def report_periodic(d, df):
+def report_periodic(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Vision-B: a periodic callback spike under three views (Table 9)")
     rows, series = [], []
     full = df

@@ -2,11 +2,13 @@
 
 import json
 import pathlib
+from collections.abc import Callable
 
-import pandas as pd
+import pandas as pd  # type: ignore[import]
 
 from .aba import report_aba
 from .detect import report_detect
+from .common import Report
 from .fixtures import report_fixtures
 from .gpu import report_gpu
 from .overhead import report_overhead, report_soak
@@ -19,7 +21,7 @@ from .torch_routing import report_torch_routing
 from .whatif import report_whatif
 
 
-REPORTS = {"detect": report_detect, "fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
+REPORTS: dict[str, Callable[[pathlib.Path, pd.DataFrame], Report]] = {"detect": report_detect, "fixtures": report_fixtures, "routing": report_routing, "detectability": report_detectability,
            "callback": report_callback, "overhead": report_overhead, "aba": report_aba,
            "accumulation": report_accumulation, "sharded": report_sharded, "periodic": report_periodic,
            "events": report_events, "sensitivity": report_sensitivity, "torch_routing": report_torch_routing,
@@ -35,7 +37,7 @@ SCRIPTED = ["gather", "link_fault"]
 GPU = ["gpu"]
 
 
-def report(d):
+def report(d: str | pathlib.Path) -> None:
     d = pathlib.Path(d)
     name = d.name.removesuffix("-quick").split("-")[0]
     if name == "gpu":

@@ -1,17 +1,20 @@
 """Routing of injected stage faults beside their null arms: E3 routing, data-tail detectability (Figure 3b),
 callbacks, E7 gradient accumulation, E8 sharded step and the E5 forward event side channel."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
 from .arms import arms_section, lift_prose, lift_table, null_match, pooled, split_arms, with_null
-from .common import (RULES, SCEN_NAMES, absorbed, header, honest, md_table, p50_by_ranks, real_rows, rule_hits, scen_name,
-                     sim_rows)
+from .common import (RULES, SCEN_NAMES, Report, absorbed, header, honest, md_table, p50_by_ranks, real_rows,
+                     rule_hits, scen_name, sim_rows)
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate, ratio
 
 
-def rule_hits_with_sham(fault, sham):
+def rule_hits_with_sham(fault: pd.DataFrame, sham: pd.DataFrame) -> pd.DataFrame:
     t = rule_hits(fault)
     for rule, i in zip(["frontier"] + RULES, range(len(t))):
         p = "" if rule == "frontier" else rule + "_"
@@ -20,7 +23,7 @@ def rule_hits_with_sham(fault, sham):
     return t
 
 
-def profile_section(df, keys, title, measures=None):
+def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures: Sequence[str] | None = None) -> tuple[str, str]:
     """The timeline model's rows per cost profile (docs/testbed.md): the same arms, model-driven."""
     sim = sim_rows(df)
     if not len(sim):
@@ -46,7 +49,7 @@ def profile_section(df, keys, title, measures=None):
     return text, "Profiles (timeline model) - " + " | ".join(prose) + "."
 
 
-def report_routing(d, df):
+def report_routing(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, m = header(d, "E3 hidden-rank routing at 120 ms")
     real = real_rows(df)
     p50 = p50_by_ranks(real)
@@ -79,7 +82,7 @@ def report_routing(d, df):
              "within it is a tie, counted apart. A misroute is a window where at least half the injected delay reached the "
              "step (against a healthy reference recorded before the warm-up), most of it went to one other stage, and the "
              "frontier named that stage first by more than eta_A.\n")
-    text += f"\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + " (paper: 207.8 ms at 8 ranks).\n\n"
+    text += "\nMedian no-fault step p50: " + ", ".join(f"{r} ranks {v:.1f} ms" for r, v in sorted(p50.items())) + " (paper: 207.8 ms at 8 ranks).\n\n"
     text += arms_section(main, ["scenario", "ranks"], {"scenario": scen_name})
     ptext, pprose = profile_section(df, ["profile", "scenario"], "Profiles: the same scenarios on the timeline model")
     text += ptext
@@ -110,7 +113,7 @@ def report_routing(d, df):
     return text, headline, "routing.png", "paper: 40/50, 50/50, 50/50, size 2.00", differ
 
 
-def report_detectability(d, df):
+def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Data-tail detectability (Figure 3b)")
     real = real_rows(df)
     p50 = p50_by_ranks(real)
@@ -185,7 +188,7 @@ def report_detectability(d, df):
     return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms", differ
 
 
-def report_callback(d, df):
+def report_callback(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Sync-bearing vs host-only callbacks")
     rows = []
     paper = {("callback_sync_tail", 60): "0/3, 3/3", ("callback_sync_tail", 120): "0/3, 3/3",
@@ -251,7 +254,7 @@ def report_callback(d, df):
     return text, headline, "callback.png", "paper: top-1 from 180 ms; host-only never routed", differ
 
 
-def report_accumulation(d, df):
+def report_accumulation(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "E7 gradient accumulation x4")
     full = df
     df, sham, _ = split_arms(df)
@@ -272,7 +275,9 @@ def report_accumulation(d, df):
     differ = lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
         f" gradient_accumulation_ambiguous fired on {df.labels.fillna('').astype(str).str.contains('gradient_accumulation_ambiguous').sum()}"
         f"/{len(df)} fault rows: each microstep's stages are unfolded before the frontier is taken.")
-    groups, series, paper = [], {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}, {"top-1": [], "top-2": []}
+    groups: list[str] = []
+    series: dict[str, list[float]] = {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}
+    paper: dict[str, list[float | None]] = {"top-1": [], "top-2": []}
     for sc, g in df.groupby("scenario", sort=False):
         groups.append(f"{SCEN_NAMES[sc]}\n({len(g)} run{'s' if len(g) != 1 else ''})")
         series["top-1"].append(rate(g.top1))
@@ -295,7 +300,7 @@ def report_accumulation(d, df):
     return text, headline, "accumulation.png", "paper: data and backward top-1/top-2 on all rows", differ
 
 
-def report_sharded(d, df):
+def report_sharded(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "E8 sharded step")
     full = df
     df, sham, _ = split_arms(df)
@@ -308,7 +313,6 @@ def report_sharded(d, df):
                      "rank hit": frac(b(g.rank_hit).sum(), len(g)), "delay went to (runs, mean share)": absorbed(g)})
     text += md_table(pd.DataFrame(rows))
     pos_all = full[full.scenario != "optim_host_local"]
-    pos = df[df.scenario != "optim_host_local"]
     ctl = df[df.scenario == "optim_host_local"]
     text += (f"\nPositive rows: {with_null(pooled(pos_all, 'top2'), 'top-2')}, {with_null(pooled(pos_all, 'top1'), 'top-1')} "
              f"(paper, FSDP FULL_SHARD and ZeRO-1 on GPUs: 90/90 top-2, 87/90 top-1). Host-local optimizer control routed "
@@ -320,7 +324,10 @@ def report_sharded(d, df):
     differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
               + " Host-local optimizer control: " + with_null(pooled(full[full.scenario == "optim_host_local"], "cand_hit"), "routed")
               + f", confident misroutes {b(ctl.misroute).sum()}/{len(ctl)}.")
-    groups, series, paper, scen = [], {"top-1": [], "top-2": [], "routed": []}, {"routed": []}, []
+    groups: list[str] = []
+    series: dict[str, list[float]] = {"top-1": [], "top-2": [], "routed": []}
+    paper: dict[str, list[float | None]] = {"routed": []}
+    scen: list[str] = []
     for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
         groups.append(f"{int(r)}")
         scen.append(sc)
@@ -330,7 +337,7 @@ def report_sharded(d, df):
     fig, ax = plt.subplots(figsize=(10, 4))
     grouped_bars(ax, groups, series, paper)
     ax.set_ylim(0, 1.3)
-    first = {}
+    first: dict[str, list[int]] = {}
     for j, sc in enumerate(scen):
         first.setdefault(sc, []).append(j)
     for sc, js in first.items():
@@ -359,7 +366,7 @@ def report_sharded(d, df):
     return text, headline, "sharded.png", "paper: 90/90 top-2, 87/90 top-1; control 0/18", differ
 
 
-def report_events(d, df):
+def report_events(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, m = header(d, "E5 forward event side channel (Table 5)")
     device = m["spec"].get("overrides", {}).get("device", m["spec"]["base"].get("device", "host"))
     rows = []
@@ -405,7 +412,9 @@ def report_events(d, df):
     scen = list(df.scenario.dropna().unique())
     fig, axs = plt.subplots(1, max(len(scen), 1), figsize=(10, 4), sharey=True, squeeze=False)
     for ax, sc in zip(axs[0], scen):
-        groups, series, paper = [], {k: [] for k in ["top-1", "top-2"] + labels}, {k: [] for k in ["top-1", "top-2"] + labels}
+        groups: list[str] = []
+        series: dict[str, list[float]] = {k: [] for k in ["top-1", "top-2"] + labels}
+        paper: dict[str, list[float | None]] = {k: [] for k in ["top-1", "top-2"] + labels}
         for (delay, q), g in df[df.scenario == sc].groupby(["delay_ms", "event_q"]):
             groups.append(f"q={q:g}\n{delay:.0f} ms")
             series["top-1"].append(rate(g.top1))

@@ -1,14 +1,16 @@
 """The detectability threshold against the step's shape (timeline model), and its prediction d*."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
 
-from .common import SCEN_NAMES, header, md_table
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
+
+from .common import SCEN_NAMES, Report, header, md_table
 from .figures import figure_note
 from .stats import frac
 
 
-def report_sensitivity(d, df):
+def report_sensitivity(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, m = header(d, "Detectability threshold vs the step's shape")
     text = text.replace(" Rows: `rows.csv`; per-run JSON under `rows/`.", " Rows: `rows.csv` (one per setting).")
     spec = m["spec"]
@@ -96,7 +98,7 @@ def report_sensitivity(d, df):
     return text, headline, "sensitivity.png", "paper: one point, 120 ms on a 207.8 ms step", differ
 
 
-def prediction_section(df):
+def prediction_section(df: pd.DataFrame) -> str:
     """Measured thresholds against d* predicted from the healthy and from the faulty window (issue 27), with residuals."""
     text = ("\n## The threshold, predicted\n\nFor the injected stage to lead its competitor by more than eta_A of the step, "
             "(base + d) - C > eta_A (S + d), so d* = (C - base + eta_A S)/(1 - eta_A), with C the competitor's advance per "

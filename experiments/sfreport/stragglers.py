@@ -1,15 +1,17 @@
 """Stragglers nobody injected into a stage (issue 38)."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
+
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
 from .arms import arm_of
-from .common import header, md_table
+from .common import Report, header, md_table
 from .figures import figure_note
 from .stats import b, frac
 
 
-def report_stragglers(d, df):
+def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
     """Stragglers nobody injected into a stage (issue 38): rank hits of real stragglers by kind and strength,
     beside the sham arm (the same runs, no straggler), healthy runs and healthy model pairs drawn from
     independent seeds."""
@@ -160,7 +162,7 @@ def report_stragglers(d, df):
         headline += f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}"
     misses = clear[clear["diag_outcome"] != "hit"]
     differ = ("Not in the paper (its faults are injected into stages). "
-              + (f"Where the step slowed past twice its floor and the rank was not named: "
+              + ("Where the step slowed past twice its floor and the rank was not named: "
                  + ", ".join(f"{k} {v}" for k, v in misses["diag_outcome"].value_counts().items())
                  + " (" + ", ".join(f"{r.straggler} {r.straggler_strength:g} at {int(r.ranks)} ranks seed {int(r.seed)}"
                                     for r in misses.itertuples()) + "). " if len(misses) else "")

@@ -1,43 +1,45 @@
 """E3 on real PyTorch DDP (sf_torch), with a delay sweep and the threshold predicted from its own step."""
 
+import pathlib
+from collections.abc import Mapping
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
 from .arms import arms_section, lift_prose, null_match, pooled, split_arms, with_null
-from .common import SCEN_NAMES, STAGE, header, honest, md_table, p50_by_ranks, row_json, scen_name
+from .common import SCEN_NAMES, STAGE, Report, header, honest, md_table, p50_by_ranks, row_json, scen_name
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate
 
 
-def threshold_cell(t1, smallest):
+def threshold_cell(t1: float | None, smallest: float) -> str:
     """A measured threshold as a cell: at the smallest swept delay it is an upper bound."""
     if t1 is None:
         return "no swept delay"
     return f"{t1:.0f} ms or less (the smallest swept delay)" if t1 == smallest else f"{t1:.0f} ms"
 
 
-def advances_ms(g):
+def advances_ms(g: pd.DataFrame) -> dict[str, float]:
     """Median advance per step (ms) of every stage over rows g: share x exposed makespan / scored steps."""
     total = g.exposed_makespan_s.astype(float) * 1e3 / g.steps.astype(float)
     return {c.removeprefix("share:"): float((g[c].astype(float) * total).median()) for c in g.columns if c.startswith("share:")}
 
 
-def d_star(competitor, target_base, rest, eta_a=0.05):
+def d_star(competitor: float, target_base: float, rest: float, eta_a: float = 0.05) -> float:
     """d* = (competitor - target_base + eta_A * rest) / (1 - eta_A), never below 0: testbed::predicted_threshold_ms."""
     return max(0.0, (competitor - target_base + eta_a * rest) / (1 - eta_a))
 
 
-def predicted_ms(healthy, target):
+def predicted_ms(healthy: Mapping[str, float], target: str) -> tuple[float, str]:
     """d* from a healthy window's per-stage advances, and the competitor it assumed (its strongest other stage)."""
     others = {k: v for k, v in healthy.items() if k != target and v == v}
     if not others:
         return float("nan"), "-"
-    comp = max(others, key=others.get)
+    comp = max(others, key=lambda k: others[k])
     return d_star(others[comp], healthy.get(target, 0.0), sum(v for v in healthy.values() if v == v)), comp
 
 
-def report_torch_routing(d, df):
+def report_torch_routing(d: pathlib.Path, df: pd.DataFrame) -> Report:
     """E3 on real PyTorch DDP beside its null arms, a delay sweep and the threshold predicted from its own healthy step."""
     text, m = header(d, "E3 on real PyTorch DDP (sf_torch, gloo on CPU)")
     p50 = p50_by_ranks(df)
@@ -140,10 +142,10 @@ def report_torch_routing(d, df):
     return text, headline, "torch_routing.png", "paper: 5/5 top-2 per scenario (Table 14)", differ
 
 
-def labels_seen(g):
+def labels_seen(g: pd.DataFrame) -> str:
     """Labels on these rows, with how many rows carry each."""
-    seen = {}
+    seen: dict[str, int] = {}
     for x in g.labels.fillna("").astype(str):
-        for lab in filter(None, x.split(";")):
+        for lab in filter(None, str(x).split(";")):
             seen[lab] = seen.get(lab, 0) + 1
     return ", ".join(f"{k} {v}" for k, v in sorted(seen.items())) or "-"

@@ -1,10 +1,12 @@
 """What fixing it would buy (issue 39): the what-if against the sham twin, and live mitigations."""
 
-import matplotlib.pyplot as plt
-import pandas as pd
+import pathlib
+
+import matplotlib.pyplot as plt  # type: ignore[import]
+import pandas as pd  # type: ignore[import]
 
 from .arms import arm_of
-from .common import header, md_table
+from .common import Report, header, md_table
 from .figures import figure_note
 from .stats import b, frac
 
@@ -12,7 +14,7 @@ from .stats import b, frac
 WHATIF_TOL = 0.05  # issue 39: |T_healed - T_sham| <= 5 % of T_sham
 
 
-def whatif_pairs(df):
+def whatif_pairs(df: pd.DataFrame) -> pd.DataFrame:
     """Each fault row beside its sham twin's measured step: T_healed (whatif_healed_ms) against the sham's exposed
     step (its whatif_actual_ms), and why a miss missed, read from the rows."""
     df = df.copy()
@@ -57,7 +59,7 @@ def whatif_pairs(df):
 MITIGATE_TOL = 0.10  # issue 39: the recovered step within 10 % of the prediction
 
 
-def mitigation_section(pairs):
+def mitigation_section(pairs: pd.DataFrame) -> tuple[str, str]:
     """run --mitigate rows (issue 39, item 3): the step after the switch against the what-if's prediction for it,
     beside the step before and the sham twin's (no fault). Returns (markdown, headline part)."""
     if "mitigate" not in pairs:
@@ -119,7 +121,7 @@ def mitigation_section(pairs):
     return text, head
 
 
-def report_whatif(d, df):
+def report_whatif(d: pathlib.Path, df: pd.DataFrame) -> Report:
     """What fixing it would buy (issue 39): each fault row's predicted step with its culprits fixed, against its sham
     twin's measured step."""
     text, _ = header(d, "What fixing it would buy (issue 39)")
