@@ -29,7 +29,6 @@ Every number in table.md and departures.md, the Reading included, is computed fr
 Deterministic given the binary and the arguments (the model's jitter is drawn from the seed).
 """
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -44,6 +43,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+
+from sf_provenance import provenance  # noqa: E402
 
 SCENARIOS = ["none", "data_tail", "bwd_compute", "comm_delay", "fwd_device", "fwd_host", "callback_sync_tail",
              "callback_host_tail", "optim_host_local"]
@@ -382,9 +383,9 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--steps", type=int, default=40)
     a = ap.parse_args()
-    # Whether the tree the binary was built from had uncommitted changes: asked before this run
-    # rewrites its own tracked outputs.
-    dirty = bool(sh(["git", "status", "--porcelain", "--untracked-files=no"]).strip())
+    # Taken before this run rewrites its own tracked outputs, so the commit's -dirty (uncommitted
+    # changes) is the tree's the binary was built from.
+    prov = provenance("sf.labels.manifest/1", ["/usr/bin/python3", *sys.argv])
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(1, a.seeds + 1))
@@ -466,10 +467,7 @@ def main():
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "departures.md").write_text("\n".join(departures(model, stored)) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    manifest = {"experiment": "labels", "command": ["/usr/bin/python3"] + sys.argv, "binary": version,
-                "commit": sh(["git", "rev-parse", "--short=12", "HEAD"]).strip(),
-                "dirty": dirty,
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    manifest = {**prov, "experiment": "labels", "binary": version,
                 "machine": {"hostname": platform.node(), "cpus": os.cpu_count()},
                 "model_windows": int((model["config"] == "defaults").sum()), "stored_windows": len(stored),
                 "stored_packets_without_dump": undumped}

@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import time
 
@@ -32,6 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from sfreport import arms, common  # noqa: E402  (the arms helpers every report uses)
 from gather import hosts_run  # noqa: E402  (scripts/testhosts.sh: bring hosts up, run, take them down)
+from sf_provenance import command_text, provenance  # noqa: E402
 
 ARMS = {"fault": 200, "sham": 1000000}  # Mbit/s
 STEPS, WARMUP, ONSET, WINDOW = 24, 2, 10, 6
@@ -68,7 +68,8 @@ def measure(a):
     rows_path = out / "rows.csv"
     rows = pd.read_csv(rows_path).to_dict("records") if rows_path.exists() else []
     done = {(r["hosts"], r["ranks_per_host"], r["seed"], r["arm"]) for r in rows}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # Taken before this run rewrites its tracked rows, so -dirty means the tree it ran from.
+    prov = provenance("sf.link_fault.manifest/1", [x.replace(str(ROOT) + "/", "") for x in sys.argv])
     settings = [tuple(int(x) for x in s.split("x")) + (int(seed),) for s in a.settings.split(",") for seed in a.seeds.split(",")]
     for hosts, per, seed in settings:
         for arm, rate in ARMS.items():
@@ -90,16 +91,15 @@ def measure(a):
             print(f"link_fault.py: {hosts}x{per} seed {seed} {arm}: step {j['measured']['median_step_s'] * 1e3:.0f} ms, "
                   f"P2P names the host: {p2p_names(j, j['link_fault']['host'])}", flush=True)
     binaries = sorted({str(r["commit"]) for r in rows})
-    json.dump({"command": " ".join(sys.argv).replace(str(ROOT) + "/", ""), "commit": commit, "binary_commits": binaries, "steps": STEPS, "onset": ONSET, "window": WINDOW,
-               "arms_mbit": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"},
-              (out / "manifest.json").open("w"), indent=1)
+    json.dump({**prov, "binary_commits": binaries, "steps": STEPS, "onset": ONSET, "window": WINDOW, "arms_mbit": ARMS,
+               "machine": f"{os.cpu_count()} cores"}, (out / "manifest.json").open("w"), indent=1)
 
 
 def report_table(d):
     d = pathlib.Path(d)
     df = pd.read_csv(d / "rows.csv")
     m = json.loads((d / "manifest.json").read_text())
-    text = (f"# The link fault beside its sham\n\nRegenerate: `{m['command']}` (commit `{m['commit']}`, sf-testbed built at "
+    text = (f"# The link fault beside its sham\n\nRegenerate: `{command_text(m['command'])}` (commit `{m['commit']}`, sf-testbed built at "
             f"`{', '.join(m.get('binary_commits', []))}`, {m['date']}, {m['machine']}). Rows: `rows.csv`; runs under `runs/`.\n\n`link_slow`: from step {m['onset']} the target "
             f"host's egress is limited with `tc tbf` to {m['arms_mbit']['fault']} Mbit/s (fault) or "
             f"{m['arms_mbit']['sham']} Mbit/s (sham: the same qdisc, set where no link reaches it); {m['steps']} steps, windows "
