@@ -37,12 +37,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
-import matplotlib
+import matplotlib  # type: ignore[import]
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # type: ignore[import]  # noqa: E402
+import pandas as pd  # type: ignore[import]  # noqa: E402
 
 from sf_provenance import provenance  # noqa: E402
 
@@ -133,10 +134,10 @@ def row_of(e, **keys):
 
 def model_rows(sf, ranks_list, seeds, steps, tmp):
     rows = []
-    opt_files = {}
-    for name, cfg in OPTIONS.items():
+    opt_files: dict[str, str] = {}
+    for name, options in OPTIONS.items():
         opt_files[name] = os.path.join(tmp, f"option{len(opt_files)}.json")
-        pathlib.Path(opt_files[name]).write_text(json.dumps(cfg))
+        pathlib.Path(opt_files[name]).write_text(json.dumps(options))
     for scen in SCENARIOS:
         sync_cb = scen == "callback_sync_tail"
         for ranks in ranks_list:
@@ -308,8 +309,8 @@ def reading(model, stored):
                          "; every other scenario 0%.")
     if len(stored):
         srates, _, _ = rate_table(stored)
-        hs = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
-        measured = {k: v for k, v in hs.items() if not pd.isna(v)}
+        stored_hs = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
+        measured = {k: v for k, v in stored_hs.items() if not pd.isna(v)}
         lines.append(f"- Stored dumps ({len(stored)} windows, re-scored now): strong labels on healthy ones: " +
                      (", ".join(f"`{k}` {v:.0f}%" for k, v in measured.items() if v > 0) or "none") +
                      ("" if "none" in srates.columns else " (no healthy stored dump)") + ".")
@@ -411,7 +412,7 @@ def main():
              f"A label *discriminates* a fault when it fires on it at least twice as often as on healthy windows "
              f"and at least {MIN_LIFT:.0f} points more. What each departure from the paper and each option "
              "changes: [departures.md](departures.md).", ""]
-    summary = {"configs": {}}
+    summary: dict[str, Any] = {"configs": {}}
     fig, axes = plt.subplots(1, len(CONFIGS) + 1, figsize=(5.2 * (len(CONFIGS) + 1), 5.2), sharey=True)
     panels = []
     for cfg in CONFIGS:
