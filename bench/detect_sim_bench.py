@@ -21,22 +21,21 @@ for the exact median step time). One thread (--threads 1), as the issue measured
     /usr/bin/python3 bench/detect_sim_bench.py --sf build/sf-testbed --reps 5 --out results/bench
 """
 import argparse
-import datetime
 import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, "..", "experiments"))
+from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+
 CPU_TARGET = 1.3
 MEMORY_SLACK_MIB = 2.0
-
-
-def sh(*cmd):
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False).stdout.strip()
 
 
 def loadavg():
@@ -44,15 +43,9 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def provenance(command):
-    root = os.path.join(HERE, "..")
-    commit = sh("git", "-C", root, "rev-parse", "--short", "HEAD") or "unknown"
-    if sh("git", "-C", root, "status", "--porcelain", "--untracked-files=no"):
-        commit += "-dirty"
+def machine():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    return {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git_commit": commit, "command": command,
-            "machine": {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu}}
+    return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu}
 
 
 def timed(cmd):
@@ -81,8 +74,8 @@ def main():
     ap.add_argument("--no-whole", action="store_true", help="skip the --whole-matrix contrast")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "results", "bench"))
     a = ap.parse_args()
-    command = "/usr/bin/python3 bench/detect_sim_bench.py " + " ".join(sys.argv[1:])
-    result = {"schema": "sf.bench.detect_sim/1", **provenance(command), "ranks": a.ranks, "seed": a.seed,
+    command = ["/usr/bin/python3", "bench/detect_sim_bench.py", *sys.argv[1:]]
+    result = {**provenance("sf.bench.detect_sim/1", command), "machine": machine(), "ranks": a.ranks, "seed": a.seed,
               "reps": a.reps, "cpu_target": CPU_TARGET, "runs": []}
     for steps in [int(s) for s in a.steps.split(",")]:
         # An A/B/A fault inside the run, so the detector confirms changes and diagnoses both sides.
@@ -134,8 +127,8 @@ def markdown(r):
     lines = [
         "# `sim --detect`: CPU and peak memory against the same sim without it",
         "",
-        f"- command: `{r['command']}`",
-        f"- commit `{r['git_commit']}`, {r['date_utc']}, {m['nproc']} CPUs ({m['cpu_model']}), kernel {m['kernel']}",
+        f"- command: `{shlex.join(r['command'])}`",
+        f"- commit `{r['commit']}`, {r['date']}, {m['nproc']} CPUs ({m['cpu_model']}), kernel {m['kernel']}",
         f"- {r['ranks']} ranks, seed {r['seed']}, one thread (`--threads 1`), scenario data_tail 120 ms from step N/4 to N/2"
         " (an A/B/A: the detector confirms two changes and diagnoses both sides of each)",
         f"- {r['reps']} rounds per step count (after one warm-up run); each round runs base, detect (and whole at the"

@@ -3,7 +3,10 @@
 
 usage: recorder_report.py GBENCH.json --command CMD --out DIR
 """
-import argparse, json, os, statistics, subprocess
+import argparse, json, os, shlex, statistics, sys
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 
 ap = argparse.ArgumentParser()
 ap.add_argument("gbench")
@@ -19,15 +22,16 @@ for b in g["benchmarks"]:
     per.setdefault(name, []).append(1e9 / b["items_per_second"])
 ns = {k: statistics.median(v) for k, v in per.items()}
 ratio = ns["BM_recorder_boundary"] / ns["BM_steady_clock"]
-commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
-res = {"command": a.command, "commit": commit, "date_utc": g["context"]["date"], "host": g["context"]["host_name"],
-       "cpus": g["context"]["num_cpus"], "library_build_type": g["context"].get("library_build_type", ""),
+# The benchmark's own date and host (Google Benchmark's context) beside the file's provenance.
+res = {**provenance("sf.bench.recorder/1", shlex.split(a.command)), "benchmark_date": g["context"]["date"],
+       "benchmark_host": g["context"]["host_name"], "cpus": g["context"]["num_cpus"],
+       "library_build_type": g["context"].get("library_build_type", ""),
        "ns_per_call_median": ns, "runs_per_benchmark": {k: len(v) for k, v in per.items()},
        "boundary_over_clock": ratio, "target": "<= 1.5", "met": ratio <= 1.5}
 os.makedirs(a.out, exist_ok=True)
 json.dump(res, open(os.path.join(a.out, "recorder.json"), "w"), indent=2)
 with open(os.path.join(a.out, "recorder.md"), "w") as f:
-    f.write(f"# Recorder hot path vs steady_clock::now()\n\n`{a.command}` at commit `{commit}`, {res['date_utc']}, "
+    f.write(f"# Recorder hot path vs steady_clock::now()\n\n`{a.command}` at commit `{res['commit']}`, {res['benchmark_date']}, "
             f"{res['cpus']} CPUs. Google Benchmark 1.7.1 from Debian is a {res['library_build_type'].upper() or 'DEBUG'} "
             "build of the library (the measured code is Release -O3); medians over repetitions.\n\n"
             "| benchmark | ns per call |\n|---|--:|\n")

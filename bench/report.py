@@ -7,13 +7,17 @@ each of the issue's Speed targets stands, and how to reproduce (machine, commit,
         --command "bash bench/run_bench.sh" --out results/bench
 """
 import argparse
-import datetime
 import json
 import os
 import platform
 import re
+import shlex
 import statistics
 import subprocess
+import sys
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+from sf_provenance import provenance, read_provenance  # noqa: E402  (the C++ writers' fields; old ones read too)
 
 ACCOUNT_RATIO_TARGET = 0.5     # account() bandwidth / memcpy bandwidth
 # evaluate() against account() on the same matrix in the same run (issue 16): evaluate is
@@ -63,9 +67,6 @@ def machine_info(loadavg_before):
                 mem_kib = int(line.split()[1])
     with open("/proc/loadavg") as f:
         loadavg_after = " ".join(f.read().split()[:3])
-    commit = sh("git", "rev-parse", "--short", "HEAD") or "unknown"
-    if sh("git", "status", "--porcelain", "--untracked-files=no"):
-        commit += "-dirty"
     return {
         "nproc": os.cpu_count(),
         "cpu_model": cpu,
@@ -76,8 +77,6 @@ def machine_info(loadavg_before):
         "pandas": sh("/usr/bin/python3", "-c", "import pandas, numpy; print(pandas.__version__, numpy.__version__)"),
         "loadavg_before": loadavg_before,
         "loadavg_after": loadavg_after,
-        "git_commit": commit,
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 
 
@@ -142,10 +141,7 @@ def main():
         },
     }
     result = {
-        "schema": "sf.bench/1",
-        "date_utc": machine["date_utc"],
-        "git_commit": machine["git_commit"],
-        "command": args.command,
+        **provenance("sf.bench/1", shlex.split(args.command)),
         "machine": machine,
         "benchmark_library": {
             "library_build_type": context.get("library_build_type"),
@@ -165,20 +161,21 @@ def main():
     # Every run is kept, so the spread between runs on this noisy machine stays visible.
     history = os.path.join(args.out, "runs")
     os.makedirs(history, exist_ok=True)
-    stamp = result["date_utc"].replace(":", "").replace("-", "")
-    with open(os.path.join(history, f"{stamp}-{machine['git_commit']}.json"), "w") as f:
+    stamp = result["date"].replace(":", "").replace("-", "")
+    with open(os.path.join(history, f"{stamp}-{result['commit']}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    summarize(args.out, machine["git_commit"])
+    summarize(args.out, result["commit"])
     print(markdown_targets(result))
 
 
 def summarize(out_dir, commit):
-    """summary.{json,md}: the median over every kept run of this commit, and each run's value."""
+    """summary.{json,md}: the median over every kept run of this commit, and each run's value. Runs kept before
+    sf_provenance name their commit and date git_commit and date_utc: read_provenance takes either."""
     runs = []
     for name in sorted(os.listdir(os.path.join(out_dir, "runs"))):
         with open(os.path.join(out_dir, "runs", name)) as f:
             r = json.load(f)
-        if r["git_commit"] == commit:
+        if read_provenance(r)["commit"] == commit:
             runs.append(r)
     cases = [(x["R"], x["N"]) for x in runs[0]["frontier_bench"]]
 
@@ -202,12 +199,12 @@ def summarize(out_dir, commit):
     }
     for k in ("sf_testbed_s", "pandas_s", "speedup"):
         csv[k + "_median"] = statistics.median(csv[k + "_runs"])
+    command = read_provenance(runs[-1])["command"]
     summary = {
-        "git_commit": commit,
-        "runs": [{"date_utc": run["date_utc"], "loadavg_before": run["machine"]["loadavg_before"],
+        **provenance("sf.bench.summary/1", shlex.split(command) if isinstance(command, str) else command, commit),
+        "runs": [{"date": read_provenance(run)["date"], "loadavg_before": run["machine"]["loadavg_before"],
                   "loadavg_after": run["machine"]["loadavg_after"]} for run in runs],
         "machine": runs[-1]["machine"],
-        "command": runs[-1]["command"],
         "frontier_bench": rows,
         "csv": csv,
         "targets": {
@@ -231,7 +228,7 @@ def summarize(out_dir, commit):
         f"# machine: {summary['machine']['cpu_model']}, {summary['machine']['nproc']} cores, "
         f"{summary['machine']['mem_total_gib']:.1f} GiB; Google Benchmark 1.7.1 (Debian) is a DEBUG build of the library",
         "# runs (UTC, load average before / after): "
-        + "; ".join(f"{x['date_utc']} ({x['loadavg_before']} / {x['loadavg_after']})" for x in summary["runs"]),
+        + "; ".join(f"{x['date']} ({x['loadavg_before']} / {x['loadavg_after']})" for x in summary["runs"]),
         "",
         "| R | N | account/memcpy, median of runs | per run | memcpy GB/s per run | evaluate ms, median of runs | per run | evaluate/account, median | per run |",
         "|--:|--:|--:|---|---|--:|---|--:|---|",
@@ -275,11 +272,11 @@ def markdown(res):
     out = [
         "# sf-testbed speed benchmarks (generated by bench/report.py)",
         "",
-        f"# date {res['date_utc']}  commit {res['git_commit']}",
+        f"# date {res['date']}  commit {res['commit']}",
         f"# machine: {m['cpu_model']}, {m['nproc']} cores, {m['mem_total_gib']:.1f} GiB RAM, "
         f"kernel {m['kernel']}, {m['compiler']}, Python {m['python']} (pandas, numpy {m['pandas']})",
         f"# load average before/after: {m['loadavg_before']} / {m['loadavg_after']}",
-        f"# command: {res['command']}",
+        f"# command: {shlex.join(res['command'])}",
         "# Google Benchmark 1.7.1 from Debian is a DEBUG build of the library (the harness; the code",
         "# under test is Release -O3). Times are medians over the repetitions, real time, one thread.",
         "",

@@ -11,13 +11,16 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
 import sf_torch  # noqa: E402
+from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 from sf_torch import _core  # noqa: E402
 
 
@@ -79,9 +82,10 @@ def main():
     clock = net["bare_perf_counter_ns"]
     ratios = {"begin_stage": net["begin_stage"] / clock, "end_stage": net["end_stage"] / clock,
               "with_stage_pair_per_boundary": net["with_stage_pair"] / 2 / clock}
+    # The commit is the measured module's (built in, as the C++ writers' is), not the checkout's now.
     commit = _core.git_commit
-    result = {"schema": "sf.bench.torch_recorder/1", "command": " ".join(["/usr/bin/python3"] + sys.argv),
-              "commit": commit, "date": _core.utc_now(), "python": platform.python_version(),
+    result = {**provenance("sf.bench.torch_recorder/1", ["/usr/bin/python3", *sys.argv], commit),
+              "python": platform.python_version(),
               "machine": json.loads(_core.machine()), "rounds": a.rounds, "calls_per_round": n,
               "median_ns_per_call": med, "net_ns_per_call": net, "ratio_to_bare_clock": ratios}
     os.makedirs(a.out, exist_ok=True)
@@ -89,7 +93,7 @@ def main():
         json.dump(result, f, indent=2)
         f.write("\n")
     md = [f"# sf_torch hot path vs a bare `time.perf_counter_ns()`", "",
-          f"Command: `{result['command']}` at commit `{commit}`, {result['date']}, Python {result['python']}, "
+          f"Command: `{shlex.join(result['command'])}` at commit `{commit}`, {result['date']}, Python {result['python']}, "
           f"{a.rounds} interleaved rounds x {n} calls; medians, loop cost ({loop:.1f} ns) subtracted.", "",
           "| call | ns/call (net) | x bare clock read |", "|---|---:|---:|",
           f"| `time.perf_counter_ns()` | {clock:.1f} | 1.00 |",

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from sf_provenance import command_text, provenance
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 HOSTS_SH = ROOT / "scripts" / "testhosts.sh"
@@ -62,11 +64,11 @@ def measure(a):
     rows_path = out / "rows.csv"
     done = {}
     if rows_path.exists():
-        for r in csv.DictReader(rows_path.open()):
-            done[(int(r["hosts"]), int(r["ranks"]), r["arm"])] = r
+        for kept in csv.DictReader(rows_path.open()):
+            done[(int(kept["hosts"]), int(kept["ranks"]), kept["arm"])] = kept
     runs = out / "runs"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    # Taken before this run rewrites its tracked rows, so -dirty means the tree it ran from.
+    prov = provenance("sf.gather.manifest/1", sys.argv)
     rows = list(done.values())
     measured = False
     for hosts in [int(x) for x in a.hosts.split(",")]:
@@ -137,16 +139,16 @@ def measure(a):
                         "relay_named": [x for x in j["downgrade_reasons"] if "relay" in x]})
         # When the last packet was on disk, and when the launcher let go (124: stopped by the bound).
         written_s = max((p.stat().st_mtime for p in packets), default=t0) - t0
-        json.dump({"command": cmd, "check_exit": r.returncode, "check_output": r.stdout.strip().splitlines()[-2:],
+        json.dump({**provenance("sf.gather.relay_kill/1", sys.argv, prov["commit"]), "launched": cmd,
+                   "check_exit": r.returncode, "check_output": r.stdout.strip().splitlines()[-2:],
                    "launcher_exit": int(launcher[-1].split()[-1]) if launcher else None,
                    "last_packet_written_s": round(written_s, 1), "wall_s": round(wall, 1),
-                   "windows": per, "commit": commit}, kill.open("w"), indent=1)
+                   "windows": per}, kill.open("w"), indent=1)
         print(f"gather.py: relay kill: check exited {r.returncode}: {r.stdout.strip().splitlines()[-1:]}")
     # The manifest names the commit and date of the rows: a run that only adds the relay kill
     # (its own commit is in relay_kill.json) keeps them.
     if measured or not (out / "manifest.json").exists():
-        manifest = {"command": " ".join(sys.argv), "commit": commit, "steps": STEPS, "window": WINDOW,
-                    "arms": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"}
+        manifest = {**prov, "steps": STEPS, "window": WINDOW, "arms": ARMS, "machine": f"{os.cpu_count()} cores"}
         json.dump(manifest, (out / "manifest.json").open("w"), indent=1)
 
 
@@ -161,10 +163,10 @@ def fit(xs, ys):
 
 
 def report(a):
-    import matplotlib
+    import matplotlib  # type: ignore[import]
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
+    import matplotlib.pyplot as plt  # type: ignore[import]
+    import pandas as pd  # type: ignore[import]
     out = pathlib.Path(a.dir)
     df = pd.read_csv(out / "rows.csv")
     man = json.load(open(out / "manifest.json"))
@@ -189,7 +191,7 @@ def report(a):
         return msgs, by, recv + (score if arm == "flat_inline" else 0.0), score
 
     lines = [f"# The window gather at scale (issue 32)", "",
-             f"Measured with `{man['command']}` at commit `{man['commit']}` on {man['machine']} ({man['date']}): "
+             f"Measured with `{command_text(man['command'])}` at commit `{man['commit']}` on {man['machine']} ({man['date']}): "
              f"`sf-testbed run` (DDP-like step, no fault, {man['steps']} measured steps in windows of {man['window']}) under "
              "`mpirun` over namespace hosts (`scripts/testhosts.sh`, R/H ranks per host). Arms: `flat_inline` = the gather "
              "before issue 32 (every rank to rank 0, scored in the training thread's safe point); `flat` = the same, scored "
@@ -255,7 +257,8 @@ def report(a):
         k = json.load(open(kill))
         after = [w for w in k["windows"] if not w["gather_ok"]]
         lines += ["", "## A relay killed mid-run", "",
-                  f"`{k['command']}` (commit `{k['commit']}`)", "",
+                  # relay_kill.json before sf_provenance kept the launched command under "command".
+                  f"`{k['launched'] if 'launched' in k else k['command']}` (commit `{k['commit']}`)", "",
                   f"check exit {k['check_exit']}: {' '.join(k['check_output'])}", "",
                   f"{len(k['windows'])} windows written; {len(after)} of them without the killed relay's node, each telemetry_limited: "
                   f"{all(w['telemetry_limited'] for w in after)}; missing ranks {after[0]['missing_ranks'] if after else '-'}; "

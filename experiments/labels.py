@@ -29,7 +29,6 @@ Every number in table.md and departures.md, the Reading included, is computed fr
 Deterministic given the binary and the arguments (the model's jitter is drawn from the seed).
 """
 import argparse
-import datetime
 import json
 import os
 import pathlib
@@ -38,12 +37,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
-import matplotlib
+import matplotlib  # type: ignore[import]
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # type: ignore[import]  # noqa: E402
+import pandas as pd  # type: ignore[import]  # noqa: E402
+
+from sf_provenance import provenance  # noqa: E402
 
 import rowstore  # noqa: E402
 
@@ -134,10 +136,10 @@ def row_of(e, **keys):
 
 def model_rows(sf, ranks_list, seeds, steps, tmp):
     rows = []
-    opt_files = {}
-    for name, cfg in OPTIONS.items():
+    opt_files: dict[str, str] = {}
+    for name, options in OPTIONS.items():
         opt_files[name] = os.path.join(tmp, f"option{len(opt_files)}.json")
-        pathlib.Path(opt_files[name]).write_text(json.dumps(cfg))
+        pathlib.Path(opt_files[name]).write_text(json.dumps(options))
     for scen in SCENARIOS:
         sync_cb = scen == "callback_sync_tail"
         for ranks in ranks_list:
@@ -322,8 +324,8 @@ def reading(model, stored):
                          "; every other scenario 0%.")
     if len(stored):
         srates, _, _ = rate_table(stored)
-        hs = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
-        measured = {k: v for k, v in hs.items() if not pd.isna(v)}
+        stored_hs = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
+        measured = {k: v for k, v in stored_hs.items() if not pd.isna(v)}
         lines.append(f"- Stored dumps ({len(stored)} windows, re-scored now): strong labels on healthy ones: " +
                      (", ".join(f"`{k}` {v:.0f}%" for k, v in measured.items() if v > 0) or "none") +
                      ("" if "none" in srates.columns else " (no healthy stored dump)") + ".")
@@ -397,9 +399,9 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--steps", type=int, default=40)
     a = ap.parse_args()
-    # Whether the tree the binary was built from had uncommitted changes: asked before this run
-    # rewrites its own tracked outputs.
-    dirty = bool(sh(["git", "status", "--porcelain", "--untracked-files=no"]).strip())
+    # Taken before this run rewrites its own tracked outputs, so the commit's -dirty (uncommitted
+    # changes) is the tree's the binary was built from.
+    prov = provenance("sf.labels.manifest/1", ["/usr/bin/python3", *sys.argv])
     out = pathlib.Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(1, a.seeds + 1))
@@ -425,7 +427,7 @@ def main():
              f"A label *discriminates* a fault when it fires on it at least twice as often as on healthy windows "
              f"and at least {MIN_LIFT:.0f} points more. What each departure from the paper and each option "
              "changes: [departures.md](departures.md).", ""]
-    summary = {"configs": {}}
+    summary: dict[str, Any] = {"configs": {}}
     fig, axes = plt.subplots(1, len(CONFIGS) + 1, figsize=(5.2 * (len(CONFIGS) + 1), 5.2), sharey=True)
     panels = []
     for cfg in CONFIGS:
@@ -481,10 +483,7 @@ def main():
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "departures.md").write_text("\n".join(departures(model, stored)) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    manifest = {"experiment": "labels", "command": ["/usr/bin/python3"] + sys.argv, "binary": version,
-                "commit": sh(["git", "rev-parse", "--short=12", "HEAD"]).strip(),
-                "dirty": dirty,
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    manifest = {**prov, "experiment": "labels", "binary": version,
                 "machine": {"hostname": platform.node(), "cpus": os.cpu_count()},
                 "model_windows": int((model["config"] == "defaults").sum()), "stored_windows": len(stored),
                 "stored_packets_without_dump": undumped}

@@ -14,24 +14,24 @@ ranks, the stage holding the all-reduce), the verdict against a shuffled truth (
 whether the P2P pass made while the limit is on names the target host (every slow link leaves it).
 Rows go to rows.csv (resumable: finished rows are kept).
 
-report: table.md with the counts of each arm and the lift over the sham (report.py's arms helpers).
+report: table.md with the counts of each arm and the lift over the sham (sfreport's arms helpers).
 """
 import argparse
 import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import time
 
-import pandas as pd
+import pandas as pd  # type: ignore[import]
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-import report  # noqa: E402
+from sfreport import arms, common  # noqa: E402  (the arms helpers every report uses)
 from gather import hosts_run  # noqa: E402  (scripts/testhosts.sh: bring hosts up, run, take them down)
+from sf_provenance import command_text, provenance  # noqa: E402
 
 ARMS = {"fault": 200, "sham": 1000000}  # Mbit/s
 STEPS, WARMUP, ONSET, WINDOW = 24, 2, 10, 6
@@ -68,7 +68,8 @@ def measure(a):
     rows_path = out / "rows.csv"
     rows = pd.read_csv(rows_path).to_dict("records") if rows_path.exists() else []
     done = {(r["hosts"], r["ranks_per_host"], r["seed"], r["arm"]) for r in rows}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    # Taken before this run rewrites its tracked rows, so -dirty means the tree it ran from.
+    prov = provenance("sf.link_fault.manifest/1", [x.replace(str(ROOT) + "/", "") for x in sys.argv])
     settings = [tuple(int(x) for x in s.split("x")) + (int(seed),) for s in a.settings.split(",") for seed in a.seeds.split(",")]
     for hosts, per, seed in settings:
         for arm, rate in ARMS.items():
@@ -90,32 +91,31 @@ def measure(a):
             print(f"link_fault.py: {hosts}x{per} seed {seed} {arm}: step {j['measured']['median_step_s'] * 1e3:.0f} ms, "
                   f"P2P names the host: {p2p_names(j, j['link_fault']['host'])}", flush=True)
     binaries = sorted({str(r["commit"]) for r in rows})
-    json.dump({"command": " ".join(sys.argv).replace(str(ROOT) + "/", ""), "commit": commit, "binary_commits": binaries, "steps": STEPS, "onset": ONSET, "window": WINDOW,
-               "arms_mbit": ARMS, "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores"},
-              (out / "manifest.json").open("w"), indent=1)
+    json.dump({**prov, "binary_commits": binaries, "steps": STEPS, "onset": ONSET, "window": WINDOW, "arms_mbit": ARMS,
+               "machine": f"{os.cpu_count()} cores"}, (out / "manifest.json").open("w"), indent=1)
 
 
 def report_table(d):
     d = pathlib.Path(d)
     df = pd.read_csv(d / "rows.csv")
     m = json.loads((d / "manifest.json").read_text())
-    text = (f"# The link fault beside its sham\n\nRegenerate: `{m['command']}` (commit `{m['commit']}`, sf-testbed built at "
+    text = (f"# The link fault beside its sham\n\nRegenerate: `{command_text(m['command'])}` (commit `{m['commit']}`, sf-testbed built at "
             f"`{', '.join(m.get('binary_commits', []))}`, {m['date']}, {m['machine']}). Rows: `rows.csv`; runs under `runs/`.\n\n`link_slow`: from step {m['onset']} the target "
             f"host's egress is limited with `tc tbf` to {m['arms_mbit']['fault']} Mbit/s (fault) or "
             f"{m['arms_mbit']['sham']} Mbit/s (sham: the same qdisc, set where no link reaches it); {m['steps']} steps, windows "
             f"of {m['window']}. The truth is the target host's ranks and the stage holding the bucket all-reduces; "
             "`host (P2P pass)`: the pass made while the limit is on finds slow links and every one leaves the target host.\n\n")
-    f, s, _ = report.split_arms(df)
+    f, s, _ = arms.split_arms(df)
     rows = []
     for (h, p), g in f.groupby(["hosts", "ranks_per_host"]):
         sg = s[(s.hosts == h) & (s.ranks_per_host == p)]
         rows.append({"hosts x ranks": f"{h}x{p}", "seeds": ",".join(map(str, sorted(g.seed))),
                      "median step ms fault / sham": f"{g.median_step_ms.median():.0f} / {sg.median_step_ms.median():.0f}",
                      "backward share fault / sham": f"{g.backward_share.median():.2f} / {sg.backward_share.median():.2f}"})
-    text += report.md_table(pd.DataFrame(rows)) + "\n"
-    text += report.arms_section(df, ["hosts", "ranks_per_host"], extra_measures=[("host (P2P pass)", "p2p_host_hit")])
-    pooled = {m_: report.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis", "diag_hit")]}
-    headline = "; ".join(report.with_null(p, f"link fault {k}") for k, p in pooled.items())
+    text += common.md_table(pd.DataFrame(rows)) + "\n"
+    text += arms.arms_section(df, ["hosts", "ranks_per_host"], extra_measures=[("host (P2P pass)", "p2p_host_hit")])
+    pooled = {m_: arms.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis", "diag_hit")]}
+    headline = "; ".join(arms.with_null(p, f"link fault {k}") for k, p in pooled.items())
     text += ("\nThe stage verdict is what a no-op also scores: backward leads the sham windows as it leads the faulty ones. "
              "What the fault adds is the step's growth and the P2P pass naming the throttled host.\n")
     (d / "table.md").write_text(text)

@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 
 
 def mlp(widths):
@@ -177,10 +179,7 @@ def main():
     # Per-rank spread of the median backward compute (rank heterogeneity on this machine).
     per_rank_bwd = [med([r["backward"] for r in g[1] if not r["sync"]]) * 1e3 for g in got]
     out = {
-        "schema": "sf.torch_ddp_measurement/1",
-        "command": " ".join([sys.executable] + sys.argv),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": platform.node(),
+        **provenance("sf.torch_ddp_measurement/1", [sys.executable, *sys.argv]),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "backend": "gloo (TCP loopback), CPU, 1 intra-op thread per rank",

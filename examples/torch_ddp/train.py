@@ -21,6 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -28,6 +29,7 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import sf_torch  # noqa: E402
+from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 from sf_torch import _core  # noqa: E402
 
 SCENARIOS = [s["name"] for s in _core.scenarios()]
@@ -551,7 +553,7 @@ def report(a, rec, world, targets, delay_ms, elapsed, cuda, steal, completed):
                   "dataloader_workers_per_rank": a.workers,
                   "processes_per_core": round(world * (1 + a.workers) / cores, 2),
                   "oversubscribed": world * a.threads > cores, "loadavg_1min": os.getloadavg()[0]}
-    result = json.loads(_core.provenance("sf.run/1", sys.argv, _core.git_commit))
+    result = provenance("sf.run/1", sys.argv, _core.git_commit)  # the commit _core was built from, as run's
     result["config"] = {"scenario": a.scenario, "delay_ms": delay_ms, "ranks": world, "steps": a.steps,
                         "warmup": a.warmup, "reference_steps": a.reference_steps, "window": rec.window_steps,
                         "seed": a.seed,
