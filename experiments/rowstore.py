@@ -97,7 +97,10 @@ def unpack(exp_dir) -> pathlib.Path:
                 dest.mkdir(parents=True, exist_ok=True)
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(tar.extractfile(m).read())
+            member = tar.extractfile(m)
+            if member is None:
+                raise ValueError(f"{exp_dir / ARCHIVE}: {m.name} is neither a file nor a directory")
+            dest.write_bytes(member.read())
             dest.chmod(m.mode & 0o777)
     return exp_dir / ROWS
 
@@ -106,11 +109,15 @@ def unpack(exp_dir) -> pathlib.Path:
 def _read_archive(path: pathlib.Path, mtime_ns: int, size: int) -> dict[str, bytes | None]:
     """Every member of an archive by name (a file's bytes, None for a directory), read in one pass
     (xz cannot seek); cached per (path, mtime, size), so a re-packed archive is read again."""
+    out: dict[str, bytes | None] = {}
     with tarfile.open(path, "r:xz") as tar:
-        return {m.name.rstrip("/"): tar.extractfile(m).read() if m.isfile() else None for m in tar}
+        for m in tar:
+            member = tar.extractfile(m) if m.isfile() else None
+            out[m.name.rstrip("/")] = member.read() if member is not None else None
+    return out
 
 
-def _archive(exp_dir: pathlib.Path) -> dict[str, bytes]:
+def _archive(exp_dir: pathlib.Path) -> dict[str, bytes | None]:
     path = exp_dir / ARCHIVE
     try:
         st = path.stat()
@@ -213,8 +220,8 @@ def self_test() -> int:
         second = pack(exp).read_bytes()
         if first != second:
             problems.append(f"re-packing the same rows gave other bytes ({len(first)} and {len(second)})")
-        for p in problems:
-            print(f"rowstore self-test FAILED: {p}")
+        for problem in problems:
+            print(f"rowstore self-test FAILED: {problem}")
         if not problems:
             print(f"rowstore self-test: packed, read, unpacked and re-packed {len(files)} files: "
                   f"the same {len(first)} bytes twice")
