@@ -12,6 +12,9 @@ Slot layout (ints, one slot per step, ``W = 5 + 3K`` wide):
   state (0 unsampled, 1 ready, 2 missing), [4 + 3K] forward event ns.
 Unset times are 0 (perf_counter_ns is positive).
 """
+from __future__ import annotations
+
+import dataclasses
 import datetime
 import enum
 import json
@@ -22,10 +25,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
+from typing import Any, Final, Literal
 
 import numpy as np
 
 from . import _core
+from .options import (MAX_STAGES, OverflowPolicy, PathLike, RecorderOptions, ReferenceSpec, Sink,  # noqa: F401
+                      default_stages)
 from .peers import one_line
 
 _now = time.perf_counter_ns
@@ -73,21 +80,8 @@ def _exchange(dist, group, rank, world, mine, timeout):
     return [tuple(json.loads(store.get(k))) for k in keys]
 
 
-class OverflowPolicy(enum.Enum):
-    DROP_NEWEST = "drop_newest"            # new steps are not recorded (counted as dropped)
-    OVERWRITE_OLDEST = "overwrite_oldest"  # the oldest unpacked step is overwritten (counted)
-
-
-def default_stages():
-    """The paper's five explicit stages, in order (frontier::default_explicit_stages())."""
-    return list(_core.default_stages())
-
-
 def _os_reason(e):
     return e.strerror or str(e)
-
-
-MAX_STAGES = 256  # explicit stages one Recorder records
 
 
 def _write_atomic(path, text):
@@ -119,33 +113,6 @@ def _write_atomic(path, text):
         except OSError:
             pass
         raise
-
-
-def _stage_list(stages):
-    """The explicit stages a Recorder records, checked: a list (or tuple) of stage names, with the
-    engine's schema rules (non-empty, distinct, printable, not the residual) as one clear error."""
-    if stages is None:
-        return default_stages()
-    if isinstance(stages, (str, bytes)):
-        # list("abc") would be the stages a, b, c.
-        raise TypeError(f"stages is a string ({stages!r}); expected a list of stage names, "
-                        "e.g. sf_torch.default_stages()")
-    if not isinstance(stages, (list, tuple)):
-        raise TypeError(f"stages has type {type(stages).__name__}; expected a list of stage names (their order is "
-                        "the schema's)")
-    if len(stages) > MAX_STAGES:
-        # Scoring costs the training thread per stage at every window (5000 stages: ~4 s a window):
-        # bounded, in one error before anything is recorded (issue 40, T5).
-        raise ValueError(f"stages has {len(stages)} names, above {MAX_STAGES}; expected at most {MAX_STAGES} stages "
-                         "(group fine-grained spans into stages)")
-    for i, name in enumerate(stages):
-        if not isinstance(name, str):
-            raise TypeError(f"stages[{i}] is {name!r} of type {type(name).__name__}; expected a stage name (str)")
-    try:
-        _core.order_hash(list(stages))  # frontier::StageSchema's rules
-    except ValueError as e:
-        raise ValueError(f"stages: {e}") from None
-    return list(stages)
 
 
 class _Stage:
@@ -234,6 +201,35 @@ def allreduce_hook(state, bucket):
     return fut.then(done)
 
 
+class _Unset(enum.Enum):
+    """A Recorder keyword argument that was not given."""
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Final = _Unset.UNSET
+_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RecorderOptions))
+
+
+def _options(options: RecorderOptions | None, given: dict[str, Any]) -> RecorderOptions:
+    """The Recorder's options: `options`, or the keyword arguments given; never both for a field."""
+    if options is None:
+        return RecorderOptions(**given)
+    if not isinstance(options, RecorderOptions):
+        raise TypeError(f"options is {type(options).__name__}; expected sf_torch.RecorderOptions")
+    if given:
+        names, s = ", ".join(given), "s" if len(given) > 1 else ""
+        raise ValueError(f"Recorder: {names} given both as keyword argument{s} and in options; expected one or the "
+                         f"other (dataclasses.replace(options, {next(iter(given))}=...) is options with it changed)")
+    return options
+
+
+def _fspath(path: PathLike | None) -> str | None:
+    return os.fspath(path) if path is not None else None
+
+
 class Recorder:
     """One rank's always-on stage recorder with a fail-open window gather to rank 0.
 
@@ -257,88 +253,67 @@ class Recorder:
     receives one message per node (plus one per rank of its own node). Flat: every rank sends to
     rank 0. node_id: what names this rank's node (default: the host name); ranks that give the
     same node_id share a relay.
+    options: all of the above as one sf_torch.RecorderOptions, instead of keyword arguments (one
+    given both ways is refused). Either way they are checked when the Recorder is made (ValueError
+    or TypeError, one line) and kept in ``rec.options``.
     """
 
-    def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
-                 overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
-                 labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
-                 metrics_file=None, gather="node", node_id=None, plot_file=None):
+    def __init__(self, stages: Sequence[str] | None | _Unset = _UNSET, window_steps: int | _Unset = _UNSET,
+                 first_step: int | _Unset = _UNSET, capacity_steps: int | _Unset = _UNSET,
+                 overflow: OverflowPolicy | str | _Unset = _UNSET, gather_deadline_s: float | _Unset = _UNSET,
+                 out_dir: PathLike | None | _Unset = _UNSET, sink: Sink | None | _Unset = _UNSET,
+                 labeler_config: str | _Unset = _UNSET, event_q: float | _Unset = _UNSET,
+                 enabled: bool | _Unset = _UNSET, reference: ReferenceSpec | _Unset = _UNSET,
+                 reference_steps: int | _Unset = _UNSET, metrics_file: PathLike | None | _Unset = _UNSET,
+                 gather: Literal["node", "flat"] | _Unset = _UNSET, node_id: object = _UNSET,
+                 plot_file: PathLike | None | _Unset = _UNSET, *, options: RecorderOptions | None = None) -> None:
         import torch.distributed as dist
-        reference = self._init_options(stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s,
-                                       out_dir, sink, labeler_config, reference, reference_steps, metrics_file, gather,
-                                       plot_file)
-        self.enabled = enabled
-        self._init_reference(reference, labeler_config)
+        # Each keyword argument left out is _UNSET (None is a value some of them take), so one
+        # given beside options is seen; the parameters are RecorderOptions' fields, by name.
+        args = locals()
+        self.options = _options(options, {name: args[name] for name in _OPTION_NAMES if args[name] is not _UNSET})
+        self._init_options(self.options)
+        self.enabled = self.options.enabled
+        self._init_reference(self.options.reference, self.options.labeler_config)
         self._init_ring()
-        self._init_events(event_q)
-        self._init_gather(dist, node_id)
+        self._init_events(self.options.event_q)
+        self._init_gather(dist, self.options.node_id)
         self._init_state()
         self._out_problem = self._open_out()
 
-    def _init_options(self, stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s, out_dir,
-                      sink, labeler_config, reference, reference_steps, metrics_file, gather, plot_file):
-        """The arguments checked and kept (ValueError or TypeError with one line); returns the
-        reference as resolved by reference_steps."""
-        self.stages = _stage_list(stages)
+    def _init_options(self, o: RecorderOptions) -> None:
+        """The options (checked when they were made) kept where the recorder reads them."""
+        self.stages = list(o.stages)
         self.K = len(self.stages)
         self.order_hash = _core.order_hash(self.stages)
-        if window_steps < 1:
-            raise ValueError(f"window_steps is {window_steps}; expected >= 1")
-        self.window_steps = int(window_steps)
-        self.first_step = int(first_step)
-        if reference_steps < 0:
-            raise ValueError(f"reference_steps is {reference_steps}; expected >= 0")
-        self.reference_steps = int(reference_steps)
-        if self.reference_steps > 0 and reference not in (None, "first"):
-            raise ValueError("reference_steps makes the first window the reference; do not also pass reference")
-        if self.reference_steps > 0:
-            reference = "first"
+        self.window_steps = o.window_steps
+        self.first_step = o.first_step
+        self.reference_steps = o.reference_steps
         # The largest window (payload sizes).
         self._max_window = max(self.window_steps, self.reference_steps)
-        self.capacity = int(capacity_steps) or 2 * self._max_window
-        self.overflow = OverflowPolicy(overflow)
-        self.deadline_s = float(gather_deadline_s)
-        if gather not in ("node", "flat"):
-            raise ValueError(f"gather is {gather!r}; expected \"node\" or \"flat\"")
-        self.gather = gather
-        self.out_dir = out_dir
-        self.sink = sink
-        if metrics_file is not None and not isinstance(metrics_file, (str, os.PathLike)):
-            raise TypeError(f"metrics_file is {type(metrics_file).__name__}; expected a path")
-        # Rank 0 rewrites it atomically after each window: the latest window in the Prometheus
-        # text exposition format (docs/formats.md, Metrics), as `sf-testbed run --metrics` does.
-        self.metrics_file = os.fspath(metrics_file) if metrics_file is not None else None
+        self.capacity = o.capacity_steps or 2 * self._max_window
+        self.overflow = OverflowPolicy(o.overflow)
+        self.deadline_s = o.gather_deadline_s
+        self.gather = o.gather
+        self.out_dir = o.out_dir
+        self.sink = o.sink
+        self.metrics_file = _fspath(o.metrics_file)
         self.metrics_unwritten = ""
-        if plot_file is not None and not isinstance(plot_file, (str, os.PathLike)):
-            raise TypeError(f"plot_file is {type(plot_file).__name__}; expected a path")
-        if plot_file is not None and not os.fspath(plot_file).endswith((".png", ".svg")):
-            raise ValueError(f"plot_file {os.fspath(plot_file)!r}: expected a file name ending in .png or .svg")
-        # Rank 0 draws the run there at finish(): per window, each rank x stage's change against the
-        # reference (the culprits outlined) and the step time (sf_torch.plot, as `sf-testbed --plot`).
-        self.plot_file = os.fspath(plot_file) if plot_file is not None else None
+        self.plot_file = _fspath(o.plot_file)
         self._gather_failures = 0
-        self.labeler_config = labeler_config
-        # A stage the config names that the recorder does not record is refused here, not at the
-        # first window (where the engine refuses it and the recorder would stop for the run).
-        if labeler_config:
-            why = _core.config_names_problem(self.stages, labeler_config)
-            if why:
-                raise ValueError(f"labeler_config: {why}")
-        return reference
+        self.labeler_config = o.labeler_config
 
-    def _init_reference(self, reference, labeler_config):
+    def _init_reference(self, reference: ReferenceSpec, labeler_config: str) -> None:
         # The diagnosis' reference: resolved now (a file is read once), except "first", which is
         # the first window once it is scored.
         self._reference_first = isinstance(reference, str) and reference == "first"
+        self.reference: _core.Reference | None = None
         if reference is None or self._reference_first:
             self.reference = None
         elif isinstance(reference, _core.Reference):
             self.reference = reference
-        elif isinstance(reference, (str, os.PathLike)):
-            self.reference = _core.read_reference(os.fspath(reference), labeler_config)
         else:
-            raise TypeError(f"reference is {type(reference).__name__}; expected None, \"first\", a path or an "
-                            "sf_torch Reference")
+            self.reference = _core.read_reference(os.fspath(reference), labeler_config)
 
     def _init_ring(self):
         self.W = 5 + 3 * self.K
