@@ -253,7 +253,8 @@ def with_null(p, what):
 def informative(df, keys, col, names=None):
     """Groups whose lift over sham on col has a 95 % interval above 0, and those whose does not."""
     fault, sham, _ = split_arms(df)
-    yes, no = [], []
+    yes: list[str] = []
+    no: list[str] = []
     for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
         vals = vals if isinstance(vals, tuple) else (vals,)
         s = null_match(sham, g, keys)
@@ -669,13 +670,13 @@ def report_aba(d, df):
                      "callback share": f"{float(r['window_share:callbacks.cpu_wall']):.4f}", "labels": r.window_labels})
     text += md_table(pd.DataFrame(rows))
     # Recovery per seed: A2 against A1 of the same seed, and |A2 - A1| against the paper's 8.63 ms tolerance.
-    per = []
+    seeds = []
     for seed, g in df.groupby("seed"):
         w = g.groupby("window").window_median_step_ms.first()
         if {0, 2} <= set(w.index.astype(int)):
-            per.append({"seed": int(seed), "A1 ms": w.loc[0], "A2 ms": w.loc[2], "recovery A2/A1": w.loc[2] / w.loc[0],
+            seeds.append({"seed": int(seed), "A1 ms": w.loc[0], "A2 ms": w.loc[2], "recovery A2/A1": w.loc[2] / w.loc[0],
                         "A2 - A1 (abs) ms": abs(w.loc[2] - w.loc[0])})
-    per = pd.DataFrame(per)
+    per = pd.DataFrame(seeds)
     headline, differ = "quick run", ""
     if len(per):
         tol = 8.63
@@ -731,6 +732,8 @@ def report_accumulation(d, df):
     differ = lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
         f" gradient_accumulation_ambiguous fired on {df.labels.fillna('').astype(str).str.contains('gradient_accumulation_ambiguous').sum()}"
         f"/{len(df)} fault rows: each microstep's stages are unfolded before the frontier is taken.")
+    series: dict[str, list[float]]
+    paper: dict[str, list[float | None]]
     groups, series, paper = [], {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}, {"top-1": [], "top-2": []}
     for sc, g in df.groupby("scenario", sort=False):
         groups.append(f"{SCEN_NAMES[sc]}\n({len(g)} run{'s' if len(g) != 1 else ''})")
@@ -779,6 +782,8 @@ def report_sharded(d, df):
     differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
               + " Host-local optimizer control: " + with_null(pooled(full[full.scenario == "optim_host_local"], "cand_hit"), "routed")
               + f", confident misroutes {b(ctl.misroute).sum()}/{len(ctl)}.")
+    series: dict[str, list[float]]
+    paper: dict[str, list[float | None]]
     groups, series, paper, scen = [], {"top-1": [], "top-2": [], "routed": []}, {"routed": []}, []
     for (sc, r), g in df.groupby(["scenario", "ranks"], sort=False):
         groups.append(f"{int(r)}")
@@ -789,7 +794,7 @@ def report_sharded(d, df):
     fig, ax = plt.subplots(figsize=(10, 4))
     grouped_bars(ax, groups, series, paper)
     ax.set_ylim(0, 1.3)
-    first = {}
+    first: dict[str, list[int]] = {}
     for j, sc in enumerate(scen):
         first.setdefault(sc, []).append(j)
     for sc, js in first.items():
@@ -938,6 +943,8 @@ def report_events(d, df):
     scen = list(df.scenario.dropna().unique())
     fig, axs = plt.subplots(1, max(len(scen), 1), figsize=(10, 4), sharey=True, squeeze=False)
     for ax, sc in zip(axs[0], scen):
+        series: dict[str, list[float]]
+        paper: dict[str, list[float | None]]
         groups, series, paper = [], {k: [] for k in ["top-1", "top-2"] + labels}, {k: [] for k in ["top-1", "top-2"] + labels}
         for (delay, q), g in df[df.scenario == sc].groupby(["delay_ms", "event_q"]):
             groups.append(f"q={q:g}\n{delay:.0f} ms")
@@ -1120,7 +1127,7 @@ def predicted_ms(healthy, target):
     others = {k: v for k, v in healthy.items() if k != target and v == v}
     if not others:
         return float("nan"), "-"
-    comp = max(others, key=others.get)
+    comp = max(others, key=lambda k: others[k])
     return d_star(others[comp], healthy.get(target, 0.0), sum(v for v in healthy.values() if v == v)), comp
 
 
@@ -1229,9 +1236,9 @@ def report_torch_routing(d, df):
 
 def labels_seen(g):
     """Labels on these rows, with how many rows carry each."""
-    seen = {}
+    seen: dict[str, int] = {}
     for x in g.labels.fillna("").astype(str):
-        for lab in filter(None, x.split(";")):
+        for lab in filter(None, str(x).split(";")):
             seen[lab] = seen.get(lab, 0) + 1
     return ", ".join(f"{k} {v}" for k, v in sorted(seen.items())) or "-"
 
