@@ -14,6 +14,7 @@ import platform
 import re
 import statistics
 import subprocess
+from typing import Any
 
 ACCOUNT_RATIO_TARGET = 0.5     # account() bandwidth / memcpy bandwidth
 # evaluate() against account() on the same matrix in the same run (issue 16): evaluate is
@@ -30,7 +31,7 @@ def load_gbench(path):
     """{(bench, R, N): {"real_ms": [...], "bytes_per_second": [...]}} from the repetitions."""
     with open(path) as f:
         data = json.load(f)
-    runs = {}
+    runs: dict[tuple[str, int, int], dict[str, list[float]]] = {}
     for b in data["benchmarks"]:
         if b.get("run_type") != "iteration":
             continue
@@ -194,7 +195,7 @@ def summarize(out_dir, commit):
                      "evaluate_ms_runs": evals, "memcpy_GBps_runs": per_case(r, n, "memcpy_GBps"),
                      "evaluate_over_account_median": statistics.median(ev_acc) if ev_acc else None,
                      "evaluate_over_account_runs": ev_acc})
-    csv = {
+    csv: dict[str, Any] = {
         "sf_testbed_s_runs": [run["csv"]["sf_testbed"]["median_s"] for run in runs],
         "pandas_s_runs": [run["csv"]["pandas"]["median_s"] for run in runs],
         "speedup_runs": [run["csv"]["speedup_median"] for run in runs],

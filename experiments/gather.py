@@ -62,8 +62,8 @@ def measure(a):
     rows_path = out / "rows.csv"
     done = {}
     if rows_path.exists():
-        for r in csv.DictReader(rows_path.open()):
-            done[(int(r["hosts"]), int(r["ranks"]), r["arm"])] = r
+        for prior in csv.DictReader(rows_path.open()):
+            done[(int(prior["hosts"]), int(prior["ranks"]), prior["arm"])] = prior
     runs = out / "runs"
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

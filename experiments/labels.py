@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import matplotlib
 
@@ -132,7 +133,7 @@ def row_of(e, **keys):
 
 def model_rows(sf, ranks_list, seeds, steps, tmp):
     rows = []
-    opt_files = {}
+    opt_files: dict[str, str] = {}
     for name, cfg in OPTIONS.items():
         opt_files[name] = os.path.join(tmp, f"option{len(opt_files)}.json")
         pathlib.Path(opt_files[name]).write_text(json.dumps(cfg))
@@ -158,8 +159,8 @@ def model_rows(sf, ranks_list, seeds, steps, tmp):
                     packets["reference+wait"] = json.loads(sh([sf, "score", roled, "--json"] + ref_args + ["--wait-model"] + wait))
                     for name, path in opt_files.items():
                         packets["defaults" + name] = json.loads(sh([sf, "score", fault, "--json", "--config", path]))
-                    for cfg, e in packets.items():
-                        rows.append(row_of(e, source="model", scenario=scen, ranks=ranks, seed=seed, event_q=q, config=cfg))
+                    for config, e in packets.items():
+                        rows.append(row_of(e, source="model", scenario=scen, ranks=ranks, seed=seed, event_q=q, config=config))
     return pd.DataFrame(rows)
 
 
@@ -307,8 +308,8 @@ def reading(model, stored):
                          "; every other scenario 0%.")
     if len(stored):
         srates, _, _ = rate_table(stored)
-        hs = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
-        measured = {k: v for k, v in hs.items() if not pd.isna(v)}
+        stored_healthy = {lab: srates.loc[lab, "none"] for lab in STRONG if "none" in srates.columns}
+        measured = {k: v for k, v in stored_healthy.items() if not pd.isna(v)}
         lines.append(f"- Stored dumps ({len(stored)} windows, re-scored now): strong labels on healthy ones: " +
                      (", ".join(f"`{k}` {v:.0f}%" for k, v in measured.items() if v > 0) or "none") +
                      ("" if "none" in srates.columns else " (no healthy stored dump)") + ".")
@@ -410,7 +411,7 @@ def main():
              f"A label *discriminates* a fault when it fires on it at least twice as often as on healthy windows "
              f"and at least {MIN_LIFT:.0f} points more. What each departure from the paper and each option "
              "changes: [departures.md](departures.md).", ""]
-    summary = {"configs": {}}
+    summary: dict[str, Any] = {"configs": {}}
     fig, axes = plt.subplots(1, len(CONFIGS) + 1, figsize=(5.2 * (len(CONFIGS) + 1), 5.2), sharey=True)
     panels = []
     for cfg in CONFIGS:
