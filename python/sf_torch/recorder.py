@@ -198,7 +198,11 @@ class _CommState:
         self.last_done = 0
 
 
-def allreduce_hook(state: _CommState, bucket: torch.distributed.GradBucket) -> Future[torch.Tensor]:
+# Typed in a comment, not annotations: DDP's register_comm_hook compares the hook's runtime
+# annotations with dist.GradBucket and Future[Tensor], and this module's are strings (its
+# `from __future__ import annotations` keeps torch out of `import sf_torch`).
+def allreduce_hook(state, bucket):
+    # type: (_CommState, torch.distributed.GradBucket) -> Future[torch.Tensor]
     """DDP communication hook: DDP's default averaging all-reduce, with the rank's wait at the
     step's collectives from its arrival (from the entry of its last bucket to the completion of
     every bucket) as the step's side evidence of the backward stage. Every rank leaves the

@@ -424,6 +424,15 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, r"^options is dict; expected sf_torch\.RecorderOptions$"):
             sf_torch.Recorder(options={"window_steps": 4})
 
+    def test_allreduce_hook_passes_ddps_annotation_check(self):
+        # DistributedDataParallel._check_comm_hook: a bucket and return annotation, where present,
+        # must be these objects (a string annotation is refused).
+        import torch
+        import torch.distributed as dist
+        sig = inspect.signature(sf_torch.allreduce_hook)
+        self.assertIn(sig.parameters["bucket"].annotation, (inspect.Parameter.empty, dist.GradBucket))
+        self.assertIn(sig.return_annotation, (inspect.Signature.empty, torch.futures.Future[torch.Tensor]))
+
     def test_corrupt_contributions_are_judged_not_scored(self):
         rec = sf_torch.Recorder(window_steps=4)
         run_steps(rec, 4)
