@@ -56,7 +56,10 @@ def timed(cmd):
         sys.exit(f"detect_sim_bench: {' '.join(cmd)} failed ({p.returncode}): {p.stderr[-1500:]}")
 
     def field(name):
-        return re.search(name + r": ([0-9.:]+)", p.stderr).group(1)
+        m = re.search(name + r": ([0-9.:]+)", p.stderr)
+        if m is None:
+            sys.exit(f"detect_sim_bench: /usr/bin/time -v printed no '{name}' for {' '.join(cmd)}")
+        return m.group(1)
     wall = 0.0
     for part in field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").split(":"):
         wall = wall * 60 + float(part)
@@ -86,7 +89,7 @@ def main():
         if not a.no_whole and not result["runs"]:
             paths["whole"] = base + ["--detect", "--whole-matrix"]
         timed(paths["detect"])  # warm-up (page cache, allocator)
-        rounds = {k: [] for k in paths}
+        rounds: dict[str, list[dict[str, float]]] = {k: [] for k in paths}
         load_before = loadavg()
         for _ in range(a.reps):
             for k, cmd in paths.items():

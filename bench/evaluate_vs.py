@@ -44,7 +44,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default="results/bench")
     a = ap.parse_args()
-    ratios, yards = {}, {}
+    ratios: dict[str, list[float]] = {}  # case -> new/old per round
+    yards: dict[str, list[float]] = {}   # case -> new/old of its memcpy yardstick per round
     for i in range(a.rounds):
         order = [("old", a.old), ("new", a.new)] if i % 2 == 0 else [("new", a.new), ("old", a.old)]
         got = {k: run(b) for k, b in order}

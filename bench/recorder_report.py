@@ -14,7 +14,7 @@ ap.add_argument("--command", required=True)
 ap.add_argument("--out", required=True)
 a = ap.parse_args()
 g = json.load(open(a.gbench))
-per = {}
+per: dict[str, list[float]] = {}
 for b in g["benchmarks"]:
     if b.get("run_type") != "iteration":
         continue

@@ -15,6 +15,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
 from sf_provenance import provenance, read_provenance  # noqa: E402  (the C++ writers' fields; old ones read too)
@@ -34,7 +35,7 @@ def load_gbench(path):
     """{(bench, R, N): {"real_ms": [...], "bytes_per_second": [...]}} from the repetitions."""
     with open(path) as f:
         data = json.load(f)
-    runs = {}
+    runs: dict[tuple[str, int, int], dict[str, list[float]]] = {}
     for b in data["benchmarks"]:
         if b.get("run_type") != "iteration":
             continue
@@ -191,7 +192,7 @@ def summarize(out_dir, commit):
                      "evaluate_ms_runs": evals, "memcpy_GBps_runs": per_case(r, n, "memcpy_GBps"),
                      "evaluate_over_account_median": statistics.median(ev_acc) if ev_acc else None,
                      "evaluate_over_account_runs": ev_acc})
-    csv = {
+    csv: dict[str, Any] = {
         "sf_testbed_s_runs": [run["csv"]["sf_testbed"]["median_s"] for run in runs],
         "pandas_s_runs": [run["csv"]["pandas"]["median_s"] for run in runs],
         "speedup_runs": [run["csv"]["speedup_median"] for run in runs],

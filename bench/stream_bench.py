@@ -54,7 +54,10 @@ def timed(cmd):
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"stream_bench: {' '.join(cmd)} failed ({p.returncode}): {p.stderr[-1500:]}")
-    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    if m is None:
+        sys.exit(f"stream_bench: /usr/bin/time -v printed no maximum resident set size for {' '.join(cmd)}")
+    rss = int(m.group(1))
     return wall, rss
 
 

@@ -72,10 +72,10 @@ def main():
 
     kinds = {"empty_loop": empty, "bare_perf_counter_ns": bare, "begin_stage": begin, "end_stage": end,
              "with_stage_pair": with_pair}
-    per = {k: [] for k in kinds}
+    per: dict[str, list[float]] = {k: [] for k in kinds}
     for _ in range(a.rounds):
-        for k, f in kinds.items():
-            per[k].append(f() / n)
+        for k, run in kinds.items():
+            per[k].append(run() / n)
     med = {k: statistics.median(v) for k, v in per.items()}
     loop = med["empty_loop"]
     net = {k: med[k] - loop for k in kinds if k != "empty_loop"}

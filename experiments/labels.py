@@ -162,8 +162,8 @@ def model_rows(sf, ranks_list, seeds, steps, tmp):
                     packets["reference+wait"] = json.loads(sh([sf, "score", roled, "--json"] + ref_args + ["--wait-model"] + wait))
                     for name, path in opt_files.items():
                         packets["defaults" + name] = json.loads(sh([sf, "score", fault, "--json", "--config", path]))
-                    for cfg, e in packets.items():
-                        rows.append(row_of(e, source="model", scenario=scen, ranks=ranks, seed=seed, event_q=q, config=cfg))
+                    for config, e in packets.items():
+                        rows.append(row_of(e, source="model", scenario=scen, ranks=ranks, seed=seed, event_q=q, config=config))
     return pd.DataFrame(rows)
 
 

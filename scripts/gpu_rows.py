@@ -15,6 +15,7 @@ import csv
 import json
 import os
 import sys
+from typing import Any
 
 RUN_COLUMNS = ["part", "dir", "status", "scenario", "delay_ms", "ranks", "seed", "device", "comm", "recorder",
                "event_q", "median_step_ms", "labels", "expected_stage", "top1", "top2", "rank_hit", "suspect_rank",
@@ -51,7 +52,7 @@ def why_not(d):
 
 
 def run_line(part, d):
-    row = dict.fromkeys(RUN_COLUMNS, "")
+    row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS, "")  # a CSV row: text, numbers, "" where absent
     row.update(part=part, dir=os.path.basename(d.rstrip("/")))
     j, why = load(os.path.join(d, "run.json"))
     if j is None:

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -77,7 +78,8 @@ def worker(rank, a, q):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     ds = Synthetic(a.batch * (a.warmup + 2 * a.steps + 4) * a.ranks, widths[0], widths[-1])
-    sampler = torch.utils.data.distributed.DistributedSampler(ds, num_replicas=a.ranks, rank=rank, shuffle=False)
+    sampler: torch.utils.data.distributed.DistributedSampler[int] = torch.utils.data.distributed.DistributedSampler(
+        ds, num_replicas=a.ranks, rank=rank, shuffle=False)
     loader = iter(torch.utils.data.DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=1, prefetch_factor=2))
 
     events = []  # (bucket index, numel, launch s, done s) relative to backward start, this step
@@ -94,7 +96,9 @@ def worker(rank, a, q):
 
         return fut.then(done)
 
-    model.register_comm_hook(None, hook)
+    # torch 1.13's nn/parallel/distributed.pyi declares DistributedDataParallel's __init__ only
+    # (forward and the rest go through Module.__getattr__); the class has these methods.
+    model.register_comm_hook(None, hook)  # type: ignore[operator]
     rows = []
     for step in range(a.warmup + 2 * a.steps):
         sync = step >= a.warmup and (step - a.warmup) % 2 == 0  # alternate: with and without all-reduce
@@ -110,7 +114,7 @@ def worker(rank, a, q):
         if sync or step < a.warmup:
             loss.backward()
         else:
-            with model.no_sync():
+            with model.no_sync():  # type: ignore[operator]  # as register_comm_hook above
                 loss.backward()
         t3 = time.perf_counter()
         opt.step()
@@ -163,7 +167,7 @@ def main():
 
     sync_rows = [r for r in rank0_rows if r["sync"]]
     nosync_rows = [r for r in rank0_rows if not r["sync"]]
-    buckets = {}
+    buckets: dict[int, dict[str, Any]] = {}  # bucket index -> its size and launch/done times per step
     for r in sync_rows:
         for i, n, launch, done in r["buckets"]:
             b = buckets.setdefault(i, {"index": i, "floats": n, "launch": [], "done": []})

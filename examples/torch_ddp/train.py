@@ -201,6 +201,7 @@ def prefetch_depth(loader):
 def nccl_version():
     """torch's NCCL as (major, minor, patch), or None. Older torch returns the code as one int
     (major * 10000 + minor * 100 + patch since NCCL 2.9)."""
+    import torch.cuda.nccl  # a submodule: torch.cuda has it only once something imported it
     try:
         v = torch.cuda.nccl.version()
     except Exception:  # a torch without NCCL
@@ -465,9 +466,9 @@ def main():
     ddp, loader, opt = make_model(a, f, device, rank)
     telemetry_out = a.out if a.telemetry_out is None else a.telemetry_out
     rec = make_recorder(a, f, ddp, rank, telemetry_out)
-    unwritten = []  # (path, why): this rank's result files that could not be written
+    unwritten: list[tuple[str | None, str]] = []  # (path, why): this rank's result files that could not be written
     prof = make_profiler(a, rank, cuda, unwritten)
-    losses = [] if a.loss_out and rank == 0 else None
+    losses: list[float] | None = [] if a.loss_out and rank == 0 else None
     dist.barrier()
     try:
         elapsed, steal, completed = train(a, f, rec, ddp, loader, opt, device, rank, prof, losses)

@@ -42,7 +42,8 @@ except ImportError as _e:  # one clear line, not a traceback deep in the trainer
         "pybind11-dev) and install it with `cmake --install build --component sf_torch`, or set "
         "SF_TORCH_CORE_DIR to the directory holding _core*.so") from _e
 
+from .options import RecorderOptions  # noqa: E402,F401
 from .recorder import (Recorder, OverflowPolicy, allreduce_hook, default_stages)  # noqa: E402,F401
 from .peers import lost_ranks  # noqa: E402,F401
 
-__all__ = ["Recorder", "OverflowPolicy", "allreduce_hook", "default_stages", "lost_ranks", "_core"]
+__all__ = ["Recorder", "RecorderOptions", "OverflowPolicy", "allreduce_hook", "default_stages", "lost_ranks", "_core"]

@@ -12,7 +12,7 @@ import time
 _calls = itertools.count()
 
 
-def one_line(e):
+def one_line(e: BaseException) -> str:
     """An exception's message as one line: gloo's carry a wrapper, a source location and a
     Python trace ("Got the following error when running the callback: RuntimeError:
     [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:28828\n\nAt: ...")."""
@@ -30,12 +30,12 @@ _PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Brok
                   "Write error", "Connection refused", "NCCL communicator was aborted", "remote process exited")
 
 
-def looks_like_lost_peer(e):
+def looks_like_lost_peer(e: BaseException) -> bool:
     """A collective's error that may mean a peer is gone (then ask lost_ranks() who)."""
     return any(s in str(e) for s in _PEER_FAILURES)
 
 
-def lost_ranks(wait_s=3.0):
+def lost_ranks(wait_s: float = 3.0) -> list[int]:
     """After a failed collective: the ranks (sorted) that did not answer a roll call within
     wait_s seconds. [] when every rank answered (the failure was not a lost peer). A store that
     stops answering counts rank 0 as gone: under env:// rendezvous the store lives in rank 0's

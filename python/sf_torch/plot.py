@@ -18,8 +18,16 @@ change points.
 In an SVG each cell is a group with id `cell_w<window>_r<rank>_<stage>` and each outline
 `culprit_w<window>_r<rank>_<stage>`, so a test (or a person) can find them.
 """
+from __future__ import annotations
+
 import json
+import os
 import sys
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+Packet = dict[str, Any]                     # an sf.evidence/* packet as json.loads gives it
+Table = dict[str, dict[int, float]]         # stage group -> rank -> ms/step
 
 import matplotlib
 
@@ -35,11 +43,11 @@ class PlotError(ValueError):
     """One line: what could not be drawn, and why."""
 
 
-def fail(msg):
+def fail(msg: str) -> NoReturn:
     raise PlotError(msg)
 
 
-def read_packets(paths):
+def read_packets(paths: Sequence[str]) -> tuple[list[Packet], Packet | None]:
     packets, detect = [], None
     for path in paths:
         try:
@@ -67,9 +75,9 @@ def read_packets(paths):
     return packets, detect
 
 
-def changes(p):
+def changes(p: Packet) -> tuple[Table, str]:
     """{group: {rank: ms/step}}: the change against the reference, else the standing over peers."""
-    out = {}
+    out: Table = {}
     d = p.get("differential") or {}
     if d.get("rank_deltas_s"):
         for g, rows in d["rank_deltas_s"].items():
@@ -80,7 +88,7 @@ def changes(p):
     return out, "standing over the peers' median (no reference)"
 
 
-def culprits(p):
+def culprits(p: Packet) -> list[tuple[int, str]]:
     """(rank, stage) of each culprit named for a change in that stage (one named for its CPU wait
     alone, its stages inside their floors, is not outlined on a stage it did not change)."""
     d = p.get("diagnosis") or {}
@@ -95,10 +103,10 @@ def culprits(p):
     return out
 
 
-def shown_ranks(packets, tables):
+def shown_ranks(packets: Sequence[Packet], tables: Sequence[Table]) -> list[int]:
     """Every culprit, then the ranks with the largest change anywhere, at most MAX_RANKS, in order."""
     keep = {r for p in packets for r, _ in culprits(p)}
-    score = {}
+    score: dict[int, float] = {}
     for t in tables:
         for g, rows in t.items():
             for r, v in rows.items():
@@ -112,7 +120,7 @@ def shown_ranks(packets, tables):
     return sorted(keep)
 
 
-def draw(packets, out, detect=None):
+def draw(packets: Iterable[Packet], out: str | os.PathLike[str], detect: Packet | None = None) -> str:
     """Draws evidence packets (dicts, sf.evidence/*) into `out` (.png or .svg); returns a one-line
     summary. Raises PlotError (one line) on what cannot be drawn."""
     out = str(out)
@@ -185,7 +193,7 @@ def draw(packets, out, detect=None):
     return f"wrote {out}: {len(shown)} window(s), {len(ranks)} rank(s) x {len(groups)} stage(s)"
 
 
-def main():
+def main() -> None:
     try:
         if len(sys.argv) < 3:
             fail("usage: plot.py OUT.png|OUT.svg PACKETS...")

@@ -12,6 +12,9 @@ Slot layout (ints, one slot per step, ``W = 5 + 3K`` wide):
   state (0 unsampled, 1 ready, 2 missing), [4 + 3K] forward event ns.
 Unset times are 0 (perf_counter_ns is positive).
 """
+from __future__ import annotations
+
+import dataclasses
 import datetime
 import enum
 import json
@@ -22,13 +25,32 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _core
+from .options import (MAX_STAGES, OverflowPolicy, PathLike, RecorderOptions, ReferenceSpec, Sink,  # noqa: F401
+                      default_stages)
 from .peers import one_line
 
+if TYPE_CHECKING:  # torch is imported where it is used: `import sf_torch` stays light
+    import queue
+
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.futures import Future
+
 _now = time.perf_counter_ns
+_T = TypeVar("_T")
+Rows = npt.NDArray[np.float64]      # one row per (step, rank): [t, rank, wall, d_0.., event state, event s, sync_0..]
+Payload = npt.NDArray[np.float64]   # a rank's window as it travels (header, then rows)
+Ident = tuple[int, int, str, str]   # rank, local rank, host, node key
+EventPair = tuple["torch.cuda.Event", "torch.cuda.Event"]
+Scored = tuple[int, _core.Window, _core.Evidence]   # window index, window, its evidence
 
 _MAGIC = 0x5F7045  # first float of every gather payload
 _HEADER = 8        # magic, rank, window, rows, hash hi, hash lo, dropped, fault bits
@@ -45,10 +67,19 @@ _GROUP_TIMEOUT_MIN_S = 30.0
 _FOREVER = datetime.timedelta(days=365)
 
 
+class _PendingWindow(TypedDict):
+    """Root: a closed window waiting for the other ranks' contributions (its own rows are in)."""
+    window: int
+    rows: list[Rows]
+    reasons: list[str]
+    dropped: int
+    deadline: float  # time.monotonic() when it is scored with what arrived
+
+
 _recorders_made = 0  # Recorders this process has made: every rank makes them in the same order
 
 
-def _exchange(dist, group, rank, world, mine, timeout):
+def _exchange(group: ProcessGroup, rank: int, world: int, mine: Ident, timeout: datetime.timedelta) -> list[Ident]:
     """Every rank's `mine`, in rank order, through the job's rendezvous store: the calling thread
     sets one key and waits for the others. Not a collective: a collective's work finishes on the
     process group's own threads, which then drop the Python objects it held, creating and deleting
@@ -56,6 +87,7 @@ def _exchange(dist, group, rank, world, mine, timeout):
     instant (right after the Recorder is made, as a training loop does) leaves the child waiting
     forever for the interpreter lock that thread held (CPython 3.11's PyOS_AfterFork_Child, seen
     here: 1 fork in ~450 right after all_gather_object). Without the store, all_gather_object."""
+    import torch.distributed as dist
     global _recorders_made
     _recorders_made += 1
     try:
@@ -63,34 +95,25 @@ def _exchange(dist, group, rank, world, mine, timeout):
     except Exception:  # noqa: BLE001 - no store to reach: the collective, as before
         store = None
     if store is None:
-        idents = [None] * world
+        idents: list[Any] = [None] * world
         dist.all_gather_object(idents, mine, group=group)
         return idents
     prefix = f"sf_torch/recorder{_recorders_made}/ident/"
     store.set(prefix + str(rank), json.dumps(mine))
     keys = [prefix + str(r) for r in range(world)]
     store.wait(keys, timeout)
-    return [tuple(json.loads(store.get(k))) for k in keys]
+    return [_ident(json.loads(store.get(k))) for k in keys]
 
 
-class OverflowPolicy(enum.Enum):
-    DROP_NEWEST = "drop_newest"            # new steps are not recorded (counted as dropped)
-    OVERWRITE_OLDEST = "overwrite_oldest"  # the oldest unpacked step is overwritten (counted)
+def _ident(x: list[Any]) -> Ident:
+    return (int(x[0]), int(x[1]), str(x[2]), str(x[3]))
 
 
-def default_stages():
-    """The paper's five explicit stages, in order (frontier::default_explicit_stages())."""
-    return list(_core.default_stages())
-
-
-def _os_reason(e):
+def _os_reason(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-MAX_STAGES = 256  # explicit stages one Recorder records
-
-
-def _write_atomic(path, text):
+def _write_atomic(path: str, text: str) -> None:
     """path replaced by text through a temporary beside it (issue 40, S2/S3): the temporary has an
     unpredictable name and is created with O_EXCL (tempfile.mkstemp), so no file or symlink someone
     else put there is opened; a path that names something other than a regular file (a device, a
@@ -121,47 +144,20 @@ def _write_atomic(path, text):
         raise
 
 
-def _stage_list(stages):
-    """The explicit stages a Recorder records, checked: a list (or tuple) of stage names, with the
-    engine's schema rules (non-empty, distinct, printable, not the residual) as one clear error."""
-    if stages is None:
-        return default_stages()
-    if isinstance(stages, (str, bytes)):
-        # list("abc") would be the stages a, b, c.
-        raise TypeError(f"stages is a string ({stages!r}); expected a list of stage names, "
-                        "e.g. sf_torch.default_stages()")
-    if not isinstance(stages, (list, tuple)):
-        raise TypeError(f"stages has type {type(stages).__name__}; expected a list of stage names (their order is "
-                        "the schema's)")
-    if len(stages) > MAX_STAGES:
-        # Scoring costs the training thread per stage at every window (5000 stages: ~4 s a window):
-        # bounded, in one error before anything is recorded (issue 40, T5).
-        raise ValueError(f"stages has {len(stages)} names, above {MAX_STAGES}; expected at most {MAX_STAGES} stages "
-                         "(group fine-grained spans into stages)")
-    for i, name in enumerate(stages):
-        if not isinstance(name, str):
-            raise TypeError(f"stages[{i}] is {name!r} of type {type(name).__name__}; expected a stage name (str)")
-    try:
-        _core.order_hash(list(stages))  # frontier::StageSchema's rules
-    except ValueError as e:
-        raise ValueError(f"stages: {e}") from None
-    return list(stages)
-
-
 class _Stage:
     """A reusable context manager for one ordered stage: two hot-path calls, no allocation."""
     __slots__ = ("_rec", "_b", "_e")
 
-    def __init__(self, rec, s):
+    def __init__(self, rec: Recorder, s: int) -> None:
         self._rec = rec
         self._b = 3 + 2 * s
         self._e = 4 + 2 * s
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         r = self._rec
         r._buf[r._base + self._b] = _now()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         r = self._rec
         r._buf[r._base + self._e] = _now()
         return False
@@ -170,14 +166,14 @@ class _Stage:
 class _Step:
     __slots__ = ("_rec", "_id")
 
-    def __init__(self, rec):
+    def __init__(self, rec: Recorder) -> None:
         self._rec = rec
         self._id = 0
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self._rec.begin_step(self._id)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._rec.end_step()
         return False
 
@@ -188,7 +184,8 @@ class _CommState:
     (a trainer's fault injection; never part of the side span). Per step (the recorder's slot
     `cell`): when its last bucket entered and when its buckets were done."""
 
-    def __init__(self, rec, stage, process_group=None, before_allreduce=None):
+    def __init__(self, rec: Recorder, stage: int, process_group: ProcessGroup | None = None,
+                 before_allreduce: Callable[[], object] | None = None) -> None:
         import torch.distributed as dist
         self.recorder = rec
         self.side = 3 + 2 * rec.K + stage
@@ -196,12 +193,16 @@ class _CommState:
         self.world = dist.get_world_size(process_group)
         self.before_allreduce = before_allreduce
         self.lock = threading.Lock()
-        self.cell = None
+        self.cell: int | None = None
         self.last_entry = 0
         self.last_done = 0
 
 
+# Typed in a comment, not annotations: DDP's register_comm_hook compares the hook's runtime
+# annotations with dist.GradBucket and Future[Tensor], and this module's are strings (its
+# `from __future__ import annotations` keeps torch out of `import sf_torch`).
 def allreduce_hook(state, bucket):
+    # type: (_CommState, torch.distributed.GradBucket) -> Future[torch.Tensor]
     """DDP communication hook: DDP's default averaging all-reduce, with the rank's wait at the
     step's collectives from its arrival (from the entry of its last bucket to the completion of
     every bucket) as the step's side evidence of the backward stage. Every rank leaves the
@@ -222,7 +223,7 @@ def allreduce_hook(state, bucket):
     tensor.div_(state.world)
     fut = dist.all_reduce(tensor, group=state.process_group, async_op=True).get_future()
 
-    def done(f):
+    def done(f: Future[list[torch.Tensor]]) -> torch.Tensor:
         t = _now()
         with state.lock:
             if state.cell == cell:  # a bucket of an earlier step, finished late, is not this step's
@@ -232,6 +233,35 @@ def allreduce_hook(state, bucket):
         return f.value()[0]
 
     return fut.then(done)
+
+
+class _Unset(enum.Enum):
+    """A Recorder keyword argument that was not given."""
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET: Final = _Unset.UNSET
+_OPTION_NAMES = tuple(f.name for f in dataclasses.fields(RecorderOptions))
+
+
+def _options(options: RecorderOptions | None, given: dict[str, Any]) -> RecorderOptions:
+    """The Recorder's options: `options`, or the keyword arguments given; never both for a field."""
+    if options is None:
+        return RecorderOptions(**given)
+    if not isinstance(options, RecorderOptions):
+        raise TypeError(f"options is {type(options).__name__}; expected sf_torch.RecorderOptions")
+    if given:
+        names, s = ", ".join(given), "s" if len(given) > 1 else ""
+        raise ValueError(f"Recorder: {names} given both as keyword argument{s} and in options; expected one or the "
+                         f"other (dataclasses.replace(options, {next(iter(given))}=...) is options with it changed)")
+    return options
+
+
+def _fspath(path: PathLike | None) -> str | None:
+    return os.fspath(path) if path is not None else None
 
 
 class Recorder:
@@ -257,90 +287,68 @@ class Recorder:
     receives one message per node (plus one per rank of its own node). Flat: every rank sends to
     rank 0. node_id: what names this rank's node (default: the host name); ranks that give the
     same node_id share a relay.
+    options: all of the above as one sf_torch.RecorderOptions, instead of keyword arguments (one
+    given both ways is refused). Either way they are checked when the Recorder is made (ValueError
+    or TypeError, one line) and kept in ``rec.options``.
     """
 
-    def __init__(self, stages=None, window_steps=100, first_step=0, capacity_steps=0,
-                 overflow=OverflowPolicy.DROP_NEWEST, gather_deadline_s=2.0, out_dir=None, sink=None,
-                 labeler_config="", event_q=0.0, enabled=True, reference=None, reference_steps=0,
-                 metrics_file=None, gather="node", node_id=None, plot_file=None):
-        import torch.distributed as dist
-        reference = self._init_options(stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s,
-                                       out_dir, sink, labeler_config, reference, reference_steps, metrics_file, gather,
-                                       plot_file)
-        self.enabled = enabled
-        self._init_reference(reference, labeler_config)
+    def __init__(self, stages: Sequence[str] | None | _Unset = _UNSET, window_steps: int | _Unset = _UNSET,
+                 first_step: int | _Unset = _UNSET, capacity_steps: int | _Unset = _UNSET,
+                 overflow: OverflowPolicy | str | _Unset = _UNSET, gather_deadline_s: float | _Unset = _UNSET,
+                 out_dir: PathLike | None | _Unset = _UNSET, sink: Sink | None | _Unset = _UNSET,
+                 labeler_config: str | _Unset = _UNSET, event_q: float | _Unset = _UNSET,
+                 enabled: bool | _Unset = _UNSET, reference: ReferenceSpec | _Unset = _UNSET,
+                 reference_steps: int | _Unset = _UNSET, metrics_file: PathLike | None | _Unset = _UNSET,
+                 gather: Literal["node", "flat"] | _Unset = _UNSET, node_id: object = _UNSET,
+                 plot_file: PathLike | None | _Unset = _UNSET, *, options: RecorderOptions | None = None) -> None:
+        # Each keyword argument left out is _UNSET (None is a value some of them take), so one
+        # given beside options is seen; the parameters are RecorderOptions' fields, by name.
+        args = locals()
+        self.options = _options(options, {name: args[name] for name in _OPTION_NAMES if args[name] is not _UNSET})
+        self._init_options(self.options)
+        self.enabled = self.options.enabled
+        self._init_reference(self.options.reference, self.options.labeler_config)
         self._init_ring()
-        self._init_events(event_q)
-        self._init_gather(dist, node_id)
+        self._init_events(self.options.event_q)
+        self._init_gather(self.options.node_id)
         self._init_state()
         self._out_problem = self._open_out()
 
-    def _init_options(self, stages, window_steps, first_step, capacity_steps, overflow, gather_deadline_s, out_dir,
-                      sink, labeler_config, reference, reference_steps, metrics_file, gather, plot_file):
-        """The arguments checked and kept (ValueError or TypeError with one line); returns the
-        reference as resolved by reference_steps."""
-        self.stages = _stage_list(stages)
+    def _init_options(self, o: RecorderOptions) -> None:
+        """The options (checked when they were made) kept where the recorder reads them."""
+        self.stages = list(o.stages)
         self.K = len(self.stages)
         self.order_hash = _core.order_hash(self.stages)
-        if window_steps < 1:
-            raise ValueError(f"window_steps is {window_steps}; expected >= 1")
-        self.window_steps = int(window_steps)
-        self.first_step = int(first_step)
-        if reference_steps < 0:
-            raise ValueError(f"reference_steps is {reference_steps}; expected >= 0")
-        self.reference_steps = int(reference_steps)
-        if self.reference_steps > 0 and reference not in (None, "first"):
-            raise ValueError("reference_steps makes the first window the reference; do not also pass reference")
-        if self.reference_steps > 0:
-            reference = "first"
+        self.window_steps = o.window_steps
+        self.first_step = o.first_step
+        self.reference_steps = o.reference_steps
         # The largest window (payload sizes).
         self._max_window = max(self.window_steps, self.reference_steps)
-        self.capacity = int(capacity_steps) or 2 * self._max_window
-        self.overflow = OverflowPolicy(overflow)
-        self.deadline_s = float(gather_deadline_s)
-        if gather not in ("node", "flat"):
-            raise ValueError(f"gather is {gather!r}; expected \"node\" or \"flat\"")
-        self.gather = gather
-        self.out_dir = out_dir
-        self.sink = sink
-        if metrics_file is not None and not isinstance(metrics_file, (str, os.PathLike)):
-            raise TypeError(f"metrics_file is {type(metrics_file).__name__}; expected a path")
-        # Rank 0 rewrites it atomically after each window: the latest window in the Prometheus
-        # text exposition format (docs/formats.md, Metrics), as `sf-testbed run --metrics` does.
-        self.metrics_file = os.fspath(metrics_file) if metrics_file is not None else None
+        self.capacity = o.capacity_steps or 2 * self._max_window
+        self.overflow = OverflowPolicy(o.overflow)
+        self.deadline_s = o.gather_deadline_s
+        self.gather = o.gather
+        self.out_dir = o.out_dir
+        self.sink = o.sink
+        self.metrics_file = _fspath(o.metrics_file)
         self.metrics_unwritten = ""
-        if plot_file is not None and not isinstance(plot_file, (str, os.PathLike)):
-            raise TypeError(f"plot_file is {type(plot_file).__name__}; expected a path")
-        if plot_file is not None and not os.fspath(plot_file).endswith((".png", ".svg")):
-            raise ValueError(f"plot_file {os.fspath(plot_file)!r}: expected a file name ending in .png or .svg")
-        # Rank 0 draws the run there at finish(): per window, each rank x stage's change against the
-        # reference (the culprits outlined) and the step time (sf_torch.plot, as `sf-testbed --plot`).
-        self.plot_file = os.fspath(plot_file) if plot_file is not None else None
+        self.plot_file = _fspath(o.plot_file)
         self._gather_failures = 0
-        self.labeler_config = labeler_config
-        # A stage the config names that the recorder does not record is refused here, not at the
-        # first window (where the engine refuses it and the recorder would stop for the run).
-        if labeler_config:
-            why = _core.config_names_problem(self.stages, labeler_config)
-            if why:
-                raise ValueError(f"labeler_config: {why}")
-        return reference
+        self.labeler_config = o.labeler_config
 
-    def _init_reference(self, reference, labeler_config):
+    def _init_reference(self, reference: ReferenceSpec, labeler_config: str) -> None:
         # The diagnosis' reference: resolved now (a file is read once), except "first", which is
         # the first window once it is scored.
         self._reference_first = isinstance(reference, str) and reference == "first"
+        self.reference: _core.Reference | None = None
         if reference is None or self._reference_first:
             self.reference = None
         elif isinstance(reference, _core.Reference):
             self.reference = reference
-        elif isinstance(reference, (str, os.PathLike)):
-            self.reference = _core.read_reference(os.fspath(reference), labeler_config)
         else:
-            raise TypeError(f"reference is {type(reference).__name__}; expected None, \"first\", a path or an "
-                            "sf_torch Reference")
+            self.reference = _core.read_reference(os.fspath(reference), labeler_config)
 
-    def _init_ring(self):
+    def _init_ring(self) -> None:
         self.W = 5 + 3 * self.K
         # Ring slots, then the pending slot (stages between steps: a prefetch wait charged to the
         # next step), then the scratch slot (a dropped step's stage calls land there).
@@ -350,81 +358,83 @@ class Recorder:
         self._base = self._pending
         self._head = self._tail = 0
         self._open = False
-        self._last_step = None
-        self._faults = set()
+        self._last_step: int | None = None
+        self._faults: set[str] = set()
         self.dropped = 0
         self._window_dropped = 0
         self._open_window = 0
         self.windows_closed = 0
-        self._sync_stages = set()
+        self._sync_stages: set[int] = set()
         self._stage_cm = {name: _Stage(self, s) for s, name in enumerate(self.stages)}
         self._step_cm = _Step(self)
 
-    def _init_events(self, event_q):
+    def _init_events(self, event_q: float) -> None:
         # Sampled forward event pairs (CUDA): polled with query() at safe points, never synchronized.
         self.event_q = float(event_q)
-        self._event_pool = []
-        self._event_live = []   # (slot base, step id, start, end)
+        self._event_pool: list[EventPair] = []
+        self._event_live: list[tuple[int, int, torch.cuda.Event, torch.cuda.Event]] = []  # (slot base, step id, start, end)
         self._event_counter = 0
-        self._event_open = None
+        self._event_open: EventPair | None = None
 
-    def _init_gather(self, dist, node_id):
+    def _init_gather(self, node_id: object) -> None:
         # Process group of its own (gloo) for the gather, so telemetry never queues behind DDP's
         # collectives, and the identities of the ranks.
+        import torch.distributed as dist
         self.distributed = dist.is_available() and dist.is_initialized()
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
-        self._group = None
+        self._group: ProcessGroup | None = None
         host = socket.gethostname()
         local = int(os.environ.get("LOCAL_RANK", "0"))
         key = host if node_id is None else str(node_id)
-        idents = [(self.rank, local, host, key)]
+        idents: list[Ident] = [(self.rank, local, host, key)]
         if self.distributed and self.world > 1:
             timeout = datetime.timedelta(seconds=max(_GROUP_TIMEOUT_MIN_S, 10 * self.deadline_s))
             self._group = dist.new_group(backend="gloo", timeout=timeout)
-            idents = _exchange(dist, self._group, self.rank, self.world, (self.rank, local, host, key), timeout)
-        nodes = {}
+            idents = _exchange(self._group, self.rank, self.world, (self.rank, local, host, key), timeout)
+        nodes: dict[str, int] = {}
         for _, _, _, k in idents:
             nodes.setdefault(k, len(nodes))
         self.rank_info = [(r, l, nodes[k], h) for r, l, h, k in idents]
         self._gather_routes(idents, nodes)
 
-    def _init_state(self):
+    def _init_state(self) -> None:
         """What the gather, the scoring and the fail-open reporting keep."""
-        self._send_q = None          # this rank's payloads, sent by a daemon thread
-        self.send_errors = []
-        self._recv_q = None          # root: (rank, window, payload) from the receiver threads
-        self._recv_threads = []
-        self.unfinished_ranks = []   # root: sources (ranks, relays) whose gather had not ended when finish() returned
+        self._send_q: queue.Queue[tuple[int, torch.Tensor, float]] | None = None  # this rank's payloads, sent by a daemon thread
+        self.send_errors: list[str] = []
+        # root: (rank, window, payload or why not) from the receiver threads; rank None: one message for the window
+        self._recv_q: queue.Queue[tuple[int | None, int, Payload | str | None]] | None = None
+        self._recv_threads: list[threading.Thread] = []
+        self.unfinished_ranks: list[int] = []  # root: sources (ranks, relays) whose gather had not ended when finish() returned
         self.drain_s = 3 * self.deadline_s + 1.0
-        self._arrived = {}           # root: window -> {rank: payload}
-        self._assembled = set()
-        self._pending_windows = []   # root: windows awaiting contributions
+        self._arrived: dict[int, dict[int, Payload | str]] = {}  # root: window -> {rank: payload or why not}
+        self._assembled: set[int] = set()
+        self._pending_windows: list[_PendingWindow] = []  # root: windows awaiting contributions
         self.late_discarded = 0
-        self.gather_messages = {}    # root: window -> messages received for it (payloads and bundles)
-        self.windows = []            # root: (index, window, evidence)
-        self.telemetry_fault = None  # test hook: "late" or "corrupt" on this rank
+        self.gather_messages: dict[int, int] = {}  # root: window -> messages received for it (payloads and bundles)
+        self.windows: list[Scored] = []            # root: (index, window, evidence)
+        self.telemetry_fault: str | None = None    # test hook: "late" or "corrupt" on this rank
         self.safe_point_s = 0.0
-        self._window_rows = {}
-        self._window_dropped_by = {}
+        self._window_rows: dict[int, Rows] = {}
+        self._window_dropped_by: dict[int, int] = {}
         self.reference_problem = ""  # why the reference could not be used, when it could not
         # Fail-open: what went wrong is said once per kind on stderr (and kept in warnings); the
         # recorder never raises into the training loop.
-        self.warnings = []
-        self._warned = set()
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
         self._stopped = False
         self._safe_points = 0
-        self._lost = {}              # root: rank -> (why, safe points when it was found)
-        self.summaries = []          # root: each window's windows.jsonl record
+        self._lost: dict[int, tuple[str, int]] = {}  # root: rank -> (why, safe points when it was found)
+        self.summaries: list[dict[str, Any]] = []    # root: each window's windows.jsonl record
         self.packets_unwritten = 0
-        self._reference_text = None  # reference.json, written with the first window's packet
+        self._reference_text: str | None = None  # reference.json, written with the first window's packet
         self.reference_unwritten = ""  # why reference.json could not be written
         self.write_problem = ""      # the first reason a file in out_dir could not be written
-        self._unlisted = []          # root: windows.jsonl lines a failed append left for later
+        self._unlisted: list[str] = []  # root: windows.jsonl lines a failed append left for later
         self._metrics_window = -1    # the last window metrics_file holds
 
     # ---- hot path ----------------------------------------------------------------------------
-    def begin_step(self, step):
+    def begin_step(self, step: int) -> None:
         now = _now()
         if self._open:
             self._faults.add("a step began while the previous one was open")
@@ -457,34 +467,34 @@ class Recorder:
         buf[P:P + W] = [0] * W
         self._base = base
 
-    def end_step(self):
+    def end_step(self) -> None:
         self._buf[self._base + 2] = _now()
         self._open = False
         self._base = self._pending
 
-    def begin_stage(self, s):
+    def begin_stage(self, s: int) -> None:
         self._buf[self._base + 3 + 2 * s] = _now()
 
-    def end_stage(self, s):
+    def end_stage(self, s: int) -> None:
         self._buf[self._base + 4 + 2 * s] = _now()
 
     # ---- conveniences (each is a pair of hot-path calls) --------------------------------------
-    def stage(self, name):
+    def stage(self, name: str) -> _Stage:
         """Context manager for the ordered stage ``name``."""
         try:
             return self._stage_cm[name]
         except KeyError:
             raise ValueError(f"unknown stage '{name}'; the schema is {self.stages}") from None
 
-    def stage_index(self, name):
+    def stage_index(self, name: str) -> int:
         return self.stages.index(name)
 
-    def step(self, step_id):
+    def step(self, step_id: int) -> _Step:
         """Context manager for one training step with id ``step_id``."""
         self._step_cm._id = step_id
         return self._step_cm
 
-    def loader(self, iterable, stage="data.next_wait"):
+    def loader(self, iterable: Iterable[_T], stage: str = "data.next_wait") -> Iterator[_T]:
         """Wraps a DataLoader: each next() is the data stage. Called between steps it is a prefetch
         wait, charged to the step that consumes the batch (whose wall then starts with it)."""
         cm = self.stage(stage)
@@ -498,19 +508,20 @@ class Recorder:
             yield batch
         self._buf[self._pending:self._pending + self.W] = [0] * self.W
 
-    def comm_state(self, stage="model.backward_cpu_wall", process_group=None, before_allreduce=None):
+    def comm_state(self, stage: str = "model.backward_cpu_wall", process_group: ProcessGroup | None = None,
+                   before_allreduce: Callable[[], object] | None = None) -> _CommState:
         """State for ``ddp.register_comm_hook(rec.comm_state(), sf_torch.allreduce_hook)``."""
         s = self.stage_index(stage)
         self._sync_stages.add(s)
         return _CommState(self, s, process_group, before_allreduce)
 
-    def forward_event(self):
+    def forward_event(self) -> _ForwardEvent:
         """CUDA only: a sampled event pair (fraction event_q of steps) around the forward's device
         work; completed pairs are read with query() at safe points, never synchronized."""
         return _ForwardEvent(self)
 
     # ---- safe points ---------------------------------------------------------------------------
-    def safe_point(self):
+    def safe_point(self) -> None:
         """Polls device events, closes a due window (validate, pack, send) and, on rank 0,
         scores the windows whose contributions are complete or whose deadline passed. Never
         raises: a telemetry fault is reported once and downgrades the evidence."""
@@ -518,7 +529,7 @@ class Recorder:
         self._fail_open(self._safe_point)
         self.safe_point_s += time.perf_counter() - t0
 
-    def finish(self):
+    def finish(self) -> None:
         """Closes the last partial window, waits at most the gather deadline for its
         contributions and scores it; then ends the gather: every rank sends an end marker after
         its last window and waits (at most drain_s) until its payloads are out, and rank 0 waits
@@ -528,7 +539,7 @@ class Recorder:
         self.safe_point_s += time.perf_counter() - t0
 
     # ---- fail-open -----------------------------------------------------------------------------
-    def _fail_open(self, body):
+    def _fail_open(self, body: Callable[[], None]) -> None:
         """Runs a safe point's work; an error the recorder did not foresee stops the recorder (one
         line) and never reaches the training loop."""
         if self._stopped:
@@ -541,7 +552,7 @@ class Recorder:
             self._warn("stopped", f"the recorder stopped ({type(e).__name__}: {one_line(e)}); "
                                   "training continues unrecorded")
 
-    def _warn(self, kind, text):
+    def _warn(self, kind: str, text: str) -> None:
         """One line on stderr for each kind of telemetry fault, the first time it happens."""
         if kind in self._warned:
             return
@@ -549,7 +560,7 @@ class Recorder:
         self.warnings.append(text)
         print(f"sf_torch: rank {self.rank}: {text}", file=sys.stderr, flush=True)
 
-    def _open_out(self):
+    def _open_out(self) -> str:
         """Rank 0 with out_dir: creates it and an empty windows.jsonl. "" or, when the directory
         cannot be written, why (said once; the windows are then scored in memory only). Only rank
         0 writes there: a shared out_dir's problem is said once, and no other rank truncates the
@@ -567,18 +578,24 @@ class Recorder:
             self._warn_unwritten(why)
             return why
 
-    def _write(self, name, text):
+    def _write(self, name: str, text: str) -> str:
         """out_dir/name written atomically; "" or why not (never raises)."""
         if self._out_problem:
             return self._out_problem
-        path = os.path.join(self.out_dir, name)
+        path = self._out_path(name)
         try:
             _write_atomic(path, text)
             return ""
         except OSError as e:
             return f"cannot write {path}: {_os_reason(e)}"
 
-    def _safe_point(self):
+    def _out_path(self, name: str) -> str:
+        """out_dir/name: only a recorder with an out_dir writes a file there."""
+        if not self.out_dir:
+            raise RuntimeError(f"{name} written without an out_dir")
+        return os.path.join(self.out_dir, name)
+
+    def _safe_point(self) -> None:
         self._safe_points += 1
         self._poll_events(final=False)
         if self._last_step is not None and not self._open:
@@ -589,7 +606,7 @@ class Recorder:
         self._progress(final=False)
         self._report_lost()
 
-    def _report_lost(self):
+    def _report_lost(self) -> None:
         """A peer found gone, said once training has completed a step without it (in DDP its
         collective fails first, and the trainer says so: sf_torch.lost_ranks())."""
         for r, (why, found_at) in list(self._lost.items()):
@@ -606,7 +623,7 @@ class Recorder:
                                         + ("windows are scored without it (telemetry_limited)" if self.rank == 0
                                            else "this rank's windows are no longer gathered"))
 
-    def _finish(self):
+    def _finish(self) -> None:
         self._poll_events(final=True)
         if self._head > self._tail:
             self._close_window(self._open_window)
@@ -616,16 +633,16 @@ class Recorder:
             end = time.monotonic() + self.drain_s
             if self.is_relay:
                 # Its end marker follows its last window; the forwarder ends the node's gather.
-                self._relay_start()
-                self._relay_q.put((self.rank, None, None))
+                self._relay_start().put((self.rank, None, None))
                 while not self._relay_done.is_set() and time.monotonic() < end:
                     time.sleep(0.002)
             elif self.rank != 0:
                 import torch
                 marker = np.zeros(_HEADER + self._max_window * (5 + 2 * self.K))
                 marker[:3] = [_MAGIC, self.rank, -1]
-                self._sender().put((self._open_window, torch.from_numpy(marker), 0.0))
-                while self._send_q.unfinished_tasks and time.monotonic() < end:
+                send_q = self._sender()
+                send_q.put((self._open_window, torch.from_numpy(marker), 0.0))
+                while send_q.unfinished_tasks and time.monotonic() < end:
                     time.sleep(0.002)
             else:
                 self._receivers()
@@ -640,26 +657,26 @@ class Recorder:
             self._warn("unlisted", f"windows.jsonl lacks the last {len(self._unlisted)} window(s), from window {first}: "
                                    f"{self.write_problem}; they are in Recorder.summaries")
         if self.plot_file and self.rank == 0 and self.windows:
-            self._plot()
+            self._plot(self.plot_file)
 
-    def _plot(self):
+    def _plot(self, plot_file: str) -> None:
         """plot_file on rank 0: a picture that cannot be drawn is said once; training goes on."""
         try:
             from . import plot
-            plot.draw([json.loads(s.packet()) for _, _, s in self.windows], self.plot_file)
+            plot.draw([json.loads(s.packet()) for _, _, s in self.windows], plot_file)
         except Exception as e:  # noqa: BLE001 - a telemetry failure never stops the workload
-            self._warn("plot", f"plot_file {self.plot_file}: {e}")
+            self._warn("plot", f"plot_file {plot_file}: {e}")
 
     # ---- the gather's routes -------------------------------------------------------------------
-    def _gather_routes(self, idents, nodes):
+    def _gather_routes(self, idents: list[Ident], nodes: dict[str, int]) -> None:
         """Who sends to whom. Flat: every rank to rank 0. Node: the ranks of rank 0's node send to
         it; on every other node the smallest rank is the relay its ranks send to."""
         node_of = {r: nodes[k] for r, _, _, k in idents}
-        members = {}
+        members: dict[int, list[int]] = {}
         for r in sorted(node_of):
             members.setdefault(node_of[r], []).append(r)
         self.nodes = len(members)
-        self._relay_of = {}          # rank -> its node's relay (node gather, nodes other than rank 0's)
+        self._relay_of: dict[int, int] = {}  # rank -> its node's relay (node gather, nodes other than rank 0's)
         if self.gather == "node" and self.world > 1:
             for n, rs in members.items():
                 if n != node_of[0]:
@@ -672,49 +689,53 @@ class Recorder:
             self._parent = 0
         # Rank 0's sources: the other ranks of its node and the relays.
         self._sources = sorted(r for r in range(1, self.world) if r not in self._relay_of or self._relay_of[r] == r)
-        self._relay_q = None
-        self._relay_threads = []
-        self._relay_done = None
+        # relay: (rank, window, payload) from its node's ranks; window None: that rank's end (payload
+        # None) or its connection failed (payload: why)
+        self._relay_q: queue.Queue[tuple[int, int | None, Payload | str | None]] | None = None
+        self._relay_threads: list[threading.Thread] = []
+        self._relay_done = threading.Event()  # relay: its forwarder has ended
         self.relay_late_discarded = 0  # relay: contributions that came after their window's bundle left
         self.relay_bundles_sent = 0
-        self._lost_relay = {}        # root: rank -> the relay whose connection failed (its node's ranks)
+        self._lost_relay: dict[int, int] = {}  # root: rank -> the relay whose connection failed (its node's ranks)
 
-    def _payload_len(self):
+    def _payload_len(self) -> int:
         return _HEADER + self._max_window * (5 + 2 * self.K)
 
-    def _bundle_len(self, relay):
+    def _bundle_len(self, relay: int) -> int:
         return _BUNDLE_HEADER + len(self._node_members[relay]) * (2 + self._payload_len())
 
-    def _bundle(self, window):
+    def _bundle(self, window: int) -> Payload:
         """Relay: an empty bundle for `window` (-1: the end marker), its header filled in."""
         b = np.zeros(self._bundle_len(self.rank), dtype=np.float64)
         b[:_BUNDLE_HEADER] = [_BUNDLE_MAGIC, self.rank, window, len(self._node_members[self.rank])]
         return b
 
-    def _relay_start(self):
-        """Relay: receiver threads for its node's other ranks and the forwarder thread."""
+    def _relay_start(self) -> queue.Queue[tuple[int, int | None, Payload | str | None]]:
+        """Relay: receiver threads for its node's other ranks and the forwarder thread (once); the
+        queue they and the relay's own windows feed."""
         if self._relay_q is not None:
-            return
+            return self._relay_q
         import queue
         import torch
-        self._relay_q = queue.Queue()
-        self._relay_done = threading.Event()
+        q: queue.Queue[tuple[int, int | None, Payload | str | None]] = queue.Queue()
+        self._relay_q = q
+        group = self._gather_group()
         n = self._payload_len()
 
-        def receive(src):
+        def receive(src: int) -> None:
             window = 0
             while True:
                 t = torch.zeros(n, dtype=torch.float64)
                 try:
-                    self._group.recv([t], src, window).wait(_FOREVER)
+                    group.recv([t], src, window).wait(_FOREVER)
                 except Exception as e:  # that rank is gone (its connection closed)
-                    self._relay_q.put((src, None, one_line(e)))
+                    q.put((src, None, one_line(e)))
                     return
                 p = t.numpy()
                 if p[0] == _MAGIC and p[2] == -1:
-                    self._relay_q.put((src, None, None))  # its end marker
+                    q.put((src, None, None))  # its end marker
                     return
-                self._relay_q.put((src, window, p))
+                q.put((src, window, p))
                 window += 1
 
         for r in self._node_members[self.rank]:
@@ -722,9 +743,10 @@ class Recorder:
                 th = threading.Thread(target=receive, args=(r,), name=f"sf_torch-relay-recv{r}", daemon=True)
                 th.start()
                 self._relay_threads.append(th)
-        threading.Thread(target=self._forward, name="sf_torch-relay", daemon=True).start()
+        threading.Thread(target=self._forward, args=(q, group), name="sf_torch-relay", daemon=True).start()
+        return q
 
-    def _forward(self):
+    def _forward(self, q: queue.Queue[tuple[int, int | None, Payload | str | None]], group: ProcessGroup) -> None:
         """Relay: one bundle per window to rank 0, in window order, once every rank of the node has
         given its contribution (or ended, or is gone), or half the gather deadline after the
         relay's own window closed; then its end marker. Never raises into training."""
@@ -733,8 +755,10 @@ class Recorder:
         members = self._node_members[self.rank]
         n = self._payload_len()
         wait_s = 0.5 * self.deadline_s
-        got, own_at = {}, {}         # window -> {rank: payload}; window -> when the relay's own closed
-        ended, gone = set(), {}      # ranks past their last window; rank -> why its connection failed
+        got: dict[int, dict[int, Payload]] = {}  # window -> {rank: payload}
+        own_at: dict[int, float] = {}            # window -> when the relay's own closed
+        ended: set[int] = set()                  # ranks past their last window
+        gone: dict[int, str] = {}                # rank -> why its connection failed
         window = 0
         own_end = False
         try:
@@ -742,17 +766,17 @@ class Recorder:
                 due = own_at.get(window)
                 timeout = max(0.0, due + wait_s - time.monotonic()) if due is not None else 0.05
                 try:
-                    src, w, p = self._relay_q.get(timeout=timeout)
+                    src, w, p = q.get(timeout=timeout)
                     if w is None:
                         if src == self.rank:
                             own_end = True
-                        elif p is None:
-                            ended.add(src)
-                        else:
+                        elif isinstance(p, str):
                             gone[src] = p
+                        else:
+                            ended.add(src)
                     elif w < window:
                         self.relay_late_discarded += 1
-                    else:
+                    elif isinstance(p, np.ndarray):
                         got.setdefault(w, {})[src] = p
                         if src == self.rank:
                             own_at[w] = time.monotonic()
@@ -772,12 +796,12 @@ class Recorder:
                             b[at + 2:at + 2 + n] = have[r]
                     got.pop(window, None)
                     own_at.pop(window)
-                    self._group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
+                    group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
                     self.relay_bundles_sent += 1
                     window += 1
                 if own_end and window not in own_at and not any(w >= window for w in own_at):
                     b = self._bundle(-1)
-                    self._group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
+                    group.send([torch.from_numpy(b)], 0, window).wait(_FOREVER)
                     return
         except Exception as e:  # rank 0 is gone: this node's windows are no longer gathered
             self.send_errors.append(f"relay, window {window}: {one_line(e)}")
@@ -785,24 +809,36 @@ class Recorder:
         finally:
             self._relay_done.set()
 
+    def _gather_group(self) -> ProcessGroup:
+        """The gather's process group: made when world > 1, the only time the gather runs."""
+        if self._group is None:
+            raise RuntimeError("the gather ran without its process group (a world of 1 rank)")
+        return self._group
+
     # ---- internals -----------------------------------------------------------------------------
-    def _window_lo(self, window):
+    def _window_lo(self, window: int) -> int:
         """The first step id of `window` (window 0 holds reference_steps when there are any)."""
         if self.reference_steps > 0 and window > 0:
             return self.first_step + self.reference_steps + (window - 1) * self.window_steps
         return self.first_step + window * self.window_steps
 
-    def _window_len(self, window):
+    def _last_step_seen(self) -> int:
+        """The last step id begun; a window is assembled only once one was."""
+        if self._last_step is None:
+            raise RuntimeError("a window was assembled before any step began")
+        return self._last_step
+
+    def _window_len(self, window: int) -> int:
         return self.reference_steps if self.reference_steps > 0 and window == 0 else self.window_steps
 
-    def _windows_done(self, last_step):
+    def _windows_done(self, last_step: int) -> int:
         """Windows complete once step `last_step` has ended."""
         n = last_step - self.first_step + 1
         if self.reference_steps > 0:
             return 0 if n < self.reference_steps else 1 + (n - self.reference_steps) // self.window_steps
         return n // self.window_steps
 
-    def _rows(self, window):
+    def _rows(self, window: int) -> tuple[Rows, list[str]]:
         """Validated rows of the steps of `window` held in the ring; slots handed over."""
         K, W = self.K, self.W
         lo = self._window_lo(window)
@@ -845,7 +881,7 @@ class Recorder:
             rows.append([step - lo, self.rank, (e - b) * 1e-9] + d + [float(ev_state), ev_ns * 1e-9] + sync)
         return np.asarray(rows, dtype=np.float64).reshape(-1, 5 + 2 * K), reasons
 
-    def _payload(self, window, rows, reasons):
+    def _payload(self, window: int, rows: Rows, reasons: list[str]) -> Payload:
         cols = 5 + 2 * self.K
         buf = np.zeros(_HEADER + self._max_window * cols, dtype=np.float64)
         h = int(self.order_hash)
@@ -856,7 +892,7 @@ class Recorder:
             buf[0] = 1.0
         return buf
 
-    def _close_window(self, window):
+    def _close_window(self, window: int) -> None:
         rows, reasons = self._rows(window)
         reasons += [f"rank {self.rank}: {f}" for f in sorted(self._faults)]
         dropped = self._window_dropped
@@ -865,8 +901,7 @@ class Recorder:
         self.windows_closed += 1
         if self.is_relay:
             # Its own contribution goes into its node's bundle (the forwarder thread sends it).
-            self._relay_start()
-            self._relay_q.put((self.rank, window, self._payload(window, rows, reasons)))
+            self._relay_start().put((self.rank, window, self._payload(window, rows, reasons)))
             return
         if self.rank != 0:
             import torch
@@ -883,64 +918,69 @@ class Recorder:
     # blocking send and receives run on daemon threads of their own: the training thread only
     # hands over and collects (queue operations), and a dead or late rank blocks nobody but its
     # own receiver thread.
-    def _sender(self):
-        if self._send_q is None:
-            import queue
-            self._send_q = queue.Queue()
+    def _sender(self) -> queue.Queue[tuple[int, torch.Tensor, float]]:
+        if self._send_q is not None:
+            return self._send_q
+        import queue
+        q: queue.Queue[tuple[int, torch.Tensor, float]] = queue.Queue()
+        self._send_q = q
+        group = self._gather_group()
 
-            def run():
-                while True:
-                    window, tensor, not_before = self._send_q.get()
-                    time.sleep(max(0.0, not_before - time.monotonic()))
-                    try:
-                        self._group.send([tensor], self._parent, window).wait(_FOREVER)
-                    except Exception as e:  # telemetry never stops training: rank 0 (or the relay) is gone
-                        self.send_errors.append(f"window {window}: {one_line(e)}")
-                        self._lost.setdefault(self._parent, (one_line(e), self._safe_points))
-                    self._send_q.task_done()
+        def run() -> None:
+            while True:
+                window, tensor, not_before = q.get()
+                time.sleep(max(0.0, not_before - time.monotonic()))
+                try:
+                    group.send([tensor], self._parent, window).wait(_FOREVER)
+                except Exception as e:  # telemetry never stops training: rank 0 (or the relay) is gone
+                    self.send_errors.append(f"window {window}: {one_line(e)}")
+                    self._lost.setdefault(self._parent, (one_line(e), self._safe_points))
+                q.task_done()
 
-            threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
-        return self._send_q
+        threading.Thread(target=run, name="sf_torch-send", daemon=True).start()
+        return q
 
-    def _receivers(self):
+    def _receivers(self) -> None:
         if self._recv_q is not None or self.world == 1:
             return
         import queue
         import torch
-        self._recv_q = queue.Queue()
+        q: queue.Queue[tuple[int | None, int, Payload | str | None]] = queue.Queue()
+        self._recv_q = q
+        group = self._gather_group()
         n = self._payload_len()
 
-        def run(src):
+        def run(src: int) -> None:
             relay = src in self._node_members
             window = 0
             while True:
                 t = torch.zeros(self._bundle_len(src) if relay else n, dtype=torch.float64)
                 try:
-                    self._group.recv([t], src, window).wait(_FOREVER)
+                    group.recv([t], src, window).wait(_FOREVER)
                 except Exception as e:  # that rank (or relay: its node) is gone (its connection closed)
                     why = one_line(e)
                     for r in self._node_members.get(src, [src]):
                         if relay:
                             self._lost_relay[r] = src
                         self._lost[r] = (why, self._safe_points)
-                        self._recv_q.put((r, window, f"gather failed ({why})"))
+                        q.put((r, window, f"gather failed ({why})"))
                     return
                 p = t.numpy()
                 if relay:
                     if p[0] != _BUNDLE_MAGIC or int(p[1]) != src:
                         why = f"corrupt bundle from relay {src}"
                         for r in self._node_members[src]:
-                            self._recv_q.put((r, window, why))
+                            q.put((r, window, why))
                     elif p[2] == -1:
                         return  # the relay's end marker: its node's last window is in
                     else:
-                        self._recv_q.put((None, window, None))  # one message for this window
+                        q.put((None, window, None))  # one message for this window
                         for i in range(int(p[3])):
                             at = _BUNDLE_HEADER + i * (2 + n)
                             r, status = int(p[at]), int(p[at + 1])
                             if r not in self._node_members[src]:
                                 continue  # a slot for a rank of another node is not this relay's to fill
-                            self._recv_q.put((r, window, p[at + 2:at + 2 + n] if status == _PRESENT else
+                            q.put((r, window, p[at + 2:at + 2 + n] if status == _PRESENT else
                                               f"late at its relay, rank {src} (nothing within {0.5 * self.deadline_s:g} s "
                                               "of the relay's own window)" if status == _LATE_AT_RELAY else
                                               f"gone (its telemetry connection to relay {src} failed)"))
@@ -948,8 +988,8 @@ class Recorder:
                     continue
                 if p[0] == _MAGIC and p[2] == -1:
                     return  # the end marker: that rank sent its last window
-                self._recv_q.put((None, window, None))
-                self._recv_q.put((src, window, p))
+                q.put((None, window, None))
+                q.put((src, window, p))
                 window += 1
 
         for r in self._sources:
@@ -957,16 +997,16 @@ class Recorder:
             th.start()
             self._recv_threads.append(th)
 
-    def _take_arrivals(self):
+    def _take_arrivals(self) -> None:
         """Root: what the receiver threads have queued (payloads, reasons, message counts)."""
         while self._recv_q is not None and not self._recv_q.empty():
             src, window, payload = self._recv_q.get_nowait()
             if src is None:
                 self.gather_messages[window] = self.gather_messages.get(window, 0) + 1
-            else:
+            elif payload is not None:
                 self._arrived.setdefault(window, {})[src] = payload
 
-    def _progress(self, final):
+    def _progress(self, final: bool) -> None:
         if final and self._send_q is not None:
             # End of run: the payloads may take up to the deadline to leave, never longer.
             end = time.monotonic() + self.deadline_s
@@ -989,16 +1029,16 @@ class Recorder:
         for window in [w for w in self._arrived if w in self._assembled]:
             self.late_discarded += len(self._arrived.pop(window))
 
-    def _node_text(self, relay):
+    def _node_text(self, relay: int) -> str:
         rs = self._node_members[relay]
         span = f"{rs[0]}-{rs[-1]}" if rs[-1] - rs[0] == len(rs) - 1 else ",".join(map(str, rs))
         return f"node {self.rank_info[relay][2]} (ranks {span})"
 
-    def _complete(self, window):
+    def _complete(self, window: int) -> bool:
         """Every rank's contribution to `window` arrived, or that rank is gone (not waited for)."""
         return len(set(self._arrived.get(window, {})) | set(self._lost)) >= self.world - 1
 
-    def _check(self, r, p, window):
+    def _check(self, r: int, p: Payload, window: int) -> Rows | str:
         cols = 5 + 2 * self.K
         h = int(self.order_hash)
         if p[0] != _MAGIC:
@@ -1015,7 +1055,7 @@ class Recorder:
             return "corrupt contribution (non-finite values)"
         return rows
 
-    def _assemble(self, pw, arrived):
+    def _assemble(self, pw: _PendingWindow, arrived: dict[int, Payload | str]) -> None:
         window = pw["window"]
         reasons = list(pw["reasons"])
         dropped = pw["dropped"]
@@ -1037,7 +1077,7 @@ class Recorder:
                 continue
             p = arrived[r]
             got = self._check(r, p, window) if not isinstance(p, str) else p
-            if isinstance(got, str):
+            if isinstance(p, str) or isinstance(got, str):
                 reasons.append(f"rank {r}: {got}")
                 continue
             if p[7] > 0:
@@ -1059,7 +1099,7 @@ class Recorder:
                                         "(telemetry_limited)")
         allrows = np.concatenate(rows) if rows else np.zeros((0, 5 + 2 * self.K))
         lo = self._window_lo(window)
-        steps = min(self._window_len(window), self._last_step - lo + 1)
+        steps = min(self._window_len(window), self._last_step_seen() - lo + 1)
         allrows = allrows[allrows[:, 0] < steps] if len(allrows) else allrows
         self._window_rows[window] = allrows
         self._window_dropped_by[window] = dropped
@@ -1076,19 +1116,19 @@ class Recorder:
         self._gather_failures += 0 if gather_ok else 1
         self._write_metrics(ev)
         if self.sink is not None:
-            self._call_sink(w, ev, window)
+            self._call_sink(self.sink, w, ev, window)
 
-    def _call_sink(self, w, ev, window):
+    def _call_sink(self, sink: Sink, w: _core.Window, ev: _core.Evidence, window: int) -> None:
         """The user's sink, which never ends the training (issue 40): whatever it raises, SystemExit
         and KeyboardInterrupt included, is said once and the recorder goes on -- except a Ctrl-C
         that arrived while it ran (a SIGINT seen by a handler lent for the call, on the main
         thread), which stops the recorder cleanly and then reaches the training as it would have."""
-        interrupted = []
+        interrupted: list[int] = []
         lent = None
         if threading.current_thread() is threading.main_thread():
             prev = signal.getsignal(signal.SIGINT)
 
-            def on_sigint(signum, frame):
+            def on_sigint(signum: int, frame: FrameType | None) -> None:
                 interrupted.append(signum)
                 if prev is signal.SIG_IGN:
                     return
@@ -1101,7 +1141,7 @@ class Recorder:
             except (ValueError, TypeError):  # not the interpreter's main thread after all
                 pass
         try:
-            self.sink(w, ev, window)
+            sink(w, ev, window)
         except BaseException as e:  # the sink is the user's; the recorder and the training go on
             if isinstance(e, KeyboardInterrupt) and interrupted:
                 self._stopped = True
@@ -1115,13 +1155,14 @@ class Recorder:
             if lent is not None:
                 signal.signal(signal.SIGINT, lent)
 
-    def _score(self, window, lo, steps, rows, gather_ok, reasons, dropped):
+    def _score(self, window: int, lo: int, steps: int, rows: Rows, gather_ok: bool, reasons: list[str],
+               dropped: int) -> tuple[_core.Window, _core.Evidence]:
         w = _core.Window(self.stages, self.world, lo, steps, rows, gather_ok, reasons, dropped, self.rank_info)
         ev = w.evaluate(self.labeler_config)
         self._diagnose(ev, window)
         return w, ev
 
-    def _write_window(self, window, ev):
+    def _write_window(self, window: int, ev: _core.Evidence) -> str:
         """The window's packet (and, first, the reference it made) into out_dir: "" or why not.
         A failure is said once; the window stays scored and counted."""
         if not self.out_dir:
@@ -1136,7 +1177,7 @@ class Recorder:
             self._warn_unwritten(why)
         return why
 
-    def _write_metrics(self, ev):
+    def _write_metrics(self, ev: _core.Evidence) -> None:
         """metrics_file rewritten (a temporary file renamed over it); a failure is said once and
         never stops training (fail-open)."""
         if not self.metrics_file:
@@ -1153,14 +1194,14 @@ class Recorder:
                         else "it holds no window")
                 self._warn("metrics", f"metrics could not be written ({self.metrics_unwritten}); {held}; training goes on")
 
-    def _warn_unwritten(self, why):
+    def _warn_unwritten(self, why: str) -> None:
         if why and not self.write_problem:
             self.write_problem = why
         if why:
             self._warn("write", f"telemetry could not be written ({why}); windows are scored in memory only, "
                                 "their packets marked unwritten")
 
-    def _summarize(self, window, ev, unwritten):
+    def _summarize(self, window: int, ev: _core.Evidence, unwritten: str) -> None:
         """The window's windows.jsonl record, as `sf-testbed run --out` writes it (appended while
         the file can be written; kept in summaries either way)."""
         line = ev.summary(window, unwritten)
@@ -1170,14 +1211,14 @@ class Recorder:
         self._unlisted.append(line)
         self._list_windows()
 
-    def _list_windows(self):
+    def _list_windows(self) -> None:
         """Appends the windows not yet in windows.jsonl. A failed append (a full disk) is cut back,
         so the file stays whole lines; the windows wait for the next try (once space returns they
         are listed, each with the reason its packet was not written) and, if none succeeds, the
         end of training says which are missing."""
         if not self._unlisted:
             return
-        path = os.path.join(self.out_dir, "windows.jsonl")
+        path = self._out_path("windows.jsonl")
         text = "".join(x + "\n" for x in self._unlisted)
         try:
             size = os.path.getsize(path)
@@ -1195,7 +1236,7 @@ class Recorder:
                     pass
             self._warn_unwritten(f"cannot write {path}: {_os_reason(e)}")
 
-    def _diagnose(self, ev, window):
+    def _diagnose(self, ev: _core.Evidence, window: int) -> None:
         """The window's diagnosis against the reference (the cohort until there is one); the first
         window becomes the reference under reference="first"."""
         if self.reference is not None:
@@ -1211,7 +1252,7 @@ class Recorder:
             if self.out_dir:
                 self._reference_text = ev.reference_file(name) + "\n"
 
-    def _poll_events(self, final):
+    def _poll_events(self, final: bool) -> None:
         """Completed forward event pairs are written into their step's slot; a pair still pending
         when its window closes is reported missing there (_rows), and freed once it completes."""
         K, keep = self.K, []
@@ -1225,7 +1266,7 @@ class Recorder:
                 keep.append((base, step, start, end))
         self._event_live = keep
 
-    def summary(self):
+    def summary(self) -> tuple[_core.Window, _core.Evidence] | tuple[None, None]:
         """Rank 0, after finish(): all windows as one (sf.stages/1 window over every recorded
         step) and its evidence, as `sf-testbed run` scores the whole run in run.json; under
         reference="first", the windows after the first, diagnosed against it."""
@@ -1242,7 +1283,7 @@ class Recorder:
             ok = ok and w.gather_ok
             reasons += [x for x in w.reasons if x not in reasons]
         lo = self._window_lo(first)
-        steps = self._last_step - lo + 1
+        steps = self._last_step_seen() - lo + 1
         allw = _core.Window(self.stages, self.world, lo, steps, np.concatenate(rows), ok, reasons,
                             sum(self._window_dropped_by[i] for i, _, _ in judged), self.rank_info)
         ev = allw.evaluate(self.labeler_config)
@@ -1254,10 +1295,10 @@ class Recorder:
 class _ForwardEvent:
     __slots__ = ("_rec",)
 
-    def __init__(self, rec):
+    def __init__(self, rec: Recorder) -> None:
         self._rec = rec
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         r = self._rec
         r._event_open = None
         if r.event_q <= 0 or r._base >= r._pending:
@@ -1277,7 +1318,7 @@ class _ForwardEvent:
         start.record()
         r._event_open = (start, end)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         r = self._rec
         if r._event_open is None:
             return False

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """sf_torch.Recorder in one process (CTest torch.recorder): the recorder contract and the
 byte-identical packet. Usage: test_recorder.py SF_TESTBED"""
+import dataclasses
+import inspect
 import io
 import json
 import os
@@ -398,6 +400,38 @@ class RecorderTest(unittest.TestCase):
             run_steps(rec, 4)
             rec.finish()
             self.assertEqual(len([w for w in rec.warnings if w.startswith("plot_file ")]), 1, rec.warnings)
+
+    def test_options_are_the_keyword_arguments_as_one_checked_value(self):
+        opts = sf_torch.RecorderOptions(window_steps=4, capacity_steps=16, overflow="overwrite_oldest")
+        by_kwargs = sf_torch.Recorder(window_steps=4, capacity_steps=16, overflow="overwrite_oldest")
+        by_options = sf_torch.Recorder(options=opts)
+        self.assertEqual(by_kwargs.options, opts)
+        for rec in (by_kwargs, by_options):
+            self.assertEqual((rec.window_steps, rec.capacity, rec.overflow, rec.stages),
+                             (4, 16, sf_torch.OverflowPolicy.OVERWRITE_OLDEST, STAGES))
+        # Recorder's keyword arguments are RecorderOptions' fields, by name, in order.
+        params = list(inspect.signature(sf_torch.Recorder).parameters)
+        self.assertEqual(params, [f.name for f in dataclasses.fields(sf_torch.RecorderOptions)] + ["options"])
+        with self.assertRaisesRegex(ValueError, r"^Recorder: window_steps given both as keyword argument and in "
+                                                r"options; expected one or the other"):
+            sf_torch.Recorder(window_steps=4, options=opts)
+        with self.assertRaisesRegex(ValueError, r"^window_steps is 0; expected >= 1$"):
+            dataclasses.replace(opts, window_steps=0)
+        with self.assertRaisesRegex(ValueError, r'^overflow is \'drop\'; expected one of "drop_newest", '):
+            sf_torch.RecorderOptions(overflow="drop")
+        with self.assertRaisesRegex(TypeError, r"^sink is int; expected a callable"):
+            sf_torch.RecorderOptions(sink=3)
+        with self.assertRaisesRegex(TypeError, r"^options is dict; expected sf_torch\.RecorderOptions$"):
+            sf_torch.Recorder(options={"window_steps": 4})
+
+    def test_allreduce_hook_passes_ddps_annotation_check(self):
+        # DistributedDataParallel._check_comm_hook: a bucket and return annotation, where present,
+        # must be these objects (a string annotation is refused).
+        import torch
+        import torch.distributed as dist
+        sig = inspect.signature(sf_torch.allreduce_hook)
+        self.assertIn(sig.parameters["bucket"].annotation, (inspect.Parameter.empty, dist.GradBucket))
+        self.assertIn(sig.return_annotation, (inspect.Signature.empty, torch.futures.Future[torch.Tensor]))
 
     def test_corrupt_contributions_are_judged_not_scored(self):
         rec = sf_torch.Recorder(window_steps=4)
