@@ -163,10 +163,10 @@ def fit(xs, ys):
 
 
 def report(a):
-    import matplotlib  # type: ignore[import]
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # type: ignore[import]
-    import pandas as pd  # type: ignore[import]
+    import matplotlib.pyplot as plt
+    import pandas as pd
     out = pathlib.Path(a.dir)
     df = pd.read_csv(out / "rows.csv")
     man = json.load(open(out / "manifest.json"))

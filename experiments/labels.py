@@ -39,11 +39,11 @@ import sys
 import tempfile
 from typing import Any
 
-import matplotlib  # type: ignore[import]
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # type: ignore[import]  # noqa: E402
-import pandas as pd  # type: ignore[import]  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
 
 from sf_provenance import provenance  # noqa: E402
 

@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent

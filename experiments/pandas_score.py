@@ -20,7 +20,7 @@ import sys
 import time
 
 import numpy as np
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 RESIDUAL = "step.other_cpu_wall"
 

@@ -12,6 +12,6 @@ the command).
 
 Plots are drawn off-screen (Agg), chosen here before any module imports pyplot.
 """
-import matplotlib  # type: ignore[import]
+import matplotlib
 
 matplotlib.use("Agg")

@@ -11,7 +11,7 @@ interval conservative).
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 from .common import md_table
 from .stats import b, count, frac, lift_text, newcombe

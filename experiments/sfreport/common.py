@@ -5,7 +5,7 @@ import json
 import pathlib
 from typing import Any
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 import rowstore  # experiments/rowstore.py: rows/ROW/NAME, or the same member of rows.tar.xz
 

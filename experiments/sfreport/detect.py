@@ -4,9 +4,9 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-import matplotlib.pyplot as plt  # type: ignore[import]
-from matplotlib.axes import Axes  # type: ignore[import]
-import pandas as pd  # type: ignore[import]
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+import pandas as pd
 
 from .common import Report, header, md_table, row_json
 from .figures import figure_note

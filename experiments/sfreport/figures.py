@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping, Sequence
 
-from matplotlib.axes import Axes  # type: ignore[import]
+from matplotlib.axes import Axes
 
 
 def grouped_bars(ax: Axes, groups: Sequence[str], series: Mapping[str, Sequence[float]],

@@ -2,8 +2,8 @@
 
 import pathlib
 
-import matplotlib.pyplot as plt  # type: ignore[import]
-import pandas as pd  # type: ignore[import]
+import matplotlib.pyplot as plt
+import pandas as pd
 
 from .common import Report, header, md_table
 

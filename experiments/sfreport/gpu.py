@@ -4,7 +4,7 @@ import io
 import pathlib
 import re
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 from .common import Report, md_table, yn
 from .stats import b

@@ -4,7 +4,7 @@ import json
 import pathlib
 from typing import Any
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 from .arms import MEASURES, split_arms
 from .registry import GPU, REPORTS, SCRIPTED

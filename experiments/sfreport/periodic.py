@@ -3,9 +3,9 @@
 import json
 import pathlib
 
-import matplotlib.pyplot as plt  # type: ignore[import]
-import matplotlib.ticker  # type: ignore[import]
-import pandas as pd  # type: ignore[import]
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import pandas as pd
 
 import rowstore  # experiments/rowstore.py
 

@@ -4,7 +4,7 @@ import json
 import pathlib
 from collections.abc import Callable
 
-import pandas as pd  # type: ignore[import]
+import pandas as pd
 
 from .aba import report_aba
 from .detect import report_detect

@@ -4,8 +4,8 @@ callbacks, E7 gradient accumulation, E8 sharded step and the E5 forward event si
 import pathlib
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt  # type: ignore[import]
-import pandas as pd  # type: ignore[import]
+import matplotlib.pyplot as plt
+import pandas as pd
 
 from .arms import arms_section, lift_prose, lift_table, null_match, pooled, split_arms, with_null
 from .common import (RULES, SCEN_NAMES, Report, absorbed, header, honest, md_table, p50_by_ranks, real_rows,

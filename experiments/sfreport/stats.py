@@ -1,7 +1,7 @@
 """Counting rows and the intervals around the counts: hits as k/n, rates, Wilson and Newcombe 95 % intervals."""
 
-import pandas as pd  # type: ignore[import]
-import scipy.stats  # type: ignore[import]
+import pandas as pd
+import scipy.stats
 
 
 def b(x: pd.Series) -> pd.Series:

@@ -3,8 +3,8 @@
 import pathlib
 from collections.abc import Mapping
 
-import matplotlib.pyplot as plt  # type: ignore[import]
-import pandas as pd  # type: ignore[import]
+import matplotlib.pyplot as plt
+import pandas as pd
 
 from .arms import arms_section, lift_prose, null_match, pooled, split_arms, with_null
 from .common import SCEN_NAMES, STAGE, Report, header, honest, md_table, p50_by_ranks, row_json, scen_name

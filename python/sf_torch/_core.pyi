@@ -92,6 +92,19 @@ class _Scenario(TypedDict):
 
 def scenarios() -> list[_Scenario]: ...
 def draw_targets(seed: int, world: int, count: int = 1) -> list[int]: ...
+
+class _FaultPlan(TypedDict):
+    # inject::make_plan as fault_plan() returns it (offset -1: never).
+    scenario: str
+    site: str
+    delay_ms: float
+    ranks: list[int]
+    onset: int
+    offset: int
+    every: int
+
+def fault_plan(scenario: str, world: int, seed: int, delay_ms: float | None = None, target_ranks: list[int] = ...,
+               onset: int = 0, offset: int = -1, every: int = 1) -> _FaultPlan: ...
 def truth(scenario: str, delay_ms: float, ranks: list[int], onset: int = 0, offset: int = -1,
           every: int = 1) -> str: ...
 
