@@ -14,6 +14,7 @@ writes DIR/trace_rank<R>.json with torch.profiler (for `sf-testbed import kineto
 """
 import argparse
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -500,7 +501,22 @@ def main():
         print(f"train.py: rank {rank}: results not written ({where}{why}); training finished all "
               f"{completed} steps", file=sys.stderr, flush=True)
     dist.destroy_process_group()
-    sys.exit(rc)
+    del loader  # the last reference: its iterator's __del__ stops the persistent worker
+    exit_without_teardown(rc)
+
+
+def exit_without_teardown(rc: int) -> None:
+    """Ends the rank with `rc` once its files are written and the group is destroyed, without the
+    interpreter's teardown. torch 1.13 destroys DDP's reducer there with the GIL held; the reducer's
+    gloo process group joins its worker threads, and a worker freeing a tensor that still has a
+    Python object waits for that GIL: the rank never exits (1 run in about 13 of this script under
+    load; gdb: ~ProcessGroupGloo -> thread::join against PyEval_AcquireThread in
+    TensorImpl::destroy_pyobj_if_needed). The caller drops the DataLoader first, so its persistent
+    worker is stopped, not orphaned."""
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def stop_on_lost_peer(rank, step, e):
