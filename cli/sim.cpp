@@ -40,12 +40,11 @@ std::string sim_options_problem(SimOptions& o, frontier::LabelConfig& label) {
   }
   if (auto err = detect::validate(o.detect.cfg); !err.empty()) return err;
   if (auto err = sim::validate(cfg); !err.empty()) return err;
-  if (const auto schema = sim::ModelStepper::schema();
-      !o.detect.stability_stage.empty() && !schema.group_index(o.detect.stability_stage)) {
-    std::string names;
-    for (const auto& g : schema.groups()) names += (names.empty() ? "" : ", ") + g;
-    return "--stability-stage " + o.detect.stability_stage + ": not a stage group of the model; expected one of " + names;
-  }
+  if (!o.detect.stability_stage.empty())
+    if (auto why = sim::ModelStepper::schema().group_problem(o.detect.stability_stage,
+                                                           "--stability-stage " + o.detect.stability_stage + ": ", "the model");
+        !why.empty())
+      return why;
   if (auto why = frontier::config_names_problem(sim::ModelStepper::schema(), label); !why.empty()) return why;
   if (auto err = testbed::plot_file_problem(o.plot); !err.empty()) return err;
   for (const auto& [opt, path] : {std::pair<const char*, const std::string&>{"--trace", o.trace.file}, {"--dump", o.dump},

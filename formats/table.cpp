@@ -240,8 +240,7 @@ std::string evidence_table(const Evidence& e, const std::string& title, const st
   // measured waits inside collectives (the same set the diagnosis follows waits through).
   std::string wait;
   for (int g : e.wait_groups) {
-    bool declared = false;
-    for (const auto& w : c.wait_model) declared = declared || w == e.group_name(g);
+    const bool declared = std::find(e.wait_declared.begin(), e.wait_declared.end(), g) != e.wait_declared.end();
     wait += (wait.empty() ? "" : ",") + e.group_name(g) + (declared ? "" : " (measured)");
   }
   if (wait.empty()) wait = "none (W=0)";

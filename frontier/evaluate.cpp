@@ -36,13 +36,8 @@ void validate(const StageSchema& schema, const LabelConfig& cfg) {
 }  // namespace
 
 std::string config_names_problem(const StageSchema& schema, const LabelConfig& cfg) {
-  const auto& groups = schema.groups();
-  for (const auto& w : cfg.wait_model) {
-    if (std::find(groups.begin(), groups.end(), w) != groups.end()) continue;
-    std::string list;
-    for (const auto& g : groups) list += (list.empty() ? "" : ", ") + g;
-    return "wait model: '" + w + "' is not a stage group of this window; expected one of " + list;
-  }
+  for (const auto& w : cfg.wait_model)
+    if (auto why = schema.group_problem(w, "wait model: '" + w + "' is ", "this window"); !why.empty()) return why;
   return "";
 }
 

@@ -100,6 +100,11 @@ public:
   const std::vector<std::string>& groups() const { return groups_; }   ///< reporting groups, in order
   int group_of(int s) const { return group_of_[s]; }
   std::optional<int> group_index(std::string_view group) const;
+  /// Where a name someone gave (an option, a config key) meets this schema: "" when `group` is one
+  /// of its groups, else `prefix` + "not a stage group of " + `where` + "; expected one of " and
+  /// the groups in order — the one wording every front-end refuses an unknown group with.
+  /// (group_problem_in over groups()).
+  std::string group_problem(std::string_view group, std::string_view prefix, std::string_view where) const;
 
   int accumulation() const { return accumulation_; }
   /// True when stage names carry microstep indices, i.e. accumulation was unfolded.
@@ -120,6 +125,10 @@ private:
   int accumulation_ = 1;
   std::uint64_t hash_ = 0;
 };
+
+/// StageSchema::group_problem over a list of group names (where only the names are at hand).
+std::string group_problem_in(const std::vector<std::string>& groups, std::string_view group, std::string_view prefix,
+                             std::string_view where);
 
 /// State of one sampled forward CUDA-event pair (side channel; never in the prefix vector).
 enum class EventState : std::uint8_t { unsampled = 0, ready = 1, missing = 2 };
@@ -694,6 +703,9 @@ struct Evidence {
   /// Groups that hold a collective: the declared wait model (config.wait_model) and every group
   /// in which the recorder measured a sync wait.
   std::vector<int> wait_groups;
+  /// Of those, the groups config.wait_model names (W_s = 1), resolved to indices once, where the
+  /// configuration met the window's schema (the labeler and the table read these, not the names).
+  std::vector<int> wait_declared;
   Diagnosis diagnosis;                      ///< what went wrong (against the cohort unless diagnose() got a reference)
   std::optional<Differential> differential; ///< set by diagnose() with a reference
   /// What fixing each culprit would buy (what_if(): set with the diagnosis).

@@ -206,8 +206,7 @@ Top top_stage(const Pass& p) {
   t.a1 = t.s1 >= 0 ? e.shares[t.s1] : 0.0;
   t.g1 = t.s1 >= 0 ? e.static_gain[t.s1] : 0.0;
   t.dominant = t.a1 > p.cfg.gamma_a;
-  for (const auto& w : p.cfg.wait_model)
-    if (t.s1 >= 0 && w == p.group(t.s1)) t.w1 = true;
+  t.w1 = t.s1 >= 0 && std::find(e.wait_declared.begin(), e.wait_declared.end(), t.s1) != e.wait_declared.end();
   return t;
 }
 

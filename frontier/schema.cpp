@@ -1,5 +1,6 @@
 #include "sf/frontier/frontier.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <unordered_set>
@@ -68,6 +69,18 @@ std::optional<int> StageSchema::group_index(std::string_view group) const {
   for (int g = 0; g < group_count(); ++g)
     if (groups_[g] == group) return g;
   return std::nullopt;
+}
+
+std::string StageSchema::group_problem(std::string_view group, std::string_view prefix, std::string_view where) const {
+  return group_problem_in(groups_, group, prefix, where);
+}
+
+std::string group_problem_in(const std::vector<std::string>& groups, std::string_view group, std::string_view prefix,
+                             std::string_view where) {
+  if (std::find(groups.begin(), groups.end(), group) != groups.end()) return "";
+  std::string out = std::string(prefix) + "not a stage group of " + std::string(where) + "; expected one of ";
+  for (std::size_t g = 0; g < groups.size(); ++g) out += (g ? ", " : "") + groups[g];
+  return out;
 }
 
 std::string StageSchema::order_hash_hex() const {

@@ -1124,11 +1124,13 @@ void WindowStats::finish_side(Evidence& e, SideEvidence& side) const {
   side.ranks = world_;
   side.rank_ids = rank_ids_;
   side.roles = roles_;
-  for (int g = 0; g < G_; ++g) {
-    bool declared = false;
-    for (const auto& w : cfg_.wait_model) declared = declared || w == schema_.groups()[g];
-    if (declared || sync_seen_[g]) e.wait_groups.push_back(g);
-  }
+  // The declared wait model, resolved to groups once (validate() refused a name that is none).
+  for (const auto& w : cfg_.wait_model)
+    if (const auto g = schema_.group_index(w); g && std::find(e.wait_declared.begin(), e.wait_declared.end(), *g) == e.wait_declared.end())
+      e.wait_declared.push_back(*g);
+  std::sort(e.wait_declared.begin(), e.wait_declared.end());
+  for (int g = 0; g < G_; ++g)
+    if (std::binary_search(e.wait_declared.begin(), e.wait_declared.end(), g) || sync_seen_[g]) e.wait_groups.push_back(g);
   side.sync_wait_mean_s.assign(G_, {});
   for (int g = 0; g < G_; ++g) {
     if (!sync_seen_[g]) continue;

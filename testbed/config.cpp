@@ -54,11 +54,9 @@ std::string validate(const RunConfig& cfg) {
   }
   if (cfg.detect && !cfg.stability_stage.empty()) {
     const frontier::StageSchema schema(sim::workload_stages(cfg.workload), true, cfg.workload.accumulation);
-    if (!schema.group_index(cfg.stability_stage)) {
-      std::string names;
-      for (const auto& g : schema.groups()) names += (names.empty() ? "" : ", ") + g;
-      return "--stability-stage " + cfg.stability_stage + ": not a stage group of this run; expected one of " + names;
-    }
+    if (auto why = schema.group_problem(cfg.stability_stage, "--stability-stage " + cfg.stability_stage + ": ", "this run");
+        !why.empty())
+      return why;
   }
   if (const auto v = sim::validate(cfg.workload.layout); !v.empty()) return v;
   if (const auto v = sim::validate(cfg.workload.variation); !v.empty()) return v;

@@ -469,12 +469,10 @@ int spike_group(const ReportInput& in, const detect::Periodicity& per, std::int6
 std::pair<int, std::string> stability_group(const ReportInput& in, const detect::Periodicity& per, std::int64_t first) {
   const auto& groups = in.groups;
   if (!in.stability_stage.empty()) {
+    if (auto why = frontier::group_problem_in(groups, in.stability_stage, "--stability-stage " + in.stability_stage + ": ", "here");
+        !why.empty())
+      throw std::invalid_argument(why);
     const auto it = std::find(groups.begin(), groups.end(), in.stability_stage);
-    if (it == groups.end()) {
-      std::string names;
-      for (const auto& g : groups) names += (names.empty() ? "" : ", ") + g;
-      throw std::invalid_argument("--stability-stage " + in.stability_stage + ": not a stage group here; expected one of " + names);
-    }
     return {static_cast<int>(it - groups.begin()), "--stability-stage"};
   }
   if (per.period > 0 && !groups.empty())

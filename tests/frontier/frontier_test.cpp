@@ -268,6 +268,15 @@ TEST(Labels, sync_wait_window_is_co_critical_by_default_and_sync_wait_with_model
   EXPECT_TRUE(e.has(Label::sync_wait_dependent));
   EXPECT_TRUE(e.has(Label::likely_sync_wait));  // lag opens at data, collapses at backward
   EXPECT_FALSE(e.has(Label::co_critical));
+  // The name is resolved to its group once, where the configuration meets the window.
+  EXPECT_EQ(e.wait_declared, std::vector<int>{*m.schema().group_index("data.next_wait")});
+  EXPECT_NE(std::find(e.wait_groups.begin(), e.wait_groups.end(), e.wait_declared[0]), e.wait_groups.end());
+  EXPECT_EQ(m.schema().group_problem("data.next_wait", "x: ", "here"), "");
+  EXPECT_EQ(m.schema().group_problem("data.nxt", "--opt data.nxt: ", "this run").rfind(
+                "--opt data.nxt: not a stage group of this run; expected one of data.next_wait, ", 0),
+            0u);
+  cfg.wait_model = {"data.nxt"};
+  EXPECT_THROW(evaluate(m, cfg), std::invalid_argument);
 }
 
 TEST(Labels, independent_slow_stage_is_direct_exposure) {
