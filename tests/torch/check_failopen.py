@@ -25,6 +25,7 @@ the survivor naming the dead rank (no gloo traceback); no results are written.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -45,10 +46,26 @@ def train(repo, *args, window=WINDOW):
            str(REFERENCE), "--seed", "1", "--quiet", *args]
     print("+", " ".join(cmd), flush=True)
     t0 = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    # Its own process group, so that a job stuck past the limit is taken down whole (ranks and
+    # workers), after every process of it printed its Python stacks (faulthandler on SIGABRT).
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+    try:
+        _, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGABRT)
+        try:
+            _, err = p.communicate(timeout=20)
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        print(f"the job's stderr, with each process's Python stacks:\n{err}", flush=True)
+        fail(f"train.py still running after 240 s: {' '.join(cmd)}")
     took = time.monotonic() - t0
-    print(f"exit {p.returncode} after {took:.1f} s; stderr:\n{p.stderr}", end="", flush=True)
-    return p.returncode, p.stderr.splitlines(), took
+    print(f"exit {p.returncode} after {took:.1f} s; stderr:\n{err}", end="", flush=True)
+    return p.returncode, err.splitlines(), took
 
 
 def mount_tmpfs(mnt, options):
