@@ -9,11 +9,12 @@ std::string Reporter::said() const { return ""; }
 
 void Reporters::add(std::unique_ptr<Reporter> r) { list_.push_back({std::move(r), false}); }
 
-std::string Reporters::window(const ReportedWindow& w) {
+template <typename Call>
+std::string Reporters::tell(Call call) {
   std::string first;
   for (auto& e : list_) {
     if (e.failed) continue;
-    if (auto why = e.reporter->window(w); !why.empty()) {
+    if (auto why = call(*e.reporter); !why.empty()) {
       e.failed = true;
       if (first.empty()) first = std::move(why);
     }
@@ -21,16 +22,12 @@ std::string Reporters::window(const ReportedWindow& w) {
   return first;
 }
 
+std::string Reporters::window(const ReportedWindow& w) {
+  return tell([&](Reporter& r) { return r.window(w); });
+}
+
 std::string Reporters::finish(const ReportedEnd& end) {
-  std::string first;
-  for (auto& e : list_) {
-    if (e.failed) continue;
-    if (auto why = e.reporter->finish(end); !why.empty()) {
-      e.failed = true;
-      if (first.empty()) first = std::move(why);
-    }
-  }
-  return first;
+  return tell([&](Reporter& r) { return r.finish(end); });
 }
 
 std::vector<std::string> Reporters::said() const {

@@ -53,6 +53,9 @@ public:
   std::vector<std::string> said() const;
 
 private:
+  /// `call` on every reporter that has not failed; marks those that fail; the first failure.
+  template <typename Call>
+  std::string tell(Call call);
   struct Entry {
     std::unique_ptr<Reporter> reporter;
     bool failed = false;
