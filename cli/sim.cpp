@@ -123,7 +123,7 @@ std::string sim_json(const SimOptions& o, const testbed::SimOutcome& r) {
                     {"advance_s_per_step", testbed::advance_per_step(r.reference)}};
   j["truth_ranks"] = r.plan.ranks;
   j["evidence"] = formats::evidence_to_json(r.evidence);
-  j["verdict"] = r.verdict.json;
+  j["verdict"] = r.verdict->json;
   if (r.detect)
     for (const auto& [k, v] : r.detect->json.items()) j[k] = v;
   return j.dump() + "\n";
@@ -132,8 +132,7 @@ std::string sim_json(const SimOptions& o, const testbed::SimOutcome& r) {
 /// The default: the answer first, what ran in one line, where the rest is.
 std::string sim_answer(const SimOptions& o, const testbed::SimOutcome& r) {
   const auto& cfg = o.cfg;
-  std::string answer = formats::answer_lines(r.evidence) + r.verdict.answer_text;
-  if (r.detect) answer += r.detect->text;
+  std::string answer = testbed::answer_text(r);
   answer += frontier::strprintf("# sim: %s on %d modelled rank(s), %d steps, seed %llu (no processes, no MPI, no clock); "
                                 "commit %s\n",
                                 r.plan.scenario->name.c_str(), cfg.ranks, cfg.steps,
@@ -154,11 +153,11 @@ std::string sim_details(const SimOptions& o, const testbed::SimOutcome& r) {
                  cfg.variation.jitter_sigma);
   t += strprintf("# %s: median step %.2f ms  scoring: %s\n#\n", r.reference_name.substr(4).c_str(),
                  r.reference.median_step_s * 1e3, r.scoring.c_str());
-  t += r.verdict.truth_text;
+  t += r.verdict->truth_text;
   t += "#\n" + formats::evidence_table(e, "model window");
   t += strprintf("# model: exposed makespan %.4f s vs slowest-rank wall sum %.4f s (%.2f%% apart)\n", e.exposed_makespan_s,
                  r.makespan.wall_sum_s, r.makespan.gap * 100);
-  t += r.verdict.verdict_text;
+  t += r.verdict->verdict_text;
   if (r.detect) t += "#\n" + r.detect->text;
   return t;
 }
@@ -187,7 +186,7 @@ int run_sim(SimOptions& o) {
   const std::string out = o.json ? sim_json(o, r) : o.details ? sim_details(o, r) : sim_answer(o, r);
   std::fputs(out.c_str(), stdout);
   for (const auto& line : said) std::fprintf(o.json ? stderr : stdout, "%s%s\n", o.json ? "sf-testbed sim: " : "# ", line.c_str());
-  return o.check && !r.verdict.claim_pass ? kExitFail : 0;
+  return o.check && !r.verdict->claim_pass ? kExitFail : 0;
 }
 
 }  // namespace

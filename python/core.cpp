@@ -1,8 +1,8 @@
 // sf_torch._core: the C++ engine as seen from a PyTorch trainer. A window gathered by sf_torch is
 // built into the very frontier::StageMatrix the C++ recorder would build, scored by
 // frontier::evaluate, written by formats::evidence_to_json / write_jsonl, and judged by
-// testbed::verdict_report — so its packet is byte-identical to `sf-testbed score --json` on the
-// dumped matrix, and its verdict is the testbed's.
+// testbed::judge, the road `run`, `sim` and `score` take — so its packet is byte-identical to
+// `sf-testbed score --json` on the dumped matrix, and its verdict is the testbed's.
 #include "sf/formats/formats.h"
 #include "sf/frontier/frontier.h"
 #include "sf/inject/inject.h"
@@ -169,7 +169,11 @@ void bind_evidence(py::module_& m) {
            py::arg("name"), "this window as an sf.reference/1 file's text (score --reference reads it)")
       .def(
           "diagnose_against",
-          [](Scored& s, const frontier::Reference& ref) { return testbed::apply_reference(s.evidence, ref); },
+          [](Scored& s, const frontier::Reference& ref) {
+            auto judged = testbed::judge(std::move(s.evidence), {.reference = &ref});
+            s.evidence = std::move(judged.evidence);
+            return judged.reference_problem;
+          },
           py::arg("reference"),
           "the diagnosis against `reference` (frontier::diagnose_against); returns \"\" or why it could not be used")
       .def_property_readonly("diagnosis", [](const Scored& s) { return formats::diagnosis_to_json(s.evidence, s.ranks).dump(); },
@@ -284,8 +288,8 @@ void bind_catalogue(py::module_& m) {
       "verdict",
       [](const std::string& scenario, double delay_ms, const std::vector<int>& ranks, const Scored& s, double makespan_gap,
          std::int64_t onset, std::int64_t offset, int every, std::uint64_t seed) {
-        const auto vr = testbed::verdict_report(make_plan(scenario, delay_ms, ranks, onset, offset, every), s.evidence,
-                                                makespan_gap, nullptr, seed);
+        const auto plan = make_plan(scenario, delay_ms, ranks, onset, offset, every);
+        const auto vr = *testbed::judge(s.evidence, {.plan = &plan, .makespan_gap = makespan_gap, .shuffle_seed = seed}).verdict;
         py::dict d;
         d["json"] = vr.json.dump();
         d["claim_pass"] = vr.claim_pass;
@@ -297,7 +301,7 @@ void bind_catalogue(py::module_& m) {
       },
       py::arg("scenario"), py::arg("delay_ms"), py::arg("ranks"), py::arg("evidence"), py::arg("makespan_gap"),
       py::arg("onset") = 0, py::arg("offset") = -1, py::arg("every") = 1, py::arg("seed") = 0,
-      "testbed::verdict_report: the verdict against the truth and the scenario's claim (seed: the shuffled-target null's draw)");
+      "testbed::judge: the verdict against the truth and the scenario's claim (seed: the shuffled-target null's draw)");
 }
 
 /// Provenance as the C++ writers have it.

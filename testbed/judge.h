@@ -168,6 +168,35 @@ struct DetectReport {
 /// max_values), before allocating it.
 formats::Window concat_windows(const std::vector<formats::Window>& windows, const formats::ReadLimits& limits = {});
 
+// ---- one window judged, whatever made it (issue 41) -------------------------------------------
+
+/// What a window is judged against: a healthy reference (its diagnosis), the injected truth (its
+/// verdict). Every front-end fills what it has: `run` and `sim` a reference and the plan, `score`
+/// a reference file or the regime before a detected change, sf_torch a reference window and the
+/// trainer's plan.
+struct JudgeOptions {
+  const frontier::Reference* reference = nullptr;           ///< none: the window's cohort diagnosis stands
+  const inject::FaultPlan* plan = nullptr;                  ///< the truth; none: no verdict
+  const frontier::Evidence* reference_evidence = nullptr;   ///< the reference's own evidence, for the verdict
+  double makespan_gap = 0;                                  ///< Σ F[t,S] against the slowest wall sum (the verdict's check)
+  std::uint64_t shuffle_seed = 0;                           ///< the verdict's shuffled-target null
+};
+/// One window judged: the same record from `run`, `sim`, `score` and sf_torch, which their
+/// reporters (table, run.json, trace, metrics, plot) read.
+struct Outcome {
+  frontier::Evidence evidence;            ///< scored, diagnosed against the reference when it could be
+  std::string reference_problem;          ///< why a reference given was not used ("" when it was, or none given)
+  std::optional<VerdictReport> verdict;   ///< against the truth, where one is known
+  std::optional<DetectReport> detect;     ///< --detect: the watch over the run
+  std::optional<nlohmann::ordered_json> trace;  ///< --trace's Chrome trace-event JSON (written by its reporter)
+};
+/// The one road from evidence to an answer: `e` diagnosed against `o.reference` (when the two can
+/// be compared: apply_reference) and judged against `o.plan`'s truth (verdict_report). Pure.
+Outcome judge(frontier::Evidence e, const JudgeOptions& o);
+/// The answer first, as every front-end prints it: the diagnosis, the what-if and how sure
+/// (formats::answer_lines), the verdict's short lines, the watch's report.
+std::string answer_text(const Outcome& o, const std::vector<formats::RankInfo>& ranks = {});
+
 struct WatchOptions {
   frontier::LabelConfig label;
   std::optional<detect::DetectConfig> detect;  ///< --detect
@@ -258,19 +287,15 @@ struct SimulateOptions {
   std::optional<TraceOptions> trace;           ///< --trace (its file is not written here)
   bool keep_window = false;                    ///< the model's stage matrix in the outcome (--dump)
 };
-/// What `simulate` found: the evidence diagnosed against the reference, the verdict, and what
-/// was asked beside them (detect report, trace, the matrix).
-struct SimOutcome {
+/// What `simulate` found: the outcome (the evidence diagnosed against the healthy reference, the
+/// verdict, what was asked beside them) and the model's side of it.
+struct SimOutcome : Outcome {
   inject::FaultPlan plan;
-  frontier::Evidence evidence;   ///< diagnosed against `reference`
   frontier::Evidence reference;  ///< the healthy reference's evidence (the run itself when nothing differs)
   std::string reference_name;
   std::uint64_t reference_seed = 0;
-  VerdictReport verdict;
   MakespanCheck makespan;
   std::string scoring;           ///< "whole matrix" or "streamed, N thread(s)"
-  std::optional<DetectReport> detect;
-  std::optional<nlohmann::ordered_json> trace;
   formats::Window window;        ///< keep_window: the model's stage matrix
 };
 /// Scores the model. The options are checked by the caller (sim::validate, detect::validate,
@@ -302,6 +327,7 @@ struct ScoreFileOptions {
   std::optional<TraceOptions> trace;           ///< --trace (its file is not written here)
 };
 struct ScoredFile {
+  std::vector<Outcome> windows;  ///< each window judged (against --reference, or the regime before a detected change)
   std::string packets;  ///< one sf.evidence/5 line per window, then the sf.detect/1 line (--detect)
   std::string tables;   ///< the same for a person, in full (--details)
   std::string answers;  ///< the answer first: each window's diagnosis, what-if and how sure (the default)

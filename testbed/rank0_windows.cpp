@@ -82,6 +82,10 @@ struct Rank0Windows::Impl {
   std::deque<Recent> recent;
   // run level
   std::optional<frontier::Reference> reference;
+  /// e diagnosed against the healthy reference, the road every front-end takes (testbed::judge).
+  frontier::Evidence diagnosed(frontier::Evidence e) const {
+    return reference ? judge(std::move(e), {.reference = &*reference}).evidence : e;
+  }
   std::int64_t steps_scored = 0, gather_failures = 0, change_points = 0;
   Reporters reporters;  // --metrics told each window; --plot and --trace at the end (report_run)
   std::vector<std::string> head_lines;
@@ -278,8 +282,7 @@ void Rank0Windows::add(formats::Window&& win, int index) {
   const std::int64_t t0 = inject::monotonic_ns();
   const auto wp = std::make_shared<const formats::Window>(std::move(win));
   const auto& w = *wp;
-  auto e = frontier::evaluate(w.matrix, im.cfg.label, w.telemetry);
-  if (im.reference) apply_reference(e, *im.reference);
+  const auto e = im.diagnosed(frontier::evaluate(w.matrix, im.cfg.label, w.telemetry));
   Notes notes;
   if (im.observer) notes = im.observer(wp, e, index);
   auto pj = formats::evidence_to_json(e, w.ranks);
@@ -335,16 +338,14 @@ frontier::Evidence Rank0Windows::run_evidence(MakespanCheck& makespan, std::vect
   ranks = im.ranks;
   if (keeps_windows()) {
     const auto all = concat(im.kept);
-    auto e = frontier::evaluate(all.matrix, im.cfg.label, all.telemetry);
-    if (im.reference) apply_reference(e, *im.reference);
+    auto e = im.diagnosed(frontier::evaluate(all.matrix, im.cfg.label, all.telemetry));
     makespan = makespan_check(e, all.matrix);
     return e;
   }
   auto tel = im.tel;
   if (im.reasons_dropped > 0)
     tel.reasons.push_back(std::to_string(im.reasons_dropped) + " further distinct telemetry reasons not listed");
-  auto e = im.acc->finish(tel);
-  if (im.reference) apply_reference(e, *im.reference);
+  auto e = im.diagnosed(im.acc->finish(tel));
   makespan.wall_sum_s = im.wall_sum;
   makespan.gap = e.exposed_makespan_s > 0 ? std::abs(e.exposed_makespan_s - im.wall_sum) / e.exposed_makespan_s : 0.0;
   return e;

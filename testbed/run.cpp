@@ -529,12 +529,15 @@ bool judge_run(RunRecord& r, ordered_json& result, std::string& table, std::stri
   const RunConfig& cfg = r.cfg;
   MakespanCheck mk;
   std::vector<formats::RankInfo> all_ranks;
-  const auto e = r.windows.run_evidence(mk, all_ranks);
+  // The run's evidence comes diagnosed against the healthy reference (Rank0Windows holds it).
+  auto evidence = r.windows.run_evidence(mk, all_ranks);
   // Cross-check: Σ_t F[t,S] against the slowest rank's measured step wall times.
   const auto [wall_sum, gap] = mk;
   const auto* ref = r.ref_e ? &*r.ref_e : nullptr;
-  const VerdictReport vr = verdict_report(r.plan, e, gap, ref, cfg.seed);
-  answer += formats::answer_lines(e, all_ranks) + vr.answer_text;
+  Outcome out = judge(std::move(evidence), {.plan = &r.plan, .reference_evidence = ref, .makespan_gap = gap,
+                                            .shuffle_seed = cfg.seed});
+  const auto& e = out.evidence;
+  const VerdictReport& vr = *out.verdict;
   if (ref) {
     table += frontier::strprintf("# healthy reference (%d steps before the warm-up, no fault): median step %.2f ms\n",
                                  ref->steps, ref->median_step_s * 1e3);
@@ -555,11 +558,11 @@ bool judge_run(RunRecord& r, ordered_json& result, std::string& table, std::stri
     // The diagnosis reads the segments kept as the run went; with rank_median the whole run is in
     // memory anyway (kept windows) and is read instead.
     const formats::Window all = r.windows.keeps_windows() ? detail::concat(r.windows.kept()) : formats::Window{};
-    const auto dr = r.watch->report(r.windows.keeps_windows() ? &all.matrix : nullptr);
-    table += "#\n" + dr.text;
-    answer += dr.text;
-    for (const auto& [k, v] : dr.json.items()) result[k] = v;
+    out.detect = r.watch->report(r.windows.keeps_windows() ? &all.matrix : nullptr);
+    table += "#\n" + out.detect->text;
+    for (const auto& [k, v] : out.detect->json.items()) result[k] = v;
   }
+  answer += answer_text(out, all_ranks);
   bool claim_pass = vr.claim_pass;
   result["verdict"] = vr.json;
   if (r.plan.scenario->site == inject::Site::link) claim_pass = tell_link_check(r, vr, claim_pass, result, table, answer);

@@ -113,14 +113,18 @@ ScoredFile score_file(const ScoreFileOptions& o) {
                        "within this machine's memory (lower the --max-* limits)");
     }
   }
-  if (reference)
-    for (auto& s : scored)
-      if (const auto why = apply_reference(s.evidence, *reference); !why.empty())
-        throw InputError((o.reference.empty() ? o.file : o.reference) + ": cannot serve as the reference of " + o.file +
-                         ": " + why);
+  // Each window judged: diagnosed against the reference when there is one (no truth in a file).
+  const frontier::Reference* ref = reference ? &*reference : nullptr;
+  for (auto& [e, ranks] : scored) {
+    out.windows.push_back(judge(std::move(e), {.reference = ref}));
+    if (const auto& why = out.windows.back().reference_problem; !why.empty())
+      throw InputError((o.reference.empty() ? o.file : o.reference) + ": cannot serve as the reference of " + o.file +
+                       ": " + why);
+  }
   std::int64_t steps_so_far = 0, gather_failures = 0;
   for (std::size_t i = 0; i < scored.size(); ++i) {
-    const auto& [e, ranks] = scored[i];
+    const auto& e = out.windows[i].evidence;
+    const auto& ranks = scored[i].ranks;
     steps_so_far += e.steps;
     gather_failures += e.gather_ok ? 0 : 1;
     if (o.reporters != nullptr) {
@@ -135,7 +139,7 @@ ScoredFile score_file(const ScoreFileOptions& o) {
     if (scored.size() > 1)
       out.answers += "# window " + std::to_string(i + 1) + " of " + std::to_string(scored.size()) + ": steps " +
                      std::to_string(e.first_step) + ".." + std::to_string(e.last_step) + "\n";
-    out.answers += formats::answer_lines(e, ranks);
+    out.answers += answer_text(out.windows[i], ranks);
   }
   out.packets += detect_packet;
   out.tables += detect_text;

@@ -78,7 +78,6 @@ SimOutcome simulate(SimulateOptions o) {
   if (watch && !whole) sink = [&](const frontier::StageMatrix& one, const frontier::StepFacts& f) { watch->observe_step(one, f); };
   auto scored = whole ? score(cfg, plan) : score_model_streaming(cfg, plan, o.label, o.threads, sink);
   auto ref_scored = !faulty ? scored : whole ? score(healthy, healthy_plan) : ref_future.get();
-  out.evidence = std::move(scored.evidence);
   out.reference = std::move(ref_scored.evidence);
   out.makespan = scored.makespan;
   out.scoring = whole ? std::string("whole matrix") : "streamed, " + std::to_string(scored.threads) + " thread(s)";
@@ -86,8 +85,12 @@ SimOutcome simulate(SimulateOptions o) {
   // The diagnosis: the change against the healthy reference (for a run without a fault, itself).
   out.reference_name = independent ? "the healthy reference (seed " + std::to_string(healthy.seed) + ", no fault)"
                                    : std::string("the healthy reference (same seed, no fault)");
-  apply_reference(out.evidence, frontier::make_reference(out.reference, out.reference_name));
-  out.verdict = verdict_report(plan, out.evidence, out.makespan.gap, &out.reference, cfg.seed);
+  const auto reference = frontier::make_reference(out.reference, out.reference_name);
+  static_cast<Outcome&>(out) = judge(std::move(scored.evidence), {.reference = &reference,
+                                                                  .plan = &plan,
+                                                                  .reference_evidence = &out.reference,
+                                                                  .makespan_gap = out.makespan.gap,
+                                                                  .shuffle_seed = cfg.seed});
   // The matrix itself only where an answer reads it (--dump, --trace, --detect on the whole matrix).
   if (o.keep_window || (watch && whole)) out.window = sim::model_window(cfg, plan);
   const auto& w = out.window;

@@ -379,6 +379,21 @@ VerdictReport verdict_report(const inject::FaultPlan& plan, const frontier::Evid
   return out;
 }
 
+Outcome judge(frontier::Evidence e, const JudgeOptions& o) {
+  Outcome out;
+  if (o.reference != nullptr) out.reference_problem = apply_reference(e, *o.reference);
+  if (o.plan != nullptr) out.verdict = verdict_report(*o.plan, e, o.makespan_gap, o.reference_evidence, o.shuffle_seed);
+  out.evidence = std::move(e);
+  return out;
+}
+
+std::string answer_text(const Outcome& o, const std::vector<formats::RankInfo>& ranks) {
+  std::string out = formats::answer_lines(o.evidence, ranks);
+  if (o.verdict) out += o.verdict->answer_text;
+  if (o.detect) out += o.detect->text;
+  return out;
+}
+
 MakespanCheck makespan_check(const frontier::Evidence& e, const frontier::StageMatrix& m) {
   MakespanCheck c;
   for (int t = 0; t < m.steps(); ++t) {

@@ -61,6 +61,42 @@ struct DataTailWindow {
   }
 };
 
+TEST(Judge, diagnoses_against_the_reference_and_judges_the_truth_it_is_given) {
+  const DataTailWindow win;
+  const auto& [plan, e, mk] = win;
+  // Nothing to judge against: the cohort diagnosis stands, no verdict.
+  const auto bare = testbed::judge(e, {});
+  EXPECT_FALSE(bare.verdict.has_value());
+  EXPECT_EQ(bare.reference_problem, "");
+  EXPECT_FALSE(bare.evidence.differential.has_value());
+  // The healthy twin (same seed, no fault) as the reference, and the plan as the truth: the
+  // diagnosis is the change against the twin and the verdict names the hidden rank.
+  sim::ModelConfig healthy;
+  healthy.ranks = 16;
+  healthy.steps = 30;
+  healthy.seed = 7;
+  const auto hw = sim::model_window(healthy, sim::model_plan(healthy));
+  const auto he = frontier::evaluate(hw.matrix);
+  const auto ref = frontier::make_reference(he, "the twin");
+  const auto judged = testbed::judge(e, {.reference = &ref, .plan = &plan, .reference_evidence = &he, .makespan_gap = mk.gap});
+  ASSERT_TRUE(judged.verdict.has_value());
+  EXPECT_EQ(judged.reference_problem, "");
+  ASSERT_TRUE(judged.evidence.differential.has_value());
+  EXPECT_TRUE(judged.verdict->verdict.diagnosis.correct()) << judged.verdict->verdict_text;
+  // The same as the two steps it stands for, byte for byte.
+  auto by_hand = e;
+  EXPECT_EQ(testbed::apply_reference(by_hand, ref), "");
+  const auto vr = testbed::verdict_report(plan, by_hand, mk.gap, &he);
+  EXPECT_EQ(judged.verdict->json.dump(), vr.json.dump());
+  EXPECT_EQ(testbed::answer_text(judged), formats::answer_lines(by_hand) + vr.answer_text);
+  // A reference of other stages is not used, and says why.
+  auto oref = ref;
+  oref.groups.back() = "elsewhere.stage";
+  const auto refused = testbed::judge(e, {.reference = &oref});
+  EXPECT_NE(refused.reference_problem.find("differ from the window's"), std::string::npos) << refused.reference_problem;
+  EXPECT_FALSE(refused.evidence.differential.has_value());
+}
+
 TEST(Verdict, names_the_rank_and_checks_the_claim_on_a_model_window) {
   const DataTailWindow win;
   const auto& [plan, e, mk] = win;
