@@ -21,6 +21,8 @@ void setup_experiment(CLI::App& app) {
   sub->add_option("--python", o->python, "Python with pandas and matplotlib");
   sub->add_option("--mpirun", o->mpirun, "MPI launcher");
   sub->add_flag("--force", o->force, "redo rows that already finished");
+  sub->add_flag("--keep-rows", o->keep_rows,
+                "leave OUT/NAME/rows/ as the rows wrote it (default: packed into rows.tar.xz after the report; --quick keeps it)");
   sub->add_option("--set", o->overrides, "override a run option of every row, e.g. --set device=cuda (repeatable)");
   sub->add_option("--tag", o->tag, "write OUT/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
   sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));

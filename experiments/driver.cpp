@@ -1012,6 +1012,21 @@ void run_rows(const DriverOptions& opt, const Spec& spec, const std::string& dir
   if (tty && n) std::fprintf(stderr, "\n");
 }
 
+constexpr const char* kRowArchive = "rows.tar.xz";
+
+/// experiments/rowstore.py (beside the report script) packs rows/ into rows.tar.xz or unpacks it;
+/// "" or what went wrong, naming its log.
+std::string rowstore(const DriverOptions& opt, const std::string& verb, const std::string& dir) {
+  const std::string script = (fs::path(opt.report_script).parent_path() / "rowstore.py").string();
+  const std::string log = dir + "/.rowstore.log";
+  if (const int rc = spawn({opt.python, script, verb, dir}, log, 1800, [] {}); rc != 0)
+    return "rowstore.py " + verb + " " + dir + " failed (" + (rc == -1 ? std::string("killed at 1800 s") : "exit " + std::to_string(rc)) +
+           "), see " + log;
+  std::error_code ec;
+  fs::remove(log, ec);
+  return "";
+}
+
 void write_manifest(const DriverOptions& opt, const Spec& spec, const std::string& dir, std::size_t rows,
                     const std::vector<std::string>& failed, double elapsed) {
   ordered_json manifest;
@@ -1034,6 +1049,13 @@ void write_manifest(const DriverOptions& opt, const Spec& spec, const std::strin
 /// its failures, or -1 for bad input (exit 2).
 int run_spec(const DriverOptions& opt, const Spec& spec) {
   const std::string dir = opt.out_dir + "/" + spec.name + (opt.tag.empty() ? "" : "-" + opt.tag) + (opt.quick ? "-quick" : "");
+  // A packed experiment resumes from its archive: rows/ comes back before the rows run (--force
+  // runs every row again and packs anew).
+  if (spec.kind != "script" && !opt.force && fs::exists(dir + "/" + kRowArchive) && !fs::exists(dir + "/rows"))
+    if (const auto why = rowstore(opt, "unpack", dir); !why.empty()) {
+      std::fprintf(stderr, "[%s] %s\n", spec.name.c_str(), why.c_str());
+      return 1;
+    }
   fs::create_directories(spec.kind == "script" ? dir : dir + "/rows");
   const auto t0 = std::chrono::steady_clock::now();
   if (spec.kind == "script") return run_script(opt, spec, dir, t0);
@@ -1064,12 +1086,24 @@ int run_spec(const DriverOptions& opt, const Spec& spec) {
     std::fprintf(stderr, "[%s] no row finished: no table or plot (rows.csv and manifest.json say so)\n", spec.name.c_str());
     return failures + 1;
   }
-  if (const int rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {}); rc != 0) {
-    std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), rc, dir.c_str());
-    return failures + 1;
+  const int report_rc = spawn({opt.python, opt.report_script, dir}, dir + "/report.log", 600, [] {});
+  if (report_rc != 0) {
+    std::fprintf(stderr, "[%s] report failed (exit %d), see %s/report.log\n", spec.name.c_str(), report_rc, dir.c_str());
+    ++failures;
   }
-  std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json}\n", spec.name.c_str(), hms(elapsed).c_str(),
-               dir.c_str());
+  // The tree keeps a run's per-row files as one archive (docs/experiments.md, "What the tree
+  // keeps"), whether or not the report could read them; --quick and --keep-rows leave rows/ as it is.
+  bool pack = false;
+  if (!opt.quick && !opt.keep_rows && fs::is_directory(dir + "/rows"))
+    for (const auto& f : fs::recursive_directory_iterator(dir + "/rows")) pack = pack || f.is_regular_file();
+  if (pack)
+    if (const auto why = rowstore(opt, "pack", dir); !why.empty()) {
+      std::fprintf(stderr, "[%s] %s\n", spec.name.c_str(), why.c_str());
+      return failures + 1;
+    }
+  if (report_rc == 0)
+    std::fprintf(stderr, "[%s] done in %s: %s/{rows.csv,table.md,manifest.json%s}\n", spec.name.c_str(),
+                 hms(elapsed).c_str(), dir.c_str(), pack ? ",rows.tar.xz" : "");
   return failures;
 }
 

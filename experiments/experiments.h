@@ -64,6 +64,7 @@ struct DriverOptions {
   std::string python = "/usr/bin/python3";
   std::string report_script = "experiments/report.py";
   bool force = false;               ///< redo finished rows
+  bool keep_rows = false;           ///< leave rows/ unpacked (otherwise packed into rows.tar.xz after the report)
   std::vector<std::string> overrides; ///< --set key=value on every row's base options
   std::string tag;                  ///< results/NAME-TAG/ (e.g. "gpu")
   int row_timeout_s = 0;            ///< --row-timeout; 0: the spec's "row_timeout_s", else kDefaultRowTimeoutS
