@@ -37,6 +37,7 @@ struct StageRing {
   PyObject* buf;    // the ring's list (recorder.py's _buf); nullptr until _init_ring sets it
   Py_ssize_t base;  // first cell of the slot the boundaries write (ring, pending or scratch)
   Py_ssize_t k;     // explicit stages in the schema
+  PyObject* clock;  // a test's stand-in for perf_counter_ns (recorder._now replaced); nullptr: the clock
 };
 
 struct StageSpan {
@@ -51,9 +52,23 @@ PyObject* stage_out_of_range(const StageRing* r, Py_ssize_t s) {
   return nullptr;
 }
 
+/// The stand-in clock's time (tests replace recorder._now with a function of the call count).
+[[gnu::noinline]] std::int64_t stand_in_now(PyObject* clock) {
+  PyObject* t = PyObject_CallNoArgs(clock);
+  if (t == nullptr) return -1;
+  const long long now = PyLong_AsLongLong(t);
+  Py_DECREF(t);
+  return now;
+}
+
 /// The clock stored at cell `cell` + 2s of the current slot: the whole boundary.
 inline PyObject* store_now(StageRing* r, Py_ssize_t s, Py_ssize_t cell) {
-  const std::int64_t now = perf_counter_ns();
+  std::int64_t now = 0;
+  if (r->clock == nullptr) [[likely]] {
+    now = perf_counter_ns();
+  } else if ((now = stand_in_now(r->clock)) == -1 && PyErr_Occurred()) {
+    return nullptr;
+  }
   if (static_cast<std::size_t>(s) >= static_cast<std::size_t>(r->k)) [[unlikely]]
     return stage_out_of_range(r, s);
   const Py_ssize_t i = r->base + cell + 2 * s;
@@ -111,14 +126,33 @@ int ring_set_buf(PyObject* self, PyObject* value, void*) {
   return 0;
 }
 
+PyObject* ring_get_clock(PyObject* self, void*) {
+  PyObject* clock = reinterpret_cast<StageRing*>(self)->clock;
+  return Py_NewRef(clock != nullptr ? clock : Py_None);
+}
+
+int ring_set_clock(PyObject* self, PyObject* value, void*) {
+  if (value != nullptr && value != Py_None && !PyCallable_Check(value)) {
+    PyErr_SetString(PyExc_TypeError, "the recorder's clock (_clock) must be None or a callable returning int ns");
+    return -1;
+  }
+  auto* r = reinterpret_cast<StageRing*>(self);
+  Py_XSETREF(r->clock, value == nullptr || value == Py_None ? nullptr : Py_NewRef(value));
+  return 0;
+}
+
 int ring_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* r = reinterpret_cast<StageRing*>(self);
   Py_VISIT(Py_TYPE(self));
-  Py_VISIT(reinterpret_cast<StageRing*>(self)->buf);
+  Py_VISIT(r->buf);
+  Py_VISIT(r->clock);
   return 0;
 }
 
 int ring_clear(PyObject* self) {
-  Py_CLEAR(reinterpret_cast<StageRing*>(self)->buf);
+  auto* r = reinterpret_cast<StageRing*>(self);
+  Py_CLEAR(r->buf);
+  Py_CLEAR(r->clock);
   return 0;
 }
 
@@ -146,6 +180,8 @@ PyMemberDef ring_members[] = {
 
 PyGetSetDef ring_getset[] = {
     {"_buf", ring_get_buf, ring_set_buf, "the ring's slots (a list of ints, recorder.py's layout)", nullptr},
+    {"_clock", ring_get_clock, ring_set_clock,
+     "None (the boundaries read perf_counter_ns) or a test's stand-in clock, called instead", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyType_Slot ring_slots[] = {

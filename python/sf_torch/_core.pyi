@@ -1,5 +1,6 @@
 # Types of sf_torch._core, the pybind11 module python/core.cpp builds (a compiled module carries
 # none of its own). Checked against the built module by the python.stubtest CTest.
+from collections.abc import Callable
 from typing import Literal, TypedDict, final
 
 import numpy.typing as npt
@@ -130,6 +131,7 @@ class StageRing:
     K: int
     _base: int
     _buf: list[int]
+    _clock: Callable[[], int] | None
     def begin_stage(self, s: int, /) -> None: ...
     def end_stage(self, s: int, /) -> None: ...
 

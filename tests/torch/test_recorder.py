@@ -188,6 +188,29 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(RuntimeError, "ring is not set up"):
             ring.end_stage(0)
 
+    def test_a_stand_in_clock_reaches_the_c_boundaries(self):
+        # check_gather.py's deterministic clock replaces recorder._now before making the Recorder.
+        from sf_torch import recorder
+        ticks = iter(range(1000, 2000, 10))
+        saved, recorder._now = recorder._now, lambda: next(ticks)
+        try:
+            rec = sf_torch.Recorder(window_steps=3)
+        finally:
+            recorder._now = saved
+        rec.begin_step(0)  # recorder._now is the clock again: begin_step reads it, the boundaries keep theirs
+        rec.begin_stage(FWD)
+        with rec.stage("model.backward_cpu_wall"):
+            pass
+        rec.end_stage(FWD)
+        base = rec._base
+        self.assertEqual([rec._buf[base + 3 + 2 * FWD], rec._buf[base + 3 + 2 * BWD], rec._buf[base + 4 + 2 * BWD],
+                          rec._buf[base + 4 + 2 * FWD]], [1000, 1010, 1020, 1030])
+        rec._clock = None
+        rec.begin_stage(FWD)
+        self.assertGreater(rec._buf[base + 3 + 2 * FWD], 10**6)  # perf_counter_ns again
+        with self.assertRaises(TypeError):
+            rec._clock = 5
+
     def test_a_recorder_that_is_dropped_is_collected(self):
         import gc
         import weakref
