@@ -12,6 +12,7 @@
 
 #include <structmember.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace sf_torch {
