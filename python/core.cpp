@@ -8,6 +8,7 @@
 #include "sf/inject/inject.h"
 #include "sf/testbed/testbed.h"
 
+#include "hot_path.h"
 #include "sf_build_info.h"
 
 #include <pybind11/numpy.h>
@@ -323,4 +324,5 @@ PYBIND11_MODULE(_core, m) {
   bind_window(m);
   bind_catalogue(m);
   bind_provenance(m);
+  if (sf_torch::add_hot_path(m.ptr()) < 0) throw py::error_already_set();
 }

@@ -1,6 +1,7 @@
 # Types of sf_torch._core, the pybind11 module python/core.cpp builds (a compiled module carries
 # none of its own). Checked against the built module by the python.stubtest CTest.
-from typing import TypedDict
+from collections.abc import Callable
+from typing import Literal, TypedDict, final
 
 import numpy.typing as npt
 
@@ -122,3 +123,23 @@ def verdict(scenario: str, delay_ms: float, ranks: list[int], evidence: Evidence
 def provenance(arg0: str, arg1: list[str], arg2: str) -> str: ...
 def machine() -> str: ...
 def utc_now() -> str: ...
+
+# The recorder's hot path in C (python/hot_path.cpp): sf_torch.Recorder's base and its `with` block.
+class StageRing:
+    """The stage recorder's hot path: begin_stage and end_stage write the clock into the ring's
+    current slot (one perf_counter_ns() read, one store)."""
+    K: int
+    _base: int
+    _buf: list[int]
+    _clock: Callable[[], int] | None
+    def begin_stage(self, s: int, /) -> None: ...
+    def end_stage(self, s: int, /) -> None: ...
+
+@final
+class StageSpan:
+    """The `with rec.stage(name):` block of stage s: __enter__/__exit__ are the ring's boundaries."""
+    def __init__(self, ring: StageRing, s: int) -> None: ...
+    @property
+    def s(self) -> int: ...
+    def __enter__(self) -> None: ...
+    def __exit__(self, *exc: object) -> Literal[False]: ...

@@ -1,10 +1,12 @@
 """The stage recorder for PyTorch trainers (the contract of recorder/recorder.h, in Python).
 
-Hot path (``begin_stage``/``end_stage``, ``begin_step``'s clock read): one
-``time.perf_counter_ns()`` read and one store into a preallocated list. A dropped step (ring
-full under ``drop_newest``) and the time between steps write into scratch slots, so the hot path
-has no branch. Everything else -- validating the slots, packing, the gather, scoring -- happens
-in ``safe_point()`` and ``finish()``.
+Hot path (``begin_stage``/``end_stage``, ``with rec.stage(name):``, ``begin_step``'s clock read):
+one ``time.perf_counter_ns()`` read and one store into a preallocated list. ``begin_stage`` and
+``end_stage`` are C methods of the Recorder's base ``_core.StageRing`` and ``rec.stage(name)`` is
+a ``_core.StageSpan`` whose ``__enter__``/``__exit__`` are C (python/hot_path.cpp): a boundary runs
+no Python code. A dropped step (ring full under ``drop_newest``) and the time between steps write
+into scratch slots, so the hot path has no branch. Everything else -- validating the slots,
+packing, the gather, scoring -- happens in ``safe_point()`` and ``finish()``.
 
 Slot layout (ints, one slot per step, ``W = 5 + 3K`` wide):
   [0] step id, [1] step begin, [2] step end, [3 + 2s] stage s begin, [4 + 2s] stage s end,
@@ -144,25 +146,6 @@ def _write_atomic(path: str, text: str) -> None:
         raise
 
 
-class _Stage:
-    """A reusable context manager for one ordered stage: two hot-path calls, no allocation."""
-    __slots__ = ("_rec", "_b", "_e")
-
-    def __init__(self, rec: Recorder, s: int) -> None:
-        self._rec = rec
-        self._b = 3 + 2 * s
-        self._e = 4 + 2 * s
-
-    def __enter__(self) -> None:
-        r = self._rec
-        r._buf[r._base + self._b] = _now()
-
-    def __exit__(self, *exc: object) -> Literal[False]:
-        r = self._rec
-        r._buf[r._base + self._e] = _now()
-        return False
-
-
 class _Step:
     __slots__ = ("_rec", "_id")
 
@@ -264,7 +247,7 @@ def _fspath(path: PathLike | None) -> str | None:
     return os.fspath(path) if path is not None else None
 
 
-class Recorder:
+class Recorder(_core.StageRing):
     """One rank's always-on stage recorder with a fail-open window gather to rank 0.
 
     stages: the explicit stages in order, a list of distinct names (default: default_stages()); the
@@ -353,6 +336,9 @@ class Recorder:
         # Ring slots, then the pending slot (stages between steps: a prefetch wait charged to the
         # next step), then the scratch slot (a dropped step's stage calls land there).
         self._buf = [0] * (self.W * (self.capacity + 2))
+        # The C boundaries read the clock themselves; a test that replaced _now (a deterministic
+        # clock) has them call its stand-in too.
+        self._clock = None if _now is time.perf_counter_ns else _now
         self._pending = self.W * self.capacity
         self._scratch = self.W * (self.capacity + 1)
         self._base = self._pending
@@ -365,7 +351,7 @@ class Recorder:
         self._open_window = 0
         self.windows_closed = 0
         self._sync_stages: set[int] = set()
-        self._stage_cm = {name: _Stage(self, s) for s, name in enumerate(self.stages)}
+        self._stage_cm = {name: _core.StageSpan(self, s) for s, name in enumerate(self.stages)}
         self._step_cm = _Step(self)
 
     def _init_events(self, event_q: float) -> None:
@@ -472,14 +458,11 @@ class Recorder:
         self._open = False
         self._base = self._pending
 
-    def begin_stage(self, s: int) -> None:
-        self._buf[self._base + 3 + 2 * s] = _now()
-
-    def end_stage(self, s: int) -> None:
-        self._buf[self._base + 4 + 2 * s] = _now()
+    # begin_stage(s) / end_stage(s): the C methods of _core.StageRing, this class's base (a
+    # Python method's frame alone would cost more than the clock read).
 
     # ---- conveniences (each is a pair of hot-path calls) --------------------------------------
-    def stage(self, name: str) -> _Stage:
+    def stage(self, name: str) -> _core.StageSpan:
         """Context manager for the ordered stage ``name``."""
         try:
             return self._stage_cm[name]

@@ -126,6 +126,101 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "unknown stage 'model.fwd'"):
             rec.stage("model.fwd")
 
+    def test_a_boundary_stores_perf_counter_ns_in_its_stage_cells(self):
+        # begin_stage/end_stage and the `with` block are C (_core.StageRing, _core.StageSpan): the
+        # same clock as time.perf_counter_ns(), written where the Python hot path wrote it.
+        rec = sf_torch.Recorder(window_steps=3)
+        self.assertIsInstance(rec, _core.StageRing)
+        rec.begin_step(0)
+        base = rec._base
+        for call, cell in ((lambda: rec.begin_stage(FWD), 3 + 2 * FWD), (lambda: rec.end_stage(FWD), 4 + 2 * FWD)):
+            t0 = time.perf_counter_ns()
+            call()
+            t1 = time.perf_counter_ns()
+            self.assertTrue(t0 <= rec._buf[base + cell] <= t1, (t0, rec._buf[base + cell], t1))
+        cm = rec.stage("model.backward_cpu_wall")
+        self.assertIs(cm, rec.stage("model.backward_cpu_wall"))  # reused: no allocation per block
+        t0 = time.perf_counter_ns()
+        with self.assertRaisesRegex(KeyError, "inside"):
+            with cm as entered:
+                self.assertIsNone(entered)
+                raise KeyError("inside")  # the block's exception goes on; the stage still ends
+        t1 = time.perf_counter_ns()
+        b, e = rec._buf[base + 3 + 2 * BWD], rec._buf[base + 4 + 2 * BWD]
+        self.assertTrue(t0 <= b <= e <= t1, (t0, b, e, t1))
+        self.assertIs(cm.__exit__(None, None, None), False)
+        rec.end_step()
+        self.assertEqual(rec._base, rec._pending)  # end_step's base is the one the C boundary reads
+        rec.begin_stage(DATA)  # between steps: the pending slot (a prefetch wait)
+        self.assertGreater(rec._buf[rec._pending + 3 + 2 * DATA], 0)
+        rec.finish()
+
+    def test_a_stage_index_outside_the_schema_is_one_clear_error(self):
+        rec = sf_torch.Recorder(window_steps=3)
+        rec.begin_step(0)
+        for bad in (5, -1, 1 << 40):
+            with self.assertRaisesRegex(IndexError, f"^stage index {bad} is outside the schema's 5 stages \\(0..4\\)$"):
+                rec.begin_stage(bad)
+            with self.assertRaises(IndexError):
+                rec.end_stage(bad)
+        with self.assertRaises(TypeError):
+            rec.begin_stage(1.0)
+        with self.assertRaises(TypeError):
+            rec.end_stage("model.fwd_loss_cpu_wall")
+        rec.begin_stage(np.int64(FWD))  # anything with __index__, as list indexing took it
+        rec.end_stage(True)
+        with self.assertRaises(IndexError):
+            _core.StageSpan(rec, 5)
+        with self.assertRaises(TypeError):
+            _core.StageSpan(object(), 0)
+        with self.assertRaisesRegex(TypeError, "must be a list"):
+            rec._buf = (0,) * 10
+        rec.end_step()
+        rec.finish()
+
+    def test_a_ring_not_set_up_is_an_error_not_a_crash(self):
+        ring = _core.StageRing()
+        ring.K = 5
+        with self.assertRaisesRegex(RuntimeError, "ring is not set up"):
+            ring.begin_stage(0)
+        ring._buf = [0] * 4
+        ring._base = 2  # cell 2 + 3 is past the list
+        with self.assertRaisesRegex(RuntimeError, "ring is not set up"):
+            ring.end_stage(0)
+
+    def test_a_stand_in_clock_reaches_the_c_boundaries(self):
+        # check_gather.py's deterministic clock replaces recorder._now before making the Recorder.
+        from sf_torch import recorder
+        ticks = iter(range(1000, 2000, 10))
+        saved, recorder._now = recorder._now, lambda: next(ticks)
+        try:
+            rec = sf_torch.Recorder(window_steps=3)
+        finally:
+            recorder._now = saved
+        rec.begin_step(0)  # recorder._now is the clock again: begin_step reads it, the boundaries keep theirs
+        rec.begin_stage(FWD)
+        with rec.stage("model.backward_cpu_wall"):
+            pass
+        rec.end_stage(FWD)
+        base = rec._base
+        self.assertEqual([rec._buf[base + 3 + 2 * FWD], rec._buf[base + 3 + 2 * BWD], rec._buf[base + 4 + 2 * BWD],
+                          rec._buf[base + 4 + 2 * FWD]], [1000, 1010, 1020, 1030])
+        rec._clock = None
+        rec.begin_stage(FWD)
+        self.assertGreater(rec._buf[base + 3 + 2 * FWD], 10**6)  # perf_counter_ns again
+        with self.assertRaises(TypeError):
+            rec._clock = 5
+
+    def test_a_recorder_that_is_dropped_is_collected(self):
+        import gc
+        import weakref
+        rec = sf_torch.Recorder(window_steps=3)
+        rec.finish()
+        ref = weakref.ref(rec)
+        del rec
+        gc.collect()  # its StageSpans hold it: a cycle through C objects the collector must see
+        self.assertIsNone(ref())
+
     def test_stages_are_a_list_of_distinct_names(self):
         self.assertEqual(sf_torch.Recorder(stages=["a", "b"], window_steps=3).stages, ["a", "b"])
         self.assertEqual(sf_torch.Recorder(stages=("a",), window_steps=3).stages, ["a"])
