@@ -687,7 +687,8 @@ public:
     std::size_t used = 0;  // of b.vals: the plain rows' values, written in place
     auto take = [&](std::string_view line) {
       ++b.lines;
-      if (detail::trim(line).empty()) return;
+      // (A line whose first byte is not blank is not blank: the common case skips the call.)
+      if ((line.empty() || detail::blank(line.front())) && detail::trim(line).empty()) return;
       CsvBlock::Entry e{b.lines, 0, 0, static_cast<std::uint32_t>(line.data() - text.data()),
                         static_cast<std::uint32_t>(line.size()), false};
       if (b.vals.size() < used + nvals) b.vals.resize(std::max(2 * b.vals.size(), used + nvals));
@@ -787,8 +788,12 @@ public:
         h_.lay.order(vals_);
         v = vals_.data();
       }
-      // The widening check of the whole read, at the same line.
-      detail::note_step(pw_, step, file_, line_no, opt_.limits);
+      // The widening check of the whole read, at the same line (a step inside the span seen
+      // cannot widen it).
+      if (pw_.noted > 0 && step >= pw_.min_step && step <= pw_.max_step) [[likely]]
+        ++pw_.noted;
+      else
+        detail::note_step(pw_, step, file_, line_no, opt_.limits);
       rec.step = step;
       rec.rank = static_cast<int>(rank);
       rec.line = line_no;
