@@ -213,8 +213,9 @@ inline std::from_chars_result parse_double(const char* first, const char* last, 
 /// separated, then one more ',' when trailing_sep) into step, rank and vals, in file order.
 /// Returns false for any other line, valid or not: the caller then takes the general path, which
 /// accepts every form and words the error. Accepts only lines the general path accepts, with the
-/// same values.
-inline bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
+/// same values. Flattened: fast_float's parser is inlined here rather than called per field
+/// (-1.8% CPU of `score` on the 100 MB CSV, +16 KB of code).
+[[gnu::flatten]] inline bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
                      bool trailing_sep = false) {
   const char* p = line.data();
   const char* const e = p + line.size();
