@@ -10,11 +10,12 @@ OUT/score44.json (every run's figures) and OUT/score44.md (the table, made from 
     field with the same parsers (std::from_chars, fast_float), nothing checked or scored: pandas / floor is the most
     any `score` built on these parts could show.
 
-Each round runs the three commands of each mode (this build, the baseline binary, pandas) in an order that
+Each round runs the four commands of each mode (this build, the baseline binary, a build of the commit this work
+started from, pandas) in an order that
 rotates from round to round; every ratio is taken within its round (paired) and reported as min, median and max
 over the rounds. The baseline is the turn-4 binary (fd755ff) or any other given with --base.
 
-    /usr/bin/python3 bench/score44.py --sf build/sf-testbed --base ../base/build/sf-testbed \\
+    /usr/bin/python3 bench/score44.py --sf build/sf-testbed --base ../base/build/sf-testbed --parent PARENT/sf-testbed \\
         --make-csv build/bench/sf_make_csv --floor build/bench/sf_csv_floor --data /tmp/score44 --rounds 9 \\
         --out results/bench
     /usr/bin/python3 bench/score44.py --from-json results/bench/score44.json --out results/bench   # the md again
@@ -77,18 +78,22 @@ def measure(args):
     cmds = {
         "new": [args.sf, "score", "--json", str(csv)],
         "base": [args.base, "score", "--json", str(csv)],
+        "parent": [args.parent, "score", "--json", str(csv)],
         "pandas": ["/usr/bin/python3", args.pandas, str(csv)],
         "floor": [args.floor, str(csv)],
     }
-    names = ["new", "base", "pandas"]
+    names = ["new", "base", "parent", "pandas"]
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in cmds:  # warm the page cache and the interpreter's files, not counted
             run_once(cmds[name], True, f"{tmp}/{name}.out")
         check = agree(pathlib.Path(f"{tmp}/new.out").read_text(), pathlib.Path(f"{tmp}/pandas.out").read_text())
         same_as_base = pathlib.Path(f"{tmp}/new.out").read_bytes() == pathlib.Path(f"{tmp}/base.out").read_bytes()
+        same_as_parent = pathlib.Path(f"{tmp}/new.out").read_bytes() == pathlib.Path(f"{tmp}/parent.out").read_bytes()
+        schemas = {k: json.loads(pathlib.Path(f"{tmp}/{k}.out").read_text().splitlines()[0])["schema"] for k in ("new", "base", "parent")}
+        check_base = agree(pathlib.Path(f"{tmp}/base.out").read_text(), pathlib.Path(f"{tmp}/pandas.out").read_text())
         for i in range(args.rounds):
-            order = names[i % 3:] + names[:i % 3]
+            order = names[i % len(names):] + names[:i % len(names)]
             row = {"round": i, "order": order, "load_before": loadavg()}
             for mode, pin in (("one_core", True), ("two_cores", False)):
                 row[mode] = {}
@@ -105,7 +110,10 @@ def measure(args):
         "commands": {k: " ".join(v) for k, v in cmds.items()},
         "one_core_prefix": "taskset -c 0",
         "agreement_with_pandas": check,
+        "base_agreement_with_pandas": check_base,
         "new_output_bytes_equal_base": same_as_base,
+        "new_output_bytes_equal_parent": same_as_parent,
+        "evidence_schema": schemas,
         "rounds": rounds,
     }
 
@@ -123,6 +131,8 @@ def figures(res):
         "cpu_one_core_pandas_over_new": spread(one("new", "pandas", "cpu_s")),
         "cpu_one_core_pandas_over_base": spread(one("base", "pandas", "cpu_s")),
         "cpu_one_core_base_over_new": spread(one("new", "base", "cpu_s")),
+        "cpu_one_core_parent_over_new": spread(one("new", "parent", "cpu_s")),
+        "cpu_one_core_parent_over_base": spread(one("base", "parent", "cpu_s")),
         "cpu_one_core_pandas_over_floor": spread(one("floor", "pandas", "cpu_s")),
         "cpu_one_core_new_over_floor": spread(one("floor", "new", "cpu_s")),
         "wall_one_core_pandas_over_new": spread(one("new", "pandas", "wall_s")),
@@ -130,8 +140,9 @@ def figures(res):
         "wall_two_cores_pandas_over_new": spread(two("new", "pandas", "wall_s")),
         "wall_two_cores_pandas_over_base": spread(two("base", "pandas", "wall_s")),
         "wall_two_cores_base_over_new": spread(two("new", "base", "wall_s")),
-        "cpu_s_one_core": {k: spread([x["one_core"][k]["cpu_s"] for x in r]) for k in ("new", "base", "pandas", "floor")},
-        "wall_s_two_cores": {k: spread([x["two_cores"][k]["wall_s"] for x in r]) for k in ("new", "base", "pandas")},
+        "wall_two_cores_parent_over_new": spread(two("new", "parent", "wall_s")),
+        "cpu_s_one_core": {k: spread([x["one_core"][k]["cpu_s"] for x in r]) for k in ("new", "base", "parent", "pandas", "floor")},
+        "wall_s_two_cores": {k: spread([x["two_cores"][k]["wall_s"] for x in r]) for k in ("new", "base", "parent", "pandas")},
         "load_1min": spread(loads),
     }
 
@@ -154,7 +165,8 @@ def markdown(res):
         "over the rounds. CPU is user + sys of the whole process (os.wait4).",
         "",
         f"- new: `{res['commands']['new']}`",
-        f"- base: `{res['commands']['base']}`",
+        f"- base: `{res['commands']['base']}` (the turn-4 binary the issue names)",
+        f"- parent: `{res['commands']['parent']}` (the commit this work started from: what it changed alone)",
         f"- pandas: `{res['commands']['pandas']}`",
         f"- floor: `{res['commands']['floor']}` (one core only, after the three, each round)",
         f"- one core: each command under `{res['one_core_prefix']}`; two cores: without it",
@@ -171,20 +183,26 @@ def markdown(res):
         f"| pandas CPU / floor CPU, one core: the most any reader on these parsers could show | "
         f"{fmt(f['cpu_one_core_pandas_over_floor'])} | — |",
         f"| new CPU / floor CPU, one core | {fmt(f['cpu_one_core_new_over_floor'])} | — |",
+        f"| parent CPU / new CPU, one core: this work's own effect | {fmt(f['cpu_one_core_parent_over_new'], 3)} | — |",
+        f"| parent CPU / base CPU, one core: what changed between the two | {fmt(f['cpu_one_core_parent_over_base'], 3)} | — |",
         f"| pandas wall / new wall, one core | {fmt(f['wall_one_core_pandas_over_new'])} | — |",
         f"| pandas wall / new wall, two cores | **{fmt(w)}** | ≥ {WALL_TARGET:g} with a core free: "
         f"{'met' if w['median'] >= WALL_TARGET else 'not met'} at this load |",
         f"| pandas wall / base wall, two cores | {fmt(f['wall_two_cores_pandas_over_base'])} | — |",
         f"| base wall / new wall, two cores | {fmt(f['wall_two_cores_base_over_new'], 3)} | — |",
+        f"| parent wall / new wall, two cores | {fmt(f['wall_two_cores_parent_over_new'], 3)} | — |",
         "",
-        "| seconds | new | base | pandas | floor |",
-        "|---|---|---|---|---|",
-        "| CPU, one core | " + " | ".join(fmt(f["cpu_s_one_core"][k], 3) for k in ("new", "base", "pandas", "floor")) + " |",
-        "| wall, two cores | " + " | ".join(fmt(f["wall_s_two_cores"][k], 3) for k in ("new", "base", "pandas")) + " | — |",
+        "| seconds | new | base | parent | pandas | floor |",
+        "|---|---|---|---|---|---|",
+        "| CPU, one core | " + " | ".join(fmt(f["cpu_s_one_core"][k], 3) for k in ("new", "base", "parent", "pandas", "floor")) + " |",
+        "| wall, two cores | " + " | ".join(fmt(f["wall_s_two_cores"][k], 3) for k in ("new", "base", "parent", "pandas")) + " | — |",
         "",
         f"Agreement (first run): exposed makespan within {res['agreement_with_pandas']['exposed_makespan_rel']:.1e} "
-        f"relative of pandas, same top stage: {res['agreement_with_pandas']['top_stage_same']}; new output bytes equal "
-        f"to base's: {res['new_output_bytes_equal_base']}.",
+        f"relative of pandas, same top stage: {res['agreement_with_pandas']['top_stage_same']} (base: "
+        f"{res['base_agreement_with_pandas']['exposed_makespan_rel']:.1e}, {res['base_agreement_with_pandas']['top_stage_same']}); "
+        f"new output bytes equal to base's: {res['new_output_bytes_equal_base']} (evidence schema: new "
+        f"{res['evidence_schema']['new']}, base {res['evidence_schema']['base']}, parent "
+        f"{res['evidence_schema']['parent']}); new output bytes equal to parent's: {res['new_output_bytes_equal_parent']}.",
         "",
     ]
     return "\n".join(lines)
@@ -195,6 +213,7 @@ def main():
     ap.add_argument("--sf")
     ap.add_argument("--base")
     ap.add_argument("--pandas", default=str(HERE.parent / "experiments" / "pandas_score.py"))
+    ap.add_argument("--parent", help="a build of the commit this work started from")
     ap.add_argument("--make-csv")
     ap.add_argument("--floor", help="bench/csv_floor.cpp's binary (sf_csv_floor)")
     ap.add_argument("--data", default="/tmp/score44")
@@ -206,8 +225,8 @@ def main():
     if args.from_json:
         res = json.loads(pathlib.Path(args.from_json).read_text())
     else:
-        if not (args.sf and args.base and args.make_csv and args.floor):
-            ap.error("--sf, --base, --make-csv and --floor are needed to measure")
+        if not (args.sf and args.base and args.parent and args.make_csv and args.floor):
+            ap.error("--sf, --base, --parent, --make-csv and --floor are needed to measure")
         res = measure(args)
         res["figures"] = figures(res)
         out.mkdir(parents=True, exist_ok=True)
