@@ -160,7 +160,7 @@ def markdown(res):
         "",
         f"Made by `bench/score44.py` from `score44.json` (commit {res['commit']}, {res['date']}, host {res['host']}, "
         f"{res['machine']['cores']} cores). Command: `{' '.join(res['command'])}`.",
-        f"CSV: `{res['csv']['made_by']}`, {res['csv']['bytes']} bytes. {len(res['rounds'])} rounds; in each the three "
+        f"CSV: `{res['csv']['made_by']}`, {res['csv']['bytes']} bytes. {len(res['rounds'])} rounds; in each the four "
         "commands of each mode run in a rotating order and every ratio is taken within the round: median (min–max) "
         "over the rounds. CPU is user + sys of the whole process (os.wait4).",
         "",
@@ -168,7 +168,7 @@ def markdown(res):
         f"- base: `{res['commands']['base']}` (the turn-4 binary the issue names)",
         f"- parent: `{res['commands']['parent']}` (the commit this work started from: what it changed alone)",
         f"- pandas: `{res['commands']['pandas']}`",
-        f"- floor: `{res['commands']['floor']}` (one core only, after the three, each round)",
+        f"- floor: `{res['commands']['floor']}` (one core only, after the four, each round)",
         f"- one core: each command under `{res['one_core_prefix']}`; two cores: without it",
         f"- load average (1 min) over the rounds: {fmt(f['load_1min'])} on {res['machine']['cores']} cores"
         + ("; the second core was seldom free, so the two-core wall ratio is a busy machine's, below the free-core "
