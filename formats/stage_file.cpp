@@ -691,7 +691,7 @@ bool parse_seconds_field(std::string_view f, bool decimal_comma, double& v) {
     std::replace(buf, buf + f.size(), ',', '.');
     f = std::string_view(buf, f.size());
   }
-  const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+  const auto r = parse_double(f.data(), f.data() + f.size(), v);
   if (r.ptr != f.data() + f.size()) return false;
   if (r.ec == std::errc::result_out_of_range) {
     // Tell an underflow (a mantissa with a large negative exponent) from an overflow.

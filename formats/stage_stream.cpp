@@ -26,6 +26,7 @@
 #include <thread>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,7 +153,7 @@ private:
 };
 
 /// One record as a source hands it over; d holds the explicit stages, sync (when has_sync)
-/// the sync waits (NaN: null).
+/// the sync waits (NaN: null), both in the source's storage until its next next().
 struct Rec {
   std::int64_t step = 0, line = 0;
   int rank = 0;
@@ -162,7 +163,8 @@ struct Rec {
   double event_s = 0;
   bool has_sync = false;
   double cpu_wait = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> d, sync;
+  const double* d = nullptr;
+  const double* sync = nullptr;
 };
 
 /// A file window's header facts (CSV: the header line and the options).
@@ -381,8 +383,6 @@ public:
     feeder_.reset();
     Rec rec;
     const std::size_t k = fw_.stages.size();
-    rec.d.resize(k);
-    rec.sync.resize(k);
     bool feeding = layout != nullptr;
     bool open = false;
     std::int64_t cur = 0;
@@ -512,12 +512,10 @@ constexpr std::uint64_t kUnprobedGuessValues = std::uint64_t{1} << 16;
 /// of its own, and given up at any error (the pass that follows words it), so a sparse window
 /// in a large world never gets a world-sized step: its memory follows the records present.
 template <typename MakeSource>
-bool first_step_is_dense(int world, std::size_t k, MakeSource& make_source) {
+bool first_step_is_dense(int world, MakeSource& make_source) {
   try {
     auto src = make_source();
     Rec rec;
-    rec.d.resize(k);
-    rec.sync.resize(k);
     std::vector<std::uint64_t> bits((static_cast<std::size_t>(world) + 63) / 64, 0);
     int count = 0;
     std::optional<std::int64_t> first;
@@ -548,7 +546,7 @@ void stream_window(FileLines& lines, const ReadOptions& opt, StepSink& sink, con
   if (opt.window_steps > 0) guess.reset();
   if (guess && guess->ids.empty() &&
       static_cast<std::uint64_t>(guess->world) * (fw.stages.size() + 4) > kUnprobedGuessValues) {
-    if (!first_step_is_dense(guess->world, fw.stages.size(), make_source)) guess.reset();
+    if (!first_step_is_dense(guess->world, make_source)) guess.reset();
     lines.seek(fw.body_offset, fw.body_line);
   }
   {
@@ -573,11 +571,44 @@ void stream_window(FileLines& lines, const ReadOptions& opt, StepSink& sink, con
 
 // --- CSV ---
 
+/// An allocator whose resize() leaves the new elements uninitialised: a block's text is read
+/// over at once and its values written before they are read, so zeroing them first (a memset of
+/// the whole file) was wasted.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using Bytes = std::vector<char, UninitAllocator<char>>;
+
+/// Whether this process may run on two processors or more (its affinity mask: taskset, a
+/// cpuset): the read-ahead threads help only then; on one they take turns with the scoring
+/// thread and add only switches and cache misses.
+bool two_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return std::thread::hardware_concurrency() >= 2;
+  return CPU_COUNT(&set) >= 2;
+}
+
 /// A block of whole lines of a CSV body with its plain rows parsed: the work a second core does
 /// ahead of the one that checks and scores (CsvSource). Other lines are left as text for
 /// parse_csv_row, which words their errors with their line numbers.
 struct CsvBlock {
-  std::vector<char> text;
+  Bytes text;
   std::int64_t lines = 0;  // lines in the block, blank ones too
   struct Entry {
     std::int64_t rel_line;  // 1-based within the block
@@ -586,7 +617,7 @@ struct CsvBlock {
     bool plain;
   };
   std::vector<Entry> entries;  // the non-blank lines, in order
-  std::vector<double> vals;    // lay.values per plain entry, in order, wall last (lay.order)
+  std::vector<double, UninitAllocator<double>> vals;  // lay.values per plain entry, in order, wall last (lay.order)
   bool last = false;           // the body's end
   std::string failed;          // a read error
 };
@@ -652,17 +683,21 @@ public:
 
   void parse(CsvBlock& b) const {
     const std::string_view text(b.text.data(), b.text.size());
-    std::vector<double> vals(h_.lay.values);
+    const std::size_t nvals = h_.lay.values;
+    std::size_t used = 0;  // of b.vals: the plain rows' values, written in place
     auto take = [&](std::string_view line) {
       ++b.lines;
-      if (detail::trim(line).empty()) return;
+      // (A line whose first byte is not blank is not blank: the common case skips the call.)
+      if ((line.empty() || detail::blank(line.front())) && detail::trim(line).empty()) return;
       CsvBlock::Entry e{b.lines, 0, 0, static_cast<std::uint32_t>(line.data() - text.data()),
                         static_cast<std::uint32_t>(line.size()), false};
+      if (b.vals.size() < used + nvals) b.vals.resize(std::max(2 * b.vals.size(), used + nvals));
+      const std::span<double> vals(b.vals.data() + used, nvals);
       e.plain = h_.sep == ',' && detail::parse_plain_row(line, e.step, e.rank, vals, h_.lay.trailing_empty) &&
                 e.rank < world_max_ && !(world_size_ > 0 && e.rank >= world_size_);
       if (e.plain) {
         h_.lay.order(vals);
-        b.vals.insert(b.vals.end(), vals.begin(), vals.end());
+        used += nvals;
       }
       b.entries.push_back(e);
     };
@@ -686,6 +721,7 @@ public:
       }
       b.lines = lines.line_no();
     }
+    b.vals.resize(used);
   }
 
 private:
@@ -696,19 +732,19 @@ private:
   const detail::CsvHeader& h_;
   int world_max_, world_size_;
   std::size_t max_line_;
-  std::vector<char> carry_;
+  Bytes carry_;
   bool done_ = false;
 };
 
 /// The records of a CSV body, in order, from blocks that two worker threads cut and parse
-/// ahead of the thread that checks and scores them (when the machine has two cores; in line
-/// otherwise), a few blocks at most. The records come in file order whichever worker parsed them.
+/// ahead of the thread that checks and scores them (when the process may run on two processors;
+/// in line otherwise: two_cpus), a few blocks at most. The records come in file order whichever worker parsed them.
 class CsvSource {
 public:
   CsvSource(int fd, std::uint64_t size, std::uint64_t offset, std::int64_t line_before, const detail::CsvHeader& h,
             const std::string& file, const ReadOptions& opt)
       : reader_(fd, size, offset, h, opt), h_(h), file_(file), opt_(opt), vals_(h.lay.values), base_(line_before) {
-    if (std::thread::hardware_concurrency() >= 2)
+    if (two_cpus())
       for (int i = 0; i < 2; ++i) workers_.emplace_back([this] { work(); });
   }
   ~CsvSource() {
@@ -752,12 +788,16 @@ public:
         h_.lay.order(vals_);
         v = vals_.data();
       }
-      // The widening check of the whole read, at the same line.
-      detail::note_step(pw_, step, file_, line_no, opt_.limits);
+      // The widening check of the whole read, at the same line (a step inside the span seen
+      // cannot widen it).
+      if (pw_.noted > 0 && step >= pw_.min_step && step <= pw_.max_step) [[likely]]
+        ++pw_.noted;
+      else
+        detail::note_step(pw_, step, file_, line_no, opt_.limits);
       rec.step = step;
       rec.rank = static_cast<int>(rank);
       rec.line = line_no;
-      std::copy(v, v + k, rec.d.begin());
+      rec.d = v;
       rec.has_wall = has_wall;
       rec.wall = has_wall ? v[k] : 0.0;
       return true;
@@ -921,14 +961,14 @@ public:
       rec.step = p.step;
       rec.line = p.line;
       rec.rank = p.rank;
-      std::copy(pw_.values.begin(), pw_.values.end(), rec.d.begin());
+      rec.d = pw_.values.data();
       rec.has_wall = p.has_wall;
       rec.wall = p.has_wall ? p.wall : 0.0;
       rec.event = p.event;
       rec.event_s = p.event_s;
       rec.cpu_wait = p.cpu_wait;
       rec.has_sync = p.sync_offset >= 0;
-      if (rec.has_sync) std::copy(pw_.sync_values.begin(), pw_.sync_values.end(), rec.sync.begin());
+      rec.sync = rec.has_sync ? pw_.sync_values.data() : nullptr;
       return true;
     }
     stop_.line = 0;
