@@ -152,13 +152,16 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   const std::span<const int> cf_groups =
       s1 >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&s1, 1) : std::span<const int>();
   std::vector<double> cm(m.stages());
+  std::vector<detail::Middle> mids(m.stages());
+  std::vector<detail::MiddleHint> hints(m.stages());
   detail::SelectScratch scratch;
   detail::StepFrontier f;
   for (int t = 0; t < m.steps(); ++t)
     if (acc.scored[t]) {
-      detail::cohort_medians(m, t, cm, scratch);
+      detail::cohort_middles(m, t, mids, hints, scratch);
+      for (int s = 0; s < m.stages(); ++s) cm[s] = mids[s].median();
       detail::step_frontier_from(acc, t, f);
-      ws.add_step(m, t, f, cm, rmp, cf_groups);
+      ws.add_step(m, t, f, cm, rmp, cf_groups, mids);
     }
   if (ws.top_group() != s1)
     throw std::logic_error("evaluate: the top group from the accounting (" + std::to_string(s1) +
@@ -187,6 +190,8 @@ struct StreamingAccumulator::State {
   double total_s = 0;  // recorded step time so far (≤ kMaxWindowSeconds)
   // Per-step scratch: a step of 10^6 ranks allocates nothing.
   std::vector<double> cm, p;
+  std::vector<detail::Middle> mids;
+  std::vector<detail::MiddleHint> hints;
   std::vector<int> all_groups;
   detail::StepFrontier frontier;
   detail::SelectScratch select;
@@ -194,6 +199,8 @@ struct StreamingAccumulator::State {
       : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)), scope(sc),
         stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {
     cm.resize(schema.size());
+    mids.resize(schema.size());
+    hints.resize(schema.size());
     if (cfg.ambiguity_residual_leaders)  // C_R, an extension, is the only reader of the counterfactuals
       for (int g = 0; g < schema.group_count(); ++g) all_groups.push_back(g);
   }
@@ -285,10 +292,11 @@ void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts) {
   if (scored && st.scope == Scope::segment) {
     st.stats.add_segment_step(one, 0, st.frontier, {});
   } else if (scored) {
-    detail::cohort_medians(one, 0, st.cm, st.select);
+    detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
+    for (int s = 0; s < one.stages(); ++s) st.cm[s] = st.mids[s].median();
     // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
     // add_step's one pass over the ranks).
-    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups);
+    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups, st.mids);
   }
   if (facts) facts_from(st.frontier, scored, one.ranks(), st.stats.last_lag(), *facts);
 }

@@ -52,6 +52,16 @@ void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentS
   for (int i = 0; i < n; ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i0 + i), s));
 }
 
+/// The middle of the values 0 + x from x's: 0 + v is monotone and depends on v's value alone
+/// (−0 and +0 both become +0), so the order statistics of an array formed as 0 + x (a group's
+/// own work of one stage without a sync wait) are 0 + those of x, bit for bit.
+Middle plus_zero(Middle m) {
+  m.lo = 0.0 + m.lo;
+  m.mid = 0.0 + m.mid;
+  m.hi = 0.0 + m.hi;
+  return m;
+}
+
 /// Ranks are visited in blocks of this many, so a block of every stage stays in L1 while the
 /// passes over it (one per stage and group) run.
 constexpr int kBlock = 512;
@@ -95,6 +105,15 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f) {
   auto lo = std::lower_bound(acc.ties.begin(), acc.ties.end(), t,
                              [](const Accounting::Tie& tie, int step) { return tie.t < step; });
   for (; lo != acc.ties.end() && lo->t == t; ++lo) f.tie[lo->s] = lo->ranks;
+}
+
+void cohort_middles(const StageMatrix& m, int t, std::span<Middle> out, std::span<MiddleHint> hints,
+                    SelectScratch& scratch) {
+  const PresentStep d(m, t);
+  for (int s = 0; s < m.stages(); ++s)
+    out[s] = d.size() == 0 ? Middle{}
+                           : middle_of({d.stage(s).data(), static_cast<std::size_t>(d.size())}, scratch,
+                                       hints.empty() ? nullptr : &hints[s]);
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
@@ -336,6 +355,10 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
     ++group_count_[g];
     group_last_[g] = s;
   }
+  one_stage_groups_ = G_ == S_;
+  for (int s = 0; s < S_; ++s) one_stage_groups_ = one_stage_groups_ && schema_.group_of(s) == s;
+  prefix_hint_.assign(S_ > 1 ? S_ - 1 : 0, {});
+  own_hint_.assign(G_ + 1, {});
 }
 
 void WindowStats::bound_medians(std::size_t exact_cap) {
@@ -350,19 +373,23 @@ void WindowStats::bound_medians(std::size_t exact_cap) {
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
-                           const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups) {
+                           const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups,
+                           std::span<const Middle> stage_middles) {
   if (m.step_present_count(t) == 0) return;
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
   const int slowest = rank_pass(d, m.step_complete(t), b, counterfactual_groups);
+  total_mid_ = Middle{};
   step_lag(f, cohort_median, d.size());
+  // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
+  if (S_ == 1 && !stage_middles.empty()) total_mid_ = plus_zero(stage_middles[0]);
   add_lag(step_lag_);
   base_.add_stats(m, t, stage_max_, stage_sum_, d.rank(slowest), cohort_median);
   add_gains(f, exposed, counterfactual_groups);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d, f);
+  add_standing(m, t, d, f, stage_middles);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -371,6 +398,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   if (m.step_present_count(t) == 0) return;
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
+  total_mid_ = Middle{};
   segment_pass(d, m.step_complete(t), lag.empty());
   if (lag.empty()) {
     // The cohort median of the first stage, as cohort_medians() takes it (P = d there).
@@ -382,7 +410,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   add_lag(step_lag_);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d, f);
+  add_standing(m, t, d, f, {});
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -548,7 +576,12 @@ void WindowStats::step_lag(const StepFrontier& f, std::span<const double> cohort
   for (int s = 0; s < S_; ++s) {
     // At the first stage P = d: its median is the cohort median, already at hand.
     double median = cohort_median[0];
-    if (s >= 1) median = median_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n), sel_);
+    if (s >= 1) {
+      const Middle mid = middle_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n),
+                                   sel_, &prefix_hint_[static_cast<std::size_t>(s - 1)]);
+      median = mid.median();
+      if (s == S_ - 1) total_mid_ = mid;  // the totals P[t,r,S]: the whole step's own work without waits
+    }
     step_lag_[s] = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
   }
 }
@@ -766,10 +799,18 @@ void WindowStats::cohort_excess(Evidence& e) const {
   }
 }
 
-double loo_median(double v, std::size_t n, double lo, double mid, double hi) {
+namespace {
+
+/// loo_median's rule, here where the standings' loop can inline it (an exported function of a
+/// shared library is called, element by element).
+inline double loo_rule(double v, std::size_t n, double lo, double mid, double hi) {
   if (n % 2 == 0) return v <= lo ? mid : lo;  // a[k − 1] = lo, a[k] = mid
   return v > mid ? mid : hi;                  // the others' upper middle: a[k] or a[k + 1]
 }
+
+}  // namespace
+
+double loo_median(double v, std::size_t n, double lo, double mid, double hi) { return loo_rule(v, n, lo, mid, hi); }
 
 namespace {
 
@@ -781,16 +822,9 @@ namespace {
 /// position when values tie.
 class LeaveOneOutMedian {
 public:
-  /// buf: scratch, overwritten. n >= 2.
-  LeaveOneOutMedian(std::span<const double> x, std::vector<double>& buf) : n_(x.size()) {
-    buf.assign(x.begin(), x.end());
-    const std::size_t k = n_ / 2;
-    std::nth_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k), buf.end());
-    mid_ = buf[k];
-    lo_ = *std::max_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k));
-    if (n_ % 2 == 1) hi_ = *std::min_element(buf.begin() + static_cast<std::ptrdiff_t>(k) + 1, buf.end());
-  }
-  double of(double v) const { return loo_median(v, n_, lo_, mid_, hi_); }
+  /// From the n values' middle order statistics (middle_of); n >= 2.
+  explicit LeaveOneOutMedian(const Middle& m) : n_(m.n), lo_(m.lo), mid_(m.mid), hi_(m.hi) {}
+  double of(double v) const { return loo_rule(v, n_, lo_, mid_, hi_); }
   double lo() const { return lo_; }
   double mid() const { return mid_; }
   double hi() const { return hi_; }
@@ -800,38 +834,125 @@ private:
   double lo_ = 0, mid_ = 0, hi_ = 0;
 };
 
+/// sum[i] += x and sq[i] += x² for x = own[i] − the median of the others, i < n; with
+/// `plus_zero`, own[i] is read as 0 + own[i] (a group's own work formed from its one stage).
+template <bool kPlusZero>
+void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+  for (int i = 0; i < n; ++i) {
+    const double v = kPlusZero ? 0.0 + own[i] : own[i];
+    const double x = v - peers.of(v);
+    sum[i] += x;
+    sq[i] += x * x;
+  }
+}
+
+/// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
+/// sort by (value descending, index ascending) puts first), into top. In index order a later
+/// value enters only when it beats the k-th so far, which few do: eight values are compared at a
+/// time, and only a block holding one that beats it is looked at value by value.
+void latest(const double* v, int n, int k, std::vector<int>& top) {
+  top.clear();
+  if (k <= 0) return;
+  auto before = [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); };
+  for (int i = 0; i < k; ++i) top.push_back(i);
+  std::sort(top.begin(), top.end(), before);
+  double kth = v[top.back()];
+  auto visit = [&](int i) {
+    if (!(v[i] > kth)) return;  // an equal value at a later index ranks after the k-th
+    top.insert(std::upper_bound(top.begin(), top.end(), i, before), i);
+    top.pop_back();
+    kth = v[top.back()];
+  };
+  int i = k;
+  for (; i + 8 <= n; i += 8) {
+    bool any = false;
+    for (int j = 0; j < 8; ++j) any |= v[i + j] > kth;
+    if (any)
+      for (int j = 0; j < 8; ++j) visit(i + j);
+  }
+  for (; i < n; ++i) visit(i);
+}
+
 }  // namespace
 
-void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f) {
+void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f,
+                               std::span<const Middle> stage_middles) {
   const int n = d.size();
   if (!standing_on_ || n < 2) return;  // a rank alone has no peers to stand against
   const auto N = static_cast<std::size_t>(n);
-  step_own_.assign(static_cast<std::size_t>(G_ + 1) * N, 0.0);
-  for (int s = 0; s < S_; ++s) {
-    double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
-    const double* x = d.stage(s).data();
-    for (int i = 0; i < n; ++i) own[i] += x[i];
-  }
+  // Groups whose own work has a sync wait taken off this step.
+  step_synced_.assign(G_, 0);
+  bool any_synced = false;
   if (m.has_sync_wait())
     for (int s = 0; s < S_; ++s)
-      if (const float* col = m.sync_wait_column(t, s)) {
-        double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
-        for (int i = 0; i < n; ++i)
-          if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
-      }
-  double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
-  for (int g = 0; g < G_; ++g)
-    for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
-  for (int k = 0; k <= G_; ++k) {
-    const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
-    const LeaveOneOutMedian peers({own, N}, loo_buf_);
+      if (m.sync_wait_column(t, s) != nullptr) step_synced_[schema_.group_of(s)] = 1, any_synced = true;
+  const bool complete = m.step_complete(t);
+  auto stand = [&](int k, const double* own, bool plus_zero, const Middle& mid) {
+    const LeaveOneOutMedian peers(mid);
     double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
     double* sq = st_sq_.data() + static_cast<std::size_t>(k) * world_;
-    for (int i = 0; i < n; ++i) {
-      const double x = own[i] - peers.of(own[i]);
-      sum[d.rank(i)] += x;
-      sq[d.rank(i)] += x * x;
+    if (complete && plus_zero) {
+      add_standings<true>(own, n, peers, sum, sq);
+    } else if (complete) {
+      add_standings<false>(own, n, peers, sum, sq);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        const double v = plus_zero ? 0.0 + own[i] : own[i];
+        const double x = v - peers.of(v);
+        sum[d.rank(i)] += x;
+        sq[d.rank(i)] += x * x;
+      }
     }
+  };
+  if (one_stage_groups_ && !any_synced && !stage_middles.empty() && total_mid_.n == N) {
+    // One stage per group in stage order and no wait taken off: group g's own work is 0 + its
+    // stage (the cohort median's array, whose middle is at hand) and the whole step's is the
+    // total P[t,r,S] (the lag's last prefix, summed the same way): nothing to form or select.
+    for (int g = 0; g < G_; ++g)
+      stand(g, d.stage(g).data(), true, plus_zero(stage_middles[static_cast<std::size_t>(g)]));
+    whole_ = totals_.data();
+    whole_mid_ = total_mid_;
+    stand(G_, whole_, false, whole_mid_);
+  } else {
+    step_own_.resize(static_cast<std::size_t>(G_ + 1) * N);
+    // Each group's own work, 0 + its stages in stage order (a zeroed sum's first addition).
+    for (int g = 0; g < G_; ++g) {
+      double* own = step_own_.data() + static_cast<std::size_t>(g) * N;
+      for (int s = group_first_[g]; s <= group_last_[g]; ++s) {
+        if (schema_.group_of(s) != g) continue;
+        const double* x = d.stage(s).data();
+        if (s == group_first_[g]) {
+          for (int i = 0; i < n; ++i) own[i] = 0.0 + x[i];
+        } else {
+          for (int i = 0; i < n; ++i) own[i] += x[i];
+        }
+      }
+    }
+    if (any_synced)
+      for (int s = 0; s < S_; ++s)
+        if (const float* col = m.sync_wait_column(t, s)) {
+          double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
+          for (int i = 0; i < n; ++i)
+            if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
+        }
+    double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
+    for (int i = 0; i < n; ++i) whole[i] = 0.0 + step_own_[i];  // a zeroed sum's first addition
+    for (int g = 1; g < G_; ++g)
+      for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
+    for (int k = 0; k <= G_; ++k) {
+      const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
+      Middle mid;
+      if (k < G_ && one_stage_groups_ && !step_synced_[k] && !stage_middles.empty()) {
+        mid = plus_zero(stage_middles[static_cast<std::size_t>(k)]);
+      } else if (k == G_ && one_stage_groups_ && !any_synced && total_mid_.n == N) {
+        mid = total_mid_;
+      } else {
+        mid = middle_of({own, N}, sel_, &own_hint_[static_cast<std::size_t>(k)]);
+      }
+      if (k == G_) whole_mid_ = mid;
+      stand(k, own, false, mid);
+    }
+    whole_ = whole;
   }
   for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
   if (arrivals_.size() < Evidence::kArrivalSteps) add_arrivals(m, t, d, f);
@@ -845,7 +966,7 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
         step_cw_rank_.push_back(d.rank(i));
       }
     if (step_cw_.size() >= 2) {
-      const LeaveOneOutMedian peers(step_cw_, loo_buf_);
+      const LeaveOneOutMedian peers(middle_of(step_cw_, sel_, &cw_hint_));
       for (std::size_t i = 0; i < step_cw_.size(); ++i) {
         const double x = step_cw_[i] - peers.of(step_cw_[i]);
         cw_sum_[step_cw_rank_[i]] += x;
@@ -873,17 +994,27 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
       for (int s = group_first_[g]; s <= group_last_[g] && !sync; ++s)
         sync = schema_.group_of(s) == g && m.sync_wait_column(t, s) != nullptr;
     if (!sync && g + 1 < G_) continue;
-    // The segment first..g: each rank's own work there.
-    seg_own_.assign(N, 0.0);
-    for (int h = first; h <= g; ++h) {
-      const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
-      for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
+    // The segment first..g: each rank's own work there (the whole step's, summed the same way,
+    // when it is the one segment).
+    const double* seg = nullptr;
+    Middle mid;
+    if (first == 0 && g == G_ - 1) {
+      seg = whole_;
+      mid = whole_mid_;
+    } else {
+      seg_own_.assign(N, 0.0);
+      for (int h = first; h <= g; ++h) {
+        const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
+        for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
+      }
+      seg = seg_own_.data();
+      mid = middle_of(seg_own_, sel_);
     }
     ArrivalSegment sg;
     sg.first_group = static_cast<std::int16_t>(std::min(first, 32767));
     sg.last_group = static_cast<std::int16_t>(std::min(g, 32767));
     const double end = f.frontier[static_cast<std::size_t>(group_last_[g])];
-    const LeaveOneOutMedian peers(seg_own_, loo_buf_);
+    const LeaveOneOutMedian peers(mid);
     sg.lo_s = static_cast<float>(peers.lo());
     sg.mid_s = static_cast<float>(peers.mid());
     sg.hi_s = static_cast<float>(peers.hi());
@@ -891,19 +1022,15 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
-    top_buf_.resize(N);
-    std::iota(top_buf_.begin(), top_buf_.end(), 0);
-    std::partial_sort(top_buf_.begin(), top_buf_.begin() + k, top_buf_.end(), [&](int x, int y) {
-      return seg_own_[x] > seg_own_[y] || (seg_own_[x] == seg_own_[y] && x < y);
-    });
+    latest(seg, n, k, top_buf_);
     sg.top_count = k;
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
       sg.top_rank[j] = rank_ids_.empty() ? c : rank_ids_[c];
-      sg.top_s[j] = static_cast<float>(seg_own_[top_buf_[j]]);
+      sg.top_s[j] = static_cast<float>(seg[top_buf_[j]]);
     }
     sg.end_s = static_cast<float>(end);
-    sg.after_s = static_cast<float>(end - before - seg_own_[top_buf_[0]]);
+    sg.after_s = static_cast<float>(end - before - seg[top_buf_[0]]);
     before = end;
     arrivals_.segments.push_back(sg);
     ++a.count;
