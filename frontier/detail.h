@@ -68,6 +68,7 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 /// medians: allocating them each time would cost more than selecting).
 struct SelectScratch {
   std::vector<double> a, b, c, tail;
+  std::vector<double> keep;  // middle_of: the values inside a hint's bracket
 };
 /// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor
 /// has them (checked once at run time), `portable` the scalar quickselect; the value is the same.
@@ -254,7 +255,14 @@ private:
   /// The one blocked pass over the present ranks: own work per group, prefixes (for the lag's
   /// medians), totals, per-stage max and rank-order sums, the slowest rank (returned, an index
   /// of d), each group's gain front and the asked counterfactual fronts.
-  int rank_pass(const PresentStep& d, bool complete, const StepBaseline& b, std::span<const int> counterfactual_groups);
+  /// On a complete step it also adds add_telemetry's residual, overlap and wall sums (telemetry_summed_).
+  int rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                std::span<const int> counterfactual_groups);
+  /// rank_pass compiled for AVX-512 (taken where the processor has it) and the body both share.
+  int rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                     std::span<const int> counterfactual_groups);
+  int rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                     std::span<const int> counterfactual_groups);
   /// add_segment_step's pass over the ranks: own work per group and, with `prefixes`, the
   /// prefixes rank_pass keeps for the lag's medians (the same values, the same order per rank).
   void segment_pass(const PresentStep& d, bool complete, bool prefixes);
@@ -376,6 +384,8 @@ private:
   std::vector<std::uint8_t> step_synced_;  // per group, this step: a sync wait came off its own work
   Middle total_mid_, whole_mid_;         // this step: the totals' (n = 0 when not formed), the whole step's own work
   const double* whole_ = nullptr;        // this step: the whole step's own work per present rank
+  bool telemetry_summed_ = false;        // this step: rank_pass added the residual, overlap and wall sums
+  std::vector<double> chain_sum_;        // rank_pass: its running sums (scratch)
   std::vector<MiddleHint> prefix_hint_;  // S − 1: the lag's prefix medians
   std::vector<MiddleHint> own_hint_;     // G + 1: the standings' own work
   MiddleHint cw_hint_;

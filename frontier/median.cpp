@@ -406,15 +406,19 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
     bool hit = false;
     if (hint && hint->width >= 0) {
       // Positions k − 1 … k (+ 1 when odd) must fall among the values kept.
-      if (scratch.tail.size() < n + 8) scratch.tail.resize(n + 8);
-      double* keep = scratch.tail.data();
+      if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
+      double* keep = scratch.keep.data();
       std::size_t below = 0;
       inside = bracket_avx512(x.data(), n, hint->centre - hint->width, hint->centre + hint->width, keep, &below);
       if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
         hit = true;
         const std::size_t j = k - below;  // ≥ 1
-        out.mid = select_kth(keep, inside, j, &out.lo);
-        if (odd) out.hi = *std::min_element(keep + j + 1, keep + inside);
+        out.mid = select_kth_avx512(keep, inside, j, &out.lo, scratch);
+        if (odd) {
+          std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
+          const double above = least_above_avx512(keep, inside, out.mid, &at_most);
+          out.hi = at_most >= j + 2 ? out.mid : above;
+        }
       }
     }
     if (!hit) {

@@ -14,35 +14,79 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr std::size_t kMaxLeadersPerStage = 8;
 
+// The per-rank loops below are written as plain loops over eight lanes (no Eigen packets, which
+// are SSE2-wide in this build): the rank pass and the standings are compiled twice, for the
+// baseline target and for AVX-512 (chosen at run time), and the compiler widens these loops in
+// the second. Max is exact in any order; every sum keeps its order, lanes or not.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SF_WIDE_LOOPS 1
+#define SF_WIDE_TARGET __attribute__((target("avx512f,popcnt")))
+#else
+#define SF_WIDE_LOOPS 0
+#define SF_WIDE_TARGET
+#endif
+#define SF_INLINE [[gnu::always_inline]] inline
+
+constexpr int kLanes = 8;
+
+/// The largest of eight lanes, in lane order.
+SF_INLINE double lanes_max(const double* top) {
+  double out = top[0];
+  for (int j = 1; j < kLanes; ++j) out = std::max(out, top[j]);
+  return out;
+}
+
 /// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
 /// keep independent maxima, so it vectorises.
-double add_and_max(double* p, const double* x, int n) {
-  using Lanes = Eigen::Array<double, 8, 1>;
-  Lanes top = Lanes::Constant(kNegInf);
+SF_INLINE double add_and_max(double* p, const double* x, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
   int i = 0;
-  for (; i + Lanes::SizeAtCompileTime <= n; i += Lanes::SizeAtCompileTime) {
-    const Lanes v = Eigen::Map<const Lanes>(p + i) + Eigen::Map<const Lanes>(x + i);
-    Eigen::Map<Lanes>(p + i) = v;
-    top = top.max(v);
-  }
-  double out = top.maxCoeff();
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = p[i + j] + x[i + j];
+      p[i + j] = v;
+      top[j] = std::max(top[j], v);
+    }
+  double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
   return out;
 }
 
 /// The largest of v[0, n) (−inf for n = 0), in eight independent lanes.
-double block_max(const double* v, int n) {
-  return n == 0 ? kNegInf : Eigen::Map<const Eigen::ArrayXd>(v, n).maxCoeff();
+SF_INLINE double block_max(const double* v, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], v[i + j]);
+  double out = lanes_max(top);
+  for (; i < n; ++i) out = std::max(out, v[i]);
+  return out;
+}
+
+/// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
+/// stage clipped at c (eq. 4).
+SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], p[i + j] - (x[i + j] - std::min(x[i + j], c)));
+  double out = lanes_max(top);
+  for (; i < n; ++i) out = std::max(out, p[i] - (x[i] - std::min(x[i], c)));
+  return out;
 }
 
 /// p[i] = 0 + x[i] for i < n (a zeroed prefix's first stage), returning the largest p.
-double copy_and_max(double* p, const double* x, int n) {
+SF_INLINE double copy_and_max(double* p, const double* x, int n) {
   for (int i = 0; i < n; ++i) p[i] = 0.0 + x[i];
   return block_max(p, n);
 }
 
 /// out[i] = min(d, b̃) of stage s for present ranks i0 … i0 + n − 1 of the step (eq. 4).
-void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n, double* out) {
+SF_INLINE void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n,
+                          double* out) {
   const double* x = d.stage(s).data() + i0;
   if (b.kind != GainBaseline::rank_median) {
     const double v = b.value(schema, 0, s);
@@ -60,6 +104,53 @@ Middle plus_zero(Middle m) {
   m.mid = 0.0 + m.mid;
   m.hi = 0.0 + m.hi;
   return m;
+}
+
+/// sum[j] += x[j·stride] + x[j·stride + 1] + … (len values) for j < L and, with kTel, the same
+/// for the three columns of tel into sum[L … L + 2]: each sum added in index order (the order one
+/// loop per sum takes), all of them independent chains, so one index's adds overlap.
+template <int L, bool kTel>
+void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+  double acc[L + 3];
+  for (int j = 0; j < L + (kTel ? 3 : 0); ++j) acc[j] = sum[j];
+  const double* t0 = kTel ? tel[0] : nullptr;
+  const double* t1 = kTel ? tel[1] : nullptr;
+  const double* t2 = kTel ? tel[2] : nullptr;
+  for (int i = 0; i < len; ++i) {
+    for (int j = 0; j < L; ++j) acc[j] += x[j * stride + static_cast<std::size_t>(i)];
+    if constexpr (kTel) {
+      acc[L] += t0[i];
+      acc[L + 1] += t1[i];
+      acc[L + 2] += t2[i];
+    }
+  }
+  for (int j = 0; j < L + (kTel ? 3 : 0); ++j) sum[j] = acc[j];
+}
+
+template <int L>
+void chain_sums_tel(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+  if (tel) chain_sums_of<L, true>(x, stride, tel, sum, len);
+  else chain_sums_of<L, false>(x, stride, tel, sum, len);
+}
+
+/// chain_sums_of for `stages` columns of x (stride apart) into sum[0, stages) and, when tel is
+/// not null, its three columns into sum[stages, stages + 3).
+void chain_sums(const double* x, std::size_t stride, int stages, const double* const* tel, double* sum, int len) {
+  switch (stages) {
+    case 1: return chain_sums_tel<1>(x, stride, tel, sum, len);
+    case 2: return chain_sums_tel<2>(x, stride, tel, sum, len);
+    case 3: return chain_sums_tel<3>(x, stride, tel, sum, len);
+    case 4: return chain_sums_tel<4>(x, stride, tel, sum, len);
+    case 5: return chain_sums_tel<5>(x, stride, tel, sum, len);
+    case 6: return chain_sums_tel<6>(x, stride, tel, sum, len);
+    default: break;
+  }
+  // Many stages: six at a time, then the three others.
+  int s = 0;
+  for (; s + 6 <= stages; s += 6) chain_sums_of<6, false>(x + s * stride, stride, nullptr, sum + s, len);
+  for (; s < stages; ++s) chain_sums_of<1, false>(x + s * stride, stride, nullptr, sum + s, len);
+  if (tel)
+    for (int j = 0; j < 3; ++j) chain_sums_of<1, false>(tel[j], 0, nullptr, sum + stages + j, len);
 }
 
 /// Ranks are visited in blocks of this many, so a block of every stage stays in L1 while the
@@ -379,7 +470,7 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  const int slowest = rank_pass(d, m.step_complete(t), b, counterfactual_groups);
+  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups);
   total_mid_ = Middle{};
   step_lag(f, cohort_median, d.size());
   // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
@@ -399,6 +490,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   total_mid_ = Middle{};
+  telemetry_summed_ = false;
   segment_pass(d, m.step_complete(t), lag.empty());
   if (lag.empty()) {
     // The cohort median of the first stage, as cohort_medians() takes it (P = d there).
@@ -460,8 +552,21 @@ double WindowStats::add_frontier_totals(const StepFrontier& f) {
   return exposed;
 }
 
-int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseline& b,
+int WindowStats::rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
                            std::span<const int> counterfactual_groups) {
+#if SF_WIDE_LOOPS
+  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups);
+#endif
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+}
+
+SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete,
+                                               const StepBaseline& b, std::span<const int> counterfactual_groups) {
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+}
+
+SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
+                                          const StepBaseline& b, std::span<const int> counterfactual_groups) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
   // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
   // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
@@ -478,17 +583,30 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
   const auto& group_first = group_first_;
   const auto& group_count = group_count_;
+  const bool fuse_telemetry = complete && schema_.has_residual();
+  const int lanes = S + (fuse_telemetry ? 3 : 0);
+  chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
+  if (fuse_telemetry) {
+    chain_sum_[S] = residual_sum_;
+    chain_sum_[S + 1] = overlap_sum_;
+    chain_sum_[S + 2] = wall_sum_;
+  }
   double best_total = kNegInf;
   int slowest = 0;
-  double p[kBlock], clip[kBlock], red[kBlock], q[kBlock];
+  double p0[kBlock], clip[kBlock], red[kBlock], q[kBlock];
   for (int i0 = 0; i0 < n; i0 += kBlock) {
     const int len = std::min(kBlock, n - i0);
+    // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
+    // row s − 1; stage 0's in p0), so p is always the latest stage's.
+    double* p = p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
       if (s == 0) {
         for (int i = 0; i < len; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
       } else {
-        for (int i = 0; i < len; ++i) p[i] += x[i];
+        double* next = prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        for (int i = 0; i < len; ++i) next[i] = p[i] + x[i];
+        p = next;
       }
       stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
       // Each rank's own work per group (the diagnosis' cohort excess); the sync wait comes off below.
@@ -498,20 +616,18 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
       } else {
         for (int i = 0; i < len; ++i) own[d.rank(i0 + i)] += x[i];
       }
-      if (s >= 1) std::copy_n(p, len, prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0);
     }
-    // Per-stage sums in rank order, four stages at a time so that four running sums are
-    // independent chains rather than one latency-bound chain after another.
-    constexpr int kLanes = 4;
-    for (int s0 = 0; s0 < S; s0 += kLanes) {
-      const double* col[kLanes];
-      for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data() + i0;  // spare lanes repeat
-      double sum[kLanes];
-      for (int j = 0; j < kLanes; ++j) sum[j] = stage_sum_[std::min(s0 + j, S - 1)];
-      for (int i = 0; i < len; ++i)
-        for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
-      for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum_[s0 + j] = sum[j];
+    // Per-stage sums in rank order and, on a complete step, the window's residual, overlap and
+    // wall sums (add_telemetry's chains, in the same order): every running sum an independent
+    // chain beside the others, rather than one latency-bound chain after another.
+    const double* tel[3] = {};
+    if (fuse_telemetry) {
+      tel[0] = d.stage(schema_.residual_index()).data() + i0;
+      tel[1] = m.overlap_row(t) + i0;
+      tel[2] = m.wall_row(t) + i0;
     }
+    chain_sums(d.stage(0).data() + i0, static_cast<std::size_t>(n), S, fuse_telemetry ? tel : nullptr,
+               chain_sum_.data(), len);
     std::copy_n(p, len, totals_.data() + i0);
     // The slowest rank: the first with the largest total. The block's max in lanes; its position
     // only when it beats the blocks before (a max chain per rank would be latency-bound).
@@ -522,13 +638,11 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
       slowest = i0 + i;
     }
     // Static gain: F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction in stage order.
-    using Block = Eigen::Map<const Eigen::ArrayXd>;
     for (int g = 0; g < G; ++g) {
       if (group_count[g] == 1 && b.kind != GainBaseline::rank_median) {
         // One stage, one baseline value: the whole expression in one vectorised pass.
         const int s = group_first[g];
-        const Block x(d.stage(s).data() + i0, len), pb(p, len);
-        gain_front_[g] = std::max(gain_front_[g], (pb - (x - x.min(b.value(schema_, 0, s)))).maxCoeff());
+        gain_front_[g] = std::max(gain_front_[g], clipped_max(p, d.stage(s).data() + i0, b.value(schema_, 0, s), len));
         continue;
       }
       for (int s = group_first[g], seen = 0; s < S && seen < group_count[g]; ++s) {
@@ -566,6 +680,13 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
         front = std::max(front, s == 0 ? copy_and_max(q, x, len) : add_and_max(q, x, len));
       }
     }
+  }
+  std::copy_n(chain_sum_.data(), S, stage_sum_.data());
+  telemetry_summed_ = fuse_telemetry;
+  if (fuse_telemetry) {
+    residual_sum_ = chain_sum_[S];
+    overlap_sum_ = chain_sum_[S + 1];
+    wall_sum_ = chain_sum_[S + 2];
   }
   return slowest;
 }
@@ -688,9 +809,16 @@ void WindowStats::add_forward(const StageMatrix& m, int t, const PresentStep& d)
         }
       fwd = red_.data();
     }
-    for (int i = 0; i < n; ++i) {
-      cpu_fwd_sum_[d.rank(i)] += fwd[i];
-      ++cpu_fwd_n_[d.rank(i)];
+    if (m.step_complete(t)) {
+      for (int i = 0; i < n; ++i) {
+        cpu_fwd_sum_[i] += fwd[i];
+        ++cpu_fwd_n_[i];
+      }
+    } else {
+      for (int i = 0; i < n; ++i) {
+        cpu_fwd_sum_[d.rank(i)] += fwd[i];
+        ++cpu_fwd_n_[d.rank(i)];
+      }
     }
   }
 
@@ -729,8 +857,12 @@ void WindowStats::add_telemetry(const StageMatrix& m, int t, const PresentStep& 
         rank_missing_[r] = 1;
         ++missing_records_;
       }
-  for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
-  if (has_wall_) {
+  if (complete) {
+    for (int i = 0; i < n; ++i) ++rank_n_[i];
+  } else {
+    for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
+  }
+  if (has_wall_ && !telemetry_summed_) {  // else rank_pass took these sums
     // Rank order, present ranks only, as one loop over all ranks would add them.
     const double* residual = d.stage(schema_.residual_index()).data();
     const double* overlap = m.overlap_row(t);
@@ -803,7 +935,7 @@ namespace {
 
 /// loo_median's rule, here where the standings' loop can inline it (an exported function of a
 /// shared library is called, element by element).
-inline double loo_rule(double v, std::size_t n, double lo, double mid, double hi) {
+SF_INLINE double loo_rule(double v, std::size_t n, double lo, double mid, double hi) {
   if (n % 2 == 0) return v <= lo ? mid : lo;  // a[k − 1] = lo, a[k] = mid
   return v > mid ? mid : hi;                  // the others' upper middle: a[k] or a[k + 1]
 }
@@ -837,13 +969,26 @@ private:
 /// sum[i] += x and sq[i] += x² for x = own[i] − the median of the others, i < n; with
 /// `plus_zero`, own[i] is read as 0 + own[i] (a group's own work formed from its one stage).
 template <bool kPlusZero>
-void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+SF_INLINE void add_standings_body(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
   for (int i = 0; i < n; ++i) {
     const double v = kPlusZero ? 0.0 + own[i] : own[i];
     const double x = v - peers.of(v);
     sum[i] += x;
     sq[i] += x * x;
   }
+}
+
+template <bool kPlusZero>
+SF_WIDE_TARGET void add_standings_wide(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+  add_standings_body<kPlusZero>(own, n, peers, sum, sq);
+}
+
+template <bool kPlusZero>
+void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+#if SF_WIDE_LOOPS
+  if (vector_select_available()) return add_standings_wide<kPlusZero>(own, n, peers, sum, sq);
+#endif
+  add_standings_body<kPlusZero>(own, n, peers, sum, sq);
 }
 
 /// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
@@ -864,12 +1009,9 @@ void latest(const double* v, int n, int k, std::vector<int>& top) {
     kth = v[top.back()];
   };
   int i = k;
-  for (; i + 8 <= n; i += 8) {
-    bool any = false;
-    for (int j = 0; j < 8; ++j) any |= v[i + j] > kth;
-    if (any)
-      for (int j = 0; j < 8; ++j) visit(i + j);
-  }
+  for (; i + kLanes <= n; i += kLanes)
+    if (block_max(v + i, kLanes) > kth)
+      for (int j = 0; j < kLanes; ++j) visit(i + j);
   for (; i < n; ++i) visit(i);
 }
 
@@ -954,7 +1096,11 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     }
     whole_ = whole;
   }
-  for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  if (complete) {
+    for (int i = 0; i < n; ++i) ++st_n_[i];
+  } else {
+    for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  }
   if (arrivals_.size() < Evidence::kArrivalSteps) add_arrivals(m, t, d, f);
   // The CPU wait, among the present ranks that have one.
   if (const float* cw = m.cpu_wait_row(t)) {
