@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -992,27 +993,32 @@ void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, dou
 }
 
 /// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
-/// sort by (value descending, index ascending) puts first), into top. In index order a later
-/// value enters only when it beats the k-th so far, which few do: eight values are compared at a
-/// time, and only a block holding one that beats it is looked at value by value.
-void latest(const double* v, int n, int k, std::vector<int>& top) {
+/// sort by (value descending, index ascending) puts first), into top. The k largest maxima of
+/// blocks of eight are k distinct values, so the k-th largest value is at least the k-th largest
+/// block maximum T: the answer is among the values ≥ T, which only the blocks whose maximum
+/// reaches T hold, and those few are sorted. bm, sel: scratch.
+void latest(const double* v, int n, int k, std::vector<int>& top, std::vector<double>& bm, std::vector<double>& sel) {
   top.clear();
   if (k <= 0) return;
-  auto before = [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); };
-  for (int i = 0; i < k; ++i) top.push_back(i);
-  std::sort(top.begin(), top.end(), before);
-  double kth = v[top.back()];
-  auto visit = [&](int i) {
-    if (!(v[i] > kth)) return;  // an equal value at a later index ranks after the k-th
-    top.insert(std::upper_bound(top.begin(), top.end(), i, before), i);
-    top.pop_back();
-    kth = v[top.back()];
-  };
-  int i = k;
-  for (; i + kLanes <= n; i += kLanes)
-    if (block_max(v + i, kLanes) > kth)
-      for (int j = 0; j < kLanes; ++j) visit(i + j);
-  for (; i < n; ++i) visit(i);
+  const int blocks = n / kLanes;
+  double floor = kNegInf;
+  bm.resize(static_cast<std::size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) bm[b] = block_max(v + b * kLanes, kLanes);
+  if (blocks >= k) {
+    sel.assign(bm.begin(), bm.end());
+    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<>());
+    floor = sel[static_cast<std::size_t>(k - 1)];
+  }
+  for (int b = 0; b < blocks; ++b)
+    if (bm[b] >= floor)
+      for (int i = b * kLanes; i < (b + 1) * kLanes; ++i)
+        if (v[i] >= floor) top.push_back(i);
+  for (int i = blocks * kLanes; i < n; ++i)
+    if (v[i] >= floor) top.push_back(i);
+  const auto keep = std::min<std::size_t>(static_cast<std::size_t>(k), top.size());
+  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(keep), top.end(),
+                    [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); });
+  top.resize(keep);
 }
 
 }  // namespace
@@ -1168,7 +1174,7 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
-    latest(seg, n, k, top_buf_);
+    latest(seg, n, k, top_buf_, latest_buf_, latest_sel_);
     sg.top_count = k;
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
