@@ -60,6 +60,10 @@ struct StepFrontier {
 /// (the running prefixes, resized to the ranks); out's vectors are reused. The verifier checks it
 /// against the paper's scalar loop (`account_equals_scalar_loop`).
 void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out);
+/// account()'s result before any step: every step unscored.
+Accounting empty_accounting(const StageMatrix& m);
+/// Step t's accounting f (account_step's) into acc's row t, as account() stores it.
+void store_step(Accounting& acc, int t, const StepFrontier& f);
 /// Step t's row of acc into f (f's vectors reused).
 void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
