@@ -116,30 +116,43 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
 
 }  // namespace detail
 
-Accounting account(const StageMatrix& m, const AccountOptions& opt) {
-  const int n = m.steps(), r_count = m.ranks(), s_count = m.stages();
+namespace detail {
+
+Accounting empty_accounting(const StageMatrix& m) {
+  const int n = m.steps(), s_count = m.stages();
   Accounting acc;
   acc.steps = n;
-  acc.ranks = r_count;
+  acc.ranks = m.ranks();
   acc.stages = s_count;
   acc.frontier = Eigen::MatrixXd::Zero(n, s_count);
   acc.advance = Eigen::MatrixXd::Zero(n, s_count);
   acc.gap = Eigen::MatrixXd::Zero(n, s_count);
   acc.leader = Eigen::MatrixXi::Constant(n, s_count, Accounting::kNone);
   acc.scored.assign(n, 0);
+  return acc;
+}
+
+void store_step(Accounting& acc, int t, const StepFrontier& f) {
+  acc.scored[t] = 1;
+  for (int s = 0; s < acc.stages; ++s) {
+    acc.frontier(t, s) = f.frontier[s];
+    acc.advance(t, s) = f.advance[s];
+    acc.gap(t, s) = f.gap[s];
+    acc.leader(t, s) = f.leader[s];
+    if (f.leader[s] == Accounting::kTie) acc.ties.push_back({t, s, f.tie[s]});
+  }
+}
+
+}  // namespace detail
+
+Accounting account(const StageMatrix& m, const AccountOptions& opt) {
+  Accounting acc = detail::empty_accounting(m);
   std::vector<double> p;
   detail::StepFrontier f;
-  for (int t = 0; t < n; ++t) {
+  for (int t = 0; t < m.steps(); ++t) {
     if (m.step_present_count(t) == 0) continue;
-    acc.scored[t] = 1;
     detail::account_step(m, t, opt, p, f);
-    for (int s = 0; s < s_count; ++s) {
-      acc.frontier(t, s) = f.frontier[s];
-      acc.advance(t, s) = f.advance[s];
-      acc.gap(t, s) = f.gap[s];
-      acc.leader(t, s) = f.leader[s];
-      if (f.leader[s] == Accounting::kTie) acc.ties.push_back({t, s, std::move(f.tie[s])});
-    }
+    detail::store_step(acc, t, f);
   }
   return acc;
 }

@@ -60,6 +60,10 @@ struct StepFrontier {
 /// (the running prefixes, resized to the ranks); out's vectors are reused. The verifier checks it
 /// against the paper's scalar loop (`account_equals_scalar_loop`).
 void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out);
+/// account()'s result before any step: every step unscored.
+Accounting empty_accounting(const StageMatrix& m);
+/// Step t's accounting f (account_step's) into acc's row t, as account() stores it.
+void store_step(Accounting& acc, int t, const StepFrontier& f);
 /// Step t's row of acc into f (f's vectors reused).
 void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
@@ -68,6 +72,7 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 /// medians: allocating them each time would cost more than selecting).
 struct SelectScratch {
   std::vector<double> a, b, c, tail;
+  std::vector<double> keep;  // middle_of: the values inside a hint's bracket
 };
 /// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor
 /// has them (checked once at run time), `portable` the scalar quickselect; the value is the same.
@@ -76,6 +81,29 @@ enum class SelectPath { fastest, portable };
 bool vector_select_available();
 /// Median of x (non-empty), x left unchanged: the same value median_inplace gives.
 double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path = SelectPath::fastest);
+/// The middle order statistics of n values a[0] ≤ … ≤ a[n−1], k = n/2: everything a median, a
+/// leave-one-out median (the standings) and the arrivals' lower median read, from one selection.
+struct Middle {
+  std::size_t n = 0;
+  double lo = 0;   ///< a[k−1] (0 when n < 2)
+  double mid = 0;  ///< a[k]
+  double hi = 0;   ///< a[k+1] when n is odd and > 1, else 0 (the leave-one-out rule reads it only then)
+  /// The median as median_inplace takes it: a[k], or for even n the two middle values averaged.
+  double median() const { return n % 2 == 1 ? mid : lo + (mid - lo) / 2; }
+};
+/// Where the middle of a series of arrays (one stage's column, step after step) lay last time: a
+/// bracket [centre − width, centre + width] that one pass filters the next array through. A guess
+/// only: when the middle values fall outside it, middle_of selects over every value as without it,
+/// so the answer never depends on the hint, only the time.
+struct MiddleHint {
+  double centre = 0, width = -1;  // width < 0: no guess yet
+  std::size_t misses = 0;         // arrays the bracket did not hold (for the benchmark's notes)
+};
+/// x's middle order statistics (x non-empty, unchanged). With a hint, one pass keeps the values
+/// inside its bracket and selects among those; the hint is then moved to this array's middle.
+/// Values bit for bit those of median_inplace / select over a copy.
+Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint = nullptr,
+                 SelectPath path = SelectPath::fastest);
 /// The median of n − 1 values: the n values' order statistics a[k−1] = lo, a[k] = mid and (n odd)
 /// a[k+1] = hi, k = n/2, without the value v (the standings' leave-one-out rule: with n − 1 even,
 /// the upper middle). n ≥ 2.
@@ -136,6 +164,10 @@ private:
 /// Per-stage median over the present ranks of step t (0 for a step with no present rank);
 /// out has m.stages() entries. The cohort baseline b̃ and the raw-spread reference.
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch);
+/// The same as middles (out[s].median() is cohort_medians' out[s]), each stage's column through
+/// its hint (hints: one per stage, or empty for none).
+void cohort_middles(const StageMatrix& m, int t, std::span<Middle> out, std::span<MiddleHint> hints,
+                    SelectScratch& scratch);
 
 /// Per-rank window median b̃[r,s] over present steps (GainBaseline::rank_median), R × S.
 Eigen::MatrixXd rank_window_median(const StageMatrix& m);
@@ -198,8 +230,10 @@ public:
   /// cfg.gain_baseline == rank_median.
   /// counterfactual_groups: groups whose residual-leader counterfactual to take in the same pass
   /// (every group when streaming; none on a whole window, which adds the top group's after).
+  /// stage_middles: cohort_middles(m, t) when at hand (the standings reuse them), else empty.
   void add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
-                const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups = {});
+                const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups = {},
+                std::span<const Middle> stage_middles = {});
   /// Residual-leader counterfactuals for the listed groups (every group when streaming, the top
   /// group on a whole window).
   void add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups, std::span<const double> cohort_median,
@@ -225,7 +259,14 @@ private:
   /// The one blocked pass over the present ranks: own work per group, prefixes (for the lag's
   /// medians), totals, per-stage max and rank-order sums, the slowest rank (returned, an index
   /// of d), each group's gain front and the asked counterfactual fronts.
-  int rank_pass(const PresentStep& d, bool complete, const StepBaseline& b, std::span<const int> counterfactual_groups);
+  /// On a complete step it also adds add_telemetry's residual, overlap and wall sums (telemetry_summed_).
+  int rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                std::span<const int> counterfactual_groups);
+  /// rank_pass compiled for AVX-512 (taken where the processor has it) and the body both share.
+  int rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                     std::span<const int> counterfactual_groups);
+  int rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
+                     std::span<const int> counterfactual_groups);
   /// add_segment_step's pass over the ranks: own work per group and, with `prefixes`, the
   /// prefixes rank_pass keeps for the lag's medians (the same values, the same order per rank).
   void segment_pass(const PresentStep& d, bool complete, bool prefixes);
@@ -245,7 +286,9 @@ private:
   void add_telemetry(const StageMatrix& m, int t, const PresentStep& d);
   /// Each present rank's standing per group and for the whole step: its own work minus the median
   /// of the other ranks' own work in this step (leave-one-out), summed and squared per rank.
-  void add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f);
+  /// stage_middles: add_step's (empty: none).
+  void add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f,
+                    std::span<const Middle> stage_middles);
   /// The step's arrivals per segment (step_own_'s groups, cut at the groups with a sync wait in
   /// step t) for the what-if.
   void add_arrivals(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f);
@@ -308,6 +351,7 @@ private:
   std::vector<double> step_own_, loo_buf_, step_cw_;     // per-step scratch: (G + 1) × n own work; one column; CPU waits
   std::vector<int> step_cw_rank_;
   std::vector<int> top_buf_;                             // per-step scratch: the latest arrivals
+  std::vector<double> latest_buf_, latest_sel_;          // per-step scratch: their blocks' maxima
   std::vector<double> seg_own_;                          // per-step scratch: one segment's arrivals
   ArrivalLog arrivals_;                                  // the first Evidence::kArrivalSteps steps (the what-if)
   std::vector<int> gap_n_;
@@ -340,6 +384,16 @@ private:
   std::vector<double> red_, cf_step_adv_, cf_step_exposed_;
   std::vector<double> prefix_, totals_, stage_max_, stage_sum_, gain_front_, cf_front_, step_lag_;
   SelectScratch sel_;
+  // The step's middles one selection serves twice, and where each series' middle lay last step.
+  bool one_stage_groups_ = false;        // group g is stage g alone, for every g
+  std::vector<std::uint8_t> step_synced_;  // per group, this step: a sync wait came off its own work
+  Middle total_mid_, whole_mid_;         // this step: the totals' (n = 0 when not formed), the whole step's own work
+  const double* whole_ = nullptr;        // this step: the whole step's own work per present rank
+  bool telemetry_summed_ = false;        // this step: rank_pass added the residual, overlap and wall sums
+  std::vector<double> chain_sum_;        // rank_pass: its running sums (scratch)
+  std::vector<MiddleHint> prefix_hint_;  // S − 1: the lag's prefix medians
+  std::vector<MiddleHint> own_hint_;     // G + 1: the standings' own work
+  MiddleHint cw_hint_;
 };
 
 }  // namespace sf::frontier::detail

@@ -124,8 +124,61 @@ std::vector<double> static_gain(const StageMatrix& m, const Accounting& acc, Gai
   return num;
 }
 
+namespace {
+
+/// A walked window's evidence: its statistics, labelled, diagnosed against the cohort, with the what-if.
+Evidence finish_window(const detail::WindowStats& ws, const StageMatrix& m, const Accounting& acc, const LabelConfig& cfg,
+                       const TelemetryInput& tel) {
+  int missing = 0;
+  for (int t = 0; t < m.steps(); ++t)
+    if (!acc.scored[t]) ++missing;
+  auto [ev, side] = ws.finish(m.first_step(), m.first_step() + (m.steps() - 1), missing);
+  label(ev, side, cfg, tel);
+  ev.diagnosis = diagnose(ev, nullptr, cfg.diagnosis);
+  ev.whatif = what_if(ev, nullptr);
+  return ev;
+}
+
+}  // namespace
+
 Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryInput& tel) {
-  return evaluate(m, account(m, cfg.account), cfg, tel);
+  validate(m.schema(), cfg);
+  // Rank medians need the whole window before its first step is walked: account first.
+  if (cfg.gain_baseline == GainBaseline::rank_median) return evaluate(m, account(m, cfg.account), cfg, tel);
+  // One pass over the matrix: each step accounted as account() does it (the same Accounting is
+  // built) and walked while it is in cache, instead of a second pass after accounting the whole
+  // window. The top group s1, whose residual-leader counterfactual the walk takes, is known only
+  // at the end: it is guessed from the first scored step's advances and, where the window's
+  // differs, the window is walked again with it (evaluate over the Accounting), so the result
+  // never depends on the guess.
+  Accounting acc = detail::empty_accounting(m);
+  detail::WindowStats ws(m.schema(), m.ranks(), m.world_size(), m.rank_ids(), cfg);
+  const auto& schema = m.schema();
+  std::vector<double> p, cm(m.stages()), step_adv(schema.group_count());
+  std::vector<detail::Middle> mids(m.stages());
+  std::vector<detail::MiddleHint> hints(m.stages());
+  detail::SelectScratch scratch;
+  detail::StepFrontier f;
+  bool guessed = false;
+  int guess = -1;
+  for (int t = 0; t < m.steps(); ++t) {
+    if (m.step_present_count(t) == 0) continue;
+    detail::account_step(m, t, cfg.account, p, f);
+    detail::store_step(acc, t, f);
+    if (!guessed) {
+      guessed = true;
+      for (int s = 0; s < m.stages(); ++s) step_adv[schema.group_of(s)] += f.advance[s];
+      const RankedStages ranked = rank_stages(step_adv, cfg.tau_c);
+      guess = ranked.order.empty() || step_adv[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
+    }
+    const std::span<const int> cf_groups =
+        guess >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&guess, 1) : std::span<const int>();
+    detail::cohort_middles(m, t, mids, hints, scratch);
+    for (int s = 0; s < m.stages(); ++s) cm[s] = mids[s].median();
+    ws.add_step(m, t, f, cm, nullptr, cf_groups, mids);
+  }
+  if (cfg.ambiguity_residual_leaders && ws.top_group() != guess) return evaluate(m, acc, cfg, tel);
+  return finish_window(ws, m, acc, cfg, tel);
 }
 
 Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig& cfg, const TelemetryInput& tel) {
@@ -152,25 +205,21 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   const std::span<const int> cf_groups =
       s1 >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&s1, 1) : std::span<const int>();
   std::vector<double> cm(m.stages());
+  std::vector<detail::Middle> mids(m.stages());
+  std::vector<detail::MiddleHint> hints(m.stages());
   detail::SelectScratch scratch;
   detail::StepFrontier f;
   for (int t = 0; t < m.steps(); ++t)
     if (acc.scored[t]) {
-      detail::cohort_medians(m, t, cm, scratch);
+      detail::cohort_middles(m, t, mids, hints, scratch);
+      for (int s = 0; s < m.stages(); ++s) cm[s] = mids[s].median();
       detail::step_frontier_from(acc, t, f);
-      ws.add_step(m, t, f, cm, rmp, cf_groups);
+      ws.add_step(m, t, f, cm, rmp, cf_groups, mids);
     }
   if (ws.top_group() != s1)
     throw std::logic_error("evaluate: the top group from the accounting (" + std::to_string(s1) +
                            ") differs from the window's (" + std::to_string(ws.top_group()) + ")");
-  int missing = 0;
-  for (int t = 0; t < m.steps(); ++t)
-    if (!acc.scored[t]) ++missing;
-  auto [ev, side] = ws.finish(m.first_step(), m.first_step() + (m.steps() - 1), missing);
-  label(ev, side, cfg, tel);
-  ev.diagnosis = diagnose(ev, nullptr, cfg.diagnosis);
-  ev.whatif = what_if(ev, nullptr);
-  return ev;
+  return finish_window(ws, m, acc, cfg, tel);
 }
 
 // --- streaming ---------------------------------------------------------------------------------
@@ -187,6 +236,8 @@ struct StreamingAccumulator::State {
   double total_s = 0;  // recorded step time so far (≤ kMaxWindowSeconds)
   // Per-step scratch: a step of 10^6 ranks allocates nothing.
   std::vector<double> cm, p;
+  std::vector<detail::Middle> mids;
+  std::vector<detail::MiddleHint> hints;
   std::vector<int> all_groups;
   detail::StepFrontier frontier;
   detail::SelectScratch select;
@@ -194,6 +245,8 @@ struct StreamingAccumulator::State {
       : schema(std::move(s)), world(w), rank_ids(std::move(ids)), cfg(std::move(c)), scope(sc),
         stats(schema, rank_ids.empty() ? w : static_cast<int>(rank_ids.size()), w, rank_ids, cfg) {
     cm.resize(schema.size());
+    mids.resize(schema.size());
+    hints.resize(schema.size());
     if (cfg.ambiguity_residual_leaders)  // C_R, an extension, is the only reader of the counterfactuals
       for (int g = 0; g < schema.group_count(); ++g) all_groups.push_back(g);
   }
@@ -285,10 +338,11 @@ void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts) {
   if (scored && st.scope == Scope::segment) {
     st.stats.add_segment_step(one, 0, st.frontier, {});
   } else if (scored) {
-    detail::cohort_medians(one, 0, st.cm, st.select);
+    detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
+    for (int s = 0; s < one.stages(); ++s) st.cm[s] = st.mids[s].median();
     // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
     // add_step's one pass over the ranks).
-    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups);
+    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups, st.mids);
   }
   if (facts) facts_from(st.frontier, scored, one.ranks(), st.stats.last_lag(), *facts);
 }

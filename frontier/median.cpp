@@ -299,6 +299,53 @@ bool have_avx512() {
   return yes;
 }
 
+/// The values of x[0, n) inside [lo, hi], packed into keep in x's order (keep needs 8 spare slots
+/// past n), returning their count; *below counts those under lo. Eight values a step: two
+/// compares, a compress into a register stored whole, two popcounts.
+__attribute__((target("avx512f,popcnt"))) std::size_t bracket_avx512(const double* x, std::size_t n, double lo,
+                                                                     double hi, double* keep, std::size_t* below) {
+  std::size_t m = 0, nb = 0, i = 0;
+  const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+  for (; i + 8 <= n; i += 8) {
+    const __m512d v = _mm512_loadu_pd(x + i);
+    const __mmask8 under = _mm512_cmp_pd_mask(v, l, _CMP_LT_OQ);
+    const __mmask8 in = _mm512_mask_cmp_pd_mask(static_cast<__mmask8>(~under), v, h, _CMP_LE_OQ);
+    _mm512_storeu_pd(keep + m, _mm512_maskz_compress_pd(in, v));
+    m += static_cast<std::size_t>(__builtin_popcount(in));
+    nb += static_cast<std::size_t>(__builtin_popcount(under));
+  }
+  for (; i < n; ++i) {
+    const double v = x[i];
+    if (v < lo) ++nb;
+    else if (v <= hi) keep[m++] = v;
+  }
+  *below = nb;
+  return m;
+}
+
+/// The least value of x[0, n) above v (+inf when none) and, in *at_most, how many are ≤ v.
+__attribute__((target("avx512f,popcnt"))) double least_above_avx512(const double* x, std::size_t n, double v,
+                                                                    std::size_t* at_most) {
+  std::size_t le = 0, i = 0;
+  const __m512d p = _mm512_set1_pd(v);
+  __m512d mn = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  for (; i + 8 <= n; i += 8) {
+    const __m512d y = _mm512_loadu_pd(x + i);
+    const __mmask8 m = _mm512_cmp_pd_mask(y, p, _CMP_LE_OQ);
+    le += static_cast<std::size_t>(__builtin_popcount(m));
+    mn = _mm512_mask_min_pd(mn, static_cast<__mmask8>(~m), mn, y);
+  }
+  alignas(64) double lanes[8];
+  _mm512_store_pd(lanes, mn);
+  double out = *std::min_element(lanes, lanes + 8);
+  for (; i < n; ++i) {
+    if (x[i] <= v) ++le;
+    else out = std::min(out, x[i]);
+  }
+  *at_most = le;
+  return out;
+}
+
 }  // namespace
 #endif
 
@@ -308,6 +355,88 @@ bool vector_select_available() {
 #else
   return false;
 #endif
+}
+
+namespace {
+
+/// middle_of over a copy with the scalar quickselect. After select_kth every value past k is
+/// ≥ a[k], so a[k+1] is the least of them.
+Middle middle_portable(std::span<const double> x, SelectScratch& scratch) {
+  Middle out;
+  const std::size_t n = out.n = x.size(), k = n / 2;
+  scratch.a.assign(x.begin(), x.end());
+  double* a = scratch.a.data();
+  out.mid = select_kth(a, n, k, k > 0 ? &out.lo : nullptr);
+  if (n % 2 == 1 && n > 1) out.hi = *std::min_element(a + k + 1, a + n);
+  return out;
+}
+
+/// The bracket a hint sets for the next array: about 3·√n values of n (at least 32) inside it —
+/// three standard deviations of the middle's drift between two independent draws of the same
+/// spread (its position wanders by about √n / 2). Only the time depends on it.
+void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside) {
+  const double want = std::max(32.0, 3.0 * std::sqrt(static_cast<double>(m.n)));
+  const double floor = std::max(std::abs(m.mid) * 0x1p-40, std::numeric_limits<double>::min());
+  if (h.width < 0) {
+    // First array: the gaps around the middle say how far apart neighbouring values lie.
+    const double gap = std::max(m.mid - m.lo, m.n % 2 == 1 ? m.hi - m.mid : 0.0);
+    h.width = std::max(gap * want / 2, floor);
+  } else if (!hit) {
+    ++h.misses;
+    h.width = std::min(std::max(h.width * 4, floor), std::numeric_limits<double>::max());
+  } else {
+    // The values kept say how densely they lie: scale the width towards `want` of them.
+    const double scale = std::clamp(want / std::max(1.0, static_cast<double>(inside)), 0.5, 2.0);
+    h.width = std::max(h.width * scale, floor);
+  }
+  h.centre = m.mid;
+}
+
+}  // namespace
+
+Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint, SelectPath path) {
+  const std::size_t n = x.size();
+#if SF_VECTOR_SELECT
+  if (path != SelectPath::portable && have_avx512() && n >= 64) {
+    const std::size_t k = n / 2;
+    const bool odd = n % 2 == 1;
+    Middle out;
+    out.n = n;
+    std::size_t inside = 0;
+    bool hit = false;
+    if (hint && hint->width >= 0) {
+      // Positions k − 1 … k (+ 1 when odd) must fall among the values kept.
+      if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
+      double* keep = scratch.keep.data();
+      std::size_t below = 0;
+      inside = bracket_avx512(x.data(), n, hint->centre - hint->width, hint->centre + hint->width, keep, &below);
+      if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
+        hit = true;
+        const std::size_t j = k - below;  // ≥ 1
+        out.mid = select_kth_avx512(keep, inside, j, &out.lo, scratch);
+        if (odd) {
+          std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
+          const double above = least_above_avx512(keep, inside, out.mid, &at_most);
+          out.hi = at_most >= j + 2 ? out.mid : above;
+        }
+      }
+    }
+    if (!hit) {
+      out.mid = select_kth_avx512(x.data(), n, k, &out.lo, scratch);
+      if (odd) {
+        std::size_t at_most = 0;
+        const double above = least_above_avx512(x.data(), n, out.mid, &at_most);
+        out.hi = at_most >= k + 2 ? out.mid : above;
+      }
+    }
+    if (hint) move_hint(*hint, out, hit, inside);
+    return out;
+  }
+#else
+  (void)path;
+#endif
+  (void)hint;  // the scalar path selects over every value: a bracket would not pay
+  return middle_portable(x, scratch);
 }
 
 double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path) {

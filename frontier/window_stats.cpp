@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -14,35 +15,79 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr std::size_t kMaxLeadersPerStage = 8;
 
+// The per-rank loops below are written as plain loops over eight lanes (no Eigen packets, which
+// are SSE2-wide in this build): the rank pass and the standings are compiled twice, for the
+// baseline target and for AVX-512 (chosen at run time), and the compiler widens these loops in
+// the second. Max is exact in any order; every sum keeps its order, lanes or not.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SF_WIDE_LOOPS 1
+#define SF_WIDE_TARGET __attribute__((target("avx512f,popcnt")))
+#else
+#define SF_WIDE_LOOPS 0
+#define SF_WIDE_TARGET
+#endif
+#define SF_INLINE [[gnu::always_inline]] inline
+
+constexpr int kLanes = 8;
+
+/// The largest of eight lanes, in lane order.
+SF_INLINE double lanes_max(const double* top) {
+  double out = top[0];
+  for (int j = 1; j < kLanes; ++j) out = std::max(out, top[j]);
+  return out;
+}
+
 /// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
 /// keep independent maxima, so it vectorises.
-double add_and_max(double* p, const double* x, int n) {
-  using Lanes = Eigen::Array<double, 8, 1>;
-  Lanes top = Lanes::Constant(kNegInf);
+SF_INLINE double add_and_max(double* p, const double* x, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
   int i = 0;
-  for (; i + Lanes::SizeAtCompileTime <= n; i += Lanes::SizeAtCompileTime) {
-    const Lanes v = Eigen::Map<const Lanes>(p + i) + Eigen::Map<const Lanes>(x + i);
-    Eigen::Map<Lanes>(p + i) = v;
-    top = top.max(v);
-  }
-  double out = top.maxCoeff();
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = p[i + j] + x[i + j];
+      p[i + j] = v;
+      top[j] = std::max(top[j], v);
+    }
+  double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
   return out;
 }
 
 /// The largest of v[0, n) (−inf for n = 0), in eight independent lanes.
-double block_max(const double* v, int n) {
-  return n == 0 ? kNegInf : Eigen::Map<const Eigen::ArrayXd>(v, n).maxCoeff();
+SF_INLINE double block_max(const double* v, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], v[i + j]);
+  double out = lanes_max(top);
+  for (; i < n; ++i) out = std::max(out, v[i]);
+  return out;
+}
+
+/// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
+/// stage clipped at c (eq. 4).
+SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
+  double top[kLanes];
+  std::fill_n(top, kLanes, kNegInf);
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], p[i + j] - (x[i + j] - std::min(x[i + j], c)));
+  double out = lanes_max(top);
+  for (; i < n; ++i) out = std::max(out, p[i] - (x[i] - std::min(x[i], c)));
+  return out;
 }
 
 /// p[i] = 0 + x[i] for i < n (a zeroed prefix's first stage), returning the largest p.
-double copy_and_max(double* p, const double* x, int n) {
+SF_INLINE double copy_and_max(double* p, const double* x, int n) {
   for (int i = 0; i < n; ++i) p[i] = 0.0 + x[i];
   return block_max(p, n);
 }
 
 /// out[i] = min(d, b̃) of stage s for present ranks i0 … i0 + n − 1 of the step (eq. 4).
-void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n, double* out) {
+SF_INLINE void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentStep& d, int s, int i0, int n,
+                          double* out) {
   const double* x = d.stage(s).data() + i0;
   if (b.kind != GainBaseline::rank_median) {
     const double v = b.value(schema, 0, s);
@@ -50,6 +95,63 @@ void clip_block(const StepBaseline& b, const StageSchema& schema, const PresentS
     return;
   }
   for (int i = 0; i < n; ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i0 + i), s));
+}
+
+/// The middle of the values 0 + x from x's: 0 + v is monotone and depends on v's value alone
+/// (−0 and +0 both become +0), so the order statistics of an array formed as 0 + x (a group's
+/// own work of one stage without a sync wait) are 0 + those of x, bit for bit.
+Middle plus_zero(Middle m) {
+  m.lo = 0.0 + m.lo;
+  m.mid = 0.0 + m.mid;
+  m.hi = 0.0 + m.hi;
+  return m;
+}
+
+/// sum[j] += x[j·stride] + x[j·stride + 1] + … (len values) for j < L and, with kTel, the same
+/// for the three columns of tel into sum[L … L + 2]: each sum added in index order (the order one
+/// loop per sum takes), all of them independent chains, so one index's adds overlap.
+template <int L, bool kTel>
+void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+  double acc[L + 3];
+  for (int j = 0; j < L + (kTel ? 3 : 0); ++j) acc[j] = sum[j];
+  const double* t0 = kTel ? tel[0] : nullptr;
+  const double* t1 = kTel ? tel[1] : nullptr;
+  const double* t2 = kTel ? tel[2] : nullptr;
+  for (int i = 0; i < len; ++i) {
+    for (int j = 0; j < L; ++j) acc[j] += x[j * stride + static_cast<std::size_t>(i)];
+    if constexpr (kTel) {
+      acc[L] += t0[i];
+      acc[L + 1] += t1[i];
+      acc[L + 2] += t2[i];
+    }
+  }
+  for (int j = 0; j < L + (kTel ? 3 : 0); ++j) sum[j] = acc[j];
+}
+
+template <int L>
+void chain_sums_tel(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+  if (tel) chain_sums_of<L, true>(x, stride, tel, sum, len);
+  else chain_sums_of<L, false>(x, stride, tel, sum, len);
+}
+
+/// chain_sums_of for `stages` columns of x (stride apart) into sum[0, stages) and, when tel is
+/// not null, its three columns into sum[stages, stages + 3).
+void chain_sums(const double* x, std::size_t stride, int stages, const double* const* tel, double* sum, int len) {
+  switch (stages) {
+    case 1: return chain_sums_tel<1>(x, stride, tel, sum, len);
+    case 2: return chain_sums_tel<2>(x, stride, tel, sum, len);
+    case 3: return chain_sums_tel<3>(x, stride, tel, sum, len);
+    case 4: return chain_sums_tel<4>(x, stride, tel, sum, len);
+    case 5: return chain_sums_tel<5>(x, stride, tel, sum, len);
+    case 6: return chain_sums_tel<6>(x, stride, tel, sum, len);
+    default: break;
+  }
+  // Many stages: six at a time, then the three others.
+  int s = 0;
+  for (; s + 6 <= stages; s += 6) chain_sums_of<6, false>(x + s * stride, stride, nullptr, sum + s, len);
+  for (; s < stages; ++s) chain_sums_of<1, false>(x + s * stride, stride, nullptr, sum + s, len);
+  if (tel)
+    for (int j = 0; j < 3; ++j) chain_sums_of<1, false>(tel[j], 0, nullptr, sum + stages + j, len);
 }
 
 /// Ranks are visited in blocks of this many, so a block of every stage stays in L1 while the
@@ -95,6 +197,15 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f) {
   auto lo = std::lower_bound(acc.ties.begin(), acc.ties.end(), t,
                              [](const Accounting::Tie& tie, int step) { return tie.t < step; });
   for (; lo != acc.ties.end() && lo->t == t; ++lo) f.tie[lo->s] = lo->ranks;
+}
+
+void cohort_middles(const StageMatrix& m, int t, std::span<Middle> out, std::span<MiddleHint> hints,
+                    SelectScratch& scratch) {
+  const PresentStep d(m, t);
+  for (int s = 0; s < m.stages(); ++s)
+    out[s] = d.size() == 0 ? Middle{}
+                           : middle_of({d.stage(s).data(), static_cast<std::size_t>(d.size())}, scratch,
+                                       hints.empty() ? nullptr : &hints[s]);
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
@@ -336,6 +447,10 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
     ++group_count_[g];
     group_last_[g] = s;
   }
+  one_stage_groups_ = G_ == S_;
+  for (int s = 0; s < S_; ++s) one_stage_groups_ = one_stage_groups_ && schema_.group_of(s) == s;
+  prefix_hint_.assign(S_ > 1 ? S_ - 1 : 0, {});
+  own_hint_.assign(G_ + 1, {});
 }
 
 void WindowStats::bound_medians(std::size_t exact_cap) {
@@ -350,19 +465,23 @@ void WindowStats::bound_medians(std::size_t exact_cap) {
 }
 
 void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
-                           const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups) {
+                           const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups,
+                           std::span<const Middle> stage_middles) {
   if (m.step_present_count(t) == 0) return;
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  const int slowest = rank_pass(d, m.step_complete(t), b, counterfactual_groups);
+  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups);
+  total_mid_ = Middle{};
   step_lag(f, cohort_median, d.size());
+  // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
+  if (S_ == 1 && !stage_middles.empty()) total_mid_ = plus_zero(stage_middles[0]);
   add_lag(step_lag_);
   base_.add_stats(m, t, stage_max_, stage_sum_, d.rank(slowest), cohort_median);
   add_gains(f, exposed, counterfactual_groups);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d, f);
+  add_standing(m, t, d, f, stage_middles);
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -371,6 +490,8 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   if (m.step_present_count(t) == 0) return;
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
+  total_mid_ = Middle{};
+  telemetry_summed_ = false;
   segment_pass(d, m.step_complete(t), lag.empty());
   if (lag.empty()) {
     // The cohort median of the first stage, as cohort_medians() takes it (P = d there).
@@ -382,7 +503,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   add_lag(step_lag_);
   add_leaders(f, exposed);
   add_sync_waits(m, t, d);
-  add_standing(m, t, d, f);
+  add_standing(m, t, d, f, {});
   add_forward(m, t, d);
   add_telemetry(m, t, d);
 }
@@ -432,8 +553,21 @@ double WindowStats::add_frontier_totals(const StepFrontier& f) {
   return exposed;
 }
 
-int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseline& b,
+int WindowStats::rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
                            std::span<const int> counterfactual_groups) {
+#if SF_WIDE_LOOPS
+  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups);
+#endif
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+}
+
+SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete,
+                                               const StepBaseline& b, std::span<const int> counterfactual_groups) {
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+}
+
+SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
+                                          const StepBaseline& b, std::span<const int> counterfactual_groups) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
   // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
   // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
@@ -450,17 +584,30 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
   const auto& group_first = group_first_;
   const auto& group_count = group_count_;
+  const bool fuse_telemetry = complete && schema_.has_residual();
+  const int lanes = S + (fuse_telemetry ? 3 : 0);
+  chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
+  if (fuse_telemetry) {
+    chain_sum_[S] = residual_sum_;
+    chain_sum_[S + 1] = overlap_sum_;
+    chain_sum_[S + 2] = wall_sum_;
+  }
   double best_total = kNegInf;
   int slowest = 0;
-  double p[kBlock], clip[kBlock], red[kBlock], q[kBlock];
+  double p0[kBlock], clip[kBlock], red[kBlock], q[kBlock];
   for (int i0 = 0; i0 < n; i0 += kBlock) {
     const int len = std::min(kBlock, n - i0);
+    // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
+    // row s − 1; stage 0's in p0), so p is always the latest stage's.
+    double* p = p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
       if (s == 0) {
         for (int i = 0; i < len; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
       } else {
-        for (int i = 0; i < len; ++i) p[i] += x[i];
+        double* next = prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        for (int i = 0; i < len; ++i) next[i] = p[i] + x[i];
+        p = next;
       }
       stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
       // Each rank's own work per group (the diagnosis' cohort excess); the sync wait comes off below.
@@ -470,20 +617,18 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
       } else {
         for (int i = 0; i < len; ++i) own[d.rank(i0 + i)] += x[i];
       }
-      if (s >= 1) std::copy_n(p, len, prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0);
     }
-    // Per-stage sums in rank order, four stages at a time so that four running sums are
-    // independent chains rather than one latency-bound chain after another.
-    constexpr int kLanes = 4;
-    for (int s0 = 0; s0 < S; s0 += kLanes) {
-      const double* col[kLanes];
-      for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data() + i0;  // spare lanes repeat
-      double sum[kLanes];
-      for (int j = 0; j < kLanes; ++j) sum[j] = stage_sum_[std::min(s0 + j, S - 1)];
-      for (int i = 0; i < len; ++i)
-        for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
-      for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum_[s0 + j] = sum[j];
+    // Per-stage sums in rank order and, on a complete step, the window's residual, overlap and
+    // wall sums (add_telemetry's chains, in the same order): every running sum an independent
+    // chain beside the others, rather than one latency-bound chain after another.
+    const double* tel[3] = {};
+    if (fuse_telemetry) {
+      tel[0] = d.stage(schema_.residual_index()).data() + i0;
+      tel[1] = m.overlap_row(t) + i0;
+      tel[2] = m.wall_row(t) + i0;
     }
+    chain_sums(d.stage(0).data() + i0, static_cast<std::size_t>(n), S, fuse_telemetry ? tel : nullptr,
+               chain_sum_.data(), len);
     std::copy_n(p, len, totals_.data() + i0);
     // The slowest rank: the first with the largest total. The block's max in lanes; its position
     // only when it beats the blocks before (a max chain per rank would be latency-bound).
@@ -494,13 +639,11 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
       slowest = i0 + i;
     }
     // Static gain: F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction in stage order.
-    using Block = Eigen::Map<const Eigen::ArrayXd>;
     for (int g = 0; g < G; ++g) {
       if (group_count[g] == 1 && b.kind != GainBaseline::rank_median) {
         // One stage, one baseline value: the whole expression in one vectorised pass.
         const int s = group_first[g];
-        const Block x(d.stage(s).data() + i0, len), pb(p, len);
-        gain_front_[g] = std::max(gain_front_[g], (pb - (x - x.min(b.value(schema_, 0, s)))).maxCoeff());
+        gain_front_[g] = std::max(gain_front_[g], clipped_max(p, d.stage(s).data() + i0, b.value(schema_, 0, s), len));
         continue;
       }
       for (int s = group_first[g], seen = 0; s < S && seen < group_count[g]; ++s) {
@@ -539,6 +682,13 @@ int WindowStats::rank_pass(const PresentStep& d, bool complete, const StepBaseli
       }
     }
   }
+  std::copy_n(chain_sum_.data(), S, stage_sum_.data());
+  telemetry_summed_ = fuse_telemetry;
+  if (fuse_telemetry) {
+    residual_sum_ = chain_sum_[S];
+    overlap_sum_ = chain_sum_[S + 1];
+    wall_sum_ = chain_sum_[S + 2];
+  }
   return slowest;
 }
 
@@ -548,7 +698,12 @@ void WindowStats::step_lag(const StepFrontier& f, std::span<const double> cohort
   for (int s = 0; s < S_; ++s) {
     // At the first stage P = d: its median is the cohort median, already at hand.
     double median = cohort_median[0];
-    if (s >= 1) median = median_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n), sel_);
+    if (s >= 1) {
+      const Middle mid = middle_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n),
+                                   sel_, &prefix_hint_[static_cast<std::size_t>(s - 1)]);
+      median = mid.median();
+      if (s == S_ - 1) total_mid_ = mid;  // the totals P[t,r,S]: the whole step's own work without waits
+    }
     step_lag_[s] = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
   }
 }
@@ -655,9 +810,16 @@ void WindowStats::add_forward(const StageMatrix& m, int t, const PresentStep& d)
         }
       fwd = red_.data();
     }
-    for (int i = 0; i < n; ++i) {
-      cpu_fwd_sum_[d.rank(i)] += fwd[i];
-      ++cpu_fwd_n_[d.rank(i)];
+    if (m.step_complete(t)) {
+      for (int i = 0; i < n; ++i) {
+        cpu_fwd_sum_[i] += fwd[i];
+        ++cpu_fwd_n_[i];
+      }
+    } else {
+      for (int i = 0; i < n; ++i) {
+        cpu_fwd_sum_[d.rank(i)] += fwd[i];
+        ++cpu_fwd_n_[d.rank(i)];
+      }
     }
   }
 
@@ -696,8 +858,12 @@ void WindowStats::add_telemetry(const StageMatrix& m, int t, const PresentStep& 
         rank_missing_[r] = 1;
         ++missing_records_;
       }
-  for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
-  if (has_wall_) {
+  if (complete) {
+    for (int i = 0; i < n; ++i) ++rank_n_[i];
+  } else {
+    for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
+  }
+  if (has_wall_ && !telemetry_summed_) {  // else rank_pass took these sums
     // Rank order, present ranks only, as one loop over all ranks would add them.
     const double* residual = d.stage(schema_.residual_index()).data();
     const double* overlap = m.overlap_row(t);
@@ -766,10 +932,18 @@ void WindowStats::cohort_excess(Evidence& e) const {
   }
 }
 
-double loo_median(double v, std::size_t n, double lo, double mid, double hi) {
+namespace {
+
+/// loo_median's rule, here where the standings' loop can inline it (an exported function of a
+/// shared library is called, element by element).
+SF_INLINE double loo_rule(double v, std::size_t n, double lo, double mid, double hi) {
   if (n % 2 == 0) return v <= lo ? mid : lo;  // a[k − 1] = lo, a[k] = mid
   return v > mid ? mid : hi;                  // the others' upper middle: a[k] or a[k + 1]
 }
+
+}  // namespace
+
+double loo_median(double v, std::size_t n, double lo, double mid, double hi) { return loo_rule(v, n, lo, mid, hi); }
 
 namespace {
 
@@ -781,16 +955,9 @@ namespace {
 /// position when values tie.
 class LeaveOneOutMedian {
 public:
-  /// buf: scratch, overwritten. n >= 2.
-  LeaveOneOutMedian(std::span<const double> x, std::vector<double>& buf) : n_(x.size()) {
-    buf.assign(x.begin(), x.end());
-    const std::size_t k = n_ / 2;
-    std::nth_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k), buf.end());
-    mid_ = buf[k];
-    lo_ = *std::max_element(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(k));
-    if (n_ % 2 == 1) hi_ = *std::min_element(buf.begin() + static_cast<std::ptrdiff_t>(k) + 1, buf.end());
-  }
-  double of(double v) const { return loo_median(v, n_, lo_, mid_, hi_); }
+  /// From the n values' middle order statistics (middle_of); n >= 2.
+  explicit LeaveOneOutMedian(const Middle& m) : n_(m.n), lo_(m.lo), mid_(m.mid), hi_(m.hi) {}
+  double of(double v) const { return loo_rule(v, n_, lo_, mid_, hi_); }
   double lo() const { return lo_; }
   double mid() const { return mid_; }
   double hi() const { return hi_; }
@@ -800,40 +967,146 @@ private:
   double lo_ = 0, mid_ = 0, hi_ = 0;
 };
 
+/// sum[i] += x and sq[i] += x² for x = own[i] − the median of the others, i < n; with
+/// `plus_zero`, own[i] is read as 0 + own[i] (a group's own work formed from its one stage).
+template <bool kPlusZero>
+SF_INLINE void add_standings_body(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+  for (int i = 0; i < n; ++i) {
+    const double v = kPlusZero ? 0.0 + own[i] : own[i];
+    const double x = v - peers.of(v);
+    sum[i] += x;
+    sq[i] += x * x;
+  }
+}
+
+template <bool kPlusZero>
+SF_WIDE_TARGET void add_standings_wide(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+  add_standings_body<kPlusZero>(own, n, peers, sum, sq);
+}
+
+template <bool kPlusZero>
+void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, double* sum, double* sq) {
+#if SF_WIDE_LOOPS
+  if (vector_select_available()) return add_standings_wide<kPlusZero>(own, n, peers, sum, sq);
+#endif
+  add_standings_body<kPlusZero>(own, n, peers, sum, sq);
+}
+
+/// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
+/// sort by (value descending, index ascending) puts first), into top. The k largest maxima of
+/// blocks of eight are k distinct values, so the k-th largest value is at least the k-th largest
+/// block maximum T: the answer is among the values ≥ T, which only the blocks whose maximum
+/// reaches T hold, and those few are sorted. bm, sel: scratch.
+void latest(const double* v, int n, int k, std::vector<int>& top, std::vector<double>& bm, std::vector<double>& sel) {
+  top.clear();
+  if (k <= 0) return;
+  const int blocks = n / kLanes;
+  double floor = kNegInf;
+  bm.resize(static_cast<std::size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) bm[b] = block_max(v + b * kLanes, kLanes);
+  if (blocks >= k) {
+    sel.assign(bm.begin(), bm.end());
+    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<>());
+    floor = sel[static_cast<std::size_t>(k - 1)];
+  }
+  for (int b = 0; b < blocks; ++b)
+    if (bm[b] >= floor)
+      for (int i = b * kLanes; i < (b + 1) * kLanes; ++i)
+        if (v[i] >= floor) top.push_back(i);
+  for (int i = blocks * kLanes; i < n; ++i)
+    if (v[i] >= floor) top.push_back(i);
+  const auto keep = std::min<std::size_t>(static_cast<std::size_t>(k), top.size());
+  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(keep), top.end(),
+                    [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); });
+  top.resize(keep);
+}
+
 }  // namespace
 
-void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f) {
+void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f,
+                               std::span<const Middle> stage_middles) {
   const int n = d.size();
   if (!standing_on_ || n < 2) return;  // a rank alone has no peers to stand against
   const auto N = static_cast<std::size_t>(n);
-  step_own_.assign(static_cast<std::size_t>(G_ + 1) * N, 0.0);
-  for (int s = 0; s < S_; ++s) {
-    double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
-    const double* x = d.stage(s).data();
-    for (int i = 0; i < n; ++i) own[i] += x[i];
-  }
+  // Groups whose own work has a sync wait taken off this step.
+  step_synced_.assign(G_, 0);
+  bool any_synced = false;
   if (m.has_sync_wait())
     for (int s = 0; s < S_; ++s)
-      if (const float* col = m.sync_wait_column(t, s)) {
-        double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
-        for (int i = 0; i < n; ++i)
-          if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
-      }
-  double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
-  for (int g = 0; g < G_; ++g)
-    for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
-  for (int k = 0; k <= G_; ++k) {
-    const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
-    const LeaveOneOutMedian peers({own, N}, loo_buf_);
+      if (m.sync_wait_column(t, s) != nullptr) step_synced_[schema_.group_of(s)] = 1, any_synced = true;
+  const bool complete = m.step_complete(t);
+  auto stand = [&](int k, const double* own, bool plus_zero, const Middle& mid) {
+    const LeaveOneOutMedian peers(mid);
     double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
     double* sq = st_sq_.data() + static_cast<std::size_t>(k) * world_;
-    for (int i = 0; i < n; ++i) {
-      const double x = own[i] - peers.of(own[i]);
-      sum[d.rank(i)] += x;
-      sq[d.rank(i)] += x * x;
+    if (complete && plus_zero) {
+      add_standings<true>(own, n, peers, sum, sq);
+    } else if (complete) {
+      add_standings<false>(own, n, peers, sum, sq);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        const double v = plus_zero ? 0.0 + own[i] : own[i];
+        const double x = v - peers.of(v);
+        sum[d.rank(i)] += x;
+        sq[d.rank(i)] += x * x;
+      }
     }
+  };
+  if (one_stage_groups_ && !any_synced && !stage_middles.empty() && total_mid_.n == N) {
+    // One stage per group in stage order and no wait taken off: group g's own work is 0 + its
+    // stage (the cohort median's array, whose middle is at hand) and the whole step's is the
+    // total P[t,r,S] (the lag's last prefix, summed the same way): nothing to form or select.
+    for (int g = 0; g < G_; ++g)
+      stand(g, d.stage(g).data(), true, plus_zero(stage_middles[static_cast<std::size_t>(g)]));
+    whole_ = totals_.data();
+    whole_mid_ = total_mid_;
+    stand(G_, whole_, false, whole_mid_);
+  } else {
+    step_own_.resize(static_cast<std::size_t>(G_ + 1) * N);
+    // Each group's own work, 0 + its stages in stage order (a zeroed sum's first addition).
+    for (int g = 0; g < G_; ++g) {
+      double* own = step_own_.data() + static_cast<std::size_t>(g) * N;
+      for (int s = group_first_[g]; s <= group_last_[g]; ++s) {
+        if (schema_.group_of(s) != g) continue;
+        const double* x = d.stage(s).data();
+        if (s == group_first_[g]) {
+          for (int i = 0; i < n; ++i) own[i] = 0.0 + x[i];
+        } else {
+          for (int i = 0; i < n; ++i) own[i] += x[i];
+        }
+      }
+    }
+    if (any_synced)
+      for (int s = 0; s < S_; ++s)
+        if (const float* col = m.sync_wait_column(t, s)) {
+          double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
+          for (int i = 0; i < n; ++i)
+            if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
+        }
+    double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
+    for (int i = 0; i < n; ++i) whole[i] = 0.0 + step_own_[i];  // a zeroed sum's first addition
+    for (int g = 1; g < G_; ++g)
+      for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
+    for (int k = 0; k <= G_; ++k) {
+      const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
+      Middle mid;
+      if (k < G_ && one_stage_groups_ && !step_synced_[k] && !stage_middles.empty()) {
+        mid = plus_zero(stage_middles[static_cast<std::size_t>(k)]);
+      } else if (k == G_ && one_stage_groups_ && !any_synced && total_mid_.n == N) {
+        mid = total_mid_;
+      } else {
+        mid = middle_of({own, N}, sel_, &own_hint_[static_cast<std::size_t>(k)]);
+      }
+      if (k == G_) whole_mid_ = mid;
+      stand(k, own, false, mid);
+    }
+    whole_ = whole;
   }
-  for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  if (complete) {
+    for (int i = 0; i < n; ++i) ++st_n_[i];
+  } else {
+    for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
+  }
   if (arrivals_.size() < Evidence::kArrivalSteps) add_arrivals(m, t, d, f);
   // The CPU wait, among the present ranks that have one.
   if (const float* cw = m.cpu_wait_row(t)) {
@@ -845,7 +1118,7 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
         step_cw_rank_.push_back(d.rank(i));
       }
     if (step_cw_.size() >= 2) {
-      const LeaveOneOutMedian peers(step_cw_, loo_buf_);
+      const LeaveOneOutMedian peers(middle_of(step_cw_, sel_, &cw_hint_));
       for (std::size_t i = 0; i < step_cw_.size(); ++i) {
         const double x = step_cw_[i] - peers.of(step_cw_[i]);
         cw_sum_[step_cw_rank_[i]] += x;
@@ -873,17 +1146,27 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
       for (int s = group_first_[g]; s <= group_last_[g] && !sync; ++s)
         sync = schema_.group_of(s) == g && m.sync_wait_column(t, s) != nullptr;
     if (!sync && g + 1 < G_) continue;
-    // The segment first..g: each rank's own work there.
-    seg_own_.assign(N, 0.0);
-    for (int h = first; h <= g; ++h) {
-      const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
-      for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
+    // The segment first..g: each rank's own work there (the whole step's, summed the same way,
+    // when it is the one segment).
+    const double* seg = nullptr;
+    Middle mid;
+    if (first == 0 && g == G_ - 1) {
+      seg = whole_;
+      mid = whole_mid_;
+    } else {
+      seg_own_.assign(N, 0.0);
+      for (int h = first; h <= g; ++h) {
+        const double* own = step_own_.data() + static_cast<std::size_t>(h) * N;
+        for (int i = 0; i < n; ++i) seg_own_[i] += own[i];
+      }
+      seg = seg_own_.data();
+      mid = middle_of(seg_own_, sel_);
     }
     ArrivalSegment sg;
     sg.first_group = static_cast<std::int16_t>(std::min(first, 32767));
     sg.last_group = static_cast<std::int16_t>(std::min(g, 32767));
     const double end = f.frontier[static_cast<std::size_t>(group_last_[g])];
-    const LeaveOneOutMedian peers(seg_own_, loo_buf_);
+    const LeaveOneOutMedian peers(mid);
     sg.lo_s = static_cast<float>(peers.lo());
     sg.mid_s = static_cast<float>(peers.mid());
     sg.hi_s = static_cast<float>(peers.hi());
@@ -891,19 +1174,15 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
-    top_buf_.resize(N);
-    std::iota(top_buf_.begin(), top_buf_.end(), 0);
-    std::partial_sort(top_buf_.begin(), top_buf_.begin() + k, top_buf_.end(), [&](int x, int y) {
-      return seg_own_[x] > seg_own_[y] || (seg_own_[x] == seg_own_[y] && x < y);
-    });
+    latest(seg, n, k, top_buf_, latest_buf_, latest_sel_);
     sg.top_count = k;
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
       sg.top_rank[j] = rank_ids_.empty() ? c : rank_ids_[c];
-      sg.top_s[j] = static_cast<float>(seg_own_[top_buf_[j]]);
+      sg.top_s[j] = static_cast<float>(seg[top_buf_[j]]);
     }
     sg.end_s = static_cast<float>(end);
-    sg.after_s = static_cast<float>(end - before - seg_own_[top_buf_[0]]);
+    sg.after_s = static_cast<float>(end - before - seg[top_buf_[0]]);
     before = end;
     arrivals_.segments.push_back(sg);
     ++a.count;

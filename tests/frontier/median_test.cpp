@@ -86,6 +86,44 @@ TEST(Median, median_of_adversarial_long_patterns_on_both_paths) {
   }
 }
 
+// middle_of: the order statistics a[k−1], a[k], a[k+1] (k = n/2) that the cohort medians, the
+// lag's medians and the standings' leave-one-out medians read, with and without a hint, on both
+// paths. A series of arrays through one hint — the same spread drifting, then jumping far away,
+// then collapsing to ties — crosses the bracket's hits and misses; every answer must be the
+// sorted array's, whatever the hint.
+namespace {
+void expect_middle(const std::vector<double>& v, const sf::frontier::detail::Middle& m) {
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  const std::size_t n = s.size(), k = n / 2;
+  RC_ASSERT(m.n == n);
+  RC_ASSERT(m.mid == s[k]);
+  RC_ASSERT(m.lo == (n >= 2 ? s[k - 1] : 0.0));
+  RC_ASSERT(m.hi == (n % 2 == 1 && n > 1 ? s[k + 1] : 0.0));
+  RC_ASSERT(m.median() == sorted_median(v));
+}
+}  // namespace
+
+RC_GTEST_PROP(Median, middle_of_is_the_sorted_middle_whatever_the_hint, ()) {
+  using sf::frontier::detail::SelectPath;
+  const auto n = *rc::gen::oneOf(rc::gen::inRange<std::size_t>(1, 100), rc::gen::inRange<std::size_t>(100, 5000));
+  const auto steps = *rc::gen::inRange(1, 12);
+  const auto distinct = *rc::gen::oneOf(rc::gen::inRange(1, 8), rc::gen::inRange(8, 1000000));
+  sf::frontier::detail::SelectScratch scratch;
+  sf::frontier::detail::MiddleHint fast, portable;
+  for (int t = 0; t < steps; ++t) {
+    const auto kind = *rc::gen::inRange(0, 4);  // 0, 1: drift; 2: far away; 3: all ties
+    const double shift = kind == 2 ? *rc::gen::inRange(-1000, 1000) * 1.0 : t * 0.01;
+    std::vector<double> v = *rc::gen::container<std::vector<double>>(
+        n, rc::gen::map(rc::gen::inRange(0, distinct), [&](int x) { return kind == 3 ? 0.5 : shift + x * 0.001; }));
+    const auto before = v;
+    expect_middle(v, sf::frontier::detail::middle_of(v, scratch, &fast, SelectPath::fastest));
+    expect_middle(v, sf::frontier::detail::middle_of(v, scratch, &portable, SelectPath::portable));
+    expect_middle(v, sf::frontier::detail::middle_of(v, scratch));
+    RC_ASSERT(v == before);
+  }
+}
+
 // MedianKeeper: the run-level medians of an always-on run in bounded memory (issue 16, item 2).
 namespace {
 using sf::frontier::detail::MedianKeeper;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# evaluate() against account() (issue 44, part 2), paired with the turn-4 build in the same run.
+#
+#   bash bench/evaluate44.sh BASE_FRONTIER_BENCH NEW_FRONTIER_BENCH [ROUNDS=15] [OUT=results/bench]
+#
+# Each round runs both binaries' BM_memcpy, BM_account and BM_evaluate at 1024 x 600 x 6 and
+# 16384 x 600 x 6 one after the other, alternating which goes first, each case the median of 3
+# repetitions in its process (Google Benchmark; Debian's libbenchmark is a DEBUG build of the
+# library, the measured code is Release). Per round and binary it forms evaluate / account and
+# account's speed against memcpy's (memcpy time / account time: >= 0.5 is the issue's "account()
+# >= 0.5 x memcpy"), from real time and from CPU time, and new evaluate / base evaluate; the
+# tables give min, median and max over the rounds, with the 1-minute load average at each
+# round's start. Writes OUT/evaluate44.md and OUT/evaluate44.json.
+set -euo pipefail
+base=${1:?usage: evaluate44.sh BASE_FRONTIER_BENCH NEW_FRONTIER_BENCH [ROUNDS] [OUT]}
+new=${2:?usage: evaluate44.sh BASE_FRONTIER_BENCH NEW_FRONTIER_BENCH [ROUNDS] [OUT]}
+rounds=${3:-15}
+out=${4:-results/bench}
+for b in "$base" "$new"; do
+  [[ -x $b ]] || { echo "evaluate44.sh: $b is not an executable frontier_bench" >&2; exit 2; }
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "evaluate44.sh: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
+mkdir -p "$out"
+raw=$(mktemp -d)
+trap 'rm -rf "$raw"' EXIT
+filter='BM_(memcpy|account|evaluate)/R:(1024|16384)/N:600/'
+run() {  # run BINARY FILE
+  "$1" --benchmark_filter="$filter" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+       --benchmark_format=json > "$2" 2> /dev/null
+}
+for ((i = 0; i < rounds; i++)); do
+  cut -d' ' -f1 /proc/loadavg > "$raw/load.$i"
+  if ((i % 2 == 0)); then run "$base" "$raw/base.$i.json"; run "$new" "$raw/new.$i.json"
+  else run "$new" "$raw/new.$i.json"; run "$base" "$raw/base.$i.json"; fi
+  echo "round $((i + 1))/$rounds done" >&2
+done
+commit_of() {  # the source commit of the build a binary lies in
+  local cache src
+  cache=$(dirname "$(dirname "$(readlink -f "$1")")")/CMakeCache.txt
+  src=$(grep -m1 '^CMAKE_HOME_DIRECTORY' "$cache" | cut -d= -f2)
+  git -C "$src" describe --always --dirty
+}
+/usr/bin/python3 - "$raw" "$rounds" "$out" "$base" "$new" "$(commit_of "$base")" "$(commit_of "$new")" <<'EOF'
+import datetime, json, os, platform, statistics, sys
+raw, rounds, out, base, new, base_commit, new_commit = sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:8]
+sizes = ["R:1024/N:600", "R:16384/N:600"]
+
+def medians(path):
+    got = {}
+    for b in json.load(open(path))["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        name, size = b["run_name"].split("/", 1)
+        size = size.split("/min_time")[0]
+        got[(name, size)] = (b["real_time"], b["cpu_time"])
+    return got
+
+rows = {}  # (metric, size, clock) -> per-round values
+loads = []
+for i in range(rounds):
+    loads.append(float(open(f"{raw}/load.{i}").read()))
+    got = {k: medians(f"{raw}/{k}.{i}.json") for k in ("base", "new")}
+    for size in sizes:
+        for c, clock in enumerate(("real", "cpu")):
+            t = {k: {n: got[k][(n, size)][c] for n in ("BM_memcpy", "BM_account", "BM_evaluate")} for k in got}
+            for k in ("base", "new"):
+                rows.setdefault((f"{k} evaluate / account", size, clock), []).append(t[k]["BM_evaluate"] / t[k]["BM_account"])
+                rows.setdefault((f"{k} account speed / memcpy speed", size, clock), []).append(t[k]["BM_memcpy"] / t[k]["BM_account"])
+            rows.setdefault(("new evaluate / base evaluate", size, clock), []).append(t["new"]["BM_evaluate"] / t["base"]["BM_evaluate"])
+
+def mmm(v):
+    return min(v), statistics.median(v), max(v)
+
+cmd = f"bash bench/evaluate44.sh {base} {new} {rounds} {out}"
+now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+lo, med, hi = mmm(loads)
+lines = ["# evaluate() against account(), paired with the turn-4 build (issue 44, part 2)", "",
+         f"- command: `{cmd}`",
+         f"- new: `{new_commit}`, base (turn 4): `{base_commit}`; {now}; {os.cpu_count()} CPUs, {platform.machine()}; "
+         f"1-minute load average at the rounds' starts {lo:.2f} / {med:.2f} / {hi:.2f} (min / median / max)",
+         f"- {rounds} rounds; in each, both binaries back to back (order alternating), every case the median of 3 "
+         "repetitions in its process; figures are min / median / max over the rounds of the per-round ratio",
+         "- Google Benchmark is Debian's 1.7.1, a DEBUG build of the library (the measured code is Release)", "",
+         "| ratio | size | clock | min | median | max |", "|---|---|---|--:|--:|--:|"]
+for (metric, size, clock), v in rows.items():
+    a, m, b = mmm(v)
+    lines.append(f"| {metric} | {size.replace('R:', '').replace('/N:', ' x ')} x 6 | {clock} | {a:.2f} | {m:.2f} | {b:.2f} |")
+verdict = []
+for size in sizes:
+    for clock in ("real", "cpu"):
+        m = statistics.median(rows[("new evaluate / account", size, clock)])
+        acc = statistics.median(rows[("new account speed / memcpy speed", size, clock)])
+        verdict.append(f"{size} ({clock} time): evaluate/account {m:.2f} ({'met' if m <= 4 else 'NOT met'}: <= 4); "
+                       f"account {acc:.2f} x memcpy ({'met' if acc >= 0.5 else 'NOT met'}: >= 0.5)")
+lines += ["", "Targets, from the medians above:", ""] + [f"- {v}" for v in verdict]
+lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock samples of BM_evaluate; the figures above are the measure):", "",
+          "- one pass over the matrix: each step is accounted by account()'s own step code and walked while it is in cache;",
+          "- per step, 11 selections (the 6 cohort medians, the 5 lag medians of the prefixes) each give a[k-1], a[k], a[k+1];",
+          "  the standings' leave-one-out medians and the arrivals' medians reuse them (one stage per group, no sync wait);",
+          "  a hint (last step's middle) filters one pass of each array through a bracket and selects among the few values kept;",
+          "- the rank pass (prefixes, per-stage max, the static gains' clipped totals, own work, the counterfactual) and the",
+          "  standings compiled for AVX-512 where the processor has it; the sums that must keep their order (per-stage sums,",
+          "  residual, overlap, wall) as independent chains in one loop.",
+          "- left: the selections with their bracket passes, the rank pass and the ordered sums are each of the order of one",
+          "  accounting; the static gain's clip needs the cohort medians before the rank pass, so the walk visits each step's",
+          "  values at least twice after accounting them."]
+with open(os.path.join(out, "evaluate44.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+with open(os.path.join(out, "evaluate44.json"), "w") as f:
+    json.dump({"command": cmd, "date": now, "new": new_commit, "base": base_commit, "rounds": rounds, "load_1min": loads,
+               "ratios": [{"ratio": k[0], "size": k[1], "clock": k[2], "per_round": v, "min": min(v),
+                           "median": statistics.median(v), "max": max(v)} for k, v in rows.items()]}, f, indent=1)
+print("\n".join(lines))
+EOF
