@@ -11,6 +11,7 @@
 #include "sf/inject/inject.h"
 #include "sf/recorder/recorder.h"
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -337,6 +338,14 @@ public:
   /// completes it — on another thread, so that the checks and sums of a 10^6-rank row are
   /// paid beside the model of the next step.
   void fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall);
+  /// The step's frontier without its row: what step_into would write, reduced in the passes that
+  /// make it (no matrix, no side evidence). Advances like step_into.
+  struct StepMaxima {
+    /// F[t,s] = max_r P[t,r,s], P the prefix Σ_{j≤s} d[t,r,j] (paper eq. (2)); [5] is the residual's.
+    std::array<double, 6> frontier{};
+    double slowest_wall = 0;  ///< max_r wall[t,r]
+  };
+  StepMaxima step_maxima();
 
 private:
   struct State;
