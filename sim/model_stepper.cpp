@@ -112,9 +112,10 @@ struct ModelStepper::State {
     return sd;
   }
 
-  static constexpr int kBlock = 256;
+  static constexpr int kBlock = CostSampler::Block::kMax;
   /// A block of ranks between pass 1's per-rank part and its bucket loop.
   struct Block {
+    CostSampler::Block costs;  // the block's draws
     double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
   };
 
@@ -123,27 +124,26 @@ struct ModelStepper::State {
   template <class Out>
   double rank_until_sync(int r, int j, const SiteDelays& sd, Out& out, Block& b) {
     using inject::Site;
-    const StageCosts c = sampler.draw(r, step);
     const bool hit = sd.any && plan.targets(r);
     auto delay_s = [&](Site site) { return hit ? sd.at[static_cast<int>(site)] : 0.0; };
     auto& k = carry[r];
     k.begin = host[r];
     double h = host[r];
-    const double data = c.data_ms * 1e-3 + delay_s(Site::data);
+    const double data = b.costs.data[j] * 1e-3 + delay_s(Site::data);
     h += data;
     out.template stage<0>(r, data, k);
     // forward: device work queued at the start of forward, then host launch overhead
     const double fwd_start = h;
-    const double dev_fwd = c.fwd_device_ms * 1e-3 + delay_s(Site::forward_device);
+    const double dev_fwd = b.costs.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
     device[r] = std::max(device[r], fwd_start) + dev_fwd;
     if constexpr (Out::kSide) fwd_event[r] = dev_fwd;
-    h += c.fwd_host_ms * 1e-3 + delay_s(Site::forward_host);
+    h += b.costs.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
     out.template stage<1>(r, h - fwd_start, k);
     // backward: device work queued, launches, then the gradient synchronisation
     k.bwd_start = h;
-    b.bwd_dev[j] = c.bwd_device_ms * 1e-3 + delay_s(Site::backward_device);
+    b.bwd_dev[j] = b.costs.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
     b.entry[j] = delay_s(Site::backward_collective);
-    b.bwd_host[j] = c.bwd_host_ms * 1e-3;
+    b.bwd_host[j] = b.costs.bwd_host[j] * 1e-3;
     double arrival = 0;
     if (cfg.sync_mode == SyncMode::single) {
       device[r] = std::max(device[r], h) + b.bwd_dev[j];
@@ -152,8 +152,8 @@ struct ModelStepper::State {
     }
     b.hb[j] = h;
     b.dev[j] = device[r];
-    k.callbacks_s = c.callbacks_ms * 1e-3 + delay_s(Site::callbacks);
-    k.optim_s = c.optim_ms * 1e-3 + delay_s(Site::optimizer);
+    k.callbacks_s = b.costs.callbacks[j] * 1e-3 + delay_s(Site::callbacks);
+    k.optim_s = b.costs.optim[j] * 1e-3 + delay_s(Site::optimizer);
     return arrival;
   }
 
@@ -195,6 +195,7 @@ struct ModelStepper::State {
     Block b;
     for (int r0 = 0; r0 < R; r0 += kBlock) {
       const int len = std::min(kBlock, R - r0);
+      sampler.draw_block(r0, len, step, b.costs);
       for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, out, b));
       if (cfg.sync_mode != SyncMode::single) buckets_of_block<Out::kSide>(r0, len, b);
     }

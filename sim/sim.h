@@ -201,6 +201,14 @@ class CostSampler {
 public:
   CostSampler(const StageCosts& base, const Variation& v, std::uint64_t seed, int ranks);
   StageCosts draw(int rank, std::int64_t step) const;
+  /// The costs the model reads (every one but the loader's), one column each, for ranks
+  /// r0 .. r0 + len − 1 (len <= kMax): column[j] == draw(r0 + j, step)'s, bit for bit. One loop
+  /// over the block, so the table reads of many ranks are in flight together.
+  struct Block {
+    static constexpr int kMax = 256;
+    double data[kMax], fwd_host[kMax], fwd_device[kMax], bwd_host[kMax], bwd_device[kMax], callbacks[kMax], optim[kMax];
+  };
+  void draw_block(int r0, int len, std::int64_t step, Block& out) const;
 
 private:
   StageCosts base_;
