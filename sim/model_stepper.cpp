@@ -26,10 +26,11 @@ struct ModelStepper::State {
   // next free.
   std::vector<double> host, device;
   /// What one rank carries from the per-rank pass to the passes after each global collective
-  /// (one record per rank, so a pass reads one stream rather than ten).
+  /// (one record per rank, so a pass reads one stream rather than ten). 32 bytes: the passes are
+  /// bound by the bytes they move, so what can be recomputed is (the step's start is host[r]
+  /// until the rank's step ends; callbacks start at backward's end, from own_done).
   struct Carry {
-    double begin, bwd_start, own_done, callbacks_s, optim_s, cb_start;
-    double prefix;  // MaxOut: the rank's running prefix P[t,r,s] of the stages written so far
+    double bwd_start, own_done, callbacks_s, optim_s;
   };
 
   /// Where the passes put a rank's cells. The stages come in order (data, forward, backward,
@@ -40,8 +41,8 @@ struct ModelStepper::State {
     std::array<double*, 5> col;
     double* wall;
     template <int S>
-    void stage(int r, double v, Carry&) { col[S][r] = v; }
-    void end(int r, double w, Carry&) { wall[r] = w; }
+    void stage(int r, double v) { col[S][r] = v; }
+    void end(int r, double w) { wall[r] = w; }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
   /// StageMatrix::commit_step and frontier::account take them (0 + d0 + d1 + ..., the residual
@@ -50,14 +51,16 @@ struct ModelStepper::State {
     static constexpr bool kSide = false;
     std::array<double, 6> top{kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
     double wall_max = 0;
+    double* prefix;  // per rank: its running prefix P[t,r,s] of the stages written so far
     template <int S>
-    void stage(int, double v, Carry& k) {
-      k.prefix = (S == 0 ? 0.0 : k.prefix) + v;
-      top[S] = std::max(top[S], k.prefix);
+    void stage(int r, double v) {
+      double& p = prefix[r];
+      p = (S == 0 ? 0.0 : p) + v;
+      top[S] = std::max(top[S], p);
     }
-    void end(int, double w, Carry& k) {
-      const double e = w - k.prefix;
-      top[5] = std::max(top[5], k.prefix + (e > 0 ? e : 0.0));
+    void end(int r, double w) {
+      const double p = prefix[r], e = w - p;
+      top[5] = std::max(top[5], p + (e > 0 ? e : 0.0));
       wall_max = std::max(wall_max, w);
     }
   };
@@ -68,6 +71,8 @@ struct ModelStepper::State {
   // This step's side evidence (the durations and walls go straight into the matrix's row), sized
   // by the first step that writes a row: a stepper reduced by step_maxima never needs them.
   std::vector<double> fwd_event, wait_bwd, wait_cb;
+  std::vector<double> prefix;  // MaxOut's, sized by the first step_maxima
+  double exit_single = 0;      // this step's end of the single collective
   std::vector<double> row_wall;  // step_into's walls, reused
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
   std::int64_t step = 0;
@@ -127,18 +132,17 @@ struct ModelStepper::State {
     const bool hit = sd.any && plan.targets(r);
     auto delay_s = [&](Site site) { return hit ? sd.at[static_cast<int>(site)] : 0.0; };
     auto& k = carry[r];
-    k.begin = host[r];
     double h = host[r];
     const double data = b.costs.data[j] * 1e-3 + delay_s(Site::data);
     h += data;
-    out.template stage<0>(r, data, k);
+    out.template stage<0>(r, data);
     // forward: device work queued at the start of forward, then host launch overhead
     const double fwd_start = h;
     const double dev_fwd = b.costs.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
     device[r] = std::max(device[r], fwd_start) + dev_fwd;
     if constexpr (Out::kSide) fwd_event[r] = dev_fwd;
     h += b.costs.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
-    out.template stage<1>(r, h - fwd_start, k);
+    out.template stage<1>(r, h - fwd_start);
     // backward: device work queued, launches, then the gradient synchronisation
     k.bwd_start = h;
     b.bwd_dev[j] = b.costs.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
@@ -215,7 +219,7 @@ struct ModelStepper::State {
   /// Pass 2, per rank: backward's end, time inside the collectives, callbacks (and, without a
   /// barrier there, the optimizer and the step's end). Returns the last arrival at callbacks' end.
   template <class Out>
-  double leave(Out& out, double exit_single) {
+  double leave(Out& out) {
     const bool single = cfg.sync_mode == SyncMode::single;
     double cb_arrive_max = 0;
     for (int r = 0; r < cfg.ranks; ++r) {
@@ -231,16 +235,15 @@ struct ModelStepper::State {
           wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - last_launch[static_cast<std::size_t>(r)]);
         end = std::max(k.own_done, bucket_end[B - 1]);
       }
-      out.template stage<2>(r, end - k.bwd_start, k);
-      k.cb_start = end;
+      out.template stage<2>(r, end - k.bwd_start);
       const double arrive = end + k.callbacks_s;
-      host[r] = arrive;
       cb_arrive_max = std::max(cb_arrive_max, arrive);
-      if (!sync_callbacks) {
-        out.template stage<3>(r, arrive - k.cb_start, k);
-        host[r] += k.optim_s;
-        out.template stage<4>(r, k.optim_s, k);
-        out.end(r, host[r] - k.begin, k);
+      if (!sync_callbacks) {  // else host[r] stays the step's start for release_callbacks
+        const double begin = host[r];
+        out.template stage<3>(r, arrive - end);
+        host[r] = arrive + k.optim_s;
+        out.template stage<4>(r, k.optim_s);
+        out.end(r, host[r] - begin);
       }
     }
     return cb_arrive_max;
@@ -250,21 +253,24 @@ struct ModelStepper::State {
   template <class Out>
   void release_callbacks(Out& out, double cb_exit) {
     for (int r = 0; r < cfg.ranks; ++r) {
-      auto& k = carry[r];
-      if constexpr (Out::kSide) wait_cb[r] = cb_exit - host[r];
+      const auto& k = carry[r];
+      // leave()'s backward end and arrival at the barrier, again
+      const double end = cfg.sync_mode == SyncMode::single ? exit_single : std::max(k.own_done, bucket_end[B - 1]);
+      if constexpr (Out::kSide) wait_cb[r] = cb_exit - (end + k.callbacks_s);
+      const double begin = host[r];
       host[r] = cb_exit + k.optim_s;
-      out.template stage<3>(r, cb_exit - k.cb_start, k);
-      out.template stage<4>(r, k.optim_s, k);
-      out.end(r, host[r] - k.begin, k);
+      out.template stage<3>(r, cb_exit - end);
+      out.template stage<4>(r, k.optim_s);
+      out.end(r, host[r] - begin);
     }
   }
 
   /// One step of the model through `out`: the three passes and the collectives between them.
   template <class Out>
   void step_through(Out& out) {
-    const double arrive_max = arrive(out);
+    exit_single = arrive(out) + whole_s;
     collectives();
-    const double cb_arrive_max = leave(out, arrive_max + whole_s);
+    const double cb_arrive_max = leave(out);
     if (sync_callbacks) release_callbacks(out, cb_arrive_max + barrier_s);
   }
 };
@@ -309,7 +315,9 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
 
 ModelStepper::StepMaxima ModelStepper::step_maxima() {
   auto& st = *s_;
+  if (st.prefix.empty()) st.prefix.resize(static_cast<std::size_t>(st.cfg.ranks));
   State::MaxOut out;
+  out.prefix = st.prefix.data();
   st.step_through(out);
   ++st.step;
   StepMaxima m;
