@@ -73,6 +73,7 @@ struct ModelStepper::State {
   std::vector<double> fwd_event, wait_bwd, wait_cb;
   std::vector<double> prefix;  // MaxOut's, sized by the first step_maxima
   double exit_single = 0;      // this step's end of the single collective
+  bool sample_fwd = false;     // this step's row samples forward events (fwd_event is written)
   std::vector<double> row_wall;  // step_into's walls, reused
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
   std::int64_t step = 0;
@@ -140,7 +141,8 @@ struct ModelStepper::State {
     const double fwd_start = h;
     const double dev_fwd = b.costs.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
     device[r] = std::max(device[r], fwd_start) + dev_fwd;
-    if constexpr (Out::kSide) fwd_event[r] = dev_fwd;
+    if constexpr (Out::kSide)
+      if (sample_fwd) fwd_event[r] = dev_fwd;
     h += b.costs.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
     out.template stage<1>(r, h - fwd_start);
     // backward: device work queued, launches, then the gradient synchronisation
@@ -294,8 +296,10 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   const auto& cfg = st.cfg;
   if (m.ranks() != cfg.ranks || m.stages() != 6 || row < 0 || row >= m.steps())
     throw std::invalid_argument("model step buffer does not fit the model (ranks, stages or row)");
-  if (st.fwd_event.empty()) {
-    st.fwd_event.resize(static_cast<std::size_t>(cfg.ranks));
+  const int t = static_cast<int>(st.step);  // the sampling rule counts steps from 0
+  st.sample_fwd = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
+  if (st.sample_fwd && st.fwd_event.empty()) st.fwd_event.resize(static_cast<std::size_t>(cfg.ranks));
+  if (st.wait_bwd.empty()) {
     st.wait_bwd.resize(static_cast<std::size_t>(cfg.ranks));
     if (st.sync_callbacks) st.wait_cb.resize(static_cast<std::size_t>(cfg.ranks));
     if (cfg.sync_mode != SyncMode::single) st.last_launch.resize(static_cast<std::size_t>(cfg.ranks));
@@ -307,9 +311,7 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   st.step_through(out);
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
-  const int t = static_cast<int>(st.step);  // the sampling rule counts steps from 0
-  const bool sampled = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
-  if (sampled) m.set_fwd_event_column(row, st.fwd_event);
+  if (st.sample_fwd) m.set_fwd_event_column(row, st.fwd_event);
   ++st.step;
 }
 
