@@ -196,7 +196,7 @@ void setup_sim(CLI::App& app) {
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("sim", "Model-driven ranks at scale (no MPI): a scenario scored and checked in milliseconds");
   add_fault_options(sub, cfg.fault, o->delay_ms);
-  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000))->capture_default_str();
   sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->capture_default_str();
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0))->capture_default_str();

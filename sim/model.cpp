@@ -14,7 +14,7 @@ std::string validate(const ModelConfig& cfg) {
   if (const auto* sc = inject::find_scenario(cfg.fault.scenario); sc && sc->site == inject::Site::link)
     return "--scenario " + cfg.fault.scenario + ": a real link fault has no model; run it with `sf-testbed run` across hosts "
            "(docs/cluster.md)";
-  if (cfg.ranks < 1 || cfg.ranks > (1 << 20)) return "--ranks must be in [1, 1048576]";
+  if (cfg.ranks < 1 || cfg.ranks > (1 << 24)) return "--ranks must be in [1, 16777216]";
   if (cfg.steps < 1 || static_cast<double>(cfg.steps) * cfg.ranks > 5e8) return "--steps x --ranks must be in [1, 5e8]";
   if (const auto v = validate(cfg.variation); !v.empty()) return v;
   if (const auto v = validate(cfg.layout); !v.empty()) return v;

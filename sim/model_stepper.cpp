@@ -5,15 +5,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace sf::sim {
 
 namespace {
-/// The step row's duration columns: data, forward, backward, callbacks, optimizer.
-struct Columns {
-  double *data, *fwd, *bwd, *cb, *opt;
-};
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 }  // namespace
 
 struct ModelStepper::State {
@@ -28,14 +26,55 @@ struct ModelStepper::State {
   // next free.
   std::vector<double> host, device;
   /// What one rank carries from the per-rank pass to the passes after each global collective
-  /// (one record per rank, so a pass reads one stream rather than ten).
+  /// (one record per rank, so a pass reads one stream rather than ten). 32 bytes: the passes are
+  /// bound by the bytes they move, so what can be recomputed is (the step's start is host[r]
+  /// until the rank's step ends; callbacks start at backward's end, from own_done).
   struct Carry {
-    double begin, bwd_start, own_done, callbacks_s, optim_s, cb_start;
+    double bwd_start, own_done, callbacks_s, optim_s;
+  };
+
+  /// Where the passes put a rank's cells. The stages come in order (data, forward, backward,
+  /// callbacks, optimizer), then the wall.
+  /// RowOut: into the row of a one-step matrix, with the side evidence (sync waits, forward events).
+  struct RowOut {
+    static constexpr bool kSide = true;
+    std::array<double*, 5> col;
+    double* wall;
+    template <int S>
+    void stage(int r, double v) { col[S][r] = v; }
+    void end(int r, double w) { wall[r] = w; }
+  };
+  /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
+  /// StageMatrix::commit_step and frontier::account take them (0 + d0 + d1 + ..., the residual
+  /// max(0, wall − Σ explicit) last), so every frontier value is theirs bit for bit.
+  struct MaxOut {
+    static constexpr bool kSide = false;
+    std::array<double, 6> top{kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+    double wall_max = 0;
+    double* prefix;  // per rank: its running prefix P[t,r,s] of the stages written so far
+    template <int S>
+    void stage(int r, double v) {
+      double& p = prefix[r];
+      p = (S == 0 ? 0.0 : p) + v;
+      top[S] = std::max(top[S], p);
+    }
+    void end(int r, double w) {
+      const double p = prefix[r], e = w - p;
+      top[5] = std::max(top[5], p + (e > 0 ? e : 0.0));
+      wall_max = std::max(wall_max, w);
+    }
   };
   std::vector<Carry> carry;
-  std::vector<double> launch;  // R × B: when each rank's bucket collective can start
-  // This step's walls and side evidence (the durations go straight into the matrix's row).
-  std::vector<double> wall, fwd_event, wait_bwd, wait_cb;
+  // When each rank's last bucket collective could start (bucketed sync, a row's side evidence:
+  // the wait is measured from it); the earlier buckets' starts matter only through all_in.
+  std::vector<double> last_launch;
+  // This step's side evidence (the durations and walls go straight into the matrix's row), sized
+  // by the first step that writes a row: a stepper reduced by step_maxima never needs them.
+  std::vector<double> fwd_event, wait_bwd, wait_cb;
+  std::vector<double> prefix;  // MaxOut's, sized by the first step_maxima
+  double exit_single = 0;      // this step's end of the single collective
+  bool sample_fwd = false;     // this step's row samples forward events (fwd_event is written)
+  std::vector<double> row_wall;  // step_into's walls, reused
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
   std::int64_t step = 0;
 
@@ -46,10 +85,6 @@ struct ModelStepper::State {
         host(c.ranks, 0.0),
         device(c.ranks, 0.0),
         carry(c.ranks),
-        wall(c.ranks),
-        fwd_event(c.ranks),
-        wait_bwd(c.ranks),
-        wait_cb(c.ranks),
         sampler(c.costs, c.variation, c.seed, c.ranks) {
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();
@@ -65,7 +100,6 @@ struct ModelStepper::State {
     }
     whole_s = cfg.comm.seconds(total * sizeof(float), cfg.ranks);
     barrier_s = cfg.comm.seconds(0, cfg.ranks);
-    if (cfg.sync_mode != SyncMode::single) launch.resize(static_cast<std::size_t>(cfg.ranks) * B);
   }
 
   /// The fault's delay at each site in this step (0 where it does not act), taken once per step;
@@ -84,37 +118,38 @@ struct ModelStepper::State {
     return sd;
   }
 
-  static constexpr int kBlock = 256;
+  static constexpr int kBlock = CostSampler::Block::kMax;
   /// A block of ranks between pass 1's per-rank part and its bucket loop.
   struct Block {
+    CostSampler::Block costs;  // the block's draws
     double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
   };
 
   /// Pass 1's per-rank part for rank r (block slot j): data, forward, backward up to the
   /// collectives. Returns its arrival at the single collective (single sync), else 0.
-  double rank_until_sync(int r, int j, const SiteDelays& sd, const Columns& d, Block& b) {
+  template <class Out>
+  double rank_until_sync(int r, int j, const SiteDelays& sd, Out& out, Block& b) {
     using inject::Site;
-    const StageCosts c = sampler.draw(r, step);
     const bool hit = sd.any && plan.targets(r);
     auto delay_s = [&](Site site) { return hit ? sd.at[static_cast<int>(site)] : 0.0; };
     auto& k = carry[r];
-    k.begin = host[r];
     double h = host[r];
-    const double data = c.data_ms * 1e-3 + delay_s(Site::data);
+    const double data = b.costs.data[j] * 1e-3 + delay_s(Site::data);
     h += data;
-    d.data[r] = data;
+    out.template stage<0>(r, data);
     // forward: device work queued at the start of forward, then host launch overhead
     const double fwd_start = h;
-    const double dev_fwd = c.fwd_device_ms * 1e-3 + delay_s(Site::forward_device);
+    const double dev_fwd = b.costs.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
     device[r] = std::max(device[r], fwd_start) + dev_fwd;
-    fwd_event[r] = dev_fwd;
-    h += c.fwd_host_ms * 1e-3 + delay_s(Site::forward_host);
-    d.fwd[r] = h - fwd_start;
+    if constexpr (Out::kSide)
+      if (sample_fwd) fwd_event[r] = dev_fwd;
+    h += b.costs.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
+    out.template stage<1>(r, h - fwd_start);
     // backward: device work queued, launches, then the gradient synchronisation
     k.bwd_start = h;
-    b.bwd_dev[j] = c.bwd_device_ms * 1e-3 + delay_s(Site::backward_device);
+    b.bwd_dev[j] = b.costs.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
     b.entry[j] = delay_s(Site::backward_collective);
-    b.bwd_host[j] = c.bwd_host_ms * 1e-3;
+    b.bwd_host[j] = b.costs.bwd_host[j] * 1e-3;
     double arrival = 0;
     if (cfg.sync_mode == SyncMode::single) {
       device[r] = std::max(device[r], h) + b.bwd_dev[j];
@@ -123,8 +158,8 @@ struct ModelStepper::State {
     }
     b.hb[j] = h;
     b.dev[j] = device[r];
-    k.callbacks_s = c.callbacks_ms * 1e-3 + delay_s(Site::callbacks);
-    k.optim_s = c.optim_ms * 1e-3 + delay_s(Site::optimizer);
+    k.callbacks_s = b.costs.callbacks[j] * 1e-3 + delay_s(Site::callbacks);
+    k.optim_s = b.costs.optim[j] * 1e-3 + delay_s(Site::optimizer);
     return arrival;
   }
 
@@ -132,6 +167,7 @@ struct ModelStepper::State {
   /// has paid the launches of the buckets before it; its collective can start once its compute
   /// is done (and, after a late entry, once the buckets before it started: the comm engine takes
   /// them in order).
+  template <bool kSide>
   void buckets_of_block(int r0, int len, Block& b) {
     for (std::size_t i = 0; i < B; ++i) {
       const double f = frac[i];
@@ -141,10 +177,7 @@ struct ModelStepper::State {
       } else {
         for (int j = 0; j < len; ++j) b.launched[j] = std::max(b.dev[j], b.launched[j]);
       }
-      // Rank-major (a rank's buckets side by side, for pass 2's one stream); the block's
-      // stores stay within a few KiB.
-      double* l = launch.data() + static_cast<std::size_t>(r0) * B + i;
-      for (int j = 0; j < len; ++j) l[static_cast<std::size_t>(j) * B] = b.launched[j];
+      if (kSide && i == B - 1) std::copy_n(b.launched, len, last_launch.data() + r0);
       all_in[i] = std::max(all_in[i], Eigen::Map<const Eigen::ArrayXd>(b.launched, len).maxCoeff());
       for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
     }
@@ -159,7 +192,8 @@ struct ModelStepper::State {
   /// blocks: the per-rank part first, then the bucket loop for the whole block, bucket by bucket,
   /// so that the chain of each rank's buckets (max, add, max per bucket) runs beside the chains
   /// of the other ranks instead of one after another. Returns the last arrival (single sync).
-  double arrive(const Columns& d) {
+  template <class Out>
+  double arrive(Out& out) {
     double arrive_max = 0;
     std::fill(all_in.begin(), all_in.end(), 0.0);
     const SiteDelays sd = site_delays();
@@ -167,8 +201,9 @@ struct ModelStepper::State {
     Block b;
     for (int r0 = 0; r0 < R; r0 += kBlock) {
       const int len = std::min(kBlock, R - r0);
-      for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, d, b));
-      if (cfg.sync_mode != SyncMode::single) buckets_of_block(r0, len, b);
+      sampler.draw_block(r0, len, step, b.costs);
+      for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, out, b));
+      if (cfg.sync_mode != SyncMode::single) buckets_of_block<Out::kSide>(r0, len, b);
     }
     return arrive_max;
   }
@@ -185,46 +220,60 @@ struct ModelStepper::State {
 
   /// Pass 2, per rank: backward's end, time inside the collectives, callbacks (and, without a
   /// barrier there, the optimizer and the step's end). Returns the last arrival at callbacks' end.
-  double leave(const Columns& d, double exit_single) {
+  template <class Out>
+  double leave(Out& out) {
     const bool single = cfg.sync_mode == SyncMode::single;
     double cb_arrive_max = 0;
     for (int r = 0; r < cfg.ranks; ++r) {
       auto& k = carry[r];
       double end;
       if (single) {
-        wait_bwd[r] = exit_single - k.own_done;
+        if constexpr (Out::kSide) wait_bwd[r] = exit_single - k.own_done;
         end = exit_single;
       } else {
         // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
         // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
-        wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - launch[static_cast<std::size_t>(r) * B + (B - 1)]);
+        if constexpr (Out::kSide)
+          wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - last_launch[static_cast<std::size_t>(r)]);
         end = std::max(k.own_done, bucket_end[B - 1]);
       }
-      d.bwd[r] = end - k.bwd_start;
-      k.cb_start = end;
+      out.template stage<2>(r, end - k.bwd_start);
       const double arrive = end + k.callbacks_s;
-      host[r] = arrive;
       cb_arrive_max = std::max(cb_arrive_max, arrive);
-      if (!sync_callbacks) {
-        d.cb[r] = arrive - k.cb_start;
-        host[r] += k.optim_s;
-        d.opt[r] = k.optim_s;
-        wall[r] = host[r] - k.begin;
+      if (!sync_callbacks) {  // else host[r] stays the step's start for release_callbacks
+        const double begin = host[r];
+        out.template stage<3>(r, arrive - end);
+        host[r] = arrive + k.optim_s;
+        out.template stage<4>(r, k.optim_s);
+        out.end(r, host[r] - begin);
       }
     }
     return cb_arrive_max;
   }
 
   /// Pass 3: the callbacks' barrier releases every rank when the last arrives.
-  void release_callbacks(const Columns& d, double cb_exit) {
+  template <class Out>
+  void release_callbacks(Out& out, double cb_exit) {
     for (int r = 0; r < cfg.ranks; ++r) {
-      auto& k = carry[r];
-      wait_cb[r] = cb_exit - host[r];
+      const auto& k = carry[r];
+      // leave()'s backward end and arrival at the barrier, again
+      const double end = cfg.sync_mode == SyncMode::single ? exit_single : std::max(k.own_done, bucket_end[B - 1]);
+      if constexpr (Out::kSide) wait_cb[r] = cb_exit - (end + k.callbacks_s);
+      const double begin = host[r];
       host[r] = cb_exit + k.optim_s;
-      d.cb[r] = cb_exit - k.cb_start;
-      d.opt[r] = k.optim_s;
-      wall[r] = host[r] - k.begin;
+      out.template stage<3>(r, cb_exit - end);
+      out.template stage<4>(r, k.optim_s);
+      out.end(r, host[r] - begin);
     }
+  }
+
+  /// One step of the model through `out`: the three passes and the collectives between them.
+  template <class Out>
+  void step_through(Out& out) {
+    exit_single = arrive(out) + whole_s;
+    collectives();
+    const double cb_arrive_max = leave(out);
+    if (sync_callbacks) release_callbacks(out, cb_arrive_max + barrier_s);
   }
 };
 
@@ -238,9 +287,8 @@ frontier::StageSchema ModelStepper::schema() { return frontier::StageSchema(fron
 std::int64_t ModelStepper::next_step() const { return s_->step; }
 
 void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
-  std::vector<double> wall;
-  fill_step(m, row, wall);
-  m.commit_step(row, wall.data());
+  fill_step(m, row, s_->row_wall);
+  m.commit_step(row, s_->row_wall.data());
 }
 
 void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall) {
@@ -248,20 +296,36 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   const auto& cfg = st.cfg;
   if (m.ranks() != cfg.ranks || m.stages() != 6 || row < 0 || row >= m.steps())
     throw std::invalid_argument("model step buffer does not fit the model (ranks, stages or row)");
-  // The durations go straight into the row's columns.
+  const int t = static_cast<int>(st.step);  // the sampling rule counts steps from 0
+  st.sample_fwd = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
+  if (st.sample_fwd && st.fwd_event.empty()) st.fwd_event.resize(static_cast<std::size_t>(cfg.ranks));
+  if (st.wait_bwd.empty()) {
+    st.wait_bwd.resize(static_cast<std::size_t>(cfg.ranks));
+    if (st.sync_callbacks) st.wait_cb.resize(static_cast<std::size_t>(cfg.ranks));
+    if (cfg.sync_mode != SyncMode::single) st.last_launch.resize(static_cast<std::size_t>(cfg.ranks));
+  }
+  // The durations and walls go straight into the row's columns and `wall`.
   const std::vector<double*> cols = m.begin_step(row);
-  const Columns d{cols[0], cols[1], cols[2], cols[3], cols[4]};
-  const double arrive_max = st.arrive(d);
-  st.collectives();
-  const double cb_arrive_max = st.leave(d, arrive_max + st.whole_s);
-  if (st.sync_callbacks) st.release_callbacks(d, cb_arrive_max + st.barrier_s);
-  wall.assign(st.wall.begin(), st.wall.end());
+  wall.resize(static_cast<std::size_t>(cfg.ranks));
+  State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data()};
+  st.step_through(out);
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
-  const int t = static_cast<int>(st.step);  // the sampling rule counts steps from 0
-  const bool sampled = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
-  if (sampled) m.set_fwd_event_column(row, st.fwd_event);
+  if (st.sample_fwd) m.set_fwd_event_column(row, st.fwd_event);
   ++st.step;
+}
+
+ModelStepper::StepMaxima ModelStepper::step_maxima() {
+  auto& st = *s_;
+  if (st.prefix.empty()) st.prefix.resize(static_cast<std::size_t>(st.cfg.ranks));
+  State::MaxOut out;
+  out.prefix = st.prefix.data();
+  st.step_through(out);
+  ++st.step;
+  StepMaxima m;
+  m.frontier = out.top;
+  m.slowest_wall = out.wall_max;
+  return m;
 }
 
 }  // namespace sf::sim

@@ -11,6 +11,7 @@
 #include "sf/inject/inject.h"
 #include "sf/recorder/recorder.h"
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -200,6 +201,14 @@ class CostSampler {
 public:
   CostSampler(const StageCosts& base, const Variation& v, std::uint64_t seed, int ranks);
   StageCosts draw(int rank, std::int64_t step) const;
+  /// The costs the model reads (every one but the loader's), one column each, for ranks
+  /// r0 .. r0 + len − 1 (len <= kMax): column[j] == draw(r0 + j, step)'s, bit for bit. One loop
+  /// over the block, so the table reads of many ranks are in flight together.
+  struct Block {
+    static constexpr int kMax = 256;
+    double data[kMax], fwd_host[kMax], fwd_device[kMax], bwd_host[kMax], bwd_device[kMax], callbacks[kMax], optim[kMax];
+  };
+  void draw_block(int r0, int len, std::int64_t step, Block& out) const;
 
 private:
   StageCosts base_;
@@ -337,6 +346,14 @@ public:
   /// completes it — on another thread, so that the checks and sums of a 10^6-rank row are
   /// paid beside the model of the next step.
   void fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall);
+  /// The step's frontier without its row: what step_into would write, reduced in the passes that
+  /// make it (no matrix, no side evidence). Advances like step_into.
+  struct StepMaxima {
+    /// F[t,s] = max_r P[t,r,s], P the prefix Σ_{j≤s} d[t,r,j] (paper eq. (2)); [5] is the residual's.
+    std::array<double, 6> frontier{};
+    double slowest_wall = 0;  ///< max_r wall[t,r]
+  };
+  StepMaxima step_maxima();
 
 private:
   struct State;

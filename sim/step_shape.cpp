@@ -180,6 +180,27 @@ StageCosts CostSampler::draw(int rank, std::int64_t step) const {
   return costs_of(base_, f, [&](int slot) { return jitter_[idx[slot]]; });
 }
 
+void CostSampler::draw_block(int r0, int len, std::int64_t step, Block& out) const {
+  const StageCosts& b = base_;
+  for (int j = 0; j < len; ++j) {
+    const auto& k = rank_[static_cast<std::size_t>(r0 + j)];
+    const double f = k.factor;
+    // costs_of's products in its order: base × f × jitter(slot); slot 1 (the loader) is not read.
+    double z[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    if (!jitter_.empty()) {
+      const auto idx = jitter_indices(k.key, step);
+      for (int s : {0, 2, 3, 4, 5, 6, 7}) z[s] = jitter_[idx[s]];
+    }
+    out.data[j] = b.data_ms * f * z[0];
+    out.fwd_host[j] = b.fwd_host_ms * f * z[2];
+    out.fwd_device[j] = b.fwd_device_ms * f * z[3];
+    out.bwd_host[j] = b.bwd_host_ms * f * z[4];
+    out.bwd_device[j] = b.bwd_device_ms * f * z[5];
+    out.callbacks[j] = b.callbacks_ms * f * z[6];
+    out.optim[j] = b.optim_ms * f * z[7];
+  }
+}
+
 double CommModel::seconds(double bytes, int ranks) const {
   if (ranks <= 1) return 0.0;
   const double hops = std::ceil(std::log2(static_cast<double>(ranks)));

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace sf::testbed {
@@ -146,7 +148,6 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
 ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan) {
   sim::ModelStepper stepper(cfg, plan);
   const auto schema = sim::ModelStepper::schema();
-  frontier::StageMatrix one(schema, cfg.ranks, 0, 1);
   ModelScore out;
   out.streamed = true;
   auto& e = out.evidence;
@@ -155,29 +156,34 @@ ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::Fau
   std::vector<double> exposed;
   exposed.reserve(static_cast<std::size_t>(std::max(cfg.steps, 0)));
   double wall_sum = 0;
-  std::vector<double> wall;  // reused: step_into would allocate R doubles a step
   const auto G = static_cast<std::size_t>(schema.group_count());
   std::vector<frontier::RunningSpread> adv_spread(G);
   std::vector<double> step_adv(G);
   frontier::RunningSpread exposed_spread;
   for (int t = 0; t < cfg.steps; ++t) {
-    one.renumber(t);  // fill_step replaces the whole row
-    stepper.fill_step(one, 0, wall);
-    one.commit_step(0, wall.data());
-    if (one.step_present_count(0) == 0) continue;
-    // The sums in the order WindowStats::add_step takes them, so every bit agrees with the labeler's.
-    const auto acc = frontier::account(one);
+    // The step reduced to its frontier as the model makes it: no row, no per-rank pass after it.
+    // Every rank is present in a model step; the advances and sums are account()'s and, in the
+    // order WindowStats::add_step takes them, every bit agrees with the labeler's.
+    const auto m = stepper.step_maxima();
+    for (const double f : m.frontier)
+      if (!std::isfinite(f))
+        throw std::invalid_argument("model step " + std::to_string(t) + ": a stage prefix is " + std::to_string(f) +
+                                    ", expected a finite number of seconds");
     ++e.steps;
-    e.exposed_makespan_s += acc.exposed(0);
-    exposed.push_back(acc.exposed(0));
-    exposed_spread.add(acc.exposed(0));
+    const double exposed_t = m.frontier[static_cast<std::size_t>(schema.size() - 1)];
+    e.exposed_makespan_s += exposed_t;
+    exposed.push_back(exposed_t);
+    exposed_spread.add(exposed_t);
     std::fill(step_adv.begin(), step_adv.end(), 0.0);
+    double f_prev = 0;
     for (int s = 0; s < schema.size(); ++s) {
-      e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
-      step_adv[static_cast<std::size_t>(schema.group_of(s))] += acc.advance(0, s);
+      const double a = m.frontier[static_cast<std::size_t>(s)] - f_prev;  // account(): F[t,s] − F[t,s−1]
+      f_prev = m.frontier[static_cast<std::size_t>(s)];
+      e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += a;
+      step_adv[static_cast<std::size_t>(schema.group_of(s))] += a;
     }
     for (std::size_t g = 0; g < G; ++g) adv_spread[g].add(step_adv[g]);
-    wall_sum += slowest_wall(one, 0);
+    wall_sum += m.slowest_wall;
   }
   if (!exposed.empty()) e.median_step_s = frontier::median_inplace(exposed);
   e.advance_sd_s.resize(G);
