@@ -24,15 +24,14 @@ import argparse
 import json
 import os
 import platform
-import re
 import shlex
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "experiments"))
 from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+import proc_time  # noqa: E402  (bench/: the whole-process timer)
 
 CPU_TARGET = 1.3
 MEMORY_SLACK_MIB = 2.0
@@ -49,22 +48,9 @@ def machine():
 
 
 def timed(cmd):
-    """CPU seconds (user + sys), wall seconds and peak RSS (KiB) of cmd, via /usr/bin/time -v."""
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                       check=False)
-    if p.returncode != 0:
-        sys.exit(f"detect_sim_bench: {' '.join(cmd)} failed ({p.returncode}): {p.stderr[-1500:]}")
-
-    def field(name):
-        m = re.search(name + r": ([0-9.:]+)", p.stderr)
-        if m is None:
-            sys.exit(f"detect_sim_bench: /usr/bin/time -v printed no '{name}' for {' '.join(cmd)}")
-        return m.group(1)
-    wall = 0.0
-    for part in field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").split(":"):
-        wall = wall * 60 + float(part)
-    return {"cpu_s": float(field("User time \\(seconds\\)")) + float(field("System time \\(seconds\\)")),
-            "wall_s": wall, "rss_kib": int(field(r"Maximum resident set size \(kbytes\)"))}
+    """CPU seconds (user + sys), wall seconds and peak RSS (KiB) of cmd (bench/proc_time.py)."""
+    t = proc_time.timed(cmd, "detect_sim_bench")
+    return {k: t[k] for k in ("cpu_s", "wall_s", "rss_kib")}
 
 
 def main():

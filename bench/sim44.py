@@ -18,7 +18,6 @@ baseline refuses more than 2^20 ranks).
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "experiments"))
 from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+import proc_time  # noqa: E402  (bench/: the whole-process timer)
 
 MEMCPY = r"""
 import sys, time, numpy as np
@@ -43,22 +43,9 @@ def loadavg():
 
 
 def timed(cmd):
-    """CPU seconds (user + sys), wall seconds and peak RSS (KiB) of cmd, via /usr/bin/time -v."""
-    p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       check=False)
-    if p.returncode != 0:
-        sys.exit(f"sim44: {' '.join(cmd)} failed ({p.returncode}): {p.stderr[-1500:]}")
-
-    def field(name):
-        m = re.search(name + r": ([0-9.:]+)", p.stderr)
-        if m is None:
-            sys.exit(f"sim44: /usr/bin/time -v printed no '{name}' for {' '.join(cmd)}")
-        return m.group(1)
-    wall = 0.0
-    for part in field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").split(":"):
-        wall = wall * 60 + float(part)
-    return {"cpu_s": float(field("User time \\(seconds\\)")) + float(field("System time \\(seconds\\)")),
-            "wall_s": wall, "rss_mib": int(field(r"Maximum resident set size \(kbytes\)")) / 1024, "stdout": p.stdout}
+    """CPU seconds (user + sys), wall seconds, peak RSS (MiB) and stdout of cmd (bench/proc_time.py)."""
+    t = proc_time.timed(cmd, "sim44", keep_stdout=True)
+    return {"cpu_s": t["cpu_s"], "wall_s": t["wall_s"], "rss_mib": t["rss_kib"] / 1024, "stdout": t["stdout"]}
 
 
 def memcpy_cpu_s(ranks, steps):

@@ -267,6 +267,11 @@ private:
                      std::span<const int> counterfactual_groups);
   int rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
                      std::span<const int> counterfactual_groups);
+  /// rank_pass's static gain over one block of ranks (p: their totals): each group's gain front.
+  void block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len, const double* p);
+  /// rank_pass's residual-leader counterfactuals over one block of ranks (after its prefixes).
+  void block_counterfactuals(const PresentStep& d, const StepBaseline& b, int i0, int len,
+                             std::span<const int> counterfactual_groups);
   /// add_segment_step's pass over the ranks: own work per group and, with `prefixes`, the
   /// prefixes rank_pass keeps for the lag's medians (the same values, the same order per rank).
   void segment_pass(const PresentStep& d, bool complete, bool prefixes);

@@ -566,6 +566,61 @@ SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, cons
   return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
 }
 
+SF_INLINE void WindowStats::block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len,
+                                              const double* p) {
+  double clip[kBlock], red[kBlock], q[kBlock];
+  // Static gain: F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction in stage order.
+  for (int g = 0; g < G_; ++g) {
+    if (group_count_[g] == 1 && b.kind != GainBaseline::rank_median) {
+      // One stage, one baseline value: the whole expression in one vectorised pass.
+      const int s = group_first_[g];
+      gain_front_[g] = std::max(gain_front_[g], clipped_max(p, d.stage(s).data() + i0, b.value(schema_, 0, s), len));
+      continue;
+    }
+    for (int s = group_first_[g], seen = 0; s < S_ && seen < group_count_[g]; ++s) {
+      if (schema_.group_of(s) != g) continue;
+      clip_block(b, schema_, d, s, i0, len, clip);
+      const double* x = d.stage(s).data() + i0;
+      if (seen == 0) {
+        for (int i = 0; i < len; ++i) red[i] = x[i] - clip[i];
+      } else {
+        for (int i = 0; i < len; ++i) red[i] += x[i] - clip[i];
+      }
+      ++seen;
+    }
+    for (int i = 0; i < len; ++i) q[i] = p[i] - red[i];
+    gain_front_[g] = std::max(gain_front_[g], block_max(q, len));
+  }
+}
+
+SF_INLINE void WindowStats::block_counterfactuals(const PresentStep& d, const StepBaseline& b, int i0, int len,
+                                                  std::span<const int> counterfactual_groups) {
+  const int n = d.size();
+  const auto K = counterfactual_groups.size();
+  double clip[kBlock], q[kBlock];
+  // Residual-leader counterfactuals: group g's stages clipped, re-accounted. Before g's first
+  // stage the prefixes are the original ones (their max is F[t,s], set after the blocks), so
+  // the clipped prefixes start from P[t,r,first−1].
+  for (std::size_t k = 0; k < K; ++k) {
+    const int g = counterfactual_groups[k], first = group_first_[g];
+    if (first == 1) {
+      const double* x0 = d.stage(0).data() + i0;
+      for (int i = 0; i < len; ++i) q[i] = 0.0 + x0[i];
+    } else if (first > 1) {
+      std::copy_n(prefix_.data() + static_cast<std::size_t>(first - 2) * n + i0, len, q);
+    }
+    for (int s = first; s < S_; ++s) {
+      const double* x = d.stage(s).data() + i0;
+      if (schema_.group_of(s) == g) {
+        clip_block(b, schema_, d, s, i0, len, clip);
+        x = clip;
+      }
+      double& front = cf_front_[k * static_cast<std::size_t>(S_) + s];
+      front = std::max(front, s == 0 ? copy_and_max(q, x, len) : add_and_max(q, x, len));
+    }
+  }
+}
+
 SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
                                           const StepBaseline& b, std::span<const int> counterfactual_groups) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
@@ -582,8 +637,6 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   gain_front_.assign(G, kNegInf);
   const auto K = counterfactual_groups.size();
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
-  const auto& group_first = group_first_;
-  const auto& group_count = group_count_;
   const bool fuse_telemetry = complete && schema_.has_residual();
   const int lanes = S + (fuse_telemetry ? 3 : 0);
   chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
@@ -594,7 +647,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   }
   double best_total = kNegInf;
   int slowest = 0;
-  double p0[kBlock], clip[kBlock], red[kBlock], q[kBlock];
+  double p0[kBlock];
   for (int i0 = 0; i0 < n; i0 += kBlock) {
     const int len = std::min(kBlock, n - i0);
     // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
@@ -638,49 +691,8 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
       while (p[i] != bm) ++i;
       slowest = i0 + i;
     }
-    // Static gain: F'[t,S] = max_r (P[t,r,S] − Σ_{s∈g} (d − min(d, b̃))), the reduction in stage order.
-    for (int g = 0; g < G; ++g) {
-      if (group_count[g] == 1 && b.kind != GainBaseline::rank_median) {
-        // One stage, one baseline value: the whole expression in one vectorised pass.
-        const int s = group_first[g];
-        gain_front_[g] = std::max(gain_front_[g], clipped_max(p, d.stage(s).data() + i0, b.value(schema_, 0, s), len));
-        continue;
-      }
-      for (int s = group_first[g], seen = 0; s < S && seen < group_count[g]; ++s) {
-        if (schema_.group_of(s) != g) continue;
-        clip_block(b, schema_, d, s, i0, len, clip);
-        const double* x = d.stage(s).data() + i0;
-        if (seen == 0) {
-          for (int i = 0; i < len; ++i) red[i] = x[i] - clip[i];
-        } else {
-          for (int i = 0; i < len; ++i) red[i] += x[i] - clip[i];
-        }
-        ++seen;
-      }
-      for (int i = 0; i < len; ++i) q[i] = p[i] - red[i];
-      gain_front_[g] = std::max(gain_front_[g], block_max(q, len));
-    }
-    // Residual-leader counterfactuals: group g's stages clipped, re-accounted. Before g's first
-    // stage the prefixes are the original ones (their max is F[t,s], set after the blocks), so
-    // the clipped prefixes start from P[t,r,first−1].
-    for (std::size_t k = 0; k < K; ++k) {
-      const int g = counterfactual_groups[k], first = group_first[g];
-      if (first == 1) {
-        const double* x0 = d.stage(0).data() + i0;
-        for (int i = 0; i < len; ++i) q[i] = 0.0 + x0[i];
-      } else if (first > 1) {
-        std::copy_n(prefix_.data() + static_cast<std::size_t>(first - 2) * n + i0, len, q);
-      }
-      for (int s = first; s < S; ++s) {
-        const double* x = d.stage(s).data() + i0;
-        if (schema_.group_of(s) == g) {
-          clip_block(b, schema_, d, s, i0, len, clip);
-          x = clip;
-        }
-        double& front = cf_front_[k * static_cast<std::size_t>(S) + s];
-        front = std::max(front, s == 0 ? copy_and_max(q, x, len) : add_and_max(q, x, len));
-      }
-    }
+    block_static_gain(d, b, i0, len, p);
+    block_counterfactuals(d, b, i0, len, counterfactual_groups);
   }
   std::copy_n(chain_sum_.data(), S, stage_sum_.data());
   telemetry_summed_ = fuse_telemetry;
