@@ -788,27 +788,39 @@ public:
   }
 
   /// The sham arm: each row with a fault again with delay 0 (same seed, hence the same hidden
-  /// target and cost draws, same settings). Rows that differ only in the delay share one sham.
-  /// A straggler's sham is the same run with no straggler (and no scenario): rows that differ only
-  /// in the straggler's kind or strength share one.
+  /// target and cost draws, same settings). Where the spec sweeps the delay, each delay gets a sham
+  /// of its own ("sham-for_delay_ms-D__..."), so that every fault row has its own twin and the
+  /// pairs of a sweep are independent (issue 42); where every row of a sham has the same delay it
+  /// keeps the plain id. A straggler's sham is the same run with no straggler (and no scenario): rows
+  /// that differ only in the straggler's kind or strength share one.
   void add_shams(const std::vector<ordered_json>& rows, const ordered_json& from, const std::string& tool) {
+    std::vector<std::pair<ordered_json, std::string>> shams;  // (sham, the fault row's delay or "")
+    std::map<std::string, std::set<std::string>> delays_per_sham;
     for (const auto& p : rows) {
       const bool straggler = p.contains("straggler");
       if (!straggler && (p.value("scenario", std::string("none")) == "none" || p.contains("link_rate"))) continue;
       if (!straggler && p.contains("delay_ms") && p["delay_ms"].is_number() && p["delay_ms"].get<double>() == 0) continue;
       ordered_json sham = p;
       sham.erase("mitigate");  // nothing to mitigate without the fault: the row's plain sham
+      std::string delay;
       if (straggler) {
         sham.erase("straggler");
         sham.erase("straggler_strength");
         sham["scenario"] = "none";
       } else {
+        if (p.contains("delay_ms")) delay = arg_value(p["delay_ms"]);
         sham["delay_ms"] = 0;
       }
       sham["_arm"] = "sham";
-      const std::string tool_prefix = tool == "sim" ? "sim-" : "";
-      if (ids_.count(tool_prefix + "sham-" + row_id(sham, from)) || ids_.count(tool_prefix + row_id(sham, from))) continue;
-      add(sham, from, tool, "sham-");
+      delays_per_sham[row_id(sham, from)].insert(delay);
+      shams.emplace_back(std::move(sham), std::move(delay));
+    }
+    const std::string tool_prefix = tool == "sim" ? "sim-" : "";
+    for (const auto& [sham, delay] : shams) {
+      const std::string id = row_id(sham, from);
+      const std::string prefix = delays_per_sham[id].size() > 1 && !delay.empty() ? "sham-for_delay_ms-" + delay + "__" : "sham-";
+      if (ids_.count(tool_prefix + prefix + id) || ids_.count(tool_prefix + id)) continue;
+      add(sham, from, tool, prefix);
     }
   }
 

@@ -1,11 +1,12 @@
-"""Null arms (issue 27).
+"""Null arms (issues 27 and 42).
 
-A spec with "sham": true runs every fault row again with delay 0 (arm "sham": same seed, hidden
-target and settings) and judges every fault row's evidence against a shuffled truth (arm
-"shuffled": another stage, other ranks). A hit count means something only beside what these
-nulls score: lift = hit rate - null hit rate, with Newcombe's 95 % interval for a difference of
-two proportions (hybrid Wilson score, method 10; pairs are treated as independent, which makes the
-interval conservative).
+A spec with "sham": true runs every fault row again with the fault switched off (arm "sham": same seed, hidden
+target and settings; one sham per delay where the spec sweeps delays) and judges every fault row's evidence against
+a shuffled truth (arm "shuffled": another stage, other ranks). A hit count means something only beside what these
+nulls score. Each fault row is paired with its own sham twin: lift = the paired difference of hit rates, with
+Tango's 95 % score interval for paired proportions and McNemar's exact test on the pairs that differ. A
+pooled lift is given only where the strata (scenario x delay x ranks, and what else the sweep varies) agree: not
+where their lifts differ in sign or by more than 0.3.
 """
 
 from collections.abc import Callable, Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .common import md_table
-from .stats import b, count, frac, lift_text, newcombe
+from .stats import b, count, frac, mcnemar_exact, tango_paired
 
 
 # Cell makers per key column: {key: function(value) -> cell}.
@@ -49,10 +50,97 @@ def null_match(rows: pd.DataFrame, g: pd.DataFrame, keys: Sequence[str]) -> pd.D
     return rows[m]
 
 
+# Row-id fields that a sham twin does not share with its fault row: the delay (0 in the sham) and, for a sham made
+# per delay of a sweep, the delay it stands beside (experiments/driver.cpp add_shams).
+_NOT_TWIN = ("delay_ms", "for_delay_ms")
+
+
+def _delay_text(x: object) -> str:
+    """A delay as the pairing compares it: '120' for 120, 120.0 and '120.0'."""
+    try:
+        return f"{float(x):g}"  # type: ignore[arg-type]
+    except ValueError:
+        return str(x)
+
+
+def twin_key(row_id: str) -> tuple[str, str | None]:
+    """(what a fault row and its sham twin share, the delay a per-delay sham stands beside or None): the row id
+    (experiments/driver.cpp row_id: 'k-v' fields joined by '__', 'sim-' and 'sham-' in front) without its arm
+    prefix and its delay fields."""
+    tool = ""
+    if row_id.startswith("sim-"):
+        tool, row_id = "sim-", row_id[4:]
+    row_id = row_id.removeprefix("sham-")
+    keep, beside = [], None
+    for f in row_id.split("__"):
+        k, _, v = f.partition("-")
+        if k == "for_delay_ms":
+            beside = _delay_text(v)
+        if k not in _NOT_TWIN:
+            keep.append(f)
+    return tool + "__".join(keep), beside
+
+
+def paired(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> dict[str, Any]:
+    """Each fault row beside its own sham twin on 0/1 column col: the four cells (a both hit, b the fault row only,
+    c the sham only, d neither), the paired lift (b - c) / pairs with Tango's 95 % score interval, McNemar's exact
+    p, and how many fault rows share one sham (a sweep of delays with one sham per seed)."""
+    twins: dict[str, list[tuple[str | None, int]]] = {}
+    for rid, v in zip(sham["row"], b(sham[col]) if len(sham) else []):
+        key, beside = twin_key(str(rid))
+        twins.setdefault(key, []).append((beside, int(v)))
+    cells = [0, 0, 0, 0]
+    uses: dict[tuple[str, str | None], int] = {}
+    for rid, delay, v in zip(fault["row"], fault["delay_ms"] if "delay_ms" in fault else [None] * len(fault),
+                             b(fault[col]) if len(fault) else []):
+        key, _ = twin_key(str(rid))
+        cands = twins.get(key, [])
+        own = [t for t in cands if t[0] is not None and delay is not None and t[0] == _delay_text(delay)]
+        own += [t for t in cands if t[0] is None]  # a sham every delay of the sweep shares
+        if not own:
+            continue
+        pick = own[0]
+        uses[(key, pick[0])] = uses.get((key, pick[0]), 0) + 1
+        cells[(0 if v else 2) + (0 if pick[1] else 1)] += 1
+    a, b_, c, d = cells[0], cells[1], cells[2], cells[3]
+    diff, lo, hi = tango_paired(a, b_, c, d)
+    return {"pairs": a + b_ + c + d, "a": a, "b": b_, "c": c, "d": d, "lift": diff, "lo": lo, "hi": hi,
+            "p": mcnemar_exact(b_, c), "shared": max(uses.values(), default=0)}
+
+
+def paired_text(q: Mapping[str, Any]) -> str:
+    return "n/a" if not q["pairs"] else f"{q['lift']:+.2f} [{q['lo']:+.2f}, {q['hi']:+.2f}]"
+
+
+# The strata a pooled lift may pool (issue 42: scenario x delay x ranks, and what else a sweep varies).
+STRATA = ["tool", "profile", "scenario", "delay_ms", "ranks", "event_q", "hosts", "ranks_per_host", "group"]
+
+
+def strata_lifts(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> list[float]:
+    """The paired lift of every stratum (STRATA that vary among the fault rows) with at least one pair."""
+    keys = [k for k in STRATA if k in fault and fault[k].nunique(dropna=False) > 1]
+    if not keys:
+        q = paired(fault, sham, col)
+        return [q["lift"]] if q["pairs"] else []
+    out = []
+    for _, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False, dropna=False):
+        q = paired(g, sham, col)
+        if q["pairs"]:
+            out.append(q["lift"])
+    return out
+
+
+def agree(lifts: Sequence[float]) -> bool:
+    """Strata agree when their lifts neither differ in sign nor by more than 0.3 (issue 42)."""
+    return not lifts or (not (min(lifts) < 0 < max(lifts)) and max(lifts) - min(lifts) <= 0.3 + 1e-9)
+
+
 def lift_table(df: pd.DataFrame, keys: Sequence[str], names: Names = None, measures: Sequence[str] | None = None,
                extra_measures: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
-    """Per group of fault rows (keys) and measure: hits, sham null hits, lift over sham [95 % CI], shuffled
-    hits, lift over shuffled. names: {key: function(value) -> cell}; measures: names out of MEASURES."""
+    """Per group of fault rows (keys: a stratum) and measure: hits, sham hits, the pairs that differ (fault only /
+    sham only), the paired lift over sham [95 % CI], McNemar's exact p, and the shuffled truth's hits (not for the
+    diagnosis: its shuffled truth names other ranks, so it scores 0 by construction). names: {key: function(value)
+    -> cell}; measures: names out of MEASURES."""
     fault, sham, shuf = split_arms(df)
     out = []
     for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
@@ -65,45 +153,59 @@ def lift_table(df: pd.DataFrame, keys: Sequence[str], names: Names = None, measu
             if g[col].isna().all():
                 continue
             k1, n1 = count(g, col), len(g)
+            q = paired(g, s, col)
             row = {k: (names or {}).get(k, lambda x: x)(v) for k, v in zip(keys, vals)}
             row.update({"measure": m, "fault": frac(k1, n1), "sham": frac(count(s, col), len(s)) if len(s) else "-",
-                        "lift over sham [95% CI]": lift_text(k1, n1, count(s, col), len(s)) if len(s) else "-",
-                        "shuffled": frac(count(sh, col), len(sh)) if len(sh) else "-",
-                        "lift over shuffled": lift_text(k1, n1, count(sh, col), len(sh)) if len(sh) else "-"})
+                        "pairs differing (fault/sham)": f"{q['b']}/{q['c']}" if q["pairs"] else "-",
+                        "paired lift [95% CI]": paired_text(q) if q["pairs"] else "-",
+                        "McNemar p": f"{q['p']:.3f}" if q["pairs"] else "-",
+                        "shuffled": "-" if col == "diag_hit" or not len(sh) else frac(count(sh, col), len(sh))})
             out.append(row)
     return pd.DataFrame(out)
 
 
-def pooled(df: pd.DataFrame, col: str, sel: Callable[[pd.DataFrame], pd.Series] | None = None) -> dict[str, float]:
-    """(fault k, n, sham k, n, shuffled k, n, lift, lo, hi) over every row (sel: a filter on the rows)."""
+def pooled(df: pd.DataFrame, col: str, sel: Callable[[pd.DataFrame], pd.Series] | None = None) -> dict[str, Any]:
+    """Over every row (sel: a filter on the rows): fault k/n, sham k0/n0, shuffled ks/ns, the paired analysis over
+    every fault row and its twin (paired()), and the strata's paired lifts (strata_lifts())."""
     fault, sham, shuf = split_arms(df)
     if sel is not None:
         fault, sham, shuf = fault[sel(fault)], sham[sel(sham)], shuf[sel(shuf)]
-    k1, n1, k0, n0 = count(fault, col), len(fault), count(sham, col), len(sham)
-    d, lo, hi = newcombe(k1, n1, k0, n0)
-    return {"k": k1, "n": n1, "k0": k0, "n0": n0, "ks": count(shuf, col), "ns": len(shuf), "lift": d, "lo": lo, "hi": hi}
+    q = paired(fault, sham, col)
+    return {"col": col, "k": count(fault, col), "n": len(fault), "k0": count(sham, col), "n0": len(sham),
+            "ks": count(shuf, col), "ns": len(shuf), **q, "strata": strata_lifts(fault, sham, col)}
 
 
-def with_null(p: Mapping[str, float], what: str) -> str:
-    """'what k/n (sham k0/n0, lift +x [lo, hi]; shuffled ks/ns)': a hit count with what a no-op scores beside it."""
-    if p["n0"] == 0:
+def with_null(p: Mapping[str, Any], what: str) -> str:
+    """A hit count with what a no-op scores beside it, worded so that a count the sham matches cannot read as a
+    finding: 'no lift: the sham scores the same' in the count itself; a pooled paired lift only where the strata
+    agree; the shuffled truth beside the verdict's counts (not the diagnosis': 0 there by construction)."""
+    if p["n0"] == 0 or p["pairs"] == 0:
         return f"{what} {p['k']}/{p['n']} (no sham arm)"
-    return (f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}, lift {p['lift']:+.2f} [{p['lo']:+.2f}, {p['hi']:+.2f}]; "
-            f"shuffled {p['ks']}/{p['ns']})")
+    shuf = f"; shuffled {p['ks']}/{p['ns']}" if p["ns"] and p["col"] != "diag_hit" else ""
+    shared = f"; one sham per {p['shared']} fault rows" if p["shared"] > 1 else ""
+    lifts = p["strata"]
+    if not agree(lifts):
+        return (f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}; no pooled lift: the strata disagree, paired "
+                f"lifts {min(lifts):+.2f} to {max(lifts):+.2f}{shuf}{shared})")
+    stat = f"paired lift {paired_text(p)}, McNemar p {p['p']:.2g}"
+    if p["b"] == p["c"]:
+        return f"{what} {p['k']}/{p['n']}: no lift, the sham scores the same ({p['k0']}/{p['n0']}; {stat}{shuf}{shared})"
+    if not p["lo"] > 0:
+        return f"{what} {p['k']}/{p['n']}: no lift shown, the sham scores {p['k0']}/{p['n0']} ({stat}{shuf}{shared})"
+    return f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}, {stat}{shuf}{shared})"
 
 
 def informative(df: pd.DataFrame, keys: Sequence[str], col: str, names: Names = None) -> tuple[list[str], list[str]]:
-    """Groups whose lift over sham on col has a 95 % interval above 0, and those whose does not."""
+    """Groups whose paired lift over sham on col has a 95 % interval above 0, and those whose does not."""
     fault, sham, _ = split_arms(df)
     yes: list[str] = []
     no: list[str] = []
     for vals, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False):
         vals = vals if isinstance(vals, tuple) else (vals,)
-        s = null_match(sham, g, keys)
-        _, lo, _ = newcombe(count(g, col), len(g), count(s, col), len(s))
+        q = paired(g, null_match(sham, g, keys), col)
         default = {"ranks": lambda x: f"{int(x)} ranks", "delay_ms": lambda x: f"{x:.0f} ms"}
         label = " ".join(str({**default, **(names or {})}.get(k, lambda x: x)(v)) for k, v in zip(keys, vals))
-        (yes if lo == lo and lo > 0 else no).append(label)
+        (yes if q["pairs"] and q["lo"] > 0 else no).append(label)
     return yes, no
 
 
@@ -113,13 +215,19 @@ def arms_section(df: pd.DataFrame, keys: Sequence[str], names: Names = None, tit
     fault, sham, shuf = split_arms(df)
     if not len(sham) and not len(shuf):
         return ""
-    text = (f"## {title}\n\nEach fault row beside its sham twin (same seed, hidden target and settings, the fault switched "
-            "off: delay 0, or for a link limit a rate no link reaches; "
-            f"{len(sham)} rows) and beside its own evidence judged against a shuffled truth (another stage and other "
-            f"ranks drawn from the seed: {len(shuf)} rows). A hit in a sham row is what the method names with no fault "
-            "injected; lift = hit rate - null hit rate, 95 % interval by Newcombe's hybrid score method. Measures: the "
-            "paper's absolute verdict (top-1 strict, top-2, the rank it names for the stage) and the diagnosis "
-            "(stage and rank named, docs/diagnosis.md).\n\n")
+    shared = paired(fault, sham, "top1")["shared"] if "top1" in fault else 0
+    text = (f"## {title}\n\nEach fault row beside its own sham twin (same seed, hidden target and settings, the fault "
+            "switched off: delay 0, or for a link limit a rate no link reaches; "
+            f"{len(sham)} rows"
+            + (f"; these rows share one sham per seed across the delays of a sweep, up to {shared} fault rows per sham"
+               if shared > 1 else "")
+            + ") and beside its own evidence judged against a shuffled truth (another stage and other ranks drawn "
+            f"from the seed: {len(shuf)} rows). A hit in a sham row is what the method names with no fault injected. "
+            "Per stratum: the pairs whose outcomes differ (fault row only / sham only), the paired lift = fault hit "
+            "rate - sham hit rate over the pairs with Tango's 95 % score interval for paired proportions, "
+            "and McNemar's exact p. The shuffled truth is not a null for the diagnosis (it names other ranks, so it "
+            "scores 0 there by construction): '-'. Measures: the paper's absolute verdict (top-1 strict, top-2, "
+            "the rank it names for the stage) and the diagnosis (stage and rank named, docs/diagnosis.md).\n\n")
     return text + md_table(lift_table(df, keys, names, measures, extra_measures)) + "\n"
 
 
@@ -131,6 +239,6 @@ def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what:
         if p["n"] == 0 or p["n0"] == 0:
             continue
         yes, no = informative(df, keys, col, names)
-        parts.append(with_null(p, m) + (f"; lift above 0 (95 %) for {', '.join(yes)}" if yes else "; no " + what + " with a lift above 0 (95 %)")
+        parts.append(with_null(p, m) + (f"; paired lift above 0 (95 %) for {', '.join(yes)}" if yes else "; no " + what + " with a paired lift above 0 (95 %)")
                      + (f", not for {', '.join(no)}" if yes and no else ""))
     return ". ".join(parts) + "." if parts else ""

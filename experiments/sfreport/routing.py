@@ -45,8 +45,17 @@ def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures:
     prose = []
     for prof, g in sim.groupby("profile", sort=False):
         p1, p2 = pooled(g, "top1"), pooled(g, "diag_hit")
-        prose.append(f"{prof}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
+        name = f"{prof} (derived from Figure 3b: agreement by construction)" if prof == "paper-implied" else prof
+        prose.append(f"{name}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
     return text, "Profiles (timeline model) - " + " | ".join(prose) + "."
+
+
+def control_text(ctl: pd.DataFrame, what: str) -> str:
+    """A host-local control (issue 42): the frontier should not route it (the paper's control), while the diagnosis,
+    which names what got slower, should name its stage and rank; both counts with their shams, so that rows.csv's
+    diagnosis "hit" and the "routed 0" read together."""
+    return (with_null(pooled(ctl, "cand_hit"), f"{what} routed by the frontier") + "; "
+            + with_null(pooled(ctl, "diag_hit"), "its slowed stage and rank named by the diagnosis"))
 
 
 def report_routing(d: pathlib.Path, df: pd.DataFrame) -> Report:
@@ -213,9 +222,9 @@ def report_callback(d: pathlib.Path, df: pd.DataFrame) -> Report:
     first = top1_from[top1_from].index.min() if top1_from.any() else None
     sync_all = full[full.scenario == "callback_sync_tail"]
     headline = (f"sync callback top-1 in every seed from {first:.0f} ms" if first is not None else "sync callback never top-1") + \
-        "; " + with_null(pooled(sync_all, "top2"), "sync top-2") + "; " + with_null(pooled(full[full.scenario == "callback_host_tail"], "cand_hit"), "host-only control routed")
+        "; " + with_null(pooled(sync_all, "top2"), "sync top-2") + "; " + control_text(full[full.scenario == "callback_host_tail"], "host-only control")
     differ = ("Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
-              + " Host-only control: " + with_null(pooled(full[full.scenario == "callback_host_tail"], "cand_hit"), "routed")
+              + " " + control_text(full[full.scenario == "callback_host_tail"], "Host-only control")
               + f", confident misroutes {b(host.misroute).sum()}/{len(host)}"
               + (f" (delay went to {absorbed(host)})" if len(host) else "") + ".")
     share = "share:callbacks.cpu_wall"
@@ -320,9 +329,9 @@ def report_sharded(d: pathlib.Path, df: pd.DataFrame) -> Report:
              "parameter shards in forward, reduce-scatter of gradients in backward), not FSDP or ZeRO themselves.\n")
     text += "\n" + arms_section(full, ["scenario", "ranks"], {"scenario": scen_name})
     headline = (with_null(pooled(pos_all, "top2"), "top-2") + "; " + with_null(pooled(pos_all, "top1"), "top-1")
-                + "; " + with_null(pooled(full[full.scenario == "optim_host_local"], "cand_hit"), "optimizer control routed"))
+                + "; " + control_text(full[full.scenario == "optim_host_local"], "optimizer control"))
     differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
-              + " Host-local optimizer control: " + with_null(pooled(full[full.scenario == "optim_host_local"], "cand_hit"), "routed")
+              + " " + control_text(full[full.scenario == "optim_host_local"], "Host-local optimizer control")
               + f", confident misroutes {b(ctl.misroute).sum()}/{len(ctl)}.")
     groups: list[str] = []
     series: dict[str, list[float]] = {"top-1": [], "top-2": [], "routed": []}

@@ -4,12 +4,17 @@
     check_arms.py OUT    OUT: the experiment directory `sf-testbed experiment arms` wrote
 
 A spec with "sham": true must give every fault row a sham twin (delay 0, same seed, hence the same
-hidden target) -- one twin for rows that differ only in the delay -- and a shuffled line per fault row
-whose truth is another stage on other ranks; p50 rows (no fault) get neither.
+hidden target) -- its own twin, also where rows differ only in the delay (issue 42: "sham-for_delay_ms-D__...") --
+and a shuffled line per fault row whose truth is another stage on other ranks; p50 rows (no fault) get neither. The
+report's pairing (experiments/sfreport/arms.py paired()) must find each fault row's own twin.
 """
+import pathlib
 import sys
 
 import pandas as pd
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "experiments"))
+from sfreport.arms import paired  # noqa: E402
 
 df = pd.read_csv(f"{sys.argv[1]}/rows.csv")
 fail = []
@@ -19,10 +24,15 @@ f, s, sh = (real[real.arm == a] for a in ("fault", "sham", "shuffled"))
 faulty = f[f.scenario != "none"]
 if sorted(faulty.delay_ms) != [60.0, 120.0]:
     fail.append(f"fault rows' delays {sorted(faulty.delay_ms)}, expected [60, 120]")
-if len(s) != 1 or float(s.delay_ms.iloc[0]) != 0 or int(s.seed.iloc[0]) != 3 or s.scenario.iloc[0] != "data_tail":
-    fail.append(f"expected one sham row (data_tail, delay 0, seed 3), got {s[['scenario', 'delay_ms', 'seed']].to_dict('records')}")
-elif set(faulty.truth_ranks.astype(str)) != {str(s.truth_ranks.iloc[0])}:
-    fail.append(f"the sham's hidden target {s.truth_ranks.iloc[0]} is not the fault rows' {set(faulty.truth_ranks)}")
+if (len(s) != 2 or set(s.delay_ms.astype(float)) != {0.0} or set(s.seed.astype(int)) != {3}
+        or set(s.scenario) != {"data_tail"} or sorted(s.row.str.split("__").str[0]) != ["sham-for_delay_ms-120", "sham-for_delay_ms-60"]):
+    fail.append(f"expected two sham rows, one per delay (data_tail, delay 0, seed 3), got {s[['row', 'delay_ms', 'seed']].to_dict('records')}")
+elif set(faulty.truth_ranks.astype(str)) != set(s.truth_ranks.astype(str)) or len(set(s.truth_ranks.astype(str))) != 1:
+    fail.append(f"the shams' hidden targets {set(s.truth_ranks)} are not the fault rows' {set(faulty.truth_ranks)}")
+else:
+    q = paired(faulty, s, "top2")
+    if q["pairs"] != 2 or q["shared"] != 1:
+        fail.append(f"the report paired {q['pairs']} fault rows with shams shared by up to {q['shared']}, expected 2 with their own")
 if sorted(sh.row) != sorted(faulty.row):
     fail.append(f"shuffled lines {sorted(sh.row)}, expected one per fault row {sorted(faulty.row)}")
 for _, r in sh.iterrows():
