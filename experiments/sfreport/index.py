@@ -101,14 +101,16 @@ def index_text(results: str | pathlib.Path) -> str:
            "with its figures beside ours), plots made from the CSV, and `manifest.json` (command, commit, machine, date); "
            "the files of each run (`run.json`, window packets, stage dumps, logs) are packed in one `rows.tar.xz` per "
            "experiment that ran processes (stragglers keeps `rows.csv` only; docs/experiments.md says how to read one). "
-           "Every number below is computed from the rows by `experiments/report.py` (CTest `results.claims` recomputes "
-           "them and fails on any that differs). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
+           "Every number below is computed from the rows by `experiments/report.py`: CTest `results.claims` runs that "
+           "code again on the rows and fails on any number that differs, and CTest `results.recount` counts every "
+           "routing-type headline again from `rows.csv` with code of its own (no pandas, no report code). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
            f"recorded runs took {sum(elapsed.values()) / 3600:.1f} h in all on the project's 2-core VM; longest: "
            + ", ".join(f"{k} {v / 60:.0f} min" for k, v in longest) + "); one experiment with `build/sf-testbed experiment "
-           "NAME --out results`; then `/usr/bin/python3 experiments/rowstore.py pack results/NAME` packs its rows/ into "
-           "`rows.tar.xz`. Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
-           "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (the same rows with no "
-           "fault) scores beside it and the lift over it, with its 95 % interval.\n",
+           "NAME --out results` (it packs the rows into `rows.tar.xz` itself). Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
+           "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (each "
+           "fault row's twin: the same seed and settings with no fault) scores beside it and the paired lift over it (Tango's 95 % "
+           "score interval, McNemar's exact p); a count the sham matches says \"no lift, the sham scores the same\" in the count "
+           "itself, and no lift is pooled over strata (scenario x delay x ranks) whose lifts differ in sign or by more than 0.3.\n",
            "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"
