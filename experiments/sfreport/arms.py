@@ -55,7 +55,7 @@ def null_match(rows: pd.DataFrame, g: pd.DataFrame, keys: Sequence[str]) -> pd.D
 _NOT_TWIN = ("delay_ms", "for_delay_ms")
 
 
-def _delay_text(x: object) -> str:
+def delay_text(x: object) -> str:
     """A delay as the pairing compares it: '120' for 120, 120.0 and '120.0'."""
     try:
         return f"{float(x):g}"  # type: ignore[arg-type]
@@ -75,7 +75,7 @@ def twin_key(row_id: str) -> tuple[str, str | None]:
     for f in row_id.split("__"):
         k, _, v = f.partition("-")
         if k == "for_delay_ms":
-            beside = _delay_text(v)
+            beside = delay_text(v)
         if k not in _NOT_TWIN:
             keep.append(f)
     return tool + "__".join(keep), beside
@@ -95,7 +95,7 @@ def paired(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> dict[str, Any]:
                              b(fault[col]) if len(fault) else []):
         key, _ = twin_key(str(rid))
         cands = twins.get(key, [])
-        own = [t for t in cands if t[0] is not None and delay is not None and t[0] == _delay_text(delay)]
+        own = [t for t in cands if t[0] is not None and delay is not None and t[0] == delay_text(delay)]
         own += [t for t in cands if t[0] is None]  # a sham every delay of the sweep shares
         if not own:
             continue

@@ -32,7 +32,12 @@ def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures:
             "profiles: `paper-like` (inputs taken from the paper's outputs: its 207.8 ms step, callbacks at 1.75 %, a "
             "1.2 ms data wait), `paper-implied` (backward derived from Figure 3b's competing stage; docs/testbed.md) and "
             "`torch-mlp-cpu` (measured from real DDP). Per profile, the healthy backward share is the sham arm's median; "
-            "every count has its sham and shuffled nulls beside it.\n\n")
+            "every count has its sham and shuffled nulls beside it. "
+            + ("The model's diagnosis compares each run with a healthy draw of its own (`sim --independent-reference`: "
+               "its own jitter and per-rank speeds), so a sham row can name a culprit: its sham count is a null that can "
+               "fail.\n\n" if "independent_reference" in sim and sim["independent_reference"].fillna(False).astype(bool).all()
+               else "The model's healthy reference is the same draw as the run without the fault, so its sham rows name "
+               "nothing by construction: the model's diagnosis lifts are upper bounds.\n\n"))
     fault, sham, _ = split_arms(sim)
     rows = []
     for prof, g in sham.groupby("profile", sort=False):
