@@ -1,7 +1,7 @@
 """Tables, plots and summaries of sf-testbed experiments, from each results/NAME/rows.csv (experiments/report.py is
 the command).
 
-    stats       counting rows: k/n, rates, Wilson and Newcombe 95 % intervals, Tango and McNemar for pairs
+    stats       counting rows: k/n, rates, Tango's interval and McNemar's test for paired arms
     arms        the null arms (sham, shuffled) beside every hit count
     common      names, reading a row's files, the markdown table and header
     figures     matplotlib helpers every plot shares

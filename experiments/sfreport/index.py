@@ -12,7 +12,7 @@ from .stats import b
 
 
 # The experiments a re-run of issue 27 touched, and the columns "what moved" compares.
-RERUN = ["routing", "detectability", "callback", "accumulation", "sharded", "events", "torch_routing"]
+RERUN = ["routing", "detectability", "callback", "accumulation", "sharded", "events", "periodic", "torch_routing"]
 
 
 def fault_counts(df: pd.DataFrame) -> dict[str, Any]:
@@ -59,11 +59,10 @@ def moved_text(results: pathlib.Path) -> list[str]:
     if not p.exists():
         return []
     j = json.loads(p.read_text())
-    out = [f"## What moved in the re-run with null arms (issue 27), against the rows at {j['old_commit']}\n",
+    out = [f"## What moved in the last re-run, against the rows at {j['old_commit']}\n",
            "Counts are fault rows of real processes in each experiment's main matrix (spot checks, sweeps and the timeline "
-           "model's profile rows left out). Why they moved: the "
-           "differences in what was run, listed per experiment, and the scorer (the labeler of issue 28 and the diagnosis "
-           "of issue 26 came after the old rows).\n"]
+           "model's profile rows left out). Why they moved: the differences in what was run, listed per experiment, the "
+           "scorer between the two commits (`git log OLD..NEW -- frontier testbed`), and the noise of a new run.\n"]
     for name, e in j["experiments"].items():
         o, n = e["old"], e["new"]
         counts = "; ".join(f"{m} {o[m]}/{o['rows']} → {n[m]}/{n['rows']}" if m in o else f"{m} (not scored) → {n[m]}/{n['rows']}"
