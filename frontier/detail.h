@@ -356,7 +356,6 @@ private:
   std::vector<double> step_own_, loo_buf_, step_cw_;     // per-step scratch: (G + 1) × n own work; one column; CPU waits
   std::vector<int> step_cw_rank_;
   std::vector<int> top_buf_;                             // per-step scratch: the latest arrivals
-  std::vector<double> latest_buf_, latest_sel_;          // per-step scratch: their blocks' maxima
   std::vector<double> seg_own_;                          // per-step scratch: one segment's arrivals
   ArrivalLog arrivals_;                                  // the first Evidence::kArrivalSteps steps (the what-if)
   std::vector<int> gap_n_;

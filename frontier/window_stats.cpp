@@ -110,8 +110,10 @@ Middle plus_zero(Middle m) {
 /// sum[j] += x[j·stride] + x[j·stride + 1] + … (len values) for j < L and, with kTel, the same
 /// for the three columns of tel into sum[L … L + 2]: each sum added in index order (the order one
 /// loop per sum takes), all of them independent chains, so one index's adds overlap.
+/// Kept scalar: GCC's SLP pass packs two chains into one register with a load and a shuffle per
+/// pair, and each packed chain then waits on its own add twice per index.
 template <int L, bool kTel>
-void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+__attribute__((optimize("no-tree-slp-vectorize", "no-tree-vectorize"))) void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
   double acc[L + 3];
   for (int j = 0; j < L + (kTel ? 3 : 0); ++j) acc[j] = sum[j];
   const double* t0 = kTel ? tel[0] : nullptr;
@@ -1005,32 +1007,44 @@ void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, dou
 }
 
 /// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
-/// sort by (value descending, index ascending) puts first), into top. The k largest maxima of
-/// blocks of eight are k distinct values, so the k-th largest value is at least the k-th largest
-/// block maximum T: the answer is among the values ≥ T, which only the blocks whose maximum
-/// reaches T hold, and those few are sorted. bm, sel: scratch.
-void latest(const double* v, int n, int k, std::vector<int>& top, std::vector<double>& bm, std::vector<double>& sel) {
+/// sort by (value descending, index ascending) puts first), into top; k ≤ ArrivalSegment::kTop.
+/// One pass keeps the k best so far in order: a later index enters only above the k-th value (a
+/// tie keeps the lower index ahead), which eight values at a time almost never reach, so the
+/// pass is a block maximum and a compare per eight values.
+SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
+  double val[ArrivalSegment::kTop];
+  int have = 0;
+  auto offer = [&](int i) {
+    const double x = v[i];
+    if (have == k ? !(x > val[k - 1]) : !(x >= kNegInf)) return;  // NaN never enters
+    int j = have < k ? have++ : k - 1;
+    for (; j > 0 && val[j - 1] < x; --j) {
+      val[j] = val[j - 1];
+      at[j] = at[j - 1];
+    }
+    val[j] = x;
+    at[j] = i;
+  };
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    if (have < k || block_max(v + i, kLanes) > val[k - 1])
+      for (int j = i; j < i + kLanes; ++j) offer(j);
+  for (; i < n; ++i) offer(i);
+  return have;
+}
+
+SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) { return latest_body(v, n, k, at); }
+
+void latest(const double* v, int n, int k, std::vector<int>& top) {
   top.clear();
   if (k <= 0) return;
-  const int blocks = n / kLanes;
-  double floor = kNegInf;
-  bm.resize(static_cast<std::size_t>(blocks));
-  for (int b = 0; b < blocks; ++b) bm[b] = block_max(v + b * kLanes, kLanes);
-  if (blocks >= k) {
-    sel.assign(bm.begin(), bm.end());
-    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<>());
-    floor = sel[static_cast<std::size_t>(k - 1)];
-  }
-  for (int b = 0; b < blocks; ++b)
-    if (bm[b] >= floor)
-      for (int i = b * kLanes; i < (b + 1) * kLanes; ++i)
-        if (v[i] >= floor) top.push_back(i);
-  for (int i = blocks * kLanes; i < n; ++i)
-    if (v[i] >= floor) top.push_back(i);
-  const auto keep = std::min<std::size_t>(static_cast<std::size_t>(k), top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(keep), top.end(),
-                    [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); });
-  top.resize(keep);
+  int at[ArrivalSegment::kTop];
+#if SF_WIDE_LOOPS
+  const int have = vector_select_available() ? latest_wide(v, n, k, at) : latest_body(v, n, k, at);
+#else
+  const int have = latest_body(v, n, k, at);
+#endif
+  top.assign(at, at + have);
 }
 
 }  // namespace
@@ -1186,7 +1200,7 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
-    latest(seg, n, k, top_buf_, latest_buf_, latest_sel_);
+    latest(seg, n, k, top_buf_);
     sg.top_count = k;
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
