@@ -9,6 +9,10 @@
 #include <numeric>
 #include <stdexcept>
 
+// Lanes8 below is a 64-byte GCC vector: GCC notes that passing one by value changes the ABI
+// without AVX-512. Its helpers are always inline, so no such vector crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace sf::frontier::detail {
 
 namespace {
@@ -30,50 +34,76 @@ constexpr std::size_t kMaxLeadersPerStage = 8;
 
 constexpr int kLanes = 8;
 
+// GCC (12) compiles std::max and std::min on doubles lane by lane, never packed: their rule for
+// NaN and signed zeros is not a plain max's unless the build assumes finite math, so the loops
+// of eight lanes ran scalar in both builds. These take eight lanes as one GCC vector, where
+// a < b ? b : a (std::max's own expression, lane by lane: the same value for every input,
+// NaN and ±0 included) becomes one packed max (AVX-512) or compares and blends (SSE2).
+using Lanes8 = double __attribute__((vector_size(64)));
+SF_INLINE Lanes8 load8(const double* p) {
+  Lanes8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+SF_INLINE void store8(double* p, Lanes8 v) { __builtin_memcpy(p, &v, sizeof v); }
+SF_INLINE Lanes8 splat8(double x) { return Lanes8{x, x, x, x, x, x, x, x}; }
+/// std::max(a, b) and std::min(a, b), lane by lane.
+SF_INLINE Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
+SF_INLINE Lanes8 min8(Lanes8 a, Lanes8 b) { return b < a ? b : a; }
+
 /// The largest of eight lanes, in lane order.
-SF_INLINE double lanes_max(const double* top) {
+SF_INLINE double lanes_max(Lanes8 top) {
   double out = top[0];
   for (int j = 1; j < kLanes; ++j) out = std::max(out, top[j]);
   return out;
 }
 
-/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
-/// keep independent maxima, so it vectorises.
+/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass, eight lanes at a
+/// time, each lane its own maximum.
 SF_INLINE double add_and_max(double* p, const double* x, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 top = splat8(kNegInf);
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = p[i + j] + x[i + j];
-      p[i + j] = v;
-      top[j] = std::max(top[j], v);
-    }
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 v = load8(p + i) + load8(x + i);
+    store8(p + i, v);
+    top = max8(top, v);
+  }
   double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
   return out;
 }
 
-/// The largest of v[0, n) (−inf for n = 0), in eight independent lanes.
+/// The largest of v[0, n) (−inf for n = 0): two independent maxima of eight lanes each (one
+/// would wait on its own max every eight values).
 SF_INLINE double block_max(const double* v, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 a = splat8(kNegInf), b = a;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], v[i + j]);
-  double out = lanes_max(top);
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    a = max8(a, load8(v + i));
+    b = max8(b, load8(v + i + kLanes));
+  }
+  if (i + kLanes <= n) {
+    a = max8(a, load8(v + i));
+    i += kLanes;
+  }
+  double out = lanes_max(max8(a, b));
   for (; i < n; ++i) out = std::max(out, v[i]);
   return out;
 }
 
+/// Whether any of v[0, 8) is above x.
+SF_INLINE bool any_above(const double* v, double x) { return lanes_max(load8(v)) > x; }
+
 /// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
 /// stage clipped at c (eq. 4).
 SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 top = splat8(kNegInf);
+  const Lanes8 cc = splat8(c);
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], p[i + j] - (x[i + j] - std::min(x[i + j], c)));
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 xv = load8(x + i);
+    top = max8(top, load8(p + i) - (xv - min8(xv, cc)));
+  }
   double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] - (x[i] - std::min(x[i], c)));
   return out;
@@ -91,7 +121,9 @@ SF_INLINE void clip_block(const StepBaseline& b, const StageSchema& schema, cons
   const double* x = d.stage(s).data() + i0;
   if (b.kind != GainBaseline::rank_median) {
     const double v = b.value(schema, 0, s);
-    for (int i = 0; i < n; ++i) out[i] = std::min(x[i], v);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) store8(out + i, min8(load8(x + i), splat8(v)));
+    for (; i < n; ++i) out[i] = std::min(x[i], v);
     return;
   }
   for (int i = 0; i < n; ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i0 + i), s));
@@ -1027,7 +1059,7 @@ SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
   };
   int i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    if (have < k || block_max(v + i, kLanes) > val[k - 1])
+    if (have < k || any_above(v + i, val[k - 1]))
       for (int j = i; j < i + kLanes; ++j) offer(j);
   for (; i < n; ++i) offer(i);
   return have;
