@@ -91,6 +91,26 @@ SF_INLINE double block_max(const double* v, int n) {
   return out;
 }
 
+/// top and second become the largest and the second largest (the largest of the rest) of their
+/// two values and v[0, n): the top two of a multiset, whatever order max and min take it in.
+SF_INLINE void top_two(const double* v, int n, double& top, double& second) {
+  Lanes8 hi = splat8(kNegInf), lo = hi;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 w = load8(v + i);
+    lo = max8(lo, min8(hi, w));
+    hi = max8(hi, w);
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    second = std::max({second, lo[j], std::min(top, hi[j])});
+    top = std::max(top, hi[j]);
+  }
+  for (; i < n; ++i) {
+    second = std::max(second, std::min(top, v[i]));
+    top = std::max(top, v[i]);
+  }
+}
+
 /// Whether any of v[0, 8) is above x.
 SF_INLINE bool any_above(const double* v, double x) { return lanes_max(load8(v)) > x; }
 
@@ -505,7 +525,30 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups);
+  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups, false);
+  add_step_rest(m, t, f, d, b, exposed, slowest, counterfactual_groups, stage_middles);
+}
+
+void WindowStats::add_step_accounting(const StageMatrix& m, int t, const AccountOptions& opt, StepFrontier& f,
+                                      std::span<const double> cohort_median, std::span<const int> counterfactual_groups,
+                                      std::span<const Middle> stage_middles) {
+  const PresentStep d(m, t);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, nullptr, cfg_.reference_s};
+  const int slowest = rank_pass(m, t, d, true, b, counterfactual_groups, true);
+  // The rank pass formed every prefix account_step forms (0 + d, then + d stage by stage).
+  prefix_rows_.resize(static_cast<std::size_t>(S_));
+  prefix_rows_[0] = prefix0_.data();
+  for (int s = 1; s < S_; ++s) prefix_rows_[s] = prefix_.data() + static_cast<std::size_t>(s - 1) * d.size();
+  account_from_prefixes(opt, d.size(), prefix_rows_, prefix_top_, prefix_second_, f);
+  // add_step takes the frontier's sums before the rank pass; they share no accumulator with it.
+  const double exposed = add_frontier_totals(f);
+  add_step_rest(m, t, f, d, b, exposed, slowest, counterfactual_groups, stage_middles);
+}
+
+void WindowStats::add_step_rest(const StageMatrix& m, int t, const StepFrontier& f, const PresentStep& d,
+                                const StepBaseline& b, double exposed, int slowest,
+                                std::span<const int> counterfactual_groups, std::span<const Middle> stage_middles) {
+  const std::span<const double> cohort_median = b.cohort_median;
   total_mid_ = Middle{};
   step_lag(f, cohort_median, d.size());
   // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
@@ -588,16 +631,17 @@ double WindowStats::add_frontier_totals(const StepFrontier& f) {
 }
 
 int WindowStats::rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
-                           std::span<const int> counterfactual_groups) {
+                           std::span<const int> counterfactual_groups, bool accounts) {
 #if SF_WIDE_LOOPS
-  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups);
+  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups, accounts);
 #endif
-  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups, accounts);
 }
 
 SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete,
-                                               const StepBaseline& b, std::span<const int> counterfactual_groups) {
-  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+                                               const StepBaseline& b, std::span<const int> counterfactual_groups,
+                                               bool accounts) {
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups, accounts);
 }
 
 SF_INLINE void WindowStats::block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len,
@@ -656,7 +700,8 @@ SF_INLINE void WindowStats::block_counterfactuals(const PresentStep& d, const St
 }
 
 SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
-                                          const StepBaseline& b, std::span<const int> counterfactual_groups) {
+                                          const StepBaseline& b, std::span<const int> counterfactual_groups,
+                                          bool accounts) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
   // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
   // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
@@ -671,6 +716,11 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   gain_front_.assign(G, kNegInf);
   const auto K = counterfactual_groups.size();
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
+  if (accounts) {
+    prefix0_.resize(n);
+    prefix_top_.assign(S, kNegInf);
+    prefix_second_.assign(S, kNegInf);
+  }
   const bool fuse_telemetry = complete && schema_.has_residual();
   const int lanes = S + (fuse_telemetry ? 3 : 0);
   chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
@@ -686,7 +736,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
     const int len = std::min(kBlock, n - i0);
     // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
     // row s − 1; stage 0's in p0), so p is always the latest stage's.
-    double* p = p0;
+    double* p = accounts ? prefix0_.data() + i0 : p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
       if (s == 0) {
@@ -697,6 +747,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
         p = next;
       }
       stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
+      if (accounts) top_two(p, len, prefix_top_[s], prefix_second_[s]);
       // Each rank's own work per group (the diagnosis' cohort excess); the sync wait comes off below.
       double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_;
       if (complete) {
