@@ -114,6 +114,42 @@ SF_INLINE void top_two(const double* v, int n, double& top, double& second) {
 /// Whether any of v[0, 8) is above x.
 SF_INLINE bool any_above(const double* v, double x) { return lanes_max(load8(v)) > x; }
 
+/// One stage of a block of a complete step, in one pass over its values x[0, n): next = prev + x
+/// (0 + x at the first stage, kFirst, as a zeroed prefix forms it), own += x, xmax and (kTwo)
+/// top/second taken on as block_max and top_two take them.
+template <bool kFirst, bool kTwo>
+SF_INLINE void stage_block(const double* x, const double* prev, double* next, double* own, int n, double& xmax,
+                           double& top, double& second) {
+  Lanes8 mx = splat8(kNegInf), hi = mx, lo = mx;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 xv = load8(x + i);
+    const Lanes8 pv = kFirst ? splat8(0.0) + xv : load8(prev + i) + xv;
+    store8(next + i, pv);
+    store8(own + i, load8(own + i) + xv);
+    mx = max8(mx, xv);
+    if constexpr (kTwo) {
+      lo = max8(lo, min8(hi, pv));
+      hi = max8(hi, pv);
+    }
+  }
+  xmax = std::max(xmax, lanes_max(mx));
+  if constexpr (kTwo)
+    for (int j = 0; j < kLanes; ++j) {
+      second = std::max({second, lo[j], std::min(top, hi[j])});
+      top = std::max(top, hi[j]);
+    }
+  for (; i < n; ++i) {
+    const double v = next[i] = (kFirst ? 0.0 : prev[i]) + x[i];
+    own[i] += x[i];
+    xmax = std::max(xmax, x[i]);
+    if constexpr (kTwo) {
+      second = std::max(second, std::min(top, v));
+      top = std::max(top, v);
+    }
+  }
+}
+
 /// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
 /// stage clipped at c (eq. 4).
 SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
@@ -739,6 +775,20 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
     double* p = accounts ? prefix0_.data() + i0 : p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
+      if (complete) {
+        // The same values as the loops below, in one pass over the stage's block.
+        double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_ + i0;
+        double* next = s == 0 ? p : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        double unused = kNegInf;  // stage_block<…, false> reads no top two
+        double& top = accounts ? prefix_top_[s] : unused;
+        double& second = accounts ? prefix_second_[s] : unused;
+        if (s == 0 && accounts) stage_block<true, true>(x, p, next, own, len, stage_max_[s], top, second);
+        else if (s == 0) stage_block<true, false>(x, p, next, own, len, stage_max_[s], top, second);
+        else if (accounts) stage_block<false, true>(x, p, next, own, len, stage_max_[s], top, second);
+        else stage_block<false, false>(x, p, next, own, len, stage_max_[s], top, second);
+        p = next;
+        continue;
+      }
       if (s == 0) {
         for (int i = 0; i < len; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
       } else {
