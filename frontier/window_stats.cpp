@@ -9,6 +9,10 @@
 #include <numeric>
 #include <stdexcept>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 // Lanes8 below is a 64-byte GCC vector: GCC notes that passing one by value changes the ABI
 // without AVX-512. Its helpers are always inline, so no such vector crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -224,9 +228,63 @@ void chain_sums_tel(const double* x, std::size_t stride, const double* const* te
   else chain_sums_of<L, false>(x, stride, tel, sum, len);
 }
 
+#if SF_WIDE_LOOPS
+/// chain_sums_of<6, true> with eight of its nine chains in the lanes of one AVX-512 register:
+/// eight ranks of each chain are loaded and transposed, so that one packed add per rank takes
+/// each lane's chain one rank further, in rank order, as its own scalar add did (the ninth chain,
+/// the wall, stays scalar beside it). Each sum's adds and their order are unchanged; nine scalar
+/// adds per rank become one packed and one scalar.
+SF_WIDE_TARGET void chain_sums_6_tel_wide(const double* x, std::size_t stride, const double* const* tel, double* sum,
+                                          int len) {
+  alignas(64) double lanes[8];
+  for (int j = 0; j < 8; ++j) lanes[j] = sum[j];
+  __m512d acc = _mm512_load_pd(lanes);
+  double wall = sum[8];
+  const double* row[8] = {x, x + stride, x + 2 * stride, x + 3 * stride, x + 4 * stride, x + 5 * stride, tel[0], tel[1]};
+  const double* w = tel[2];
+  const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  int i = 0;
+  for (; i + 8 <= len; i += 8) {
+    __m512d r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm512_loadu_pd(row[j] + i);
+    // r[j][k] is chain j at rank i + k; col[k][j] the same value. (The maskz forms with every
+    // lane kept are the plain shuffles; GCC 12 warns about the plain forms' undefined source.)
+    __m512d t[8], v[8], col[8];
+    for (int j = 0; j < 8; j += 2) {
+      t[j] = _mm512_maskz_unpacklo_pd(0xFF, r[j], r[j + 1]);      // (r_j, r_j+1) at ranks 0, 2, 4, 6
+      t[j + 1] = _mm512_maskz_unpackhi_pd(0xFF, r[j], r[j + 1]);  // at ranks 1, 3, 5, 7
+    }
+    for (int h = 0; h < 2; ++h)     // chains 0-3 (h = 0) and 4-7 (h = 1)
+      for (int o = 0; o < 2; ++o) {  // even (o = 0) or odd ranks
+        const __m512d a = t[4 * h + o], b = t[4 * h + 2 + o];
+        v[4 * h + o] = _mm512_permutex2var_pd(a, lo2, b);      // 4 chains at ranks o, 4 + o
+        v[4 * h + 2 + o] = _mm512_permutex2var_pd(a, hi2, b);  // at ranks 2 + o, 6 + o
+      }
+    for (int k = 0; k < 4; ++k) {  // v[k]: chains 0-3 at ranks k and 4 + k; v[4 + k]: chains 4-7 there
+      col[k] = _mm512_maskz_shuffle_f64x2(0xFF, v[k], v[4 + k], 0x44);
+      col[k + 4] = _mm512_maskz_shuffle_f64x2(0xFF, v[k], v[4 + k], 0xEE);
+    }
+    for (int k = 0; k < 8; ++k) {
+      acc = _mm512_add_pd(acc, col[k]);
+      wall += w[i + k];
+    }
+  }
+  _mm512_store_pd(lanes, acc);
+  for (; i < len; ++i) {
+    for (int j = 0; j < 8; ++j) lanes[j] += row[j][i];
+    wall += w[i];
+  }
+  for (int j = 0; j < 8; ++j) sum[j] = lanes[j];
+  sum[8] = wall;
+}
+#endif
+
 /// chain_sums_of for `stages` columns of x (stride apart) into sum[0, stages) and, when tel is
 /// not null, its three columns into sum[stages, stages + 3).
 void chain_sums(const double* x, std::size_t stride, int stages, const double* const* tel, double* sum, int len) {
+#if SF_WIDE_LOOPS
+  if (stages == 6 && tel && vector_select_available()) return chain_sums_6_tel_wide(x, stride, tel, sum, len);
+#endif
   switch (stages) {
     case 1: return chain_sums_tel<1>(x, stride, tel, sum, len);
     case 2: return chain_sums_tel<2>(x, stride, tel, sum, len);
