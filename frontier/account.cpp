@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+// first_not_below's eight lanes are a 64-byte GCC vector, inside one inline function only.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace sf::frontier {
 
 namespace {
@@ -67,9 +70,31 @@ void reset_row(int s_count, StepFrontier& out) {
   for (auto& tie : out.tie) tie.clear();
 }
 
+/// The first r < n with !(p[r] < v), which the caller knows exists. kEights: eight values a
+/// compare first (account_from_prefixes; account_step keeps the scalar loop it was measured with).
+template <bool kEights>
+[[gnu::always_inline]] inline int first_not_below(const double* p, int n, double v) {
+  int r = 0;
+  if constexpr (kEights) {
+    using Eight = double __attribute__((vector_size(64)));
+    const Eight bar = {v, v, v, v, v, v, v, v};
+    for (; r + 8 <= n; r += 8) {
+      Eight x;
+      __builtin_memcpy(&x, p + r, sizeof x);
+      const auto below = x < bar;
+      bool all = true;
+      for (int j = 0; j < 8; ++j) all = all && below[j] != 0;
+      if (!all) break;
+    }
+  }
+  while (p[r] < v) ++r;
+  return r;
+}
+
 /// Stage s of out from its prefixes p[0, r_count) (missing ranks at −inf), their largest value
 /// top.top and the largest of the rest top.second; f_prev: F[t,s−1] (0 at the first stage).
 /// Returns F[t,s].
+template <bool kEights>
 [[gnu::always_inline]] inline double settle_stage(const AccountOptions& opt, int s, const TopTwo& top, double f_prev,
                                                   const double* p, int r_count, StepFrontier& out) {
   const double f = top.top;
@@ -82,11 +107,7 @@ void reset_row(int s_count, StepFrontier& out) {
   if (f >= attain && top.second < attain) [[likely]] {
     // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
     if (r_count > 1) out.gap[s] = std::isfinite(top.second) ? f - top.second : 0.0;
-    if (a > 0) {
-      int who = 0;
-      while (p[who] < attain) ++who;
-      out.leader[s] = who;
-    }
+    if (a > 0) out.leader[s] = first_not_below<kEights>(p, r_count, attain);
     return f;
   }
   // Several ranks within the tie tolerance (or none, for a negative tolerance).
@@ -126,7 +147,7 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
   const auto block = m.step_block(t);
   double f_prev = 0;
   for (int s = 0; s < s_count; ++s)
-    f_prev = settle_stage(opt, s, add_stage(p.data(), block.col(s).data(), r_count), f_prev, p.data(), r_count, out);
+    f_prev = settle_stage<false>(opt, s, add_stage(p.data(), block.col(s).data(), r_count), f_prev, p.data(), r_count, out);
 }
 
 void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
@@ -138,7 +159,7 @@ void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const
     TopTwo two;
     two.top = top[s];
     two.second = second[s];
-    f_prev = settle_stage(opt, s, two, f_prev, prefix[s], ranks, out);
+    f_prev = settle_stage<true>(opt, s, two, f_prev, prefix[s], ranks, out);
   }
 }
 
