@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+// first_not_below's eight lanes are a 64-byte GCC vector, inside one inline function only.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace sf::frontier {
 
 namespace {
@@ -55,14 +58,85 @@ std::vector<int> Accounting::tie_ranks(int t, int s) const {
 
 namespace detail {
 
-void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out) {
-  const int r_count = m.ranks(), s_count = m.stages();
+namespace {
+
+/// out's row sized for s_count stages, every stage unled and every tie set empty.
+void reset_row(int s_count, StepFrontier& out) {
   out.frontier.assign(s_count, 0.0);
   out.advance.assign(s_count, 0.0);
   out.gap.assign(s_count, 0.0);
   out.leader.assign(s_count, Accounting::kNone);
   out.tie.resize(s_count);
   for (auto& tie : out.tie) tie.clear();
+}
+
+/// The first r < n with !(p[r] < v), which the caller knows exists. kEights: eight values a
+/// compare first (account_from_prefixes; account_step keeps the scalar loop it was measured with).
+template <bool kEights>
+[[gnu::always_inline]] inline int first_not_below(const double* p, int n, double v) {
+  int r = 0;
+  if constexpr (kEights) {
+    using Eight = double __attribute__((vector_size(64)));
+    const Eight bar = {v, v, v, v, v, v, v, v};
+    for (; r + 8 <= n; r += 8) {
+      Eight x;
+      __builtin_memcpy(&x, p + r, sizeof x);
+      const auto below = x < bar;
+      bool all = true;
+      for (int j = 0; j < 8; ++j) all = all && below[j] != 0;
+      if (!all) break;
+    }
+  }
+  while (p[r] < v) ++r;
+  return r;
+}
+
+/// Stage s of out from its prefixes p[0, r_count) (missing ranks at −inf), their largest value
+/// top.top and the largest of the rest top.second; f_prev: F[t,s−1] (0 at the first stage).
+/// Returns F[t,s].
+template <bool kEights>
+[[gnu::always_inline]] inline double settle_stage(const AccountOptions& opt, int s, const TopTwo& top, double f_prev,
+                                                  const double* p, int r_count, StepFrontier& out) {
+  const double f = top.top;
+  out.frontier[s] = f;
+  const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
+  out.advance[s] = a;
+
+  const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
+  const double attain = f - tol;  // prefixes at or above this attain the frontier
+  if (f >= attain && top.second < attain) [[likely]] {
+    // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
+    if (r_count > 1) out.gap[s] = std::isfinite(top.second) ? f - top.second : 0.0;
+    if (a > 0) out.leader[s] = first_not_below<kEights>(p, r_count, attain);
+    return f;
+  }
+  // Several ranks within the tie tolerance (or none, for a negative tolerance).
+  int count = 0, first = 0;
+  double below = kNegInf;
+  for (int r = 0; r < r_count; ++r) {
+    if (p[r] >= attain) {
+      if (count++ == 0) first = r;
+    } else {
+      below = std::max(below, p[r]);
+    }
+  }
+  if (r_count > 1 && count == 1) out.gap[s] = std::isfinite(below) ? f - below : 0.0;
+  if (a <= 0) return f;
+  if (count == 1) {
+    out.leader[s] = first;
+  } else {
+    out.leader[s] = Accounting::kTie;
+    for (int r = 0; r < r_count; ++r)
+      if (p[r] >= attain) out.tie[s].push_back(r);
+  }
+  return f;
+}
+
+}  // namespace
+
+void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out) {
+  const int r_count = m.ranks(), s_count = m.stages();
+  reset_row(s_count, out);
   if (m.step_present_count(t) == 0) return;
   p.resize(r_count);  // running prefix P[t,·,s]; missing ranks sit at −inf
   if (m.step_complete(t)) {
@@ -72,45 +146,20 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
   }
   const auto block = m.step_block(t);
   double f_prev = 0;
-  for (int s = 0; s < s_count; ++s) {
-    const TopTwo top = add_stage(p.data(), block.col(s).data(), r_count);
-    const double f = top.top;
-    out.frontier[s] = f;
-    const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
-    out.advance[s] = a;
-    f_prev = f;
+  for (int s = 0; s < s_count; ++s)
+    f_prev = settle_stage<false>(opt, s, add_stage(p.data(), block.col(s).data(), r_count), f_prev, p.data(), r_count, out);
+}
 
-    const double tol = std::max(opt.tie_abs_s, opt.tie_rel * f);
-    const double attain = f - tol;  // prefixes at or above this attain the frontier
-    if (f >= attain && top.second < attain) [[likely]] {
-      // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
-      if (r_count > 1) out.gap[s] = std::isfinite(top.second) ? f - top.second : 0.0;
-      if (a > 0) {
-        int who = 0;
-        while (p[who] < attain) ++who;
-        out.leader[s] = who;
-      }
-      continue;
-    }
-    // Several ranks within the tie tolerance (or none, for a negative tolerance).
-    int count = 0, first = 0;
-    double below = kNegInf;
-    for (int r = 0; r < r_count; ++r) {
-      if (p[r] >= attain) {
-        if (count++ == 0) first = r;
-      } else {
-        below = std::max(below, p[r]);
-      }
-    }
-    if (r_count > 1 && count == 1) out.gap[s] = std::isfinite(below) ? f - below : 0.0;
-    if (a <= 0) continue;
-    if (count == 1) {
-      out.leader[s] = first;
-    } else {
-      out.leader[s] = Accounting::kTie;
-      for (int r = 0; r < r_count; ++r)
-        if (p[r] >= attain) out.tie[s].push_back(r);
-    }
+void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
+                           std::span<const double> top, std::span<const double> second, StepFrontier& out) {
+  const int s_count = static_cast<int>(prefix.size());
+  reset_row(s_count, out);
+  double f_prev = 0;
+  for (int s = 0; s < s_count; ++s) {
+    TopTwo two;
+    two.top = top[s];
+    two.second = second[s];
+    f_prev = settle_stage<true>(opt, s, two, f_prev, prefix[s], ranks, out);
   }
 }
 

@@ -60,6 +60,12 @@ struct StepFrontier {
 /// (the running prefixes, resized to the ranks); out's vectors are reused. The verifier checks it
 /// against the paper's scalar loop (`account_equals_scalar_loop`).
 void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::vector<double>& p, StepFrontier& out);
+/// account_step of a complete step (every rank present) whose prefixes are already formed:
+/// prefix[s] points at P[t,·,s] (ranks values, each the same 0 + d + … account_step forms), top[s]
+/// is their largest value and second[s] the largest of the rest (the top two of the multiset,
+/// which any order of max and min finds). Bit for bit account_step's row.
+void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
+                           std::span<const double> top, std::span<const double> second, StepFrontier& out);
 /// account()'s result before any step: every step unscored.
 Accounting empty_accounting(const StageMatrix& m);
 /// Step t's accounting f (account_step's) into acc's row t, as account() stores it.
@@ -234,6 +240,12 @@ public:
   void add_step(const StageMatrix& m, int t, const StepFrontier& f, std::span<const double> cohort_median,
                 const Eigen::MatrixXd* rank_median, std::span<const int> counterfactual_groups = {},
                 std::span<const Middle> stage_middles = {});
+  /// add_step for a complete step (every rank present) not yet accounted, with a cohort or
+  /// reference baseline: the rank pass also finds each stage's top two prefixes, from which f
+  /// becomes account_step's row for the step (bit for bit), with no pass of its own.
+  void add_step_accounting(const StageMatrix& m, int t, const AccountOptions& opt, StepFrontier& f,
+                           std::span<const double> cohort_median, std::span<const int> counterfactual_groups,
+                           std::span<const Middle> stage_middles);
   /// Residual-leader counterfactuals for the listed groups (every group when streaming, the top
   /// group on a whole window).
   void add_counterfactuals(const StageMatrix& m, int t, std::span<const int> groups, std::span<const double> cohort_median,
@@ -254,19 +266,25 @@ public:
 
 private:
   // add_step's parts, in the order it takes them (each sum in the order the one loop formed it).
+  /// Everything add_step takes after the frontier's totals and the rank pass.
+  void add_step_rest(const StageMatrix& m, int t, const StepFrontier& f, const PresentStep& d, const StepBaseline& b,
+                     double exposed, int slowest, std::span<const int> counterfactual_groups,
+                     std::span<const Middle> stage_middles);
   /// Steps, exposed time (sum, median, spread) and advances per group; returns F[t,S].
   double add_frontier_totals(const StepFrontier& f);
   /// The one blocked pass over the present ranks: own work per group, prefixes (for the lag's
   /// medians), totals, per-stage max and rank-order sums, the slowest rank (returned, an index
   /// of d), each group's gain front and the asked counterfactual fronts.
   /// On a complete step it also adds add_telemetry's residual, overlap and wall sums (telemetry_summed_).
+  /// With `accounts` (a complete step), it keeps stage 0's prefixes in prefix0_ and each stage's top
+  /// two prefixes in prefix_top_ and prefix_second_ (add_step_accounting's frontier).
   int rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
-                std::span<const int> counterfactual_groups);
+                std::span<const int> counterfactual_groups, bool accounts);
   /// rank_pass compiled for AVX-512 (taken where the processor has it) and the body both share.
   int rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
-                     std::span<const int> counterfactual_groups);
+                     std::span<const int> counterfactual_groups, bool accounts);
   int rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
-                     std::span<const int> counterfactual_groups);
+                     std::span<const int> counterfactual_groups, bool accounts);
   /// rank_pass's static gain over one block of ranks (p: their totals): each group's gain front.
   void block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len, const double* p);
   /// rank_pass's residual-leader counterfactuals over one block of ranks (after its prefixes).
@@ -356,7 +374,6 @@ private:
   std::vector<double> step_own_, loo_buf_, step_cw_;     // per-step scratch: (G + 1) × n own work; one column; CPU waits
   std::vector<int> step_cw_rank_;
   std::vector<int> top_buf_;                             // per-step scratch: the latest arrivals
-  std::vector<double> latest_buf_, latest_sel_;          // per-step scratch: their blocks' maxima
   std::vector<double> seg_own_;                          // per-step scratch: one segment's arrivals
   ArrivalLog arrivals_;                                  // the first Evidence::kArrivalSteps steps (the what-if)
   std::vector<int> gap_n_;
@@ -396,6 +413,8 @@ private:
   const double* whole_ = nullptr;        // this step: the whole step's own work per present rank
   bool telemetry_summed_ = false;        // this step: rank_pass added the residual, overlap and wall sums
   std::vector<double> chain_sum_;        // rank_pass: its running sums (scratch)
+  std::vector<double> prefix0_, prefix_top_, prefix_second_;  // rank_pass with `accounts`: see there
+  std::vector<const double*> prefix_rows_;  // add_step_accounting: P[t,·,s] per stage
   std::vector<MiddleHint> prefix_hint_;  // S − 1: the lag's prefix medians
   std::vector<MiddleHint> own_hint_;     // G + 1: the standings' own work
   MiddleHint cw_hint_;

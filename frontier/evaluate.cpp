@@ -163,6 +163,16 @@ Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryI
   int guess = -1;
   for (int t = 0; t < m.steps(); ++t) {
     if (m.step_present_count(t) == 0) continue;
+    detail::cohort_middles(m, t, mids, hints, scratch);
+    for (int s = 0; s < m.stages(); ++s) cm[s] = mids[s].median();
+    const std::span<const int> cf_groups =
+        guess >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&guess, 1) : std::span<const int>();
+    if (guessed && m.step_complete(t)) {
+      // The rank pass forms the prefixes account_step would: it accounts the step as well.
+      ws.add_step_accounting(m, t, cfg.account, f, cm, cf_groups, mids);
+      detail::store_step(acc, t, f);
+      continue;
+    }
     detail::account_step(m, t, cfg.account, p, f);
     detail::store_step(acc, t, f);
     if (!guessed) {
@@ -171,11 +181,9 @@ Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryI
       const RankedStages ranked = rank_stages(step_adv, cfg.tau_c);
       guess = ranked.order.empty() || step_adv[ranked.order[0]] <= 0 ? -1 : ranked.order[0];
     }
-    const std::span<const int> cf_groups =
+    const std::span<const int> cf_first =
         guess >= 0 && cfg.ambiguity_residual_leaders ? std::span<const int>(&guess, 1) : std::span<const int>();
-    detail::cohort_middles(m, t, mids, hints, scratch);
-    for (int s = 0; s < m.stages(); ++s) cm[s] = mids[s].median();
-    ws.add_step(m, t, f, cm, nullptr, cf_groups, mids);
+    ws.add_step(m, t, f, cm, nullptr, cf_first, mids);
   }
   if (cfg.ambiguity_residual_leaders && ws.top_group() != guess) return evaluate(m, acc, cfg, tel);
   return finish_window(ws, m, acc, cfg, tel);

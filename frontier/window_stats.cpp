@@ -9,6 +9,14 @@
 #include <numeric>
 #include <stdexcept>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
+// Lanes8 below is a 64-byte GCC vector: GCC notes that passing one by value changes the ABI
+// without AVX-512. Its helpers are always inline, so no such vector crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace sf::frontier::detail {
 
 namespace {
@@ -30,50 +38,132 @@ constexpr std::size_t kMaxLeadersPerStage = 8;
 
 constexpr int kLanes = 8;
 
+// GCC (12) compiles std::max and std::min on doubles lane by lane, never packed: their rule for
+// NaN and signed zeros is not a plain max's unless the build assumes finite math, so the loops
+// of eight lanes ran scalar in both builds. These take eight lanes as one GCC vector, where
+// a < b ? b : a (std::max's own expression, lane by lane: the same value for every input,
+// NaN and ±0 included) becomes one packed max (AVX-512) or compares and blends (SSE2).
+using Lanes8 = double __attribute__((vector_size(64)));
+SF_INLINE Lanes8 load8(const double* p) {
+  Lanes8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+SF_INLINE void store8(double* p, Lanes8 v) { __builtin_memcpy(p, &v, sizeof v); }
+SF_INLINE Lanes8 splat8(double x) { return Lanes8{x, x, x, x, x, x, x, x}; }
+/// std::max(a, b) and std::min(a, b), lane by lane.
+SF_INLINE Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
+SF_INLINE Lanes8 min8(Lanes8 a, Lanes8 b) { return b < a ? b : a; }
+
 /// The largest of eight lanes, in lane order.
-SF_INLINE double lanes_max(const double* top) {
+SF_INLINE double lanes_max(Lanes8 top) {
   double out = top[0];
   for (int j = 1; j < kLanes; ++j) out = std::max(out, top[j]);
   return out;
 }
 
-/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass; eight lanes
-/// keep independent maxima, so it vectorises.
+/// p[i] += x[i] for i < n, returning the largest p (−inf for n = 0). One pass, eight lanes at a
+/// time, each lane its own maximum.
 SF_INLINE double add_and_max(double* p, const double* x, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 top = splat8(kNegInf);
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = p[i + j] + x[i + j];
-      p[i + j] = v;
-      top[j] = std::max(top[j], v);
-    }
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 v = load8(p + i) + load8(x + i);
+    store8(p + i, v);
+    top = max8(top, v);
+  }
   double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] += x[i]);
   return out;
 }
 
-/// The largest of v[0, n) (−inf for n = 0), in eight independent lanes.
+/// The largest of v[0, n) (−inf for n = 0): two independent maxima of eight lanes each (one
+/// would wait on its own max every eight values).
 SF_INLINE double block_max(const double* v, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 a = splat8(kNegInf), b = a;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], v[i + j]);
-  double out = lanes_max(top);
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    a = max8(a, load8(v + i));
+    b = max8(b, load8(v + i + kLanes));
+  }
+  if (i + kLanes <= n) {
+    a = max8(a, load8(v + i));
+    i += kLanes;
+  }
+  double out = lanes_max(max8(a, b));
   for (; i < n; ++i) out = std::max(out, v[i]);
   return out;
+}
+
+/// top and second become the largest and the second largest (the largest of the rest) of their
+/// two values and v[0, n): the top two of a multiset, whatever order max and min take it in.
+SF_INLINE void top_two(const double* v, int n, double& top, double& second) {
+  Lanes8 hi = splat8(kNegInf), lo = hi;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 w = load8(v + i);
+    lo = max8(lo, min8(hi, w));
+    hi = max8(hi, w);
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    second = std::max({second, lo[j], std::min(top, hi[j])});
+    top = std::max(top, hi[j]);
+  }
+  for (; i < n; ++i) {
+    second = std::max(second, std::min(top, v[i]));
+    top = std::max(top, v[i]);
+  }
+}
+
+/// Whether any of v[0, 8) is above x.
+SF_INLINE bool any_above(const double* v, double x) { return lanes_max(load8(v)) > x; }
+
+/// One stage of a block of a complete step, in one pass over its values x[0, n): next = prev + x
+/// (0 + x at the first stage, kFirst, as a zeroed prefix forms it), own += x, xmax and (kTwo)
+/// top/second taken on as block_max and top_two take them.
+template <bool kFirst, bool kTwo>
+SF_INLINE void stage_block(const double* x, const double* prev, double* next, double* own, int n, double& xmax,
+                           double& top, double& second) {
+  Lanes8 mx = splat8(kNegInf), hi = mx, lo = mx;
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 xv = load8(x + i);
+    const Lanes8 pv = kFirst ? splat8(0.0) + xv : load8(prev + i) + xv;
+    store8(next + i, pv);
+    store8(own + i, load8(own + i) + xv);
+    mx = max8(mx, xv);
+    if constexpr (kTwo) {
+      lo = max8(lo, min8(hi, pv));
+      hi = max8(hi, pv);
+    }
+  }
+  xmax = std::max(xmax, lanes_max(mx));
+  if constexpr (kTwo)
+    for (int j = 0; j < kLanes; ++j) {
+      second = std::max({second, lo[j], std::min(top, hi[j])});
+      top = std::max(top, hi[j]);
+    }
+  for (; i < n; ++i) {
+    const double v = next[i] = (kFirst ? 0.0 : prev[i]) + x[i];
+    own[i] += x[i];
+    xmax = std::max(xmax, x[i]);
+    if constexpr (kTwo) {
+      second = std::max(second, std::min(top, v));
+      top = std::max(top, v);
+    }
+  }
 }
 
 /// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
 /// stage clipped at c (eq. 4).
 SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
-  double top[kLanes];
-  std::fill_n(top, kLanes, kNegInf);
+  Lanes8 top = splat8(kNegInf);
+  const Lanes8 cc = splat8(c);
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) top[j] = std::max(top[j], p[i + j] - (x[i + j] - std::min(x[i + j], c)));
+  for (; i + kLanes <= n; i += kLanes) {
+    const Lanes8 xv = load8(x + i);
+    top = max8(top, load8(p + i) - (xv - min8(xv, cc)));
+  }
   double out = lanes_max(top);
   for (; i < n; ++i) out = std::max(out, p[i] - (x[i] - std::min(x[i], c)));
   return out;
@@ -91,7 +181,9 @@ SF_INLINE void clip_block(const StepBaseline& b, const StageSchema& schema, cons
   const double* x = d.stage(s).data() + i0;
   if (b.kind != GainBaseline::rank_median) {
     const double v = b.value(schema, 0, s);
-    for (int i = 0; i < n; ++i) out[i] = std::min(x[i], v);
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes) store8(out + i, min8(load8(x + i), splat8(v)));
+    for (; i < n; ++i) out[i] = std::min(x[i], v);
     return;
   }
   for (int i = 0; i < n; ++i) out[i] = std::min(x[i], (*b.rank_median)(d.rank(i0 + i), s));
@@ -110,8 +202,10 @@ Middle plus_zero(Middle m) {
 /// sum[j] += x[j·stride] + x[j·stride + 1] + … (len values) for j < L and, with kTel, the same
 /// for the three columns of tel into sum[L … L + 2]: each sum added in index order (the order one
 /// loop per sum takes), all of them independent chains, so one index's adds overlap.
+/// Kept scalar: GCC's SLP pass packs two chains into one register with a load and a shuffle per
+/// pair, and each packed chain then waits on its own add twice per index.
 template <int L, bool kTel>
-void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
+__attribute__((optimize("no-tree-slp-vectorize", "no-tree-vectorize"))) void chain_sums_of(const double* x, std::size_t stride, const double* const* tel, double* sum, int len) {
   double acc[L + 3];
   for (int j = 0; j < L + (kTel ? 3 : 0); ++j) acc[j] = sum[j];
   const double* t0 = kTel ? tel[0] : nullptr;
@@ -134,9 +228,63 @@ void chain_sums_tel(const double* x, std::size_t stride, const double* const* te
   else chain_sums_of<L, false>(x, stride, tel, sum, len);
 }
 
+#if SF_WIDE_LOOPS
+/// chain_sums_of<6, true> with eight of its nine chains in the lanes of one AVX-512 register:
+/// eight ranks of each chain are loaded and transposed, so that one packed add per rank takes
+/// each lane's chain one rank further, in rank order, as its own scalar add did (the ninth chain,
+/// the wall, stays scalar beside it). Each sum's adds and their order are unchanged; nine scalar
+/// adds per rank become one packed and one scalar.
+SF_WIDE_TARGET void chain_sums_6_tel_wide(const double* x, std::size_t stride, const double* const* tel, double* sum,
+                                          int len) {
+  alignas(64) double lanes[8];
+  for (int j = 0; j < 8; ++j) lanes[j] = sum[j];
+  __m512d acc = _mm512_load_pd(lanes);
+  double wall = sum[8];
+  const double* row[8] = {x, x + stride, x + 2 * stride, x + 3 * stride, x + 4 * stride, x + 5 * stride, tel[0], tel[1]};
+  const double* w = tel[2];
+  const __m512i lo2 = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi2 = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  int i = 0;
+  for (; i + 8 <= len; i += 8) {
+    __m512d r[8];
+    for (int j = 0; j < 8; ++j) r[j] = _mm512_loadu_pd(row[j] + i);
+    // r[j][k] is chain j at rank i + k; col[k][j] the same value. (The maskz forms with every
+    // lane kept are the plain shuffles; GCC 12 warns about the plain forms' undefined source.)
+    __m512d t[8], v[8], col[8];
+    for (int j = 0; j < 8; j += 2) {
+      t[j] = _mm512_maskz_unpacklo_pd(0xFF, r[j], r[j + 1]);      // (r_j, r_j+1) at ranks 0, 2, 4, 6
+      t[j + 1] = _mm512_maskz_unpackhi_pd(0xFF, r[j], r[j + 1]);  // at ranks 1, 3, 5, 7
+    }
+    for (int h = 0; h < 2; ++h)     // chains 0-3 (h = 0) and 4-7 (h = 1)
+      for (int o = 0; o < 2; ++o) {  // even (o = 0) or odd ranks
+        const __m512d a = t[4 * h + o], b = t[4 * h + 2 + o];
+        v[4 * h + o] = _mm512_permutex2var_pd(a, lo2, b);      // 4 chains at ranks o, 4 + o
+        v[4 * h + 2 + o] = _mm512_permutex2var_pd(a, hi2, b);  // at ranks 2 + o, 6 + o
+      }
+    for (int k = 0; k < 4; ++k) {  // v[k]: chains 0-3 at ranks k and 4 + k; v[4 + k]: chains 4-7 there
+      col[k] = _mm512_maskz_shuffle_f64x2(0xFF, v[k], v[4 + k], 0x44);
+      col[k + 4] = _mm512_maskz_shuffle_f64x2(0xFF, v[k], v[4 + k], 0xEE);
+    }
+    for (int k = 0; k < 8; ++k) {
+      acc = _mm512_add_pd(acc, col[k]);
+      wall += w[i + k];
+    }
+  }
+  _mm512_store_pd(lanes, acc);
+  for (; i < len; ++i) {
+    for (int j = 0; j < 8; ++j) lanes[j] += row[j][i];
+    wall += w[i];
+  }
+  for (int j = 0; j < 8; ++j) sum[j] = lanes[j];
+  sum[8] = wall;
+}
+#endif
+
 /// chain_sums_of for `stages` columns of x (stride apart) into sum[0, stages) and, when tel is
 /// not null, its three columns into sum[stages, stages + 3).
 void chain_sums(const double* x, std::size_t stride, int stages, const double* const* tel, double* sum, int len) {
+#if SF_WIDE_LOOPS
+  if (stages == 6 && tel && vector_select_available()) return chain_sums_6_tel_wide(x, stride, tel, sum, len);
+#endif
   switch (stages) {
     case 1: return chain_sums_tel<1>(x, stride, tel, sum, len);
     case 2: return chain_sums_tel<2>(x, stride, tel, sum, len);
@@ -471,7 +619,30 @@ void WindowStats::add_step(const StageMatrix& m, int t, const StepFrontier& f, s
   const double exposed = add_frontier_totals(f);
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, rank_median, cfg_.reference_s};
-  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups);
+  const int slowest = rank_pass(m, t, d, m.step_complete(t), b, counterfactual_groups, false);
+  add_step_rest(m, t, f, d, b, exposed, slowest, counterfactual_groups, stage_middles);
+}
+
+void WindowStats::add_step_accounting(const StageMatrix& m, int t, const AccountOptions& opt, StepFrontier& f,
+                                      std::span<const double> cohort_median, std::span<const int> counterfactual_groups,
+                                      std::span<const Middle> stage_middles) {
+  const PresentStep d(m, t);
+  const StepBaseline b{cfg_.gain_baseline, cohort_median, nullptr, cfg_.reference_s};
+  const int slowest = rank_pass(m, t, d, true, b, counterfactual_groups, true);
+  // The rank pass formed every prefix account_step forms (0 + d, then + d stage by stage).
+  prefix_rows_.resize(static_cast<std::size_t>(S_));
+  prefix_rows_[0] = prefix0_.data();
+  for (int s = 1; s < S_; ++s) prefix_rows_[s] = prefix_.data() + static_cast<std::size_t>(s - 1) * d.size();
+  account_from_prefixes(opt, d.size(), prefix_rows_, prefix_top_, prefix_second_, f);
+  // add_step takes the frontier's sums before the rank pass; they share no accumulator with it.
+  const double exposed = add_frontier_totals(f);
+  add_step_rest(m, t, f, d, b, exposed, slowest, counterfactual_groups, stage_middles);
+}
+
+void WindowStats::add_step_rest(const StageMatrix& m, int t, const StepFrontier& f, const PresentStep& d,
+                                const StepBaseline& b, double exposed, int slowest,
+                                std::span<const int> counterfactual_groups, std::span<const Middle> stage_middles) {
+  const std::span<const double> cohort_median = b.cohort_median;
   total_mid_ = Middle{};
   step_lag(f, cohort_median, d.size());
   // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
@@ -554,16 +725,17 @@ double WindowStats::add_frontier_totals(const StepFrontier& f) {
 }
 
 int WindowStats::rank_pass(const StageMatrix& m, int t, const PresentStep& d, bool complete, const StepBaseline& b,
-                           std::span<const int> counterfactual_groups) {
+                           std::span<const int> counterfactual_groups, bool accounts) {
 #if SF_WIDE_LOOPS
-  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups);
+  if (vector_select_available()) return rank_pass_wide(m, t, d, complete, b, counterfactual_groups, accounts);
 #endif
-  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups, accounts);
 }
 
 SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, const PresentStep& d, bool complete,
-                                               const StepBaseline& b, std::span<const int> counterfactual_groups) {
-  return rank_pass_body(m, t, d, complete, b, counterfactual_groups);
+                                               const StepBaseline& b, std::span<const int> counterfactual_groups,
+                                               bool accounts) {
+  return rank_pass_body(m, t, d, complete, b, counterfactual_groups, accounts);
 }
 
 SF_INLINE void WindowStats::block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len,
@@ -622,7 +794,8 @@ SF_INLINE void WindowStats::block_counterfactuals(const PresentStep& d, const St
 }
 
 SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
-                                          const StepBaseline& b, std::span<const int> counterfactual_groups) {
+                                          const StepBaseline& b, std::span<const int> counterfactual_groups,
+                                          bool accounts) {
   // One pass over the present ranks in blocks that stay in L1 while every per-rank quantity of
   // the step is taken from them: the prefixes P[t,r,s] (kept for the lag's medians), the totals
   // P[t,r,S], each stage's max and rank-order sum (baselines), the slowest rank, each group's
@@ -637,6 +810,11 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   gain_front_.assign(G, kNegInf);
   const auto K = counterfactual_groups.size();
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
+  if (accounts) {
+    prefix0_.resize(n);
+    prefix_top_.assign(S, kNegInf);
+    prefix_second_.assign(S, kNegInf);
+  }
   const bool fuse_telemetry = complete && schema_.has_residual();
   const int lanes = S + (fuse_telemetry ? 3 : 0);
   chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
@@ -652,9 +830,23 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
     const int len = std::min(kBlock, n - i0);
     // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
     // row s − 1; stage 0's in p0), so p is always the latest stage's.
-    double* p = p0;
+    double* p = accounts ? prefix0_.data() + i0 : p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
+      if (complete) {
+        // The same values as the loops below, in one pass over the stage's block.
+        double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_ + i0;
+        double* next = s == 0 ? p : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        double unused = kNegInf;  // stage_block<…, false> reads no top two
+        double& top = accounts ? prefix_top_[s] : unused;
+        double& second = accounts ? prefix_second_[s] : unused;
+        if (s == 0 && accounts) stage_block<true, true>(x, p, next, own, len, stage_max_[s], top, second);
+        else if (s == 0) stage_block<true, false>(x, p, next, own, len, stage_max_[s], top, second);
+        else if (accounts) stage_block<false, true>(x, p, next, own, len, stage_max_[s], top, second);
+        else stage_block<false, false>(x, p, next, own, len, stage_max_[s], top, second);
+        p = next;
+        continue;
+      }
       if (s == 0) {
         for (int i = 0; i < len; ++i) p[i] = 0.0 + x[i];  // the same 0 + d a zeroed prefix forms
       } else {
@@ -663,6 +855,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
         p = next;
       }
       stage_max_[s] = std::max(stage_max_[s], block_max(x, len));
+      if (accounts) top_two(p, len, prefix_top_[s], prefix_second_[s]);
       // Each rank's own work per group (the diagnosis' cohort excess); the sync wait comes off below.
       double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_;
       if (complete) {
@@ -1005,32 +1198,44 @@ void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, dou
 }
 
 /// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
-/// sort by (value descending, index ascending) puts first), into top. The k largest maxima of
-/// blocks of eight are k distinct values, so the k-th largest value is at least the k-th largest
-/// block maximum T: the answer is among the values ≥ T, which only the blocks whose maximum
-/// reaches T hold, and those few are sorted. bm, sel: scratch.
-void latest(const double* v, int n, int k, std::vector<int>& top, std::vector<double>& bm, std::vector<double>& sel) {
+/// sort by (value descending, index ascending) puts first), into top; k ≤ ArrivalSegment::kTop.
+/// One pass keeps the k best so far in order: a later index enters only above the k-th value (a
+/// tie keeps the lower index ahead), which eight values at a time almost never reach, so the
+/// pass is a block maximum and a compare per eight values.
+SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
+  double val[ArrivalSegment::kTop];
+  int have = 0;
+  auto offer = [&](int i) {
+    const double x = v[i];
+    if (have == k ? !(x > val[k - 1]) : !(x >= kNegInf)) return;  // NaN never enters
+    int j = have < k ? have++ : k - 1;
+    for (; j > 0 && val[j - 1] < x; --j) {
+      val[j] = val[j - 1];
+      at[j] = at[j - 1];
+    }
+    val[j] = x;
+    at[j] = i;
+  };
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    if (have < k || any_above(v + i, val[k - 1]))
+      for (int j = i; j < i + kLanes; ++j) offer(j);
+  for (; i < n; ++i) offer(i);
+  return have;
+}
+
+SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) { return latest_body(v, n, k, at); }
+
+void latest(const double* v, int n, int k, std::vector<int>& top) {
   top.clear();
   if (k <= 0) return;
-  const int blocks = n / kLanes;
-  double floor = kNegInf;
-  bm.resize(static_cast<std::size_t>(blocks));
-  for (int b = 0; b < blocks; ++b) bm[b] = block_max(v + b * kLanes, kLanes);
-  if (blocks >= k) {
-    sel.assign(bm.begin(), bm.end());
-    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<>());
-    floor = sel[static_cast<std::size_t>(k - 1)];
-  }
-  for (int b = 0; b < blocks; ++b)
-    if (bm[b] >= floor)
-      for (int i = b * kLanes; i < (b + 1) * kLanes; ++i)
-        if (v[i] >= floor) top.push_back(i);
-  for (int i = blocks * kLanes; i < n; ++i)
-    if (v[i] >= floor) top.push_back(i);
-  const auto keep = std::min<std::size_t>(static_cast<std::size_t>(k), top.size());
-  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(keep), top.end(),
-                    [v](int x, int y) { return v[x] > v[y] || (v[x] == v[y] && x < y); });
-  top.resize(keep);
+  int at[ArrivalSegment::kTop];
+#if SF_WIDE_LOOPS
+  const int have = vector_select_available() ? latest_wide(v, n, k, at) : latest_body(v, n, k, at);
+#else
+  const int have = latest_body(v, n, k, at);
+#endif
+  top.assign(at, at + have);
 }
 
 }  // namespace
@@ -1186,7 +1391,7 @@ void WindowStats::add_arrivals(const StageMatrix& m, int t, const PresentStep& d
     // straggler would charge half its delay to the ideal).
     sg.median_s = N % 2 == 1 ? sg.mid_s : sg.lo_s;
     // The latest arrivals, latest first (ties: the lower rank first).
-    latest(seg, n, k, top_buf_, latest_buf_, latest_sel_);
+    latest(seg, n, k, top_buf_);
     sg.top_count = k;
     for (int j = 0; j < k; ++j) {
       const int c = d.rank(top_buf_[j]);
