@@ -1,6 +1,7 @@
 """results/README.md (the index of every experiment's summary) and results/moved.json (what a re-run moved)."""
 
 import json
+import re
 import pathlib
 from typing import Any
 
@@ -86,6 +87,21 @@ OTHER = [("bench/README.md", "speed of evaluate(), account(), the CSV reader and
          ("kineto_import/agreement.md", "real profiler traces imported and scored against the same runs recorded by sf_torch")]
 
 
+def made_at(d: pathlib.Path) -> str:
+    """The commit whose binary made an experiment's rows (its manifest), flagged where the tree had uncommitted
+    changes: such rows are not what a commit on main produces (issue 42)."""
+    mp, env = d / "manifest.json", d / "env.txt"  # env.txt: a GPU run's (scripts/gpu_check.sh), "commit=..." in it
+    if mp.exists():
+        commit = str(json.loads(mp.read_text()).get("commit", ""))
+    elif env.exists() and (m := re.search(r"\bcommit=(\S+)", env.read_text())):
+        commit = m.group(1)
+    else:
+        return "-"
+    if commit.endswith("-dirty"):
+        return f"`{commit.removesuffix('-dirty')[:7]}` with uncommitted changes: not yet re-made on main"
+    return f"`{commit[:7]}`" if commit else "-"
+
+
 def index_text(results: str | pathlib.Path) -> str:
     results = pathlib.Path(results)
     mans = {}
@@ -110,14 +126,14 @@ def index_text(results: str | pathlib.Path) -> str:
            "fault row's twin: the same seed and settings with no fault) scores beside it and the paired lift over it (Tango's 95 % "
            "score interval, McNemar's exact p); a count the sham matches says \"no lift, the sham scores the same\" in the count "
            "itself, and no lift is pooled over strata (scenario x delay x ranks) whose lifts differ in sign or by more than 0.3.\n",
-           "| experiment | ours | paper | where we differ |", "|---|---|---|---|"]
+           "| experiment | rows made at | ours | paper | where we differ |", "|---|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"
         if not s.exists():
-            out.append(f"| {name} | not run yet | | |")
+            out.append(f"| {name} | | not run yet | | |")
             continue
         j = json.loads(s.read_text())
-        out.append(f"| [{name}]({name}/table.md) | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
+        out.append(f"| [{name}]({name}/table.md) | {made_at(results / name)} | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
     out.append("")
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"
