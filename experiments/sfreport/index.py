@@ -87,12 +87,12 @@ OTHER = [("bench/README.md", "speed of evaluate(), account(), the CSV reader and
          ("kineto_import/agreement.md", "real profiler traces imported and scored against the same runs recorded by sf_torch")]
 
 
-def made_at(d: pathlib.Path) -> str:
-    """The commit whose binary made an experiment's rows (its manifest), flagged where the tree had uncommitted
-    changes: such rows are not what a commit on main produces (issue 42)."""
-    mp, env = d / "manifest.json", d / "env.txt"  # env.txt: a GPU run's (scripts/gpu_check.sh), "commit=..." in it
-    if mp.exists():
-        commit = str(json.loads(mp.read_text()).get("commit", ""))
+def made_at(d: pathlib.Path, manifest: dict[str, Any] | None) -> str:
+    """The commit whose binary made an experiment's rows (its manifest, or a GPU run's env.txt), flagged where the
+    tree had uncommitted changes: such rows are not what a commit on main produces (issue 42)."""
+    env = d / "env.txt"  # scripts/gpu_check.sh's, with "commit=..." in it
+    if manifest is not None:
+        commit = str(manifest.get("commit", ""))
     elif env.exists() and (m := re.search(r"\bcommit=(\S+)", env.read_text())):
         commit = m.group(1)
     else:
@@ -104,7 +104,7 @@ def made_at(d: pathlib.Path) -> str:
 
 def index_text(results: str | pathlib.Path) -> str:
     results = pathlib.Path(results)
-    mans = {}
+    mans: dict[str, dict[str, Any]] = {}
     for name in [*REPORTS, *SCRIPTED]:
         mp = results / name / "manifest.json"
         if mp.exists():
@@ -133,7 +133,7 @@ def index_text(results: str | pathlib.Path) -> str:
             out.append(f"| {name} | | not run yet | | |")
             continue
         j = json.loads(s.read_text())
-        out.append(f"| [{name}]({name}/table.md) | {made_at(results / name)} | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
+        out.append(f"| [{name}]({name}/table.md) | {made_at(results / name, mans.get(name))} | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
     out.append("")
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"

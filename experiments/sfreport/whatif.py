@@ -33,9 +33,12 @@ def whatif_pairs(df: pd.DataFrame) -> pd.DataFrame:
     fault = df[(arm == "fault") & (df["fault_"] != "none")].copy()
 
     def twin_ms(r: pd.Series) -> float:
+        """The sham standing beside this row's delay, else the one every delay shares."""
         key = tuple(r[k] for k in keys)
-        own = (*key, delay_text(r["delay_ms"])) if "delay_ms" in r and r["delay_ms"] == r["delay_ms"] else None
-        return float(sham.get(own, sham.get((*key, "*"), float("nan"))) if own else sham.get((*key, "*"), float("nan")))
+        shared = sham.get((*key, "*"), float("nan"))
+        if "delay_ms" not in r or r["delay_ms"] != r["delay_ms"]:
+            return float(shared)
+        return float(sham.get((*key, delay_text(r["delay_ms"])), shared))
     fault["sham_ms"] = [twin_ms(r) for _, r in fault.iterrows()]
     fault["error"] = (fault["whatif_healed_ms"] - fault["sham_ms"]) / fault["sham_ms"]
     fault["unfixed_error"] = (fault["whatif_actual_ms"] - fault["sham_ms"]) / fault["sham_ms"]
