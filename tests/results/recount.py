@@ -20,6 +20,8 @@ import shutil
 import sys
 import tempfile
 
+from recount_runs import RECOUNTS, judge
+
 Z = 1.959963984540054  # the normal 0.975 quantile
 
 
@@ -218,27 +220,40 @@ def check_one(where, headline, label, measure, rows):
     return problems
 
 
+def read_experiment(d):
+    """(rows.csv as dicts, the summary's headline), or None where the experiment is not there."""
+    if not (d / "rows.csv").exists() or not (d / "summary.json").exists():
+        return None
+    with open(d / "rows.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return rows, json.loads((d / "summary.json").read_text())["headline"]
+
+
 def recount(results):
+    """(problem lines, routing-type counts checked, run experiments' figures checked)."""
     results = pathlib.Path(results)
-    problems, checked = [], 0
+    problems, routing, runs = [], 0, 0
     for name, labels in HEADLINES.items():
-        d = results / name
-        if not (d / "rows.csv").exists() or not (d / "summary.json").exists():
+        if (read := read_experiment(results / name)) is None:
             continue
-        with open(d / "rows.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        headline = json.loads((d / "summary.json").read_text())["headline"]
+        rows, headline = read
         for label, measure, keep in labels:
-            problems += check_one(f"{d / 'summary.json'}", headline, label, measure, [r for r in rows if keep(r)])
-            checked += 1
-    return problems, checked
+            problems += check_one(f"{results / name / 'summary.json'}", headline, label, measure, [r for r in rows if keep(r)])
+            routing += 1
+    for name, recount_one in RECOUNTS.items():
+        if (read := read_experiment(results / name)) is None:
+            continue
+        found, checked = judge(f"{results / name / 'summary.json'}", recount_one(*read))
+        problems += found
+        runs += checked
+    return problems, routing, runs
 
 
 def self_test(results):
     with tempfile.TemporaryDirectory() as tmp:
         copy = pathlib.Path(tmp) / "results"
         shutil.copytree(results, copy, ignore=shutil.ignore_patterns("*.png", "*.tar.xz", "rows"))
-        before, _ = recount(copy)
+        before, *_ = recount(copy)
         if before:
             print(f"self-test FAILED: the copy does not recount as it is: {before[0]}")
             return 1
@@ -249,7 +264,7 @@ def self_test(results):
         edited = f"diagnosis {k - 1 if k else k + 1}/{n}"
         summary["headline"] = summary["headline"][:m.start()] + edited + summary["headline"][m.end():]
         path.write_text(json.dumps(summary, indent=2) + "\n")
-        after, _ = recount(copy)
+        after, *_ = recount(copy)
         if not any("'diagnosis' quotes count" in p for p in after):
             print(f"self-test FAILED: the headline's {m.group(0)} edited to {edited}, but the recount said: {after or 'nothing'}")
             return 1
@@ -262,12 +277,13 @@ def main():
         sys.exit(self_test(pathlib.Path(sys.argv[1])))
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    problems, checked = recount(sys.argv[1])
+    problems, routing, runs = recount(sys.argv[1])
     for p in problems:
         print(p)
     if problems:
         sys.exit(1)
-    print(f"results.recount: {checked} headline counts recounted from the rows without the report code; all agree")
+    print(f"results.recount: {routing + runs} headline counts recounted from the rows without the report code "
+          f"({routing} routing-type counts with their nulls, {runs} figures of {len(RECOUNTS)} run experiments); all agree")
 
 
 if __name__ == "__main__":
