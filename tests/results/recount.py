@@ -249,6 +249,36 @@ def recount(results):
     return problems, routing, runs
 
 
+# The self-test's edits: (experiment, the count it edits, the label its problem line names). One routing-type count
+# and one of a run experiment, so that each half of the recount is shown to fail.
+EDITS = [("routing", r"diagnosis (\d+)/(\d+)", "'diagnosis' quotes count"),
+         ("stragglers", r"rank hit (\d+)/(\d+)", "'rank hit where the step slowed past twice its floor' quotes")]
+
+
+def edit_caught(copy, name, pattern, label):
+    """Edit one k/n of the copy's headline to (k - 1)/n (k + 1 for 0), recount, put the headline back; True where
+    the recount named the edit."""
+    path = copy / name / "summary.json"
+    original = path.read_text()
+    summary = json.loads(original)
+    m = re.search(pattern, summary["headline"])
+    if m is None:
+        print(f"self-test FAILED: no '{pattern}' in {name}'s headline to edit")
+        return False
+    k, n = int(m.group(1)), int(m.group(2))
+    edited = m.group(0)[:m.start(1) - m.start()] + f"{k - 1 if k else k + 1}/{n}"
+    summary["headline"] = summary["headline"][:m.start()] + edited + summary["headline"][m.end():]
+    path.write_text(json.dumps(summary, indent=2) + "\n")
+    after, *_ = recount(copy)
+    path.write_text(original)
+    if not any(label in p for p in after):
+        print(f"self-test FAILED: {name}: {m.group(0)} edited to {edited}, but the recount said: {after or 'nothing'}")
+        return False
+    caught = next(p for p in after if label in p)
+    print(f"self-test: {name}: the edit of {m.group(0)} to {edited} was caught: {caught.replace(str(copy), 'results')}")
+    return True
+
+
 def self_test(results):
     with tempfile.TemporaryDirectory() as tmp:
         copy = pathlib.Path(tmp) / "results"
@@ -257,19 +287,8 @@ def self_test(results):
         if before:
             print(f"self-test FAILED: the copy does not recount as it is: {before[0]}")
             return 1
-        path = copy / "routing" / "summary.json"
-        summary = json.loads(path.read_text())
-        m = re.search(r"diagnosis (\d+)/(\d+)", summary["headline"])
-        k, n = int(m.group(1)), int(m.group(2))
-        edited = f"diagnosis {k - 1 if k else k + 1}/{n}"
-        summary["headline"] = summary["headline"][:m.start()] + edited + summary["headline"][m.end():]
-        path.write_text(json.dumps(summary, indent=2) + "\n")
-        after, *_ = recount(copy)
-        if not any("'diagnosis' quotes count" in p for p in after):
-            print(f"self-test FAILED: the headline's {m.group(0)} edited to {edited}, but the recount said: {after or 'nothing'}")
-            return 1
-        print(f"self-test: the edit of {m.group(0)} to {edited} was caught: {after[0].replace(str(copy), 'results')}")
-        return 0
+        caught = [edit_caught(copy, name, pattern, label) for name, pattern, label in EDITS]
+        return 0 if all(caught) else 1
 
 
 def main():
