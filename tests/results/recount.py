@@ -1,15 +1,24 @@
 #!/usr/bin/python3
-"""The headline counts of results/, recounted without the report code (issue 42): CTest results.recount.
+"""The headline figures of results/, recounted without the report code (issue 42): CTest results.recount.
 
     recount.py RESULTS              for every routing-type headline (results/NAME/summary.json): count the fault rows'
                                     hits, the sham arm's and the shuffled arm's from rows.csv with the csv module, pair
                                     each fault row with its own sham twin from the row ids, and recompute the paired
                                     lift (Tango's score interval, by bisection), McNemar's exact p (binomial sums) and
-                                    whether the strata agree; fail on the first quoted figure or wording that differs
-    recount.py RESULTS --self-test  the same on a copy with one headline count edited: it must fail and name it
+                                    whether the strata agree; for the seven run experiments (recount_runs.py:
+                                    stragglers, whatif, detect, overhead, soak, aba, gather) recompute every figure
+                                    the headline prints (rank hits, thresholds, the what-if against its sham twin,
+                                    transitions found and false alarms, the overhead bounds, the RSS growth, the A/B/A
+                                    recovery per seed, the gather before and after); print every quoted figure or
+                                    wording that differs, and every figure only the headline or only the rows have, and fail
+    recount.py RESULTS --self-test  the same on a copy with one routing count and one stragglers count edited in turn:
+                                    each edit must fail and be named
 
-Nothing here imports experiments/report.py, sfreport or pandas: it is a second, separate reading of the rows, so a
-fault in the report's counting cannot pass unseen by re-running the same code (results.claims does that part).
+Nothing here imports experiments/report.py, experiments/gather.py, sfreport or pandas: it is a second, separate
+reading of the rows, so a fault in the report's counting cannot pass unseen by re-running the same code
+(results.claims does that part). What it cannot recount is what no committed file keeps: the overhead intervals (the
+binary's bootstraps over rounds) and the soak's fitted slope (the binary's fit over per-window RSS); for those it
+recounts which row the headline quotes and its rounding.
 """
 import csv
 import json
