@@ -4,8 +4,8 @@ rows.csv with the csv module alone: the second half of results.recount (recount.
 Each experiment's function reads its rows and its headline and returns (label, quoted, counted) for every figure the
 headline prints: quoted is the figure as the headline prints it (None: the clause is not there), counted is the same
 figure recomputed here and printed with the same rounding (None: the rows make no such clause). The definitions are
-re-typed from docs/experiments.md and the report's own words, not imported: nothing here reads experiments/ or
-sfreport, and there is no pandas, so a fault in the report's counting shows as a difference.
+re-typed from what the report modules and docs/experiments.md say each figure is, not imported: nothing here reads
+experiments/ or sfreport, and there is no pandas, so a fault in the report's counting shows as a difference.
 """
 import math
 import re
@@ -33,7 +33,8 @@ def flag(row, col):
     return int(x)
 
 
-def text(row, col, empty):
+def cell(row, col, empty):
+    """A text cell, or empty where the row has none (as a report fills an empty cell)."""
     value = row.get(col, "")
     return value if value not in ("", None) else empty
 
@@ -158,11 +159,11 @@ def two_rank_threshold(rows):
 
 def recount_stragglers(rows, headline):
     rows = [r for r in rows if r.get("skipped", "") == ""]
-    real = [r for r in rows if text(r, "tool", "run") != "sim"]
-    model = [r for r in rows if text(r, "tool", "run") == "sim"]
-    fault = [r for r in real if text(r, "arm", "fault") == "fault" and r.get("straggler", "") != ""]
-    sham = [r for r in real if text(r, "arm", "fault") == "sham"]
-    healthy = [r for r in real if text(r, "arm", "fault") == "fault" and r.get("group", "") == "healthy"]
+    real = [r for r in rows if cell(r, "tool", "run") != "sim"]
+    model = [r for r in rows if cell(r, "tool", "run") == "sim"]
+    fault = [r for r in real if cell(r, "arm", "fault") == "fault" and r.get("straggler", "") != ""]
+    sham = [r for r in real if cell(r, "arm", "fault") == "sham"]
+    healthy = [r for r in real if cell(r, "arm", "fault") == "fault" and r.get("group", "") == "healthy"]
     clear = [r for r in fault if slowed_ratio(r) > 2]
     out = [("rank hit where the step slowed past twice its floor",
             quoted(headline, r"rank hit (\d+/\d+) where the step slowed past twice its floor"), frac(diag_hit(clear), len(clear))),
@@ -188,7 +189,7 @@ def recount_stragglers(rows, headline):
              quoted(headline, r"independent-seed model pairs named a culprit in (\d+/\d+)"), pairs_want),
             ("worst model pairs", quoted(headline, r"\(worst (\S+ at \d+ ranks: \d+/\d+)\)"), worst_want)]
 
-    model_fault = [r for r in model if text(r, "arm", "fault") == "fault"]
+    model_fault = [r for r in model if cell(r, "arm", "fault") == "fault"]
     two = [r for r in model_fault if r.get("group", "") == "two_ranks"]
     every = [r for r in model_fault if r.get("group", "") == "every_rank"]
     both = {}
@@ -225,14 +226,14 @@ def twin_of(row_id):
 
 def fault_of(r):
     """What a row injected: its straggler kind, else its scenario ('none': nothing)."""
-    return r.get("straggler", "") or text(r, "scenario", "none")
+    return r.get("straggler", "") or cell(r, "scenario", "none")
 
 
 def twin_fields(r):
     """What a fault row and its sham twin share: tool, profile, the twin's scenario (a straggler's twin is the run
     with no straggler, scenario none; a stage fault's is the same scenario at delay 0), ranks and seed."""
-    scenario = "none" if r.get("straggler", "") else text(r, "scenario", "none")
-    return (text(r, "tool", "run"), text(r, "profile", "-"), scenario, key_text(r.get("ranks", "")),
+    scenario = "none" if r.get("straggler", "") else cell(r, "scenario", "none")
+    return (cell(r, "tool", "run"), cell(r, "profile", "-"), scenario, key_text(r.get("ranks", "")),
             key_text(r.get("seed", "")))
 
 
@@ -240,7 +241,7 @@ def sham_steps(rows):
     """{(twin fields, the delay it stands beside or '*'): the sham's measured step}, the first sham of each."""
     out = {}
     for r in rows:
-        if text(r, "arm", "fault") == "sham":
+        if cell(r, "arm", "fault") == "sham":
             out.setdefault((*twin_fields(r), twin_of(r["row"])[1]), num(r, "whatif_actual_ms"))
     return out
 
@@ -270,18 +271,18 @@ def mitigations(fault):
 
 def recount_whatif(rows, headline):
     shams = sham_steps(rows)
-    fault = [r for r in rows if text(r, "arm", "fault") == "fault" and fault_of(r) != "none"]
+    fault = [r for r in rows if cell(r, "arm", "fault") == "fault" and fault_of(r) != "none"]
     reached = []
     for r in fault:
         if "diag_exposed" in r and not flag(r, "diag_exposed"):
             continue
         sham = twin_step(r, shams)
         error = rel(num(r, "whatif_healed_ms"), sham)
-        reached.append((text(r, "tool", "run"), error, rel(num(r, "whatif_actual_ms"), sham)))
+        reached.append((cell(r, "tool", "run"), error, rel(num(r, "whatif_actual_ms"), sham)))
     within = lambda xs: sum(abs(e) <= WHATIF_TOL for _, e, _ in xs)
     live = [x for x in reached if x[0] == "run"]
     model = [x for x in reached if x[0] == "sim"]
-    sham_rows = [r for r in rows if text(r, "arm", "fault") == "sham"]
+    sham_rows = [r for r in rows if cell(r, "arm", "fault") == "sham"]
     mitigated = mitigations(fault)
     return [("within tolerance", quoted(headline, r"T_healed within (\d+%) of the sham twin's step"), f"{WHATIF_TOL:.0%}"),
             ("fault rows that reached the step", quoted(headline, r"in (\d+/\d+) fault rows that reached the step"),
