@@ -332,12 +332,17 @@ bool have_avx512() {
 
 /// The values of x[0, n) inside [lo, hi], packed into keep in x's order (keep needs 8 spare slots
 /// past n), returning their count; *below counts those under lo. Eight values a step: two
-/// compares, a compress into a register stored whole, two popcounts.
+/// compares, a compress into a register stored whole, two popcounts; with kAhead, a prefetch of
+/// next's line at the same place towards L2 (an array a later pass reads, which would otherwise
+/// come from memory as that pass reads it).
+template <bool kAhead>
 __attribute__((target("avx512f,popcnt"))) std::size_t bracket_avx512(const double* x, std::size_t n, double lo,
-                                                                     double hi, double* keep, std::size_t* below) {
+                                                                     double hi, double* keep, std::size_t* below,
+                                                                     const double* next) {
   std::size_t m = 0, nb = 0, i = 0;
   const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
   for (; i + 8 <= n; i += 8) {
+    if constexpr (kAhead) __builtin_prefetch(next + i, 0, 2);
     const __m512d v = _mm512_loadu_pd(x + i);
     const __mmask8 under = _mm512_cmp_pd_mask(v, l, _CMP_LT_OQ);
     const __mmask8 in = _mm512_mask_cmp_pd_mask(static_cast<__mmask8>(~under), v, h, _CMP_LE_OQ);
@@ -425,7 +430,8 @@ void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside) {
 
 }  // namespace
 
-Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint, SelectPath path) {
+Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint, SelectPath path,
+                 const double* next) {
   const std::size_t n = x.size();
 #if SF_VECTOR_SELECT
   if (path != SelectPath::portable && have_avx512() && n >= 64) {
@@ -440,7 +446,9 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
       if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
       double* keep = scratch.keep.data();
       std::size_t below = 0;
-      inside = bracket_avx512(x.data(), n, hint->centre - hint->width, hint->centre + hint->width, keep, &below);
+      const double lo = hint->centre - hint->width, hi = hint->centre + hint->width;
+      inside = next ? bracket_avx512<true>(x.data(), n, lo, hi, keep, &below, next)
+                    : bracket_avx512<false>(x.data(), n, lo, hi, keep, &below, nullptr);
       if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
         hit = true;
         const std::size_t j = k - below;  // ≥ 1
@@ -465,6 +473,7 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
   }
 #else
   (void)path;
+  (void)next;
 #endif
   (void)hint;  // the scalar path selects over every value: a bracket would not pay
   return middle_portable(x, scratch);

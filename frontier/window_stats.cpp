@@ -357,10 +357,17 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f) {
 void cohort_middles(const StageMatrix& m, int t, std::span<Middle> out, std::span<MiddleHint> hints,
                     SelectScratch& scratch) {
   const PresentStep d(m, t);
-  for (int s = 0; s < m.stages(); ++s)
+  // This pass is the first to read a step's columns, and each would come from memory as it is
+  // filtered: the column two on in the matrix (this step's, or the next step's first two) is fetched
+  // towards L2 meanwhile, near enough to stay there at 16384 ranks too.
+  const std::size_t columns = static_cast<std::size_t>(m.steps()) * m.stages();
+  for (int s = 0; s < m.stages(); ++s) {
+    const std::size_t ahead = static_cast<std::size_t>(t) * m.stages() + s + 2;
+    const double* next = ahead < columns ? m.data().data() + ahead * m.ranks() : nullptr;
     out[s] = d.size() == 0 ? Middle{}
                            : middle_of({d.stage(s).data(), static_cast<std::size_t>(d.size())}, scratch,
-                                       hints.empty() ? nullptr : &hints[s]);
+                                       hints.empty() ? nullptr : &hints[s], SelectPath::fastest, next);
+  }
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
