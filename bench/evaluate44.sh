@@ -107,9 +107,11 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  packed (GCC vectors: GCC 12 packs no std::max on doubles), the static gains' clipped totals and the counterfactual;",
           "  the nine rank-order sums of the default schema (stages, residual, overlap) in the lanes of one AVX-512 register,",
           "  the wall beside it, each sum's adds still in rank order;",
-          "- left (perf at 1024 x 600 x 6, shares of evaluate's samples): the rank pass ~22 %, the bracket passes ~18 %, the",
-          "  selections among the values kept ~12 %, the standings' per-rank sums ~12 %, the rank-order sums ~8 % (bound by",
-          "  each sum's chain of adds), the latest arrivals ~7 %; each of the order of a tenth of an accounting or more."]
+          "- the latest arrivals test eight values with one packed compare (any_above's answer: some lane above, lane 0 not NaN);",
+          "- left (perf at 1024 x 600 x 6, shares of evaluate's samples, two profiles a few minutes apart): the bracket passes",
+          "  ~18-28 %, the rank pass ~22 %, the selections among the values kept ~10-12 %, the standings' per-rank sums ~10-12 %,",
+          "  the rank-order sums ~8-12 % (bound by each sum's chain of adds), the latest arrivals ~6 %; each of the order of a",
+          "  tenth of an accounting or more."]
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:
