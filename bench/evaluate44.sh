@@ -99,14 +99,19 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  and incomplete steps by account_step;",
           "- per step, 11 selections (the 6 cohort medians, the 5 lag medians of the prefixes) each give a[k-1], a[k], a[k+1];",
           "  the standings' leave-one-out medians and the arrivals' medians reuse them (one stage per group, no sync wait);",
-          "  a hint (last step's middle) filters one pass of each array through a bracket and selects among the few values kept;",
+          "  a hint (last step's middle) filters one pass of each array through a bracket and selects among the few values kept,",
+          "  the last sixteen by counting (each value's count of smaller ones; no nth_element); the cohort pass, the first to",
+          "  read a step's columns, fetches the column two on in the matrix towards L2 as it filters (rdtsc around that pass:",
+          "  2500-2800 cycles a column before, 1150-1290 after; a prefix column, in cache, 640);",
           "- the rank pass one pass per stage and block of ranks (prefix, own work, stage max, top two), its max and min loops",
           "  packed (GCC vectors: GCC 12 packs no std::max on doubles), the static gains' clipped totals and the counterfactual;",
           "  the nine rank-order sums of the default schema (stages, residual, overlap) in the lanes of one AVX-512 register,",
           "  the wall beside it, each sum's adds still in rank order;",
-          "- left (perf at 1024 x 600 x 6, shares of evaluate's samples): the bracket passes ~17 %, the selections among the",
-          "  values kept ~17 %, the rank pass ~15 %, the standings' per-rank sums ~10 %, the rank-order sums ~10 % (bound by",
-          "  each sum's chain of adds), the latest arrivals ~5 %; each of the order of a tenth of an accounting or more."]
+          "- the latest arrivals test eight values with one packed compare (any_above's answer: some lane above, lane 0 not NaN);",
+          "- left (perf at 1024 x 600 x 6, shares of evaluate's samples, two profiles a few minutes apart): the bracket passes",
+          "  ~18-28 %, the rank pass ~22 %, the selections among the values kept ~10-12 %, the standings' per-rank sums ~10-12 %,",
+          "  the rank-order sums ~8-12 % (bound by each sum's chain of adds), the latest arrivals ~6 %; each of the order of a",
+          "  tenth of an accounting or more."]
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:

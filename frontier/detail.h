@@ -107,9 +107,10 @@ struct MiddleHint {
 };
 /// x's middle order statistics (x non-empty, unchanged). With a hint, one pass keeps the values
 /// inside its bracket and selects among those; the hint is then moved to this array's middle.
-/// Values bit for bit those of median_inplace / select over a copy.
+/// Values bit for bit those of median_inplace / select over a copy. `next`, when given, is an
+/// array read later (x.size() values or more): the bracket's pass fetches it towards L2.
 Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint = nullptr,
-                 SelectPath path = SelectPath::fastest);
+                 SelectPath path = SelectPath::fastest, const double* next = nullptr);
 /// The median of n − 1 values: the n values' order statistics a[k−1] = lo, a[k] = mid and (n odd)
 /// a[k+1] = hi, k = n/2, without the value v (the standings' leave-one-out rule: with n − 1 even,
 /// the upper middle). n ≥ 2.

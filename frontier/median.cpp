@@ -240,6 +240,36 @@ __attribute__((target("avx512f,popcnt"))) std::size_t split_avx512(const double*
   return nl;
 }
 
+/// The k-th smallest of v[0, n), n ≤ 16, and the (k−1)-th in *lower (left_max when k = 0), by
+/// counting: with c_i the number of values below v_i, a[k] = max { v_i : c_i ≤ k } (a value above
+/// a[k] has a[0..k] below it). The counts of all values at once, a compare per value, no branch:
+/// std::nth_element on so few mispredicts about every other compare.
+__attribute__((target("avx512f,popcnt"))) double tail_kth_avx512(const double* v, std::size_t n, std::size_t k,
+                                                                  double* lower, double left_max) {
+  const auto m0 = static_cast<__mmask8>(n >= 8 ? 0xffu : (1u << n) - 1);
+  const auto m1 = static_cast<__mmask8>(n > 8 ? (1u << (n - 8)) - 1 : 0u);
+  const __m512d a = _mm512_maskz_loadu_pd(m0, v), b = _mm512_maskz_loadu_pd(m1, v + 8);
+  const __m512i one = _mm512_set1_epi64(1);
+  __m512i ca = _mm512_setzero_si512(), cb = _mm512_setzero_si512();  // c_i per lane
+  for (std::size_t j = 0; j < n; ++j) {
+    const __m512d x = _mm512_set1_pd(v[j]);
+    ca = _mm512_mask_add_epi64(ca, _mm512_mask_cmp_pd_mask(m0, x, a, _CMP_LT_OQ), ca, one);
+    cb = _mm512_mask_add_epi64(cb, _mm512_mask_cmp_pd_mask(m1, x, b, _CMP_LT_OQ), cb, one);
+  }
+  const __m512d none = _mm512_set1_pd(kNegInf);
+  double out[2] = {kNegInf, left_max};  // a[k], a[k − 1]
+  for (std::size_t i = 0; i < (k > 0 ? 2u : 1u); ++i) {
+    const __m512i at = _mm512_set1_epi64(static_cast<long long>(k - i));
+    const __m512d in_a = _mm512_mask_mov_pd(none, _mm512_mask_cmple_epu64_mask(m0, ca, at), a);
+    const __m512d in_b = _mm512_mask_mov_pd(none, _mm512_mask_cmple_epu64_mask(m1, cb, at), b);
+    alignas(64) double lanes[8];
+    _mm512_store_pd(lanes, _mm512_mask_max_pd(in_a, 0xff, in_a, in_b));
+    out[i] = *std::max_element(lanes, lanes + 8);
+  }
+  if (lower) *lower = out[1];
+  return out[0];
+}
+
 double median_of_three(double a, double b, double c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); }
 
 /// The k-th smallest of x[0, n), and the (k−1)-th in *lower when asked (0 < k), x left as it
@@ -285,7 +315,8 @@ __attribute__((target("avx512f,popcnt"))) double select_kth_avx512(const double*
       left_max = pivot;
     }
   }
-  // The last few (or a range that would not shrink): select_kth on a copy.
+  if (n <= 16) return tail_kth_avx512(src, n, k, lower, left_max);
+  // A range that would not shrink: select_kth on a copy.
   std::vector<double>& last = scratch.tail;
   last.assign(src, src + n);
   double lo = left_max;
@@ -301,12 +332,17 @@ bool have_avx512() {
 
 /// The values of x[0, n) inside [lo, hi], packed into keep in x's order (keep needs 8 spare slots
 /// past n), returning their count; *below counts those under lo. Eight values a step: two
-/// compares, a compress into a register stored whole, two popcounts.
+/// compares, a compress into a register stored whole, two popcounts; with kAhead, a prefetch of
+/// next's line at the same place towards L2 (an array a later pass reads, which would otherwise
+/// come from memory as that pass reads it).
+template <bool kAhead>
 __attribute__((target("avx512f,popcnt"))) std::size_t bracket_avx512(const double* x, std::size_t n, double lo,
-                                                                     double hi, double* keep, std::size_t* below) {
+                                                                     double hi, double* keep, std::size_t* below,
+                                                                     const double* next) {
   std::size_t m = 0, nb = 0, i = 0;
   const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
   for (; i + 8 <= n; i += 8) {
+    if constexpr (kAhead) __builtin_prefetch(next + i, 0, 2);
     const __m512d v = _mm512_loadu_pd(x + i);
     const __mmask8 under = _mm512_cmp_pd_mask(v, l, _CMP_LT_OQ);
     const __mmask8 in = _mm512_mask_cmp_pd_mask(static_cast<__mmask8>(~under), v, h, _CMP_LE_OQ);
@@ -394,7 +430,8 @@ void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside) {
 
 }  // namespace
 
-Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint, SelectPath path) {
+Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint, SelectPath path,
+                 const double* next) {
   const std::size_t n = x.size();
 #if SF_VECTOR_SELECT
   if (path != SelectPath::portable && have_avx512() && n >= 64) {
@@ -409,7 +446,9 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
       if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
       double* keep = scratch.keep.data();
       std::size_t below = 0;
-      inside = bracket_avx512(x.data(), n, hint->centre - hint->width, hint->centre + hint->width, keep, &below);
+      const double lo = hint->centre - hint->width, hi = hint->centre + hint->width;
+      inside = next ? bracket_avx512<true>(x.data(), n, lo, hi, keep, &below, next)
+                    : bracket_avx512<false>(x.data(), n, lo, hi, keep, &below, nullptr);
       if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
         hit = true;
         const std::size_t j = k - below;  // ≥ 1
@@ -434,6 +473,7 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
   }
 #else
   (void)path;
+  (void)next;
 #endif
   (void)hint;  // the scalar path selects over every value: a bracket would not pay
   return middle_portable(x, scratch);

@@ -357,10 +357,17 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f) {
 void cohort_middles(const StageMatrix& m, int t, std::span<Middle> out, std::span<MiddleHint> hints,
                     SelectScratch& scratch) {
   const PresentStep d(m, t);
-  for (int s = 0; s < m.stages(); ++s)
+  // This pass is the first to read a step's columns, and each would come from memory as it is
+  // filtered: the column two on in the matrix (this step's, or the next step's first two) is fetched
+  // towards L2 meanwhile, near enough to stay there at 16384 ranks too.
+  const std::size_t columns = static_cast<std::size_t>(m.steps()) * m.stages();
+  for (int s = 0; s < m.stages(); ++s) {
+    const std::size_t ahead = static_cast<std::size_t>(t) * m.stages() + s + 2;
+    const double* next = ahead < columns ? m.data().data() + ahead * m.ranks() : nullptr;
     out[s] = d.size() == 0 ? Middle{}
                            : middle_of({d.stage(s).data(), static_cast<std::size_t>(d.size())}, scratch,
-                                       hints.empty() ? nullptr : &hints[s]);
+                                       hints.empty() ? nullptr : &hints[s], SelectPath::fastest, next);
+  }
 }
 
 void cohort_medians(const StageMatrix& m, int t, std::span<double> out, SelectScratch& scratch) {
@@ -1204,15 +1211,17 @@ void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, dou
   add_standings_body<kPlusZero>(own, n, peers, sum, sq);
 }
 
-/// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
-/// sort by (value descending, index ascending) puts first), into top; k ≤ ArrivalSegment::kTop.
-/// One pass keeps the k best so far in order: a later index enters only above the k-th value (a
-/// tie keeps the lower index ahead), which eight values at a time almost never reach, so the
-/// pass is a block maximum and a compare per eight values.
-SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
-  double val[ArrivalSegment::kTop];
+/// The k best values offered so far, largest first (ties: the lower index first), and their indices.
+struct KeepBest {
+  const double* v;
+  int k;
+  int* at;
   int have = 0;
-  auto offer = [&](int i) {
+  double val[ArrivalSegment::kTop] = {};
+  bool full() const { return have == k; }
+  /// The k-th best, which a later value must be above to enter (only when full()).
+  double floor() const { return val[k - 1]; }
+  SF_INLINE void offer(int i) {
     const double x = v[i];
     if (have == k ? !(x > val[k - 1]) : !(x >= kNegInf)) return;  // NaN never enters
     int j = have < k ? have++ : k - 1;
@@ -1222,16 +1231,39 @@ SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
     }
     val[j] = x;
     at[j] = i;
-  };
+  }
+};
+
+/// The indices of the k largest of v[0, n), largest first, ties by lower index (what a partial
+/// sort by (value descending, index ascending) puts first), into top; k ≤ ArrivalSegment::kTop.
+/// One pass keeps the k best so far in order: a later index enters only above the k-th value (a
+/// tie keeps the lower index ahead), which eight values at a time almost never reach, so the
+/// pass is a block maximum and a compare per eight values.
+SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
+  KeepBest best{v, k, at};
   int i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    if (have < k || any_above(v + i, val[k - 1]))
-      for (int j = i; j < i + kLanes; ++j) offer(j);
-  for (; i < n; ++i) offer(i);
-  return have;
+    if (!best.full() || any_above(v + i, best.floor()))
+      for (int j = i; j < i + kLanes; ++j) best.offer(j);
+  for (; i < n; ++i) best.offer(i);
+  return best.have;
 }
 
-SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) { return latest_body(v, n, k, at); }
+#if SF_WIDE_LOOPS
+/// latest_body with any_above's answer from one packed compare: lanes_max keeps a NaN in lane 0
+/// (nothing is then above) and passes over one in a later lane, so the answer is "some lane above,
+/// lane 0 not NaN" (its reduction was seven dependent maxima every eight values).
+SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) {
+  KeepBest best{v, k, at};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    if (!best.full() ||
+        (_mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), _mm512_set1_pd(best.floor()), _CMP_GT_OQ) != 0 && v[i] == v[i]))
+      for (int j = i; j < i + kLanes; ++j) best.offer(j);
+  for (; i < n; ++i) best.offer(i);
+  return best.have;
+}
+#endif
 
 void latest(const double* v, int n, int k, std::vector<int>& top) {
   top.clear();
