@@ -95,6 +95,10 @@ def plot_series(ax: Axes, ax_shares: Axes, run: Mapping[str, Any], title: str) -
 
 def report_detect(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, _ = header(d, "Change-point detection (BOCPD + FALCON verification) on live and model-driven ranks")
+    # The run's own rows only: a shuffled-target row (arm "shuffled") copies its fault row's change-point columns,
+    # and counting it would count every transition and alarm twice.
+    if "arm" in df:
+        df = df[df["arm"].fillna("fault").isin(["fault", ""])]
     sim = df[df["tool"] == "sim"] if "tool" in df else df.iloc[0:0]
     live = df[df["tool"] != "sim"] if "tool" in df else df
     every = live["every"].fillna(1) if "every" in live else pd.Series(1, index=live.index)

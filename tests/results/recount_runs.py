@@ -319,6 +319,7 @@ def detect_arms(rows):
 
 
 def recount_detect(rows, headline):
+    rows = [r for r in rows if cell(r, "arm", "fault") == "fault"]  # a shuffled-target row repeats its run's columns
     sim = [r for r in rows if r.get("tool", "") == "sim"]
     aba, fa = detect_arms([r for r in rows if r.get("tool", "") != "sim"])
     sim_aba, sim_fa = detect_arms(sim)
