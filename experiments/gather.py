@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 
-from sf_provenance import command_text, provenance
+from sf_provenance import command_text, made_by, provenance
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -67,8 +67,10 @@ def measure(a):
         for kept in csv.DictReader(rows_path.open()):
             done[(int(kept["hosts"]), int(kept["ranks"]), kept["arm"])] = kept
     runs = out / "runs"
-    # Taken before this run rewrites its tracked rows, so -dirty means the tree it ran from.
-    prov = provenance("sf.gather.manifest/1", sys.argv)
+    # Taken before this run rewrites its tracked rows: the binary's commit where this script is as it was there,
+    # else the tree it ran from (-dirty: with uncommitted changes).
+    prov = provenance("sf.gather.manifest/1", sys.argv,
+                      made_by(a.sf, ["experiments/gather.py", "experiments/sf_provenance.py", "tests/mpi/check_gather.py"]))
     rows = list(done.values())
     measured = False
     for hosts in [int(x) for x in a.hosts.split(",")]:

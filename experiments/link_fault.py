@@ -31,7 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from sfreport import arms, common  # noqa: E402  (the arms helpers every report uses)
 from gather import hosts_run  # noqa: E402  (scripts/testhosts.sh: bring hosts up, run, take them down)
-from sf_provenance import command_text, provenance  # noqa: E402
+from sf_provenance import command_text, made_by, provenance  # noqa: E402
 
 ARMS = {"fault": 200, "sham": 1000000}  # Mbit/s
 STEPS, WARMUP, ONSET, WINDOW = 24, 2, 10, 6
@@ -68,8 +68,11 @@ def measure(a):
     rows_path = out / "rows.csv"
     rows = pd.read_csv(rows_path).to_dict("records") if rows_path.exists() else []
     done = {(r["hosts"], r["ranks_per_host"], r["seed"], r["arm"]) for r in rows}
-    # Taken before this run rewrites its tracked rows, so -dirty means the tree it ran from.
-    prov = provenance("sf.link_fault.manifest/1", [x.replace(str(ROOT) + "/", "") for x in sys.argv])
+    # Taken before this run rewrites its tracked rows: the binary's commit where the scripts are as they were there,
+    # else the tree it ran from (-dirty: with uncommitted changes).
+    prov = provenance("sf.link_fault.manifest/1", [x.replace(str(ROOT) + "/", "") for x in sys.argv],
+                      made_by(a.sf, ["experiments/link_fault.py", "experiments/gather.py", "experiments/sf_provenance.py",
+                                    "scripts/testhosts.sh"]))
     settings = [tuple(int(x) for x in s.split("x")) + (int(seed),) for s in a.settings.split(",") for seed in a.seeds.split(",")]
     for hosts, per, seed in settings:
         for arm, rate in ARMS.items():

@@ -50,6 +50,23 @@ def git_commit(root: pathlib.Path = ROOT) -> str:
     return commit + "-dirty" if dirty else commit
 
 
+def made_by(binary: str, scripts: Sequence[str], root: pathlib.Path = ROOT) -> str:
+    """The commit whose code made a script's rows: the commit built into `binary` (its --version) where that build is
+    clean and the script files it runs (paths from the checkout's root) are the same in that commit as in this
+    checkout, else git_commit(). A script run beside uncommitted changes it does not read (other experiments' rows,
+    other code) is then named by the code that made its rows, as a C++ writer is by the commit built into it."""
+    try:
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
+        words = p.stdout.split()
+    except OSError:
+        words = []
+    built = words[-1] if words else ""
+    if not built or built.endswith("-dirty") or built == "unknown":
+        return git_commit(root)
+    rc, _ = _git(root, "diff", "--quiet", built, "--", *scripts)
+    return built if rc == 0 else git_commit(root)
+
+
 def utc_now() -> str:
     """Now as testbed::utc_now writes it: YYYY-MM-DDTHH:MM:SSZ."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -25,6 +25,28 @@ import sf_provenance  # noqa: E402
 DATE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 
+def made_by_problems():
+    """made_by names a binary's commit only where that build is clean and the scripts are as they were there: checked
+    with stand-in binaries that print a --version line (this checkout's HEAD, a -dirty build, the first commit, whose
+    tree has none of today's scripts)."""
+    import tempfile
+    git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
+    head, first = git("rev-parse", "--short=12", "HEAD"), git("rev-list", "--max-parents=0", "HEAD").split()[0][:12]
+    script = "experiments/sf_provenance.py"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", script) != ""
+    cases = [(head, sf_provenance.git_commit() if changed else head), (head + "-dirty", sf_provenance.git_commit()),
+             (first, sf_provenance.git_commit())]
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for built, want in cases:
+            fake = pathlib.Path(tmp) / "sf"
+            fake.write_text(f"#!/bin/sh\necho sf-testbed {built}\n")
+            fake.chmod(0o755)
+            if (got := sf_provenance.made_by(str(fake), [script])) != want:
+                out.append(f"made_by: a binary built at {built} running {script} named {got}, expected {want}")
+    return out
+
+
 def cpp_source_keys():
     """The keys provenance_json sets, in order, read from its source."""
     src = (ROOT / "testbed" / "provenance.cpp").read_text()
@@ -102,7 +124,7 @@ def main():
                 sys.exit(1)
             print(f"self-test: {what} caught: {found[0]}")
         return
-    found = problems(source_keys, cpp, py)
+    found = problems(source_keys, cpp, py) + made_by_problems()
     if (loaded := imports_torch()):
         found.append(f"importing sf_provenance loads {loaded}")
     for p in found:
