@@ -29,7 +29,7 @@ import shutil
 import sys
 import tempfile
 
-from recount_runs import RECOUNTS, judge
+from recount_runs import RECOUNTS, judge, twin_of
 
 Z = 1.959963984540054  # the normal 0.975 quantile
 
@@ -91,20 +91,10 @@ def number(x):
 
 
 def twin(row_id):
-    """(the id without arm prefix and delay fields, the delay a per-delay sham stands beside)."""
-    head = ""
-    if row_id.startswith("sim-"):
-        head, row_id = "sim-", row_id[len("sim-"):]
-    if row_id.startswith("sham-"):
-        row_id = row_id[len("sham-"):]
-    kept, beside = [], None
-    for field in row_id.split("__"):
-        key, _, value = field.partition("-")
-        if key == "for_delay_ms":
-            beside = number(value)
-        elif key != "delay_ms":
-            kept.append(field)
-    return head + "__".join(kept), beside
+    """(the id without arm prefix and delay fields, the delay a per-delay sham stands beside, None for a shared
+    sham): recount_runs.twin_of, the one reading of the row ids both halves pair by."""
+    key, beside = twin_of(row_id)
+    return key, None if beside == "*" else beside
 
 
 def pairs(fault, sham, measure):
