@@ -221,10 +221,25 @@ def report(a):
                     "ms CPU per window (flat in the training thread → node)")
     else:
         headline = f"{len(df)} rows; no flat_inline/node pair at {big} ranks"
+    differ = ""
+    if {"flat_inline", "flat", "node"} <= set(top.index):
+        fi, fl, n = top.loc["flat_inline"], top.loc["flat"], top.loc["node"]
+        ms = lambda r, c: r[c] * 1e3  # noqa: E731
+        differ = (f"Of the drop from {ms(fi, 'rank0_training_safe_point_cpu_s_per_window'):.2f} to "
+                  f"{ms(n, 'rank0_training_safe_point_cpu_s_per_window'):.2f} ms, scoring on rank 0's telemetry thread "
+                  f"instead of the training thread gives {ms(fi, 'rank0_training_safe_point_cpu_s_per_window'):.2f} → "
+                  f"{ms(fl, 'rank0_training_safe_point_cpu_s_per_window'):.2f} ms and the relay per host "
+                  f"{ms(fl, 'rank0_training_safe_point_cpu_s_per_window'):.2f} → "
+                  f"{ms(n, 'rank0_training_safe_point_cpu_s_per_window'):.2f} ms; the scoring itself stays on rank 0 "
+                  f"({ms(n, 'rank0_telemetry_cpu_s_per_window'):.2f} ms CPU per window on its telemetry thread); a "
+                  f"window's close to its packet written takes {fi.rank0_close_to_scored_mean_s:.3f} s (flat_inline), "
+                  f"{fl.rank0_close_to_scored_mean_s:.3f} s (flat), {n.rank0_close_to_scored_mean_s:.3f} s (node), "
+                  f"mean. The hosts are network namespaces on one machine ({man['machine']}): the messages cross veth "
+                  "pairs, not a network.")
     # The results index (experiments/report.py --index) reads this beside the other experiments'.
     (out / "summary.json").write_text(json.dumps({"headline": headline, "picture": "gather.png",
-                                                "paper": "not in the paper (a cluster-scale gather: issue 32)"},
-                                               indent=2) + "\n")
+                                                "paper": "not in the paper (a cluster-scale gather: issue 32)",
+                                                "differ": differ}, indent=2) + "\n")
     for h in sorted(df.hosts.unique()):
         sel = df[(df.ranks == big) & (df.hosts == h)].set_index("arm")
         if {"flat_inline", "node"} <= set(sel.index):

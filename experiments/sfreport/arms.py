@@ -42,7 +42,10 @@ def split_arms(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFra
 
 
 def null_match(rows: pd.DataFrame, g: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """The null rows that belong to fault group g: equal on every key but the delay."""
+    """The sham rows that are fault group g's own twins (twin_pairs: a per-delay sham only beside its own delay), each
+    once; rows without row ids: those equal to g on every key but the delay."""
+    if "row" in rows and "row" in g:
+        return rows[rows.index.isin({si for _, si in twin_pairs(g, rows)})]
     m = pd.Series(True, index=rows.index)
     for k in keys:
         if k != "delay_ms" and k in rows:
@@ -81,31 +84,48 @@ def twin_key(row_id: str) -> tuple[str, str | None]:
     return tool + "__".join(keep), beside
 
 
-def paired(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> dict[str, Any]:
-    """Each fault row beside its own sham twin on 0/1 column col: the four cells (a both hit, b the fault row only,
-    c the sham only, d neither), the paired lift (b - c) / pairs with Tango's 95 % score interval, McNemar's exact
-    p, and how many fault rows share one sham (a sweep of delays with one sham per seed)."""
-    twins: dict[str, list[tuple[str | None, int]]] = {}
-    for rid, v in zip(sham["row"], b(sham[col]) if len(sham) else []):
+def twin_pairs(fault: pd.DataFrame, sham: pd.DataFrame) -> list[tuple[Any, Any]]:
+    """(fault row's index, its own sham twin's index) for every fault row that has a twin: the sham whose row id is the
+    fault row's without the arm and the delay (twin_key), the one made beside the fault row's delay where the sweep made
+    one per delay, else the one every delay of the sweep shares."""
+    twins: dict[str, list[tuple[str | None, Any]]] = {}
+    for idx, rid in zip(sham.index, sham["row"] if "row" in sham else []):
         key, beside = twin_key(str(rid))
-        twins.setdefault(key, []).append((beside, int(v)))
-    cells = [0, 0, 0, 0]
-    uses: dict[tuple[str, str | None], int] = {}
-    for rid, delay, v in zip(fault["row"], fault["delay_ms"] if "delay_ms" in fault else [None] * len(fault),
-                             b(fault[col]) if len(fault) else []):
-        key, _ = twin_key(str(rid))
-        cands = twins.get(key, [])
+        twins.setdefault(key, []).append((beside, idx))
+    out = []
+    for idx, rid, delay in zip(fault.index, fault["row"] if "row" in fault else [],
+                               fault["delay_ms"] if "delay_ms" in fault else [None] * len(fault)):
+        cands = twins.get(twin_key(str(rid))[0], [])
         own = [t for t in cands if t[0] is not None and delay is not None and t[0] == delay_text(delay)]
         own += [t for t in cands if t[0] is None]  # a sham every delay of the sweep shares
-        if not own:
-            continue
-        pick = own[0]
-        uses[(key, pick[0])] = uses.get((key, pick[0]), 0) + 1
-        cells[(0 if v else 2) + (0 if pick[1] else 1)] += 1
+        if own:
+            out.append((idx, own[0][1]))
+    return out
+
+
+def paired(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> dict[str, Any]:
+    """Each fault row beside its own sham twin (twin_pairs) on 0/1 column col: the four cells (a both hit, b the fault
+    row only, c the sham only, d neither), the paired lift (b - c) / pairs with Tango's 95 % score interval, McNemar's
+    exact p, how many fault rows share one sham (a sweep of delays with one sham per seed), and the twins' own count
+    (each twin once)."""
+    fv = b(fault[col]) if len(fault) else pd.Series(dtype=int)
+    sv = b(sham[col]) if len(sham) else pd.Series(dtype=int)
+    cells = [0, 0, 0, 0]
+    uses: dict[Any, int] = {}
+    for fi, si in twin_pairs(fault, sham):
+        uses[si] = uses.get(si, 0) + 1
+        cells[(0 if fv[fi] else 2) + (0 if sv[si] else 1)] += 1
     a, b_, c, d = cells[0], cells[1], cells[2], cells[3]
     diff, lo, hi = tango_paired(a, b_, c, d)
     return {"pairs": a + b_ + c + d, "a": a, "b": b_, "c": c, "d": d, "lift": diff, "lo": lo, "hi": hi,
-            "p": mcnemar_exact(b_, c), "shared": max(uses.values(), default=0)}
+            "p": mcnemar_exact(b_, c), "shared": max(uses.values(), default=0),
+            "twins": len(uses), "twin_hits": int(sum(int(sv[si]) for si in uses))}
+
+
+def shown(q: Mapping[str, Any]) -> bool:
+    """A lift is shown when both tests say so at 5 %: Tango's 95 % interval lies above 0 and McNemar's exact p is
+    below 0.05 (with few pairs the two can disagree; the report then says the pairs are too few)."""
+    return bool(q["pairs"]) and q["lo"] > 0 and q["p"] < 0.05
 
 
 def paired_text(q: Mapping[str, Any]) -> str:
@@ -116,18 +136,23 @@ def paired_text(q: Mapping[str, Any]) -> str:
 STRATA = ["tool", "profile", "scenario", "delay_ms", "ranks", "event_q", "hosts", "ranks_per_host", "group"]
 
 
-def strata_lifts(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> list[float]:
-    """The paired lift of every stratum (STRATA that vary among the fault rows) with at least one pair."""
+def strata_paired(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> list[dict[str, Any]]:
+    """paired() of every stratum (STRATA that vary among the fault rows) with at least one pair."""
     keys = [k for k in STRATA if k in fault and fault[k].nunique(dropna=False) > 1]
     if not keys:
         q = paired(fault, sham, col)
-        return [q["lift"]] if q["pairs"] else []
+        return [q] if q["pairs"] else []
     out = []
     for _, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False, dropna=False):
         q = paired(g, sham, col)
         if q["pairs"]:
-            out.append(q["lift"])
+            out.append(q)
     return out
+
+
+def strata_lifts(fault: pd.DataFrame, sham: pd.DataFrame, col: str) -> list[float]:
+    """The paired lift of every stratum with at least one pair."""
+    return [q["lift"] for q in strata_paired(fault, sham, col)]
 
 
 def agree(lifts: Sequence[float]) -> bool:
@@ -137,7 +162,8 @@ def agree(lifts: Sequence[float]) -> bool:
 
 def lift_table(df: pd.DataFrame, keys: Sequence[str], names: Names = None, measures: Sequence[str] | None = None,
                extra_measures: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
-    """Per group of fault rows (keys: a stratum) and measure: hits, sham hits, the pairs that differ (fault only /
+    """Per group of fault rows (keys: a stratum) and measure: hits, the hits of their own sham twins (each twin counted
+    once where one sham stands beside several fault rows), the pairs that differ (fault only /
     sham only), the paired lift over sham [95 % CI], McNemar's exact p, and the shuffled truth's hits (not for the
     diagnosis: its shuffled truth names other ranks, so it scores 0 by construction). names: {key: function(value)
     -> cell}; measures: names out of MEASURES."""
@@ -155,7 +181,7 @@ def lift_table(df: pd.DataFrame, keys: Sequence[str], names: Names = None, measu
             k1, n1 = count(g, col), len(g)
             q = paired(g, s, col)
             row = {k: (names or {}).get(k, lambda x: x)(v) for k, v in zip(keys, vals)}
-            row.update({"measure": m, "fault": frac(k1, n1), "sham": frac(count(s, col), len(s)) if len(s) else "-",
+            row.update({"measure": m, "fault": frac(k1, n1), "sham": frac(q["twin_hits"], q["twins"]) if q["pairs"] else "-",
                         "pairs differing (fault/sham)": f"{q['b']}/{q['c']}" if q["pairs"] else "-",
                         "paired lift [95% CI]": paired_text(q) if q["pairs"] else "-",
                         "McNemar p": f"{q['p']:.3f}" if q["pairs"] else "-",
@@ -171,32 +197,52 @@ def pooled(df: pd.DataFrame, col: str, sel: Callable[[pd.DataFrame], pd.Series] 
     if sel is not None:
         fault, sham, shuf = fault[sel(fault)], sham[sel(sham)], shuf[sel(shuf)]
     q = paired(fault, sham, col)
+    per = strata_paired(fault, sham, col)
     return {"col": col, "k": count(fault, col), "n": len(fault), "k0": count(sham, col), "n0": len(sham),
-            "ks": count(shuf, col), "ns": len(shuf), **q, "strata": strata_lifts(fault, sham, col)}
+            "ks": count(shuf, col), "ns": len(shuf), **q, "strata": [x["lift"] for x in per],
+            "strata_same": sum(1 for x in per if x["b"] == x["c"]), "strata_up": sum(1 for x in per if x["b"] > x["c"]),
+            "strata_down": sum(1 for x in per if x["b"] < x["c"]), "strata_shown": sum(1 for x in per if shown(x)),
+            "strata_pairs": sorted({x["pairs"] for x in per})}
+
+
+def pairs_text(sizes: Sequence[int]) -> str:
+    """'5' for strata of 5 pairs each, '2-6' where they differ."""
+    return f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
 
 
 def with_null(p: Mapping[str, Any], what: str) -> str:
     """A hit count with what a no-op scores beside it, worded so that a count the sham matches cannot read as a
-    finding: 'no lift: the sham scores the same' in the count itself; a pooled paired lift only where the strata
-    agree; the shuffled truth beside the verdict's counts (not the diagnosis': 0 there by construction)."""
+    finding: 'no lift: the sham scores the same' in the count itself; where the strata disagree, no pooled lift but
+    in how many strata the sham scores the same and in how many the fault rows score more (and where that is shown);
+    a lift called shown only where both tests show it (shown()), 'too few pairs' where the rows point one way and the
+    pairs cannot show it; the shuffled truth beside the verdict's counts (not the diagnosis': 0 there by
+    construction)."""
     if p["n0"] == 0 or p["pairs"] == 0:
         return f"{what} {p['k']}/{p['n']} (no sham arm)"
     shuf = f"; shuffled {p['ks']}/{p['ns']}" if p["ns"] and p["col"] != "diag_hit" else ""
     shared = f"; one sham per {p['shared']} fault rows" if p["shared"] > 1 else ""
     lifts = p["strata"]
     if not agree(lifts):
-        return (f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}; no pooled lift: the strata disagree, paired "
-                f"lifts {min(lifts):+.2f} to {max(lifts):+.2f}{shuf}{shared})")
+        down = f", less in {p['strata_down']}" if p["strata_down"] else ""
+        return (f"{what} {p['k']}/{p['n']}: not pooled, the strata disagree: of {len(lifts)} strata the sham scores the "
+                f"same in {p['strata_same']}, the fault rows more in {p['strata_up']}{down}, a lift shown in "
+                f"{p['strata_shown']} at {pairs_text(p['strata_pairs'])} pairs a stratum (sham {p['k0']}/{p['n0']}; "
+                f"paired lifts {min(lifts):+.2f} to {max(lifts):+.2f}"
+                f"{shuf}{shared})")
     stat = f"paired lift {paired_text(p)}, McNemar p {p['p']:.2g}"
     if p["b"] == p["c"]:
         return f"{what} {p['k']}/{p['n']}: no lift, the sham scores the same ({p['k0']}/{p['n0']}; {stat}{shuf}{shared})"
-    if not p["lo"] > 0:
+    if not shown(p):
+        if p["lift"] >= 0.5:
+            return (f"{what} {p['k']}/{p['n']}: too few pairs to show a lift, the sham scores {p['k0']}/{p['n0']} "
+                    f"({stat}{shuf}{shared})")
         return f"{what} {p['k']}/{p['n']}: no lift shown, the sham scores {p['k0']}/{p['n0']} ({stat}{shuf}{shared})"
     return f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}, {stat}{shuf}{shared})"
 
 
 def informative(df: pd.DataFrame, keys: Sequence[str], col: str, names: Names = None) -> tuple[list[str], list[str]]:
-    """Groups whose paired lift over sham on col has a 95 % interval above 0, and those whose does not."""
+    """Groups whose paired lift over sham on col is shown (shown(): interval above 0 and McNemar p < 0.05), and those
+    whose is not."""
     fault, sham, _ = split_arms(df)
     yes: list[str] = []
     no: list[str] = []
@@ -205,7 +251,7 @@ def informative(df: pd.DataFrame, keys: Sequence[str], col: str, names: Names = 
         q = paired(g, null_match(sham, g, keys), col)
         default = {"ranks": lambda x: f"{int(x)} ranks", "delay_ms": lambda x: f"{x:.0f} ms"}
         label = " ".join(str({**default, **(names or {})}.get(k, lambda x: x)(v)) for k, v in zip(keys, vals))
-        (yes if q["pairs"] and q["lo"] > 0 else no).append(label)
+        (yes if shown(q) else no).append(label)
     return yes, no
 
 
@@ -223,9 +269,10 @@ def arms_section(df: pd.DataFrame, keys: Sequence[str], names: Names = None, tit
                if shared > 1 else "")
             + ") and beside its own evidence judged against a shuffled truth (another stage and other ranks drawn "
             f"from the seed: {len(shuf)} rows). A hit in a sham row is what the method names with no fault injected. "
-            "Per stratum: the pairs whose outcomes differ (fault row only / sham only), the paired lift = fault hit "
-            "rate - sham hit rate over the pairs with Tango's 95 % score interval for paired proportions, "
-            "and McNemar's exact p. The shuffled truth is not a null for the diagnosis (it names other ranks, so it "
+            "Per stratum: the hits of the stratum's own sham twins (column sham; a twin that stands beside several "
+            "fault rows counted once), the pairs whose outcomes differ (fault row only / sham only), the paired lift = "
+            "fault hit rate - sham hit rate over the pairs with Tango's 95 % score interval for paired proportions, "
+            "and McNemar's exact p; a lift is called shown only where the interval lies above 0 and p < 0.05. The shuffled truth is not a null for the diagnosis (it names other ranks, so it "
             "scores 0 there by construction): '-'. Measures: the paper's absolute verdict (top-1 strict, top-2, "
             "the rank it names for the stage) and the diagnosis (stage and rank named, docs/diagnosis.md).\n\n")
     return text + md_table(lift_table(df, keys, names, measures, extra_measures)) + "\n"
@@ -239,6 +286,6 @@ def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what:
         if p["n"] == 0 or p["n0"] == 0:
             continue
         yes, no = informative(df, keys, col, names)
-        parts.append(with_null(p, m) + (f"; paired lift above 0 (95 %) for {', '.join(yes)}" if yes else "; no " + what + " with a paired lift above 0 (95 %)")
+        parts.append(with_null(p, m) + (f"; a lift shown for {', '.join(yes)}" if yes else "; no single " + what + " shows a lift on its own pairs")
                      + (f", not for {', '.join(no)}" if yes and no else ""))
     return ". ".join(parts) + "." if parts else ""

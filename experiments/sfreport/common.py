@@ -64,11 +64,17 @@ def absorbed(g: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def md_cell(x: object) -> str:
+    """A table cell's text with every '|' escaped: a '|' in a cell ("median |error|") would split it into two cells
+    and shift the row's other cells under the wrong headers."""
+    return str(x).replace("\\|", "|").replace("|", "\\|")
+
+
 def md_table(df: pd.DataFrame) -> str:
     cols = list(df.columns)
-    out = ["| " + " | ".join(str(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    out = ["| " + " | ".join(md_cell(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
-        out.append("| " + " | ".join(str(r[c]) for c in cols) + " |")
+        out.append("| " + " | ".join(md_cell(r[c]) for c in cols) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -114,6 +120,19 @@ def real_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def sim_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["tool"].fillna("") == "sim"] if "tool" in df else df.iloc[0:0]
+
+
+def healthy_leader(df: pd.DataFrame) -> str:
+    """Why a strict top-1 reads lower here than in the paper: the stage that leads the healthy windows (the sham rows'
+    largest median frontier share), which an injected stage has to outgrow before it is top-1. '' without sham rows."""
+    sham = df[df["arm"].fillna("") == "sham"] if "arm" in df else df.iloc[0:0]
+    shares = sham[[c for c in sham.columns if c.startswith("share:")]].astype(float).median() if len(sham) else pd.Series(dtype=float)
+    if not len(shares) or shares.isna().all():
+        return ""
+    top = shares.idxmax()
+    return (f"Why top-1 reads lower than the paper's: {top.removeprefix('share:')} leads the healthy windows here (the sham "
+            f"rows' median share {shares.max():.2f}), so an injected stage is top-1 only once it outgrows that; top-2 and the "
+            "diagnosis do not need it. ")
 
 
 def scen_name(x: str) -> str:

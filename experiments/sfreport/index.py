@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from .arms import MEASURES, split_arms
+from .common import md_cell
 from .registry import GPU, REPORTS, SCRIPTED
 from .stats import b
 
@@ -20,9 +21,10 @@ def fault_counts(df: pd.DataFrame) -> dict[str, Any]:
     """Fault-arm counts of a rows.csv (old rows have no arm column: every row with a fault is a fault row)."""
     if "tool" in df:
         df = df[df["tool"].fillna("") != "sim"]
-    fault, _, _ = split_arms(df)
+    fault, sham, _ = split_arms(df)
     if "group" in fault:  # the main matrix only: spot checks and sweeps come and go between runs
         fault = fault[fault["group"].fillna("") == ""]
+        sham = sham[sham["group"].fillna("") == ""]
     out = {"rows": len(fault), "steps": sorted(int(x) for x in fault.steps.dropna().unique()) if "steps" in fault else [],
            "seeds": sorted(int(x) for x in fault.seed.dropna().unique()),
            "ranks": sorted(int(x) for x in fault.ranks.dropna().unique()),
@@ -30,6 +32,8 @@ def fault_counts(df: pd.DataFrame) -> dict[str, Any]:
     for m, col in MEASURES + [("tie", "tie")]:
         if col in fault and fault[col].notna().any():
             out[m] = int(b(fault[col]).sum())
+        if len(sham) and col in sham and sham[col].notna().any():
+            out["sham " + m] = f"{int(b(sham[col]).sum())}/{len(sham)}"
     return out
 
 
@@ -63,10 +67,14 @@ def moved_text(results: pathlib.Path) -> list[str]:
     out = [f"## What moved in the last re-run, against the rows at {j['old_commit']}\n",
            "Counts are fault rows of real processes in each experiment's main matrix (spot checks, sweeps and the timeline "
            "model's profile rows left out). Why they moved: the differences in what was run, listed per experiment, the "
-           "scorer between the two commits (`git log OLD..NEW -- frontier testbed`), and the noise of a new run.\n"]
+           "scorer between the two commits (`git log OLD..NEW -- frontier testbed`), and the noise of a new run. A count here "
+           "is no finding by itself: beside each is what the sham twins of the new rows score, and a control's fault rows "
+           "(a host-only callback, a host-local optimizer: stages the frontier should not route) count as misses by "
+           "design.\n"]
     for name, e in j["experiments"].items():
         o, n = e["old"], e["new"]
-        counts = "; ".join(f"{m} {o[m]}/{o['rows']} → {n[m]}/{n['rows']}" if m in o else f"{m} (not scored) → {n[m]}/{n['rows']}"
+        counts = "; ".join((f"{m} {o[m]}/{o['rows']} → {n[m]}/{n['rows']}" if m in o else f"{m} (not scored) → {n[m]}/{n['rows']}")
+                           + (f" (the sham now {n['sham ' + m]})" if "sham " + m in n else " (no sham arm)")
                            for m in ["top-1", "tie", "top-2", "rank", "diagnosis"] if m in n)
         why = []
         for k, what in [("steps", "scored steps"), ("seeds", "seeds"), ("ranks", "ranks")]:
@@ -125,8 +133,14 @@ def index_text(results: str | pathlib.Path) -> str:
            "NAME --out results` (it packs the rows into `rows.tar.xz` itself). Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
            "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (each "
            "fault row's twin: the same seed and settings with no fault) scores beside it and the paired lift over it (Tango's 95 % "
-           "score interval, McNemar's exact p); a count the sham matches says \"no lift, the sham scores the same\" in the count "
-           "itself, and no lift is pooled over strata (scenario x delay x ranks) whose lifts differ in sign or by more than 0.3.\n",
+           "score interval, McNemar's exact p). How a count reads: \"no lift, the sham scores the same\": the sham twins hit "
+           "exactly where the fault rows do, the count is no finding; \"no lift shown\": they differ in some pairs, but the "
+           "interval holds 0 or McNemar's p is 0.05 or more; \"too few pairs to show a lift\": the fault rows hit at least "
+           "half the pairs more often than their twins, and the pairs are too few for both tests to show it; a lift is called "
+           "shown only where the interval lies above 0 and p < 0.05; \"not pooled, the strata disagree\": the strata "
+           "(scenario x delay x ranks) have lifts that differ in sign or by more than 0.3, so no pooled lift is given but in "
+           "how many strata the sham scores the same and in how many the fault rows score more. A number an experiment's own "
+           "input fixes (a profile taken from the paper's figures) says so beside it.\n",
            "| experiment | rows made at | ours | paper | where we differ |", "|---|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"
@@ -134,7 +148,8 @@ def index_text(results: str | pathlib.Path) -> str:
             out.append(f"| {name} | | not run yet | | |")
             continue
         j = json.loads(s.read_text())
-        out.append(f"| [{name}]({name}/table.md) | {made_at(results / name, mans.get(name))} | {j['headline']} | {j['paper']} | {j.get('differ', '')} |")
+        out.append(f"| [{name}]({name}/table.md) | {made_at(results / name, mans.get(name))} | {md_cell(j['headline'])} | "
+                   f"{md_cell(j['paper'])} | {md_cell(j.get('differ', ''))} |")
     out.append("")
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from .arms import arms_section, lift_prose, lift_table, null_match, pooled, split_arms, with_null
-from .common import (RULES, SCEN_NAMES, Report, absorbed, header, honest, md_table, p50_by_ranks, real_rows,
+from .common import (RULES, SCEN_NAMES, Report, absorbed, header, healthy_leader, honest, md_table, p50_by_ranks, real_rows,
                      rule_hits, scen_name, sim_rows)
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate, ratio
@@ -52,7 +52,7 @@ def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures:
         p1, p2 = pooled(g, "top1"), pooled(g, "diag_hit")
         name = f"{prof} (derived from Figure 3b: agreement by construction)" if prof == "paper-implied" else prof
         prose.append(f"{name}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
-    return text, "Profiles (timeline model) - " + " | ".join(prose) + "."
+    return text, "Profiles (timeline model). " + ". ".join(prose) + "."
 
 
 def control_text(ctl: pd.DataFrame, what: str) -> str:
@@ -121,10 +121,10 @@ def report_routing(d: pathlib.Path, df: pd.DataFrame) -> Report:
                         "marks: the same rule's top-1 and top-2 on the sham rows, where no fault was injected.")
     headline = (with_null(pooled(main, "top1"), "StageFrontier top-1") + "; " + with_null(pooled(main, "top2"), "top-2")
                 + "; " + with_null(pooled(main, "diag_hit"), "diagnosis"))
-    differ = ("Real mpirun rows, paper-like profile, " + ", ".join(str(int(x)) for x in sorted(fault.ranks.unique()))
+    differ = (healthy_leader(real) + "Real mpirun rows, paper-like profile, " + ", ".join(str(int(x)) for x in sorted(fault.ranks.unique()))
               + f" ranks, {int(fault.steps.iloc[0])} steps. " + lift_prose(main, ["scenario", "ranks"], {"scenario": scen_name})
               + " " + pprose)
-    return text, headline, "routing.png", "paper: 40/50, 50/50, 50/50, size 2.00", differ
+    return text, headline, "routing.png", "paper: top-1 40/50, top-2 50/50, candidate-set hit 50/50, mean candidate set 2.00", differ
 
 
 def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
@@ -197,7 +197,7 @@ def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
         parts.append(f"{int(r)} ranks: compact set from {cp:.0f} ms" if cp is not None else f"{int(r)} ranks: compact set never")
         parts[-1] += f", strict top-1 from {t1:.0f} ms" if t1 is not None else ", strict top-1 never"
     headline = "; ".join(parts) + "; " + with_null(pooled(real, "top1"), "top-1 over all delays")
-    differ = (f"Real mpirun rows ({int(dt.steps.iloc[0])} steps). " + lift_prose(real, ["ranks", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
+    differ = (healthy_leader(real) + f"Real mpirun rows ({int(dt.steps.iloc[0])} steps). " + lift_prose(real, ["ranks", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
               + " The data-share figures of the paper are inputs of two profiles, never counted as agreement.")
     return text, headline, "detectability.png", "paper: share 0.06 → 0.43 from 12 to 120 ms; routed from ≈120–180 ms", differ
 
@@ -228,10 +228,10 @@ def report_callback(d: pathlib.Path, df: pd.DataFrame) -> Report:
     sync_all = full[full.scenario == "callback_sync_tail"]
     headline = (f"sync callback top-1 in every seed from {first:.0f} ms" if first is not None else "sync callback never top-1") + \
         "; " + with_null(pooled(sync_all, "top2"), "sync top-2") + "; " + control_text(full[full.scenario == "callback_host_tail"], "host-only control")
-    differ = ("Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
+    differ = (healthy_leader(full) + "Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
               + " " + control_text(full[full.scenario == "callback_host_tail"], "Host-only control")
-              + f", confident misroutes {b(host.misroute).sum()}/{len(host)}"
-              + (f" (delay went to {absorbed(host)})" if len(host) else "") + ".")
+              + f"; the frontier (not the diagnosis) routed the delay confidently to another stage in "
+              f"{b(host.misroute).sum()}/{len(host)}" + (f" ({absorbed(host)})" if len(host) else "") + ".")
     share = "share:callbacks.cpu_wall"
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1, 1.2]})
     if len(sync):
@@ -286,7 +286,7 @@ def report_accumulation(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text += "\n" + arms_section(full, ["scenario"], {"scenario": scen_name})
     pos = full[full.scenario != "fwd_device"]
     headline = with_null(pooled(pos, "top1"), "data/backward top-1") + "; " + with_null(pooled(pos, "top2"), "top-2")
-    differ = lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
+    differ = healthy_leader(full) + lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
         f" gradient_accumulation_ambiguous fired on {df.labels.fillna('').astype(str).str.contains('gradient_accumulation_ambiguous').sum()}"
         f"/{len(df)} fault rows: each microstep's stages are unfolded before the frontier is taken.")
     groups: list[str] = []
@@ -329,15 +329,17 @@ def report_sharded(d: pathlib.Path, df: pd.DataFrame) -> Report:
     pos_all = full[full.scenario != "optim_host_local"]
     ctl = df[df.scenario == "optim_host_local"]
     text += (f"\nPositive rows: {with_null(pooled(pos_all, 'top2'), 'top-2')}, {with_null(pooled(pos_all, 'top1'), 'top-1')} "
-             f"(paper, FSDP FULL_SHARD and ZeRO-1 on GPUs: 90/90 top-2, 87/90 top-1). Host-local optimizer control routed "
-             f"{b(ctl.cand_hit).sum()}/{len(ctl)} (paper 0/18). Ours is one sharded data-parallel step (all-gather of "
+             f"(paper, FSDP FULL_SHARD and ZeRO-1 on GPUs: 90/90 top-2, 87/90 top-1). "
+             f"{control_text(full[full.scenario == 'optim_host_local'], 'Host-local optimizer control')} (paper: control "
+             "routed 0/18). Ours is one sharded data-parallel step (all-gather of "
              "parameter shards in forward, reduce-scatter of gradients in backward), not FSDP or ZeRO themselves.\n")
     text += "\n" + arms_section(full, ["scenario", "ranks"], {"scenario": scen_name})
     headline = (with_null(pooled(pos_all, "top2"), "top-2") + "; " + with_null(pooled(pos_all, "top1"), "top-1")
                 + "; " + control_text(full[full.scenario == "optim_host_local"], "optimizer control"))
     differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
               + " " + control_text(full[full.scenario == "optim_host_local"], "Host-local optimizer control")
-              + f", confident misroutes {b(ctl.misroute).sum()}/{len(ctl)}.")
+              + f"; the frontier (not the diagnosis) routed the delay confidently to another stage in "
+              f"{b(ctl.misroute).sum()}/{len(ctl)}.")
     groups: list[str] = []
     series: dict[str, list[float]] = {"top-1": [], "top-2": [], "routed": []}
     paper: dict[str, list[float | None]] = {"routed": []}
@@ -411,7 +413,7 @@ def report_events(d: pathlib.Path, df: pd.DataFrame) -> Report:
     dev = df[(df.scenario == "fwd_device") & (df.event_q > 0)]
     host = df[(df.scenario == "fwd_host") & (df.event_q > 0)]
     shq = sham[sham.event_q > 0]
-    differ = (lift_prose(full, ["scenario", "delay_ms", "event_q"], {"scenario": scen_name, "delay_ms": lambda x: f"{x:.0f} ms",
+    differ = (healthy_leader(full) + lift_prose(full, ["scenario", "delay_ms", "event_q"], {"scenario": scen_name, "delay_ms": lambda x: f"{x:.0f} ms",
                                                                      "event_q": lambda x: f"q={x:g}"})
               + " On the sham rows with events (q > 0) forward_device_supported fired "
               + f"{shq.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(shq)} and forward_host_overhead_suspected "

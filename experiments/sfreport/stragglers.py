@@ -149,7 +149,8 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
     pairs_named = int(sum(named(g) for _, g in model_null.groupby(["profile", "ranks"]))) if len(model_null) else 0
     worst = max(model_rows, key=lambda r: named(model_null[(model_null["profile"] == r["profile"]) &
                                                            (model_null["ranks"] == r["ranks"])]) / r["pairs"]) if model_rows else None
-    headline = (f"rank hit {hit(clear)}/{len(clear)} where the step slowed past twice its floor ({hit(fault)}/{len(fault)} in all); "
+    headline = (f"rank named in {hit(clear)}/{len(clear)} rows where the step slowed past twice its floor "
+                f"({hit(fault)}/{len(fault)} rows in all); "
                 f"sham named {named(sham)}/{len(sham)}, healthy runs {named(healthy)}/{len(healthy)}; thresholds "
                 + ", ".join(f"{k} {v:.1f} ms" if v is not None else f"{k} none" for k, v in thresholds.items())
                 + (f"; independent-seed model pairs named a culprit in {pairs_named}/{pairs} (worst {worst['profile']} at "

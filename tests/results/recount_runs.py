@@ -166,8 +166,8 @@ def recount_stragglers(rows, headline):
     healthy = [r for r in real if cell(r, "arm", "fault") == "fault" and r.get("group", "") == "healthy"]
     clear = [r for r in fault if slowed_ratio(r) > 2]
     out = [("rank hit where the step slowed past twice its floor",
-            quoted(headline, r"rank hit (\d+/\d+) where the step slowed past twice its floor"), frac(diag_hit(clear), len(clear))),
-           ("rank hit in all", quoted(headline, r"twice its floor \((\d+/\d+) in all\)"), frac(diag_hit(fault), len(fault))),
+            quoted(headline, r"rank named in (\d+/\d+) rows where the step slowed past twice its floor"), frac(diag_hit(clear), len(clear))),
+           ("rank hit in all", quoted(headline, r"twice its floor \((\d+/\d+) rows in all\)"), frac(diag_hit(fault), len(fault))),
            ("sham named", quoted(headline, r"sham named (\d+/\d+)"), frac(named(sham), len(sham))),
            ("healthy runs", quoted(headline, r"healthy runs (\d+/\d+)"), frac(named(healthy), len(healthy)))]
 
@@ -323,17 +323,25 @@ def recount_detect(rows, headline):
     sim = [r for r in rows if r.get("tool", "") == "sim"]
     aba, fa = detect_arms([r for r in rows if r.get("tool", "") != "sim"])
     sim_aba, sim_fa = detect_arms(sim)
-    alarms = total(aba, "cp_false_alarms") + total(fa, "cp_count")
     biggest = int(finite_max([num(r, "ranks") for r in sim])) if sim else 0
+    per = {}
+    for r in sim_aba:
+        k = per.setdefault(num(r, "delay_ms"), [0, 0])
+        k[0] += total([r], "cp_detected")
+        k[1] += total([r], "cp_detected", "cp_missed")
+    missed = [f"{k[0]}/{k[1]} at {dl:g} ms" for dl, k in sorted(per.items()) if k[0] < k[1]]
     return [("live A/B/A transitions found", quoted(headline, r"live: (\d+/\d+) A/B/A transitions found"),
              frac(total(aba, "cp_detected"), total(aba, "cp_detected", "cp_missed"))),
             ("sim ranks", quoted(headline, r"sim \(to (\d+) ranks\)"), str(biggest)),
             ("sim A/B/A transitions found", quoted(headline, r"sim \(to \d+ ranks\): (\d+/\d+)"),
              frac(total(sim_aba, "cp_detected"), total(sim_aba, "cp_detected", "cp_missed"))),
-            ("false alarms on live runs", quoted(headline, r"(\d+) false alarms on live runs"), str(alarms)),
-            ("healthy live", quoted(headline, r"healthy: (\d+ in \d+) live steps"),
+            ("sim misses per delay", quoted(headline, r"sim \(to \d+ ranks\): \d+/\d+ \(found (.*?)[;)]"),
+             ", ".join(missed) if missed else None),
+            ("false alarms in the live A/B/A runs", quoted(headline, r"false alarms: (\d+) in the live A/B/A runs"),
+             str(total(aba, "cp_false_alarms"))),
+            ("healthy live", quoted(headline, r"(\d+ in \d+) healthy live steps"),
              f"{total(fa, 'cp_count')} in {total(fa, 'cp_steps_observed')}"),
-            ("healthy model", quoted(headline, r"(\d+ in \d+) model steps"),
+            ("healthy model", quoted(headline, r"(\d+ in \d+) healthy model steps"),
              f"{total(sim_fa, 'cp_count')} in {total(sim_fa, 'cp_steps_observed')}")]
 
 
@@ -344,13 +352,19 @@ def recount_overhead(rows, headline):
     bounds them, and the bottom-up share, recorder CPU per step over the recorder-off median step."""
     worst = finite_max([num(r, "overhead_ci_high_pct") for r in rows])
     bottom_up = finite_max([num(r, "recorder_cpu_us_per_step") / (num(r, "median_step_ms_off") * 1e3) * 100 for r in rows])
-    aa = None
+    aa = boundary = None
+    bounded = [r for r in rows if not math.isnan(num(r, "boundary_rank0_us_per_step"))]
+    if bounded:
+        w = max(bounded, key=lambda r: num(r, "boundary_rank0_us_per_step"))
+        us = num(w, "boundary_rank0_us_per_step")
+        boundary = f"{us / 1e3:.2f} ms per step, {us / (num(w, 'median_step_ms_off') * 1e3) * 100:.2f}% of the step at {int(num(w, 'ranks'))}"
     if rows and "aa_mean_pct" in rows[0]:
         aa = (f"[{finite_min([num(r, 'aa_ci_low_pct') for r in rows]):+.3f}, "
               f"{finite_max([num(r, 'aa_ci_high_pct') for r in rows]):+.3f}]")
     return [("largest 95% CI upper bound", quoted(headline, r"largest 95% CI upper bound (\S+)%"), f"{worst:.3f}"),
             ("bottom-up recorder cost", quoted(headline, r"bottom-up recorder cost ≤ (\S+)% of a step"), f"{bottom_up:.4f}"),
-            ("A/A CI", quoted(headline, r"A/A CI (\[\S+, \S+\])%"), aa)]
+            ("A/A CI", quoted(headline, r"A/A CI (\[\S+, \S+\])%"), aa),
+            ("rank-0 window boundary", quoted(headline, r"up to (\S+ ms per step, \S+% of the step at \d+) ranks"), boundary)]
 
 
 def recount_soak(rows, headline):
@@ -394,7 +408,7 @@ def recount_aba(rows, headline):
              frac(within, len(recovery)) if recovery else None),
             ("the paper's tolerance ms", quoted(headline, r"within the paper's (\S+) ms"),
              f"{PAPER_TOL_MS:g}" if recovery else None)]
-    return out + in_order("callback share", split(quoted(headline, r"callback share (.*)$"), " → "), shares)
+    return out + in_order("callback share", split(quoted(headline, r"callback share ([^(;]*?)(?: \(|$)"), " → "), shares)
 
 
 def recount_gather(rows, headline):

@@ -9,7 +9,7 @@ import unittest
 import pandas as pd
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "experiments"))
-from sfreport.arms import agree, paired, pooled, twin_key, with_null  # noqa: E402
+from sfreport.arms import agree, lift_table, null_match, paired, pooled, twin_key, with_null  # noqa: E402
 from sfreport.stats import mcnemar_exact, tango_paired  # noqa: E402
 
 Z2 = 1.959963984540054 ** 2
@@ -90,7 +90,38 @@ class Headlines(unittest.TestCase):
         p = pooled(self.sweep([5, 0], [0, 0]), "top1")
         self.assertEqual(sorted(p["strata"]), [0.0, 1.0])
         self.assertFalse(agree(p["strata"]))
-        self.assertIn("no pooled lift: the strata disagree, paired lifts +0.00 to +1.00", with_null(p, "top-1"))
+        text = with_null(p, "top-1")
+        self.assertTrue(text.startswith("top-1 5/10: not pooled, the strata disagree: of 2 strata the sham scores the same "
+                                        "in 1, the fault rows more in 1, a lift shown in 0 at 5 pairs a stratum (sham 0/10; "
+                                        "paired lifts +0.00 to +1.00"), text)
+        self.assertNotIn("paired lift ", text)
+
+    def test_a_lift_both_tests_do_not_show_is_too_few_pairs(self):
+        # 4 pairs, all fault-only: Tango's interval lies above 0, McNemar's exact p = 0.125: not shown.
+        df = rows([("fault", f"seed-{i}", "a", 120, 1) for i in range(4)] + [("sham", f"sham-delay_ms-0__seed-{i}", "a", 0, 0) for i in range(4)])
+        p = pooled(df, "top1")
+        self.assertGreater(p["lo"], 0)
+        self.assertGreater(p["p"], 0.05)
+        self.assertTrue(with_null(p, "top-1").startswith("top-1 4/4: too few pairs to show a lift, the sham scores 0/4 ("))
+        # 6 pairs: p = 0.03 and the interval above 0: shown, no hedge.
+        df6 = rows([("fault", f"seed-{i}", "a", 120, 1) for i in range(6)] + [("sham", f"sham-delay_ms-0__seed-{i}", "a", 0, 0) for i in range(6)])
+        self.assertTrue(with_null(pooled(df6, "top1"), "top-1").startswith("top-1 6/6 (sham 0/6, paired lift +1.00"))
+
+    def test_the_sham_column_counts_a_strata_own_twins_once(self):
+        # Per-delay shams: the 60 ms stratum's sham column is its own twin, not every delay's shams.
+        df = rows([("fault", "delay_ms-60__seed-1", "a", 60, 1), ("fault", "delay_ms-120__seed-1", "a", 120, 1),
+                   ("sham", "sham-for_delay_ms-60__delay_ms-0__seed-1", "a", 0, 1),
+                   ("sham", "sham-for_delay_ms-120__delay_ms-0__seed-1", "a", 0, 0)])
+        t = lift_table(df, ["delay_ms"], measures=["top-1"])
+        self.assertEqual(list(t["sham"]), ["1/1", "0/1"])
+        f = df[df.arm == "fault"]
+        self.assertEqual(list(null_match(df[df.arm == "sham"], f[f.delay_ms == 120], ["delay_ms"]).row),
+                         ["sham-for_delay_ms-120__delay_ms-0__seed-1"])
+        # A sham two delays share is one twin.
+        shared = rows([("fault", "delay_ms-60__seed-1", "a", 60, 1), ("fault", "delay_ms-120__seed-1", "a", 120, 1),
+                       ("sham", "sham-delay_ms-0__seed-1", "a", 0, 1)])
+        q = paired(shared[shared.arm == "fault"], shared[shared.arm == "sham"], "top1")
+        self.assertEqual((q["pairs"], q["twins"], q["twin_hits"], q["shared"]), (2, 1, 1, 2))
 
     def test_strata_that_agree_get_the_pooled_paired_lift(self):
         p = pooled(self.sweep([5, 5], [0, 0]), "top1")
