@@ -216,7 +216,7 @@ def report(a):
     if {"flat_inline", "node"} <= set(top.index):
         b, n = top.loc["flat_inline"], top.loc["node"]
         headline = (f"{big} ranks on {int(n.hosts)} host(s): rank 0 receives {b.rank0_messages_per_window:.0f} → "
-                    f"{n.rank0_messages_per_window:.0f} messages per window; its boundary work "
+                    f"{n.rank0_messages_per_window:.0f} messages per window (one relay per host, by design); its boundary work "
                     f"{b.rank0_training_safe_point_cpu_s_per_window * 1e3:.2f} → {n.rank0_training_safe_point_cpu_s_per_window * 1e3:.2f} "
                     "ms CPU per window (flat in the training thread → node)")
     else:

@@ -108,8 +108,10 @@ def differ_text(f, s):
             f"{int(stats.b(s.diag_stage_hit).sum())}/{len(s)}), with the outcomes {outcomes(f)} (sham: {outcomes(s)}): a slow "
             "link makes every rank wait in the same all-reduce, so the slowdown is common to all ranks and no rank of the "
             "throttled host stands out; the P2P pass, which times the links pair by pair while the limit is on, is what "
-            f"names the host. The median step grew from {s.median_step_ms.median():.0f} ms (sham) to "
-            f"{f.median_step_ms.median():.0f} ms. The hosts are network namespaces on one 2-core VM, the limit `tc tbf` on "
+            "names the host. The median step, sham to fault: "
+            + ", ".join(f"{h}x{r} {s[(s.hosts == h) & (s.ranks_per_host == r)].median_step_ms.median():.0f} → "
+                        f"{g.median_step_ms.median():.0f} ms" for (h, r), g in f.groupby(["hosts", "ranks_per_host"]))
+            + ". The hosts are network namespaces on one 2-core VM, the limit `tc tbf` on "
             "the target host's egress.")
 
 
@@ -132,7 +134,7 @@ def report_table(d):
                      "backward share fault / sham": f"{g.backward_share.median():.2f} / {sg.backward_share.median():.2f}"})
     text += common.md_table(pd.DataFrame(rows)) + "\n"
     text += arms.arms_section(df, ["hosts", "ranks_per_host"], extra_measures=[("host (P2P pass)", "p2p_host_hit")])
-    pooled = {m_: arms.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis", "diag_hit")]}
+    pooled = {m_: arms.pooled(df, c) for m_, c in [("top-1", "top1"), ("host", "p2p_host_hit"), ("diagnosis (stage and rank)", "diag_hit")]}
     headline = "; ".join(arms.with_null(p, f"link fault {k}") for k, p in pooled.items())
     text += ("\nThe stage verdict is what a no-op also scores: backward leads the sham windows as it leads the faulty ones. "
              "What the fault adds is the step's growth and the P2P pass naming the throttled host.\n")

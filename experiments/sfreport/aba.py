@@ -41,9 +41,8 @@ def report_aba(d: pathlib.Path, df: pd.DataFrame) -> Report:
         headline = ("recovery A2/A1 per seed " + ", ".join(f"{x:.3f}" for x in per["recovery A2/A1"])
                     + f"; {within}/{len(per)} seeds within the paper's 8.63 ms; callback share "
                     + " → ".join(f"{x:.1%}" for x in agg.share)
-                    + " (the A windows' share is an input: the paper-like profile sets the callbacks from the paper's "
-                    "1.75 %, docs/testbed.md; and A2 within the tolerance of A1 is what any run without lasting damage "
-                    "scores: there is no sham arm, the recovery is the finding only beside the B window's rise)")
+                    + " (A: an input, the paper-like profile's callbacks are the paper's 1.75 %; B: set by the injected "
+                    "delay; no sham arm: any run without lasting damage recovers)")
         differ = ("Per seed, A2 differs from A1 by " + ", ".join(f"{x:.1f} ms" for x in per["A2 - A1 (abs) ms"])
                   + f" ({within}/{len(per)} within the paper's 8.63 ms tolerance); the B window's callback share is lower than "
                   "the paper's because the bucketed step's longer backward competes with it.")

@@ -200,9 +200,16 @@ def pooled(df: pd.DataFrame, col: str, sel: Callable[[pd.DataFrame], pd.Series] 
     per = strata_paired(fault, sham, col)
     return {"col": col, "k": count(fault, col), "n": len(fault), "k0": count(sham, col), "n0": len(sham),
             "ks": count(shuf, col), "ns": len(shuf), **q, "strata": [x["lift"] for x in per],
-            "strata_same": sum(1 for x in per if x["b"] == x["c"]), "strata_up": sum(1 for x in per if x["b"] > x["c"]),
-            "strata_down": sum(1 for x in per if x["b"] < x["c"]), "strata_shown": sum(1 for x in per if shown(x)),
-            "strata_pairs": sorted({x["pairs"] for x in per})}
+            "strata_up": sum(1 for x in per if x["b"] > x["c"]), "strata_down": sum(1 for x in per if x["b"] < x["c"]),
+            "strata_level": sum(1 for x in per if x["b"] == x["c"] and x["a"] + x["b"] > 0),
+            "strata_none": sum(1 for x in per if x["a"] + x["b"] + x["c"] == 0),
+            "strata_shown": sum(1 for x in per if shown(x)), "strata_pairs": sorted({x["pairs"] for x in per})}
+
+
+def can_show(pairs: int) -> bool:
+    """Whether n pairs can show a lift at all: McNemar's exact p of n pairs all in the fault rows' favour < 0.05
+    (from 6 pairs on; at 5 the smallest p is 0.0625)."""
+    return mcnemar_exact(pairs, 0) < 0.05
 
 
 def pairs_text(sizes: Sequence[int]) -> str:
@@ -210,34 +217,50 @@ def pairs_text(sizes: Sequence[int]) -> str:
     return f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}"
 
 
+def strata_text(p: Mapping[str, Any]) -> str:
+    """How the strata stand, for a count whose lift is not pooled: in how many the fault rows score more, in how many
+    the sham scores as much (and hits), in how many neither arm hits, and how many show a lift, or that none could."""
+    n = len(p["strata"])
+    parts = [f"of {n} strata the fault rows score more in {p['strata_up']}"]
+    if p["strata_level"]:
+        parts.append(f"the sham as much in {p['strata_level']}")
+    if p["strata_none"]:
+        parts.append(f"neither arm hits in {p['strata_none']}")
+    if p["strata_down"]:
+        parts.append(f"the sham more in {p['strata_down']}")
+    big = max(p["strata_pairs"])
+    if can_show(big):
+        parts.append(f"a lift shown in {p['strata_shown']}")
+    else:
+        parts.append(f"none can show a lift alone: at {pairs_text(p['strata_pairs'])} pairs a stratum the smallest "
+                     f"McNemar p is {mcnemar_exact(big, 0):.2g}")
+    return ", ".join(parts)
+
+
 def with_null(p: Mapping[str, Any], what: str) -> str:
     """A hit count with what a no-op scores beside it, worded so that a count the sham matches cannot read as a
-    finding: 'no lift: the sham scores the same' in the count itself; where the strata disagree, no pooled lift but
-    in how many strata the sham scores the same and in how many the fault rows score more (and where that is shown);
-    a lift called shown only where both tests show it (shown()), 'too few pairs' where the rows point one way and the
-    pairs cannot show it; the shuffled truth beside the verdict's counts (not the diagnosis': 0 there by
+    finding: the sham's count right after the count; 'no lift: the sham scores the same' in the count itself; where
+    the strata's lifts vary (differ in sign or by more than 0.3), no pooled lift but how the strata stand
+    (strata_text); a lift called shown only where both tests show it (shown()), 'too few pairs' where the paired lift
+    is 0.5 or more and not shown; the shuffled truth beside the verdict's counts (not the diagnosis': 0 there by
     construction)."""
     if p["n0"] == 0 or p["pairs"] == 0:
         return f"{what} {p['k']}/{p['n']} (no sham arm)"
     shuf = f"; shuffled {p['ks']}/{p['ns']}" if p["ns"] and p["col"] != "diag_hit" else ""
     shared = f"; one sham per {p['shared']} fault rows" if p["shared"] > 1 else ""
     lifts = p["strata"]
+    head = f"{what} {p['k']}/{p['n']}, sham {p['k0']}/{p['n0']}"
     if not agree(lifts):
-        down = f", less in {p['strata_down']}" if p["strata_down"] else ""
-        return (f"{what} {p['k']}/{p['n']}: not pooled, the strata disagree: of {len(lifts)} strata the sham scores the "
-                f"same in {p['strata_same']}, the fault rows more in {p['strata_up']}{down}, a lift shown in "
-                f"{p['strata_shown']} at {pairs_text(p['strata_pairs'])} pairs a stratum (sham {p['k0']}/{p['n0']}; "
-                f"paired lifts {min(lifts):+.2f} to {max(lifts):+.2f}"
-                f"{shuf}{shared})")
+        return (f"{head}: not pooled, the lifts vary across strata: {strata_text(p)} (paired lifts {min(lifts):+.2f} to "
+                f"{max(lifts):+.2f}{shuf}{shared})")
     stat = f"paired lift {paired_text(p)}, McNemar p {p['p']:.2g}"
     if p["b"] == p["c"]:
-        return f"{what} {p['k']}/{p['n']}: no lift, the sham scores the same ({p['k0']}/{p['n0']}; {stat}{shuf}{shared})"
+        return f"{head}: no lift, the sham scores the same ({stat}{shuf}{shared})"
     if not shown(p):
         if p["lift"] >= 0.5:
-            return (f"{what} {p['k']}/{p['n']}: too few pairs to show a lift, the sham scores {p['k0']}/{p['n0']} "
-                    f"({stat}{shuf}{shared})")
-        return f"{what} {p['k']}/{p['n']}: no lift shown, the sham scores {p['k0']}/{p['n0']} ({stat}{shuf}{shared})"
-    return f"{what} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}, {stat}{shuf}{shared})"
+            return f"{head}: too few pairs to show a lift ({stat}{shuf}{shared})"
+        return f"{head}: no lift shown ({stat}{shuf}{shared})"
+    return f"{head} ({stat}{shuf}{shared})"
 
 
 def informative(df: pd.DataFrame, keys: Sequence[str], col: str, names: Names = None) -> tuple[list[str], list[str]]:
@@ -278,6 +301,13 @@ def arms_section(df: pd.DataFrame, keys: Sequence[str], names: Names = None, tit
     return text + md_table(lift_table(df, keys, names, measures, extra_measures)) + "\n"
 
 
+def max_group_pairs(df: pd.DataFrame, keys: Sequence[str], col: str) -> int:
+    """The most pairs any group of fault rows (keys) has with its twins."""
+    fault, sham, _ = split_arms(df)
+    return max((paired(g, sham, col)["pairs"] for _, g in fault.groupby(keys if len(keys) > 1 else keys[0], sort=False)),
+               default=0)
+
+
 def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what: str = "scenario") -> str:
     """Generated prose: what the nulls score, and which groups carry information (lift above 0)."""
     parts = []
@@ -286,6 +316,12 @@ def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what:
         if p["n"] == 0 or p["n0"] == 0:
             continue
         yes, no = informative(df, keys, col, names)
-        parts.append(with_null(p, m) + (f"; a lift shown for {', '.join(yes)}" if yes else "; no single " + what + " shows a lift on its own pairs")
-                     + (f", not for {', '.join(no)}" if yes and no else ""))
+        # The count with its sham (the headline has the rest), then which groups show a lift: only where a group has
+        # pairs enough to show one.
+        text = f"{m} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']})"
+        if yes:
+            text += f": a lift shown for {', '.join(yes)}" + (f", not for {', '.join(no)}" if no else "")
+        elif can_show(max_group_pairs(df, keys, col)):
+            text += f": no {what} shows a lift on its own pairs"
+        parts.append(text)
     return ". ".join(parts) + "." if parts else ""

@@ -151,6 +151,8 @@ def report_gpu(d: str | pathlib.Path) -> Report:
     rf = ro[ro.delay_ms > 0]
     def beside(k: int, n: int, k0: int, n0: int) -> str:
         """A count beside its sham's, saying so where the sham scores the same (one run each: no lift can be shown)."""
+        if n0 and k == 0 and k0 == 0:
+            return f"{k}/{n}: missed (the sham {k0}/{n0})"
         return (f"{k}/{n}: no lift, the sham scores the same ({k0}/{n0})" if n0 and k * n0 == k0 * n
                 else f"{k}/{n} (sham {k0}/{n0})")
 
@@ -167,7 +169,10 @@ def report_gpu(d: str | pathlib.Path) -> Report:
                 f"[{aa_lo:+.3f}, {aa_top:+.3f}] %)")
     paper = "Table 5: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead; Table 7: ≤ 0.181 % (CPU), ≤ 0.043 % (event)"
     missed = [f"{r.scenario} ({r.diag_outcome})" for _, r in rf.iterrows() if r.diag_outcome != "hit"]
+    failed = [n for n, st in ctest if st != "Passed"] + failed_gt
     differ = (f"One run, {int(ev.ranks.iloc[0])} and {int(ro.ranks.iloc[0])} ranks time-sharing one GPU (the paper has a GPU per rank). "
+              + (f"GPU tests that did not pass: {', '.join(failed)}. " if failed else "")
+              + ("NCCL was not exercised: this NCCL refuses two ranks on one GPU, the runs fell back to MPI. " if fallback else "")
               + ("The host-overhead label did not fire on fwd_host. " if n_fh_lab < len(fh) else "")
               + (f"Routing misses on the shared GPU: {', '.join(missed)}. " if missed else "")
               + "".join(f"sf_torch DDP on {int(r.ranks)} ranks ({r.comm}): diagnosis {r.diag_outcome}"

@@ -133,14 +133,19 @@ def index_text(results: str | pathlib.Path) -> str:
            "NAME --out results` (it packs the rows into `rows.tar.xz` itself). Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "
            "one `scripts/gpu_check.sh` run on a lent GPU machine, its files in `gpu/`. A routing count is quoted with what the sham arm (each "
            "fault row's twin: the same seed and settings with no fault) scores beside it and the paired lift over it (Tango's 95 % "
-           "score interval, McNemar's exact p). How a count reads: \"no lift, the sham scores the same\": the sham twins hit "
-           "exactly where the fault rows do, the count is no finding; \"no lift shown\": they differ in some pairs, but the "
-           "interval holds 0 or McNemar's p is 0.05 or more; \"too few pairs to show a lift\": the fault rows hit at least "
-           "half the pairs more often than their twins, and the pairs are too few for both tests to show it; a lift is called "
-           "shown only where the interval lies above 0 and p < 0.05; \"not pooled, the strata disagree\": the strata "
-           "(scenario x delay x ranks) have lifts that differ in sign or by more than 0.3, so no pooled lift is given but in "
-           "how many strata the sham scores the same and in how many the fault rows score more. A number an experiment's own "
-           "input fixes (a profile taken from the paper's figures) says so beside it.\n",
+           "score interval, McNemar's exact p). How a count reads: \"N/M, sham K/M\": the fault rows' count, then their sham "
+           "twins'; \"no lift, the sham scores the same\": the twins hit exactly where the fault rows do, the count is no "
+           "finding; \"no lift shown\": they differ in some pairs, but the interval holds 0 or McNemar's p is 0.05 or more; "
+           "\"too few pairs to show a lift\": the paired lift is 0.5 or more, and the pairs are too few for both tests to show "
+           "it; a lift is called shown only where the interval lies above 0 and p < 0.05 (from 6 pairs on; at 5 the smallest "
+           "exact p is 0.0625); \"not pooled, the lifts vary across strata\": the strata (what the experiment varies: "
+           "scenario, delay, ranks, profile, event rate q, hosts) have lifts that differ in sign or by more than 0.3, so no "
+           "pooled lift is given but in how many strata the fault rows score more, the sham as much, or neither hits. "
+           "\"shuffled K/M\": the same evidence judged against another stage and other ranks drawn from the seed, what a "
+           "guess would score. top-1: the injected stage leads the exposed time alone (a near tie, within eta_A, is not "
+           "top-1); top-2: it is among the two leaders; candidate set: the paper's routing set; diagnosis: the stage and "
+           "rank named as slower than the healthy reference (docs/diagnosis.md). A number an experiment's own input or "
+           "design fixes says so beside it. Every other term: [docs/glossary.md](../docs/glossary.md).\n",
            "| experiment | rows made at | ours | paper | where we differ |", "|---|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED, *GPU]:
         s = results / name / "summary.json"

@@ -63,7 +63,8 @@ def report_overhead(d: pathlib.Path, df: pd.DataFrame) -> Report:
     fig.savefig(d / "overhead.png", dpi=120)
     worst = df.overhead_ci_high_pct.max()
     bu = (df.recorder_cpu_us_per_step / (df.median_step_ms_off * 1e3) * 100).max()
-    headline = f"largest 95% CI upper bound {worst:.3f}%; bottom-up recorder cost ≤ {bu:.4f}% of a step"
+    headline = (f"in-step cost: largest 95% CI upper bound {worst:.3f}% (this VM's resolution); bottom-up recorder cost "
+                f"≤ {bu:.4f}% of a step")
     if has_aa and df.boundary_rank0_us_per_step.notna().any():
         w = df.loc[df.boundary_rank0_us_per_step.idxmax()]
         headline += (f" (the recorder's stores only; the window boundary on rank 0, pack, gather and scoring, is not in "
@@ -71,7 +72,7 @@ def report_overhead(d: pathlib.Path, df: pd.DataFrame) -> Report:
                      f"{w.boundary_rank0_us_per_step / (w.median_step_ms_off * 1e3) * 100:.2f}% of the step at "
                      f"{int(w.ranks)} ranks)")
     if has_aa:
-        headline += f"; A/A CI [{df.aa_ci_low_pct.min():+.3f}, {df.aa_ci_high_pct.max():+.3f}]%"
+        headline += f"; every A/A CI within [{df.aa_ci_low_pct.min():+.3f}, {df.aa_ci_high_pct.max():+.3f}]%"
     differ = ""
     if has_aa:
         aa0 = ((df.aa_ci_low_pct <= 0) & (df.aa_ci_high_pct >= 0)).sum()

@@ -23,6 +23,11 @@ def rule_hits_with_sham(fault: pd.DataFrame, sham: pd.DataFrame) -> pd.DataFrame
     return t
 
 
+def profile_name(prof: str) -> str:
+    """A profile as a table names it: the paper-implied one with what its agreement is worth."""
+    return f"{prof} (derived from Figure 3b: agreement by construction)" if prof == "paper-implied" else prof
+
+
 def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures: Sequence[str] | None = None) -> tuple[str, str]:
     """The timeline model's rows per cost profile (docs/testbed.md): the same arms, model-driven."""
     sim = sim_rows(df)
@@ -46,12 +51,13 @@ def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures:
         rows.append({"profile": prof, "sham rows": len(g), "healthy leader (median share)": f"{top} ({shares.max():.2f})",
                      "healthy p50 step ms": f"{g.median_step_ms.astype(float).median():.1f}"})
     text += md_table(pd.DataFrame(rows)) + "\n"
-    text += md_table(lift_table(sim, keys, {"scenario": scen_name}, measures)) + "\n"
+    # The strata the pooled counts below are judged over (arms.STRATA): the rank counts too, where they vary.
+    keys = [*keys, *(["ranks"] if "ranks" not in keys and sim["ranks"].nunique() > 1 else [])]
+    text += md_table(lift_table(sim, keys, {"scenario": scen_name, "profile": profile_name}, measures)) + "\n"
     prose = []
     for prof, g in sim.groupby("profile", sort=False):
         p1, p2 = pooled(g, "top1"), pooled(g, "diag_hit")
-        name = f"{prof} (derived from Figure 3b: agreement by construction)" if prof == "paper-implied" else prof
-        prose.append(f"{name}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
+        prose.append(f"{profile_name(prof)}: " + with_null(p1, "top-1") + "; " + with_null(p2, "diagnosis"))
     return text, "Profiles (timeline model). " + ". ".join(prose) + "."
 
 
@@ -159,7 +165,7 @@ def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
             s = null_match(ss, g, ["profile", "ranks"])
             t1, dg = first_delay(g, "top1"), first_delay(g, "diag_hit")
             share = {int(k): v for k, v in g.groupby("delay_ms")["share:data.next_wait"].mean().items()}
-            prow.append({"profile": prof, "ranks": int(r), "seeds": g.seed.nunique(),
+            prow.append({"profile": profile_name(prof), "ranks": int(r), "seeds": g.seed.nunique(),
                          "data share at 12 / 120 ms": f"{share.get(12, float('nan')):.3f} / {share.get(120, float('nan')):.3f}",
                          "top-1 in every seed from": f"{t1:.0f} ms" if t1 is not None else "never",
                          "diagnosis hit in every seed from": f"{dg:.0f} ms" if dg is not None else "never",
@@ -167,7 +173,8 @@ def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
         ptext = ("## Profiles: the same sweep on the timeline model\n\nModel-driven rows (`sf-testbed sim`) for `paper-like`, "
                  "`paper-implied` (backward from the paper's implied competitor, docs/testbed.md) and `torch-mlp-cpu` "
                  "(measured). Thresholds per profile, then every delay against its nulls.\n\n" + md_table(pd.DataFrame(prow)) + "\n"
-                 + md_table(lift_table(sim, ["profile", "delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, ["top-1", "diagnosis"])) + "\n")
+                 + md_table(lift_table(sim, ["profile", "delay_ms", *(["ranks"] if sim["ranks"].nunique() > 1 else [])],
+                                       {"delay_ms": lambda x: f"{x:.0f} ms", "profile": profile_name}, ["top-1", "diagnosis"])) + "\n")
     text += ptext
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for r, g in dt.groupby("ranks"):
@@ -418,10 +425,19 @@ def report_events(d: pathlib.Path, df: pd.DataFrame) -> Report:
               + " On the sham rows with events (q > 0) forward_device_supported fired "
               + f"{shq.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(shq)} and forward_host_overhead_suspected "
               + f"{shq.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(shq)}. Host-stream device model, no GPU.")
-    headline = (with_null(pooled(full[full.scenario == "fwd_device"], "top2"), "fwd_device top-2") + ", "
-                f"forward_device_supported {dev.labels.fillna('').str.contains('forward_device_supported').sum()}/{len(dev)} (q > 0); "
-                + with_null(pooled(full[full.scenario == "fwd_host"], "top1"), "fwd_host top-1") + ", "
-                f"forward_host_overhead_suspected {host.labels.fillna('').str.contains('forward_host_overhead_suspected').sum()}/{len(host)}")
+    ef, es, _ = split_arms(full)
+
+    def fired(label: str, scenario: str) -> str:
+        """How often a label fired on the scenario's event-enabled fault rows, with its sham twins beside."""
+        f = ef[(ef.scenario == scenario) & (ef.event_q > 0)]
+        s_ = null_match(es, f, ["scenario"])
+        return (f"{label} {f.labels.fillna('').str.contains(label).sum()}/{len(f)} (q > 0; sham "
+                f"{s_.labels.fillna('').str.contains(label).sum()}/{len(s_)})")
+
+    headline = (with_null(pooled(full[full.scenario == "fwd_device"], "top2"), "fwd_device top-2") + "; "
+                + fired("forward_device_supported", "fwd_device") + "; "
+                + with_null(pooled(full[full.scenario == "fwd_host"], "top1"), "fwd_host top-1") + "; "
+                + fired("forward_host_overhead_suspected", "fwd_host"))
     labels = ["forward_device_supported", "forward_host_overhead_suspected", "forward_spillover_suspected"]
     expect = {"fwd_device": {"top-1": 0.0, "top-2": 1.0, "forward_device_supported": 1.0},
               "fwd_host": {"top-1": 1.0, "top-2": 1.0, "forward_host_overhead_suspected": 1.0}}

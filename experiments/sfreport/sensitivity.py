@@ -95,7 +95,8 @@ def report_sensitivity(d: pathlib.Path, df: pd.DataFrame) -> Report:
                      "with the competitor read from the faulty window at the threshold, which is no forecast)")
         nj = dt[dt.jitter_sigma == 0]
         differ += (f"The threshold follows d* = (B - data_base + eta_A S)/(1 - eta_A): without jitter the measured threshold is "
-                  f"the predicted grid point in {int((nj.threshold_ms == nj.predicted_grid_ms).sum())}/{len(nj)} settings. "
+                  f"the predicted grid point in {int((nj.threshold_ms == nj.predicted_grid_ms).sum())}/{len(nj)} settings (the "
+                  "formula is the top-1 rule solved for the delay: a check of the model against itself). "
                   f"With jitter, B must come from the faulty window (the injected rank's own backward): "
                   f"{hit_f}/{len(dt)} settings hit with it, {hit_h}/{len(dt)} with the healthy backward. Where it still misses, the "
                   "measured threshold is mostly above the prediction: the formula is one window's condition, while the "

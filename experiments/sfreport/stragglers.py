@@ -150,7 +150,7 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
     worst = max(model_rows, key=lambda r: named(model_null[(model_null["profile"] == r["profile"]) &
                                                            (model_null["ranks"] == r["ranks"])]) / r["pairs"]) if model_rows else None
     headline = (f"rank named in {hit(clear)}/{len(clear)} rows where the step slowed past twice its floor "
-                f"({hit(fault)}/{len(fault)} rows in all); "
+                f"(named in {hit(fault)}/{len(fault)} of all rows); "
                 f"sham named {named(sham)}/{len(sham)}, healthy runs {named(healthy)}/{len(healthy)}; thresholds "
                 + ", ".join(f"{k} {v:.1f} ms" if v is not None else f"{k} none" for k, v in thresholds.items())
                 + (f"; independent-seed model pairs named a culprit in {pairs_named}/{pairs} (worst {worst['profile']} at "
@@ -159,8 +159,13 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
         headline += ("; two faulty ranks both named (model) from "
                      + ", ".join(f"{v:g} ms ({k[0]}, {k[1]} ranks)" if v is not None else f"never ({k[0]}, {k[1]} ranks)"
                                  for k, v in two_thr.items()))
+        if two_thr and all(v == two["delay_ms"].min() for v in two_thr.values()):
+            headline += f" (the smallest delay run, {two['delay_ms'].min():g} ms: named from the first)"
     if len(every):
         headline += f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}"
+        if len(model_null):
+            headline += (f" (the independent-seed healthy pairs read a common slowdown in "
+                         f"{int((model_null['diag_outcome'] == 'common').sum())}/{len(model_null)})")
     misses = clear[clear["diag_outcome"] != "hit"]
     differ = ("Not in the paper (its faults are injected into stages). "
               + ("Where the step slowed past twice its floor and the rank was not named: "

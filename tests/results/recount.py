@@ -77,7 +77,7 @@ HEADLINES = {
                       ("top-1", "top1", lambda r: r.get("group", "") == ""),
                       ("diagnosis", "diag", lambda r: r.get("group", "") == "")],
     "link_fault": [("link fault top-1", "top1", everything), ("link fault host", "p2p_host_hit", everything),
-                   ("link fault diagnosis", "diag", everything)],
+                   ("link fault diagnosis (stage and rank)", "diag", everything)],
 }
 
 STRATA = ["tool", "profile", "scenario", "delay_ms", "ranks", "event_q", "hosts", "ranks_per_host", "group"]
@@ -209,13 +209,25 @@ def check_one(where, headline, label, measure, rows):
     per = strata_pairs(fault, sham, measure)
     lifts = [sum(x - y for x, y in ps) / len(ps) for ps in per]
     agree = not lifts or (not (min(lifts) < 0 < max(lifts)) and max(lifts) - min(lifts) <= 0.3 + 1e-9)
-    differ = [sum(x - y for x, y in ps) for ps in per]
-    split = (f"of {len(per)} strata the sham scores the same in {sum(1 for d in differ if d == 0)}, the fault rows more "
-             f"in {sum(1 for d in differ if d > 0)}"
-             + (f", less in {sum(1 for d in differ if d < 0)}" if any(d < 0 for d in differ) else "")
-             + f", a lift shown in {sum(1 for ps in per if lift_shown(ps))} at "
-             + (f"{min(sizes)}" if min(sizes := [len(ps) for ps in per] or [0]) == max(sizes) else f"{min(sizes)}-{max(sizes)}")
-             + " pairs a stratum")
+    def tally(ps):  # (pairs both hit, fault only, sham only)
+        return (sum(1 for x, y in ps if x and y), sum(1 for x, y in ps if x and not y), sum(1 for x, y in ps if y and not x))
+    ts = [tally(ps) for ps in per]
+    biggest = max([len(ps) for ps in per] or [0])
+    sizes = [len(ps) for ps in per] or [0]
+    words = [f"of {len(per)} strata the fault rows score more in {sum(1 for t in ts if t[1] > t[2])}"]
+    if (k := sum(1 for t in ts if t[1] == t[2] and t[0] + t[1] > 0)):
+        words.append(f"the sham as much in {k}")
+    if (k := sum(1 for t in ts if sum(t) == 0)):
+        words.append(f"neither arm hits in {k}")
+    if (k := sum(1 for t in ts if t[1] < t[2])):
+        words.append(f"the sham more in {k}")
+    if mcnemar(biggest, 0) < 0.05:
+        words.append(f"a lift shown in {sum(1 for ps in per if lift_shown(ps))}")
+    else:
+        words.append("none can show a lift alone: at "
+                     + (f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)}-{max(sizes)}")
+                     + f" pairs a stratum the smallest McNemar p is {mcnemar(biggest, 0):.2g}")
+    split = ", ".join(words)
     shown = lo > 0 and mcnemar(b, c) < 0.05
     want = {"count": f"{sum(hit(r, measure) for r in fault)}/{len(fault)}",
             "sham": f"{sum(hit(r, measure) for r in sham)}/{len(sham)}",
@@ -223,7 +235,7 @@ def check_one(where, headline, label, measure, rows):
             "paired lift": f"{est:+.2f} [{lo:+.2f}, {hi:+.2f}]", "McNemar p": f"{mcnemar(b, c):.2g}",
             "strata": f"{min(lifts or [0]):+.2f} to {max(lifts or [0]):+.2f}"}
     found = {"count": f"{m.group(1)}/{m.group(2)}"}
-    for what, pattern in [("sham", r"sham (?:scores (?:the same \()?)?(\d+/\d+)"), ("shuffled", r"shuffled (\d+/\d+)"),
+    for what, pattern in [("sham", r", sham (\d+/\d+)"), ("shuffled", r"shuffled (\d+/\d+)"),
                           ("paired lift", r"paired lift ([+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\])"),
                           ("McNemar p", r"McNemar p ([0-9.e+-]+)"), ("strata", r"paired lifts ([+-]\d\.\d\d to [+-]\d\.\d\d)")]:
         if (x := re.search(pattern, text)):
@@ -231,6 +243,8 @@ def check_one(where, headline, label, measure, rows):
     problems = [f"{where}: '{label}' quotes {what} {v} where the rows count {want[what]}"
                 for what, v in found.items() if v != want[what]]
     if sham and ps:
+        if not seg.startswith(f"{label} {want['count']}, sham {want['sham']}"):
+            problems.append(f"{where}: '{label}' does not quote the sham's count right after its own ({want['sham']})")
         if not agree and ("paired lift " in text or "not pooled" not in m.group("pre")):
             problems.append(f"{where}: '{label}' pools a lift although its strata disagree ({want['strata']})")
         if not agree and split not in m.group("pre"):

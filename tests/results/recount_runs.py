@@ -167,7 +167,7 @@ def recount_stragglers(rows, headline):
     clear = [r for r in fault if slowed_ratio(r) > 2]
     out = [("rank hit where the step slowed past twice its floor",
             quoted(headline, r"rank named in (\d+/\d+) rows where the step slowed past twice its floor"), frac(diag_hit(clear), len(clear))),
-           ("rank hit in all", quoted(headline, r"twice its floor \((\d+/\d+) rows in all\)"), frac(diag_hit(fault), len(fault))),
+           ("rank hit in all", quoted(headline, r"twice its floor \(named in (\d+/\d+) of all rows\)"), frac(diag_hit(fault), len(fault))),
            ("sham named", quoted(headline, r"sham named (\d+/\d+)"), frac(named(sham), len(sham))),
            ("healthy runs", quoted(headline, r"healthy runs (\d+/\d+)"), frac(named(healthy), len(healthy)))]
 
@@ -202,6 +202,9 @@ def recount_stragglers(rows, headline):
     common = sum(r.get("diag_outcome", "") == "common" for r in every)
     out.append(("every rank faulty: common slowdown", quoted(headline, r"every rank faulty: common slowdown (\d+/\d+)"),
                 frac(common, len(every)) if every else None))
+    out.append(("healthy pairs read a common slowdown",
+                quoted(headline, r"healthy pairs read a common slowdown in (\d+/\d+)"),
+                frac(sum(r.get("diag_outcome", "") == "common" for r in null), len(null)) if every and null else None))
     return out
 
 
@@ -363,7 +366,7 @@ def recount_overhead(rows, headline):
               f"{finite_max([num(r, 'aa_ci_high_pct') for r in rows]):+.3f}]")
     return [("largest 95% CI upper bound", quoted(headline, r"largest 95% CI upper bound (\S+)%"), f"{worst:.3f}"),
             ("bottom-up recorder cost", quoted(headline, r"bottom-up recorder cost ≤ (\S+)% of a step"), f"{bottom_up:.4f}"),
-            ("A/A CI", quoted(headline, r"A/A CI (\[\S+, \S+\])%"), aa),
+            ("A/A CI", quoted(headline, r"every A/A CI within (\[\S+, \S+\])%"), aa),
             ("rank-0 window boundary", quoted(headline, r"up to (\S+ ms per step, \S+% of the step at \d+) ranks"), boundary)]
 
 

@@ -84,16 +84,24 @@ class Headlines(unittest.TestCase):
 
     def test_a_count_the_sham_matches_says_so(self):
         text = with_null(pooled(self.sweep([5, 0], [5, 0]), "top1"), "top-1")
-        self.assertTrue(text.startswith("top-1 5/10: no lift, the sham scores the same (5/10;"), text)
+        self.assertTrue(text.startswith("top-1 5/10, sham 5/10: no lift, the sham scores the same (paired lift"), text)
 
     def test_strata_that_disagree_get_no_pooled_lift(self):
         p = pooled(self.sweep([5, 0], [0, 0]), "top1")
         self.assertEqual(sorted(p["strata"]), [0.0, 1.0])
         self.assertFalse(agree(p["strata"]))
         text = with_null(p, "top-1")
-        self.assertTrue(text.startswith("top-1 5/10: not pooled, the strata disagree: of 2 strata the sham scores the same "
-                                        "in 1, the fault rows more in 1, a lift shown in 0 at 5 pairs a stratum (sham 0/10; "
-                                        "paired lifts +0.00 to +1.00"), text)
+        self.assertTrue(text.startswith("top-1 5/10, sham 0/10: not pooled, the lifts vary across strata: of 2 strata the "
+                                        "fault rows score more in 1, neither arm hits in 1, none can show a lift alone: at 5 "
+                                        "pairs a stratum the smallest McNemar p is 0.062 (paired lifts +0.00 to +1.00"), text)
+        # A stratum where the sham hits as often is told apart from one where neither hits; 6 pairs can show a lift.
+        spec = []
+        for sc, fh, sh in [("a", 6, 6), ("b", 6, 0)]:
+            for seed in range(6):
+                spec.append(("fault", f"scenario-{sc}__seed-{seed}", sc, 120, int(seed < fh)))
+                spec.append(("sham", f"sham-delay_ms-0__scenario-{sc}__seed-{seed}", sc, 0, int(seed < sh)))
+        text = with_null(pooled(rows(spec), "top1"), "top-1")
+        self.assertIn("of 2 strata the fault rows score more in 1, the sham as much in 1, a lift shown in 1 (", text)
         self.assertNotIn("paired lift ", text)
 
     def test_a_lift_both_tests_do_not_show_is_too_few_pairs(self):
@@ -102,10 +110,10 @@ class Headlines(unittest.TestCase):
         p = pooled(df, "top1")
         self.assertGreater(p["lo"], 0)
         self.assertGreater(p["p"], 0.05)
-        self.assertTrue(with_null(p, "top-1").startswith("top-1 4/4: too few pairs to show a lift, the sham scores 0/4 ("))
+        self.assertTrue(with_null(p, "top-1").startswith("top-1 4/4, sham 0/4: too few pairs to show a lift ("))
         # 6 pairs: p = 0.03 and the interval above 0: shown, no hedge.
         df6 = rows([("fault", f"seed-{i}", "a", 120, 1) for i in range(6)] + [("sham", f"sham-delay_ms-0__seed-{i}", "a", 0, 0) for i in range(6)])
-        self.assertTrue(with_null(pooled(df6, "top1"), "top-1").startswith("top-1 6/6 (sham 0/6, paired lift +1.00"))
+        self.assertTrue(with_null(pooled(df6, "top1"), "top-1").startswith("top-1 6/6, sham 0/6 (paired lift +1.00"))
 
     def test_the_sham_column_counts_a_strata_own_twins_once(self):
         # Per-delay shams: the 60 ms stratum's sham column is its own twin, not every delay's shams.
@@ -126,7 +134,7 @@ class Headlines(unittest.TestCase):
     def test_strata_that_agree_get_the_pooled_paired_lift(self):
         p = pooled(self.sweep([5, 5], [0, 0]), "top1")
         self.assertTrue(agree(p["strata"]))
-        self.assertRegex(with_null(p, "top-1"), r"^top-1 10/10 \(sham 0/10, paired lift \+1\.00 \[\+0\.\d\d, \+1\.00\], McNemar p 0\.002")
+        self.assertRegex(with_null(p, "top-1"), r"^top-1 10/10, sham 0/10 \(paired lift \+1\.00 \[\+0\.\d\d, \+1\.00\], McNemar p 0\.002")
 
     def test_agreement_rule(self):
         self.assertTrue(agree([0.1, 0.4]))
