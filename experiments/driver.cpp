@@ -178,6 +178,41 @@ int spawn(const std::vector<std::string>& cmd, const std::string& log, int timeo
   }
 }
 
+/// Rank 0's resident memory after the run-level what-if's arrival log stopped growing (it keeps the
+/// run's first Evidence::kArrivalSteps scored steps): the least-squares slope, KiB per window, over
+/// the sampled windows (telemetry.rank0_rss.per_window_kb) that end past the log's last step, and
+/// how many samples it fits; the log's steps beside them. Nothing when the log never filled or fewer
+/// than 3 samples lie past it.
+void add_rss_after_log(ordered_json& base, const ordered_json& run) {
+  const auto& rss = run["telemetry"]["rank0_rss"];
+  if (!rss.contains("per_window_kb") || !run.contains("windows") || !run.contains("evidence")) return;
+  const auto& wi = run["evidence"]["whatif"];
+  if (!wi.value("available", false)) return;
+  const auto log_steps = wi.value("steps", std::int64_t{0});
+  base["whatif_log_steps"] = log_steps;
+  // The window in which the log took its last step: the first whose steps, counted from the
+  // first window's, reach log_steps.
+  std::int64_t seen = 0;
+  int full_at = -1;
+  for (const auto& w : run["windows"]) {
+    seen += w["last_step"].get<std::int64_t>() - w["first_step"].get<std::int64_t>() + 1;
+    if (seen > log_steps) {
+      full_at = w["index"].get<int>();
+      break;
+    }
+  }
+  if (full_at < 0) return;  // the log holds every step: it never filled
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& e : rss["per_window_kb"]) {
+    const double x = e[0].get<double>(), y = e[1].get<double>();
+    if (x <= full_at) continue;
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  if (n < 3 || n * sxx - sx * sx <= 0) return;
+  base["rank0_rss_growth_kb_per_window_log_full"] = (n * sxy - sx * sy) / (n * sxx - sx * sx);
+  base["rank0_rss_windows_log_full"] = static_cast<int>(n);
+}
+
 /// Flattens a run's result file into CSV fields (one map per run, or per window).
 /// --detect's fields (docs/detect.md) of a run.json or a sim JSON line as CSV columns.
 void add_detect_columns(ordered_json& base, const ordered_json& run) {
@@ -408,6 +443,7 @@ std::vector<ordered_json> summarize_run(const ordered_json& run, const Row& row,
     base["rank0_rss_growth_kb_per_window"] = t["rank0_rss"]["growth_kb_per_window"];
     base["rank0_rss_windows_fitted"] = t["rank0_rss"]["windows_fitted"];
     base["windows"] = run.contains("windows") ? run["windows"].size() : 0;
+    add_rss_after_log(base, run);
   }
   if (!spec.per_window) {
     std::vector<ordered_json> out{base};

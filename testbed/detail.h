@@ -61,7 +61,8 @@ public:
   /// "rank0_bytes_per_window", "rank0_close_to_scored_mean_s", "rank0_close_to_scored_max_s"}),
   /// null when no window came over MPI.
   nlohmann::ordered_json gather_json() const;
-  /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted"}.
+  /// {"first_kb", "last_kb", "max_kb", "growth_kb_per_window", "windows_fitted", "sample_every",
+  /// "per_window_kb": [[window index, KiB], ...] every sample_every-th window, at most 256}.
   nlohmann::ordered_json rss_json() const;
   /// True when rank 0 keeps whole windows: the rank_median baseline only (--detect and --trace
   /// keep bounded state in a Watch).

@@ -105,6 +105,12 @@ struct Rank0Windows::Impl {
   std::int64_t rss_first = 0, rss_last = 0, rss_max = 0;
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int fitted = 0;
+  // and the series itself, bounded: every rss_stride-th window, the stride doubled (every other
+  // sample dropped) whenever it would pass kRssSamples, so that a reader can fit any stretch of
+  // the run (the soak report fits the windows after the what-if's log stopped growing).
+  static constexpr std::size_t kRssSamples = 256;
+  std::vector<std::pair<int, std::int64_t>> rss_series;
+  int rss_stride = 1;
 
   Impl(const RunConfig& c, int e) : cfg(c), expected(e) {
     if (!cfg.out_dir.empty()) open(summaries, cfg.out_dir + "/windows.jsonl");
@@ -246,6 +252,13 @@ struct Rank0Windows::Impl {
     if (count == 1) rss_first = kb;
     rss_last = kb;
     rss_max = std::max(rss_max, kb);
+    if (index % rss_stride == 0) {
+      if (rss_series.size() == kRssSamples) {
+        rss_stride *= 2;
+        std::erase_if(rss_series, [&](const auto& e) { return e.first % rss_stride != 0; });
+      }
+      if (index % rss_stride == 0) rss_series.emplace_back(index, kb);
+    }
     if (index >= expected / 4) {
       const double x = index, y = static_cast<double>(kb);
       sx += x;
@@ -406,7 +419,9 @@ ordered_json Rank0Windows::rss_json() const {
           {"last_kb", im.rss_last},
           {"max_kb", im.rss_max},
           {"growth_kb_per_window", slope},
-          {"windows_fitted", im.fitted}};
+          {"windows_fitted", im.fitted},
+          {"sample_every", im.rss_stride},
+          {"per_window_kb", im.rss_series}};
 }
 
 }  // namespace sf::testbed::detail

@@ -23,6 +23,26 @@ else:
     if rss["growth_kb_per_window"] > a.max_kb_per_window:
         errors.append(f"rank 0 RSS grows {rss['growth_kb_per_window']:.2f} KiB per window "
                       f"(> {a.max_kb_per_window}; {rss['first_kb']} -> {rss['last_kb']} KiB)")
+    # The series a reader fits any stretch of the run with: bounded (at most 256 samples, every
+    # sample_every-th window, the stride doubled as the run grows), in window order, ending where
+    # the run's last sample was taken.
+    series, every = rss.get("per_window_kb"), rss.get("sample_every")
+    windows = len(run.get("windows", []))
+    if not isinstance(series, list) or not series or not isinstance(every, int) or every < 1:
+        errors.append("run.json's rank0_rss has no per_window_kb series or no sample_every")
+    else:
+        idx = [i for i, _ in series]
+        if len(series) > 256:
+            errors.append(f"per_window_kb holds {len(series)} samples, more than its bound of 256")
+        if idx != sorted(set(idx)) or any(i % every for i in idx):
+            errors.append(f"per_window_kb's windows are not every {every}-th window in order: {idx[:8]}...")
+        want = 1
+        while windows > 256 * want:
+            want *= 2
+        if every != want:
+            errors.append(f"{windows} windows sampled every {every}, expected every {want} (at most 256 samples)")
+        if max(kb for _, kb in series) > rss["max_kb"]:
+            errors.append("per_window_kb has a sample above max_kb")
     print(f"check_soak: rank 0 RSS {rss['first_kb']} -> {rss['last_kb']} KiB, "
           f"{rss['growth_kb_per_window']:+.3f} KiB/window over {rss['windows_fitted']} windows")
 for e in errors:

@@ -373,9 +373,20 @@ def recount_overhead(rows, headline):
 def recount_soak(rows, headline):
     """Per row, in the rows' order: the fitted growth (the binary's least-squares slope; the per-window RSS it fits
     is in no committed file), the windows, the steps every rank completed and the cost scale."""
+    rows = [r for r in rows if cell(r, "arm", "fault") == "fault"]  # a shuffled-target row repeats its run's columns
     item = r"([+-]?[\d.]+) KiB/window over (\d+) windows \((\d+) steps, cost x([^)]+)\)"
     got = re.findall(item, headline)
+    after = re.findall(r"([+-]?[\d.]+) KiB/window over the (\d+) sampled windows after the what-if's log was full "
+                       r"\(it keeps the first (\d+) steps\)", headline)
     out = []
+    full = [r for r in rows if r.get("rank0_rss_growth_kb_per_window_log_full", "") != ""]
+    for i in range(max(len(full), len(after))):
+        r = full[i] if i < len(full) else None
+        g = after[i] if i < len(after) else (None,) * 3
+        want = ((f"{num(r, 'rank0_rss_growth_kb_per_window_log_full'):+.2f}", str(int(num(r, "rank0_rss_windows_log_full"))),
+                 str(int(num(r, "whatif_log_steps")))) if r is not None else (None,) * 3)
+        for what, q, w in zip(["growth after the log is full", "samples after it", "log steps"], g, want):
+            out.append((f"log-full row {i + 1}: {what}", q, w))
     for i in range(max(len(rows), len(got))):
         r = rows[i] if i < len(rows) else None
         g = got[i] if i < len(got) else (None,) * 4
