@@ -228,6 +228,7 @@ def strata_text(p: Mapping[str, Any]) -> str:
         parts.append(f"neither arm hits in {p['strata_none']}")
     if p["strata_down"]:
         parts.append(f"the sham more in {p['strata_down']}")
+    parts.append(f"the pairs that differ: {p['b']} for the fault rows, {p['c']} for the sham")
     big = max(p["strata_pairs"])
     if can_show(big):
         parts.append(f"a lift shown in {p['strata_shown']}")
@@ -254,6 +255,8 @@ def with_null(p: Mapping[str, Any], what: str) -> str:
         return (f"{head}: not pooled, the lifts vary across strata: {strata_text(p)} (paired lifts {min(lifts):+.2f} to "
                 f"{max(lifts):+.2f}{shuf}{shared})")
     stat = f"paired lift {paired_text(p)}, McNemar p {p['p']:.2g}"
+    if p["b"] == p["c"] and p["k"] == 0 and p["k0"] == 0:
+        return f"{head}: neither arm hits, no lift ({stat}{shuf}{shared})"
     if p["b"] == p["c"]:
         return f"{head}: no lift, the sham scores the same ({stat}{shuf}{shared})"
     if not shown(p):
@@ -318,7 +321,9 @@ def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what:
         yes, no = informative(df, keys, col, names)
         # The count with its sham (the headline has the rest), then which groups show a lift: only where a group has
         # pairs enough to show one.
-        text = f"{m} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']})"
+        text = f"{m} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}" + (
+            ": neither arm hits)" if p["k"] == 0 == p["k0"] and p["b"] == p["c"]
+            else ": no lift, the sham scores the same)" if p["pairs"] and p["b"] == p["c"] else ")")
         if yes:
             text += f": a lift shown for {', '.join(yes)}" + (f", not for {', '.join(no)}" if no else "")
         elif can_show(max_group_pairs(df, keys, col)):

@@ -122,6 +122,19 @@ def sim_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["tool"].fillna("") == "sim"] if "tool" in df else df.iloc[0:0]
 
 
+def at_edge(v: float, levels: "pd.Series | list[float]", unit: str = " ms") -> str:
+    """A threshold read off a grid, with what the grid's edge means for it: at the largest level run it is one level
+    with nothing above it to hold at; at the smallest, the threshold may lie below the grid."""
+    lv = [float(x) for x in levels]
+    if not lv:
+        return ""
+    if v == max(lv) and len(set(lv)) > 1:
+        return f" (the largest level run, {v:g}{unit}: one level, nothing above it to test)"
+    if v == min(lv):
+        return f" (the smallest level run, {v:g}{unit}: it may hold below it)"
+    return ""
+
+
 def healthy_leader(df: pd.DataFrame) -> str:
     """Why a strict top-1 reads lower here than in the paper: the stage that leads the healthy windows (the sham rows'
     largest median frontier share), which an injected stage has to outgrow before it is top-1. '' without sham rows."""
@@ -131,8 +144,9 @@ def healthy_leader(df: pd.DataFrame) -> str:
         return ""
     top = shares.idxmax()
     return (f"Why top-1 reads lower than the paper's: {top.removeprefix('share:')} leads the healthy windows here (the sham "
-            f"rows' median share {shares.max():.2f}), so an injected stage is top-1 only once it outgrows that; top-2 and the "
-            "diagnosis do not need it. ")
+            f"rows' median share {shares.max():.2f}), so an injected stage is top-1 only once it outgrows that. Top-2 does "
+            "not need that, but where the stage is already second in healthy windows the sham hits top-2 as often; the "
+            "diagnosis needs neither. ")
 
 
 def scen_name(x: str) -> str:

@@ -135,7 +135,7 @@ def index_text(results: str | pathlib.Path) -> str:
            "fault row's twin: the same seed and settings with no fault) scores beside it and the paired lift over it (Tango's 95 % "
            "score interval, McNemar's exact p). How a count reads: \"N/M, sham K/M\": the fault rows' count, then their sham "
            "twins'; \"no lift, the sham scores the same\": the twins hit exactly where the fault rows do, the count is no "
-           "finding; \"no lift shown\": they differ in some pairs, but the interval holds 0 or McNemar's p is 0.05 or more; "
+           "finding; \"neither arm hits, no lift\": both counts are 0; \"no lift shown\": they differ in some pairs, but the interval holds 0 or McNemar's p is 0.05 or more; "
            "\"too few pairs to show a lift\": the paired lift is 0.5 or more, and the pairs are too few for both tests to show "
            "it; a lift is called shown only where the interval lies above 0 and p < 0.05 (from 6 pairs on; at 5 the smallest "
            "exact p is 0.0625); \"not pooled, the lifts vary across strata\": the strata (what the experiment varies: "
@@ -143,8 +143,11 @@ def index_text(results: str | pathlib.Path) -> str:
            "pooled lift is given but in how many strata the fault rows score more, the sham as much, or neither hits. "
            "\"shuffled K/M\": the same evidence judged against another stage and other ranks drawn from the seed, what a "
            "guess would score. top-1: the injected stage leads the exposed time alone (a near tie, within eta_A, is not "
-           "top-1); top-2: it is among the two leaders; candidate set: the paper's routing set; diagnosis: the stage and "
-           "rank named as slower than the healthy reference (docs/diagnosis.md). A number an experiment's own input or "
+           "top-1); top-2: it is among the two leaders; candidate set: the paper's routing set (\"routed\" = the stage is in it; "
+           "a \"compact set\" holds at most two stages); a confident misroute: the delay reached the step and the "
+           "frontier put another stage first by more than eta_A; diagnosis: the stage and rank named as slower than the "
+           "healthy reference (docs/diagnosis.md). A threshold at the largest or smallest level run says so: there it is "
+           "one level, or an upper bound. A number an experiment's own input or "
            "design fixes says so beside it. Every other term: [docs/glossary.md](../docs/glossary.md).\n",
            "| experiment | rows made at | ours | paper | where we differ |", "|---|---|---|---|---|"]
     for name in [*REPORTS, *SCRIPTED, *GPU]:

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from .arms import arm_of, arms_section, lift_prose, lift_table, null_match, pooled, split_arms, with_null
-from .common import (RULES, SCEN_NAMES, Report, absorbed, header, healthy_leader, honest, md_table, p50_by_ranks, real_rows,
+from .common import (RULES, SCEN_NAMES, Report, absorbed, at_edge, header, healthy_leader, honest, md_table, p50_by_ranks, real_rows,
                      rule_hits, scen_name, sim_rows)
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate, ratio
@@ -201,8 +201,10 @@ def report_detectability(d: pathlib.Path, df: pd.DataFrame) -> Report:
     parts = []
     for r, g in dt.groupby("ranks"):
         t1, cp = first_delay(g, "top1"), first_delay(g, "compact")
-        parts.append(f"{int(r)} ranks: compact set from {cp:.0f} ms" if cp is not None else f"{int(r)} ranks: compact set never")
-        parts[-1] += f", strict top-1 from {t1:.0f} ms" if t1 is not None else ", strict top-1 never"
+        levels = sorted(g.delay_ms.unique())
+        parts.append(f"{int(r)} ranks: compact set from {cp:.0f} ms{at_edge(cp, levels)}" if cp is not None
+                     else f"{int(r)} ranks: compact set never")
+        parts[-1] += f", strict top-1 from {t1:.0f} ms{at_edge(t1, levels)}" if t1 is not None else ", strict top-1 never"
         sr = null_match(sham, g, ["ranks"])
         if len(sr):
             parts[-1] += (f" (their sham twins: compact set {int(((b(sr.cand_hit) == 1) & (sr.cand_size.astype(float) <= 2)).sum())}"
@@ -240,7 +242,8 @@ def report_callback(d: pathlib.Path, df: pd.DataFrame) -> Report:
     _, cb_sham, _ = split_arms(full)
     cb_twins = null_match(cb_sham, sync_all[arm_of(sync_all) == "fault"], ["scenario"])
     twins_top1 = f" (sham twins top-1 {int(b(cb_twins.top1).sum())}/{len(cb_twins)})" if len(cb_twins) else ""
-    headline = (f"sync callback top-1 in every seed from {first:.0f} ms{twins_top1}" if first is not None else "sync callback never top-1") + \
+    headline = (f"sync callback top-1 in every seed from {first:.0f} ms{at_edge(first, list(top1_from.index))}{twins_top1}"
+                if first is not None else "sync callback never top-1") + \
         "; " + with_null(pooled(sync_all, "top2"), "sync top-2") + "; " + control_text(full[full.scenario == "callback_host_tail"], "host-only control")
     differ = (healthy_leader(full) + "Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
               + " " + control_text(full[full.scenario == "callback_host_tail"], "Host-only control")

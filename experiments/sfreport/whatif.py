@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from .arms import arm_of, delay_text, twin_key
-from .common import Report, header, md_table
+from .common import Report, at_edge, header, md_table
 from .figures import figure_note
 from .stats import b, frac
 
@@ -148,7 +148,7 @@ def threshold_section(pairs: pd.DataFrame) -> tuple[str, str]:
             if not ok:
                 break
             first = lv
-        cell = f"{first:g}{unit}" if first is not None else "not in the levels run"
+        cell = f"{first:g}{unit}{at_edge(first, list(holds.index), unit)}" if first is not None else "not in the levels run"
         rows.append({"tool": "live" if tool == "run" else "model", "fault": fault,
                      "levels run": ", ".join(f"{x:g}" for x in holds.index) + (" (strength)" if straggler else " ms"),
                      "reached the step from": (f"{reached[reached].index.min():g}{unit}" if reached.any() else "never"),
@@ -237,7 +237,8 @@ def report_whatif(d: pathlib.Path, df: pd.DataFrame) -> Report:
     live, model = reached[reached["tool_"] == "run"], reached[reached["tool_"] == "sim"]
     headline = (f"T_healed within {WHATIF_TOL:.0%} of the sham twin's step in {int(reached['within'].sum())}/{len(reached)} fault "
                 f"rows that reached the step (live {int(live['within'].sum())}/{len(live)}, model "
-                f"{int(model['within'].sum())}/{len(model)}); median |error| {reached['error'].abs().median():.1%} against "
+                f"{int(model['within'].sum())}/{len(model)}; no fix, the fault row's own step, within it in "
+                f"{int((reached['unfixed_error'].abs() <= WHATIF_TOL).sum())}/{len(reached)}); median |error| {reached['error'].abs().median():.1%} against "
                 f"{reached['unfixed_error'].abs().median():.1%} for no fix; sham rows claimed a gain in {invented}/{len(sham)}"
                 + (f"; {mhead}" if mhead else ""))
     differ = ("Not in the paper. The seeds' what-if (WIA, arXiv 2505.05713) replays a dependency graph; this one replays "

@@ -221,6 +221,7 @@ def check_one(where, headline, label, measure, rows):
         words.append(f"neither arm hits in {k}")
     if (k := sum(1 for t in ts if t[1] < t[2])):
         words.append(f"the sham more in {k}")
+    words.append(f"the pairs that differ: {b} for the fault rows, {c} for the sham")
     if mcnemar(biggest, 0) < 0.05:
         words.append(f"a lift shown in {sum(1 for ps in per if lift_shown(ps))}")
     else:
@@ -249,7 +250,10 @@ def check_one(where, headline, label, measure, rows):
             problems.append(f"{where}: '{label}' pools a lift although its strata disagree ({want['strata']})")
         if not agree and split not in m.group("pre"):
             problems.append(f"{where}: '{label}' does not say, in the count itself, '{split}'")
-        if agree and b == c and "no lift, the sham scores the same" not in m.group("pre"):
+        both_miss = want["count"].startswith("0/") and want["sham"].startswith("0/")
+        if agree and b == c and both_miss and "neither arm hits, no lift" not in m.group("pre"):
+            problems.append(f"{where}: '{label}' does not say that neither arm hits ({want['count']}, sham {want['sham']})")
+        if agree and b == c and not both_miss and "no lift, the sham scores the same" not in m.group("pre"):
             problems.append(f"{where}: '{label}' does not say that the sham scores the same ({want['sham']})")
         if agree and b != c and not shown and not any(w in m.group("pre") for w in ("no lift shown", "too few pairs to show a lift")):
             problems.append(f"{where}: '{label}' reads as a lift that the pairs do not show ({want['paired lift']}, "

@@ -92,8 +92,9 @@ class Headlines(unittest.TestCase):
         self.assertFalse(agree(p["strata"]))
         text = with_null(p, "top-1")
         self.assertTrue(text.startswith("top-1 5/10, sham 0/10: not pooled, the lifts vary across strata: of 2 strata the "
-                                        "fault rows score more in 1, neither arm hits in 1, none can show a lift alone: at 5 "
-                                        "pairs a stratum the smallest McNemar p is 0.062 (paired lifts +0.00 to +1.00"), text)
+                                        "fault rows score more in 1, neither arm hits in 1, the pairs that differ: 5 for the fault "
+                                        "rows, 0 for the sham, none can show a lift alone: at 5 pairs a stratum the smallest "
+                                        "McNemar p is 0.062 (paired lifts +0.00 to +1.00"), text)
         # A stratum where the sham hits as often is told apart from one where neither hits; 6 pairs can show a lift.
         spec = []
         for sc, fh, sh in [("a", 6, 6), ("b", 6, 0)]:
@@ -101,7 +102,8 @@ class Headlines(unittest.TestCase):
                 spec.append(("fault", f"scenario-{sc}__seed-{seed}", sc, 120, int(seed < fh)))
                 spec.append(("sham", f"sham-delay_ms-0__scenario-{sc}__seed-{seed}", sc, 0, int(seed < sh)))
         text = with_null(pooled(rows(spec), "top1"), "top-1")
-        self.assertIn("of 2 strata the fault rows score more in 1, the sham as much in 1, a lift shown in 1 (", text)
+        self.assertIn("of 2 strata the fault rows score more in 1, the sham as much in 1, the pairs that differ: 6 for the "
+                      "fault rows, 0 for the sham, a lift shown in 1 (", text)
         self.assertNotIn("paired lift ", text)
 
     def test_a_lift_both_tests_do_not_show_is_too_few_pairs(self):
