@@ -117,7 +117,13 @@ def report_soak(d: pathlib.Path, df: pd.DataFrame) -> Report:
              "0.034 %, whose number follows the spread of the values, not their count (frontier MedianKeeper), so "
              "nothing on rank 0 grows with the number of steps.\n")
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.bar([f"R={int(r.ranks)} x{r.get('cost_scale', 1.0)}" for _, r in df.iterrows()], df.rank0_rss_growth_kb_per_window)
+    xs = range(len(df))
+    ax.bar([x - 0.2 for x in xs], df.rank0_rss_growth_kb_per_window, 0.4, label="past the first quarter of the windows")
+    if "rank0_rss_growth_kb_per_window_log_full" in df:
+        ax.bar([x + 0.2 for x in xs], df.rank0_rss_growth_kb_per_window_log_full.fillna(0), 0.4,
+               label="after the what-if's log is full (0: never full)")
+    ax.set_xticks(list(xs), [f"R={int(r.ranks)} x{r.get('cost_scale', 1.0)}, {int(r.steps_completed_min)} steps"
+                             for _, r in df.iterrows()], fontsize=8)
     ax.axhline(1.0, ls=":", c="gray", label="CI soak limit 1 KiB/window")
     ax.set_ylabel("rank-0 RSS growth (KiB/window)")
     ax.legend(fontsize=8)
@@ -129,9 +135,9 @@ def report_soak(d: pathlib.Path, df: pd.DataFrame) -> Report:
         if "whatif_log_steps" not in r or pd.isna(r.get("whatif_log_steps")):
             return ""
         if pd.isna(r.get("rank0_rss_growth_kb_per_window_log_full")):
-            return f", all of it the what-if's log filling (it keeps the first {int(r.whatif_log_steps)} steps; never full here)"
-        return (f", {r.rank0_rss_growth_kb_per_window_log_full:+.2f} KiB/window over the {int(r.rank0_rss_windows_log_full)} "
-                f"sampled windows after the what-if's log was full (it keeps the first {int(r.whatif_log_steps)} steps)")
+            return f", all of it the what-if's log filling (never full here: it holds every one of the {int(r.whatif_log_steps)} steps)"
+        return (f", {r.rank0_rss_growth_kb_per_window_log_full:+.2f} KiB/window fitted on {int(r.rank0_rss_windows_log_full)} "
+                f"samples of the windows after the what-if's log was full (it keeps the first {int(r.whatif_log_steps)} steps)")
 
     head = "; ".join(f"{r.rank0_rss_growth_kb_per_window:+.2f} KiB/window over {int(r.windows)} windows "
                      f"({int(r.steps_completed_min)} steps, cost x{r.get('cost_scale', 1.0)}){after_log(r)}" for _, r in df.iterrows())

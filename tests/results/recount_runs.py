@@ -378,7 +378,7 @@ def recount_soak(rows, headline):
     rows = [r for r in rows if cell(r, "arm", "fault") == "fault"]  # a shuffled-target row repeats its run's columns
     item = r"([+-]?[\d.]+) KiB/window over (\d+) windows \((\d+) steps, cost x([^)]+)\)"
     got = re.findall(item, headline)
-    after = re.findall(r"([+-]?[\d.]+) KiB/window over the (\d+) sampled windows after the what-if's log was full "
+    after = re.findall(r"([+-]?[\d.]+) KiB/window fitted on (\d+) samples of the windows after the what-if's log was full "
                        r"\(it keeps the first (\d+) steps\)", headline)
     out = []
     full = [r for r in rows if r.get("rank0_rss_growth_kb_per_window_log_full", "") != ""]
