@@ -87,6 +87,12 @@ def report_overhead(d: pathlib.Path, df: pd.DataFrame) -> Report:
                   + "".join(f"; {len(x)} lie above it: " + ", ".join(f"{r['mode']} {r.overhead_mean_pct:+.3f} "
                                                                        f"[{r.overhead_ci_low_pct:+.3f}, {r.overhead_ci_high_pct:+.3f}] % at {int(r.ranks)} ranks"
                                                                        for _, r in x.iterrows())
+                            + " (" + "; ".join(f"at {int(r.ranks)} ranks both are measured against the same arm A, whose A/A "
+                                               f"reads {r.aa_mean_pct:+.3f} [{r.aa_ci_low_pct:+.3f}, {r.aa_ci_high_pct:+.3f}] %, "
+                                               f"and the recorder's own CPU there is "
+                                               f"{r.recorder_cpu_us_per_step / (r.median_step_ms_off * 1e3) * 100:.4f} % of a step"
+                                               for _, r in x.drop_duplicates("ranks").iterrows())
+                            + ": not a measured recorder cost)"
                             for x in [df[df.overhead_ci_low_pct > 0]] if len(x))
                   + f". Bottom-up, the recorder's own CPU is "
                   f"{df.recorder_cpu_us_per_step.min():.1f}-{df.recorder_cpu_us_per_step.max():.1f} us per step on rank 0, at most "
@@ -114,8 +120,10 @@ def report_soak(d: pathlib.Path, df: pd.DataFrame) -> Report:
              "into a run-level StreamingAccumulator (docs/testbed.md). The growth column is the least-squares slope of "
              "rank 0's resident memory after each window, over the windows past the first quarter. The run-level medians (step time, "
              "forward-event samples) are exact up to --exact-median-steps (4096) and then kept in log2 bins within "
-             "0.034 %, whose number follows the spread of the values, not their count (frontier MedianKeeper), so "
-             "nothing on rank 0 grows with the number of steps.\n")
+             "0.034 %, whose number follows the spread of the values, not their count (frontier MedianKeeper); the "
+             "what-if's arrival log keeps the run's first 16384 steps. Both are bounded, and both fill first: the growth "
+             "past the first quarter takes in their filling, the column after the log is full is what is left (the "
+             "CTest soak limit, mpi.soak.flat, is 1 KiB/window).\n")
     fig, ax = plt.subplots(figsize=(5, 3))
     xs = range(len(df))
     ax.bar([x - 0.2 for x in xs], df.rank0_rss_growth_kb_per_window, 0.4, label="past the first quarter of the windows")
@@ -135,12 +143,15 @@ def report_soak(d: pathlib.Path, df: pd.DataFrame) -> Report:
         if "whatif_log_steps" not in r or pd.isna(r.get("whatif_log_steps")):
             return ""
         if pd.isna(r.get("rank0_rss_growth_kb_per_window_log_full")):
-            return f", all of it the what-if's log filling (never full here: it holds every one of the {int(r.whatif_log_steps)} steps)"
+            return (f", the what-if's log (never full here: it holds every one of the {int(r.whatif_log_steps)} steps) and the "
+                    "run-level medians, exact up to 4096 steps, both filling")
         return (f", {r.rank0_rss_growth_kb_per_window_log_full:+.2f} KiB/window fitted on {int(r.rank0_rss_windows_log_full)} "
                 f"samples of the windows after the what-if's log was full (it keeps the first {int(r.whatif_log_steps)} steps)")
 
     head = "; ".join(f"{r.rank0_rss_growth_kb_per_window:+.2f} KiB/window over {int(r.windows)} windows "
-                     f"({int(r.steps_completed_min)} steps, cost x{r.get('cost_scale', 1.0)}){after_log(r)}" for _, r in df.iterrows())
+                     f"({int(r.steps_completed_min)} steps, cost x{r.get('cost_scale', 1.0)}; fitted on the "
+                     f"{int(r.rank0_rss_windows_fitted)} past the first quarter, so the run's length sets how much filling "
+                     f"it takes in){after_log(r)}" for _, r in df.iterrows())
     differ = ("Rank 0 streams window packets and summaries to disk and keeps bounded run-level aggregates. One of them "
               "grows until its cap: the run-level what-if's arrival log (frontier ArrivalLog: about 100 bytes a segment, two "
               "segments a step here) keeps the first 16384 scored steps, then stops; the fit past the first quarter of "

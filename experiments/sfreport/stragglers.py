@@ -10,6 +10,8 @@ from .common import Report, header, md_table
 from .figures import figure_note
 from .stats import b, frac
 
+HIT_RATE = 0.95  # a threshold is where rank hits hold at this rate from there up
+
 
 def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
     """Stragglers nobody injected into a stage (issue 38): rank hits of real stragglers by kind and strength,
@@ -60,7 +62,7 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
         threshold = None
         for i in range(len(g)):
             rest = g.iloc[i:]
-            if hit(rest) >= 0.95 * len(rest):
+            if hit(rest) >= HIT_RATE * len(rest):
                 threshold = g.iloc[i]["exposed_change_ms"]
                 break
         thresholds[kind] = threshold
@@ -116,7 +118,7 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
                              "outcomes": ", ".join(f"{k} {v}" for k, v in g["diag_outcome"].value_counts().items())})
     two_thr = {}
     for (scen, ranks), g in two.groupby(["scenario", "ranks"], sort=True):
-        ok = [dl for dl, gd in g.groupby("delay_ms") if (gd["diag_recall"] >= 1).sum() >= 0.95 * len(gd)]
+        ok = [dl for dl, gd in g.groupby("delay_ms") if (gd["diag_recall"] >= 1).sum() >= HIT_RATE * len(gd)]
         passing = sorted(dl for dl in ok if all(dl2 in ok for dl2 in g["delay_ms"].unique() if dl2 >= dl))
         two_thr[(scen, int(ranks))] = passing[0] if passing else None
     if several_rows:
@@ -151,7 +153,8 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
                                                            (model_null["ranks"] == r["ranks"])]) / r["pairs"]) if model_rows else None
     headline = (f"rank named in {hit(clear)}/{len(clear)} rows where the step slowed past twice its floor "
                 f"(named in {hit(fault)}/{len(fault)} of all rows); "
-                f"sham named {named(sham)}/{len(sham)}, healthy runs {named(healthy)}/{len(healthy)}; thresholds "
+                f"sham named {named(sham)}/{len(sham)}, healthy runs {named(healthy)}/{len(healthy)}; step-slowdown "
+                f"thresholds (the rank named in {HIT_RATE:.0%} of the rows or more from there up) "
                 + ", ".join(f"{k} {v:.1f} ms" if v is not None else f"{k} none" for k, v in thresholds.items())
                 + (f"; independent-seed model pairs named a culprit in {pairs_named}/{pairs} (worst {worst['profile']} at "
                    f"{worst['ranks']} ranks: {worst['culprit named']})" if worst else ""))
@@ -161,6 +164,9 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
                                  for k, v in two_thr.items()))
         if two_thr and all(v == two["delay_ms"].min() for v in two_thr.values()):
             headline += f" (the smallest delay run, {two['delay_ms'].min():g} ms: named from the first)"
+        two_sham = model[(mgroup == "two_ranks") & (marm == "sham")]
+        if len(two_sham):
+            headline += f" (their sham twins named a culprit in {named(two_sham)}/{len(two_sham)})"
     if len(every):
         headline += f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}"
         if len(model_null):

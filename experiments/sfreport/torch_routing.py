@@ -101,7 +101,9 @@ def report_torch_routing(d: pathlib.Path, df: pd.DataFrame) -> Report:
                          "predicted d* (faulty) ms": f"{pred_f:.0f}" if pred_f == pred_f else "-",
                          "part of the delay in the data stage there": f"{(f.get('data.next_wait', 0.0) - h.get('data.next_wait', 0.0)) / at:.2f}",
                          "measured: top-1 in every row from": threshold_cell(t1, g.delay_ms.min())})
+            ts = null_match(sweep_s, g, ["ranks"])
             pred_parts.append(f"{int(r)} ranks: measured top-1 from " + threshold_cell(t1, g.delay_ms.min())
+                              + (f" (sham twins top-1 {int(b(ts.top1).sum())}/{len(ts)})" if len(ts) else "")
                               + f", predicted {pred:.0f} ms from the healthy window's {comp} advance"
                               + (f" and {pred_f:.0f} ms from the faulty window's" if pred_f == pred_f
                                  else f" (none from the faulty window: its {comp} has no advance at {at:.0f} ms)"))

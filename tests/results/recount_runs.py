@@ -263,13 +263,16 @@ def rel(x, ref):
 
 
 def mitigations(fault):
-    """(within 10 % of the prediction, rows that acted) of the live mitigations, or None where no row mitigated."""
+    """(within 10 % of the prediction, and predicting no change within it; each of the rows that acted) of the live
+    mitigations, or None where no row mitigated."""
     m = [r for r in fault if r.get("mitigate", "") in ("exclude", "rebalance")]
     if not m:
         return None
     acted = [r for r in m if not math.isnan(num(r, "mitig_rank")) and int(num(r, "mitig_rank")) >= 0]
     within = sum(abs(num(r, "mitig_error")) <= MITIGATE_TOL for r in acted)
-    return frac(within, len(acted))
+    still = sum(abs(num(r, "mitig_measured_ms") - num(r, "mitig_before_ms")) <= MITIGATE_TOL * num(r, "mitig_before_ms")
+                for r in acted)
+    return frac(within, len(acted)), frac(still, len(acted))
 
 
 def recount_whatif(rows, headline):
@@ -300,7 +303,13 @@ def recount_whatif(rows, headline):
              frac(sum(flag(r, "whatif_gains") for r in sham_rows), len(sham_rows))),
             ("live mitigations within", quoted(headline, r"live mitigations within (\d+%) of their prediction"),
              f"{MITIGATE_TOL:.0%}" if mitigated else None),
-            ("live mitigations", quoted(headline, r"of their prediction in (\d+/\d+) rows"), mitigated)]
+            ("live mitigations", quoted(headline, r"of their prediction in (\d+/\d+) rows"), mitigated and mitigated[0]),
+            ("mitigations: predicting no change", quoted(headline, r"the step before the switch, within it in (\d+/\d+)\)"),
+             mitigated and mitigated[1]),
+            ("median |error| live", quoted(headline, r"\(live (\S+%), model \S+%\) against"),
+             f"{median([abs(e) for _, e, _ in live]):.1%}"),
+            ("median |error| model", quoted(headline, r"\(live \S+%, model (\S+%)\) against"),
+             f"{median([abs(e) for _, e, _ in model]):.1%}")]
 
 
 # detect --------------------------------------------------------------------------------------------------------------
@@ -376,7 +385,7 @@ def recount_soak(rows, headline):
     """Per row, in the rows' order: the fitted growth (the binary's least-squares slope; the per-window RSS it fits
     is in no committed file), the windows, the steps every rank completed and the cost scale."""
     rows = [r for r in rows if cell(r, "arm", "fault") == "fault"]  # a shuffled-target row repeats its run's columns
-    item = r"([+-]?[\d.]+) KiB/window over (\d+) windows \((\d+) steps, cost x([^)]+)\)"
+    item = r"([+-]?[\d.]+) KiB/window over (\d+) windows \((\d+) steps, cost x([^;)]+)[;)]"
     got = re.findall(item, headline)
     after = re.findall(r"([+-]?[\d.]+) KiB/window fitted on (\d+) samples of the windows after the what-if's log was full "
                        r"\(it keeps the first (\d+) steps\)", headline)
