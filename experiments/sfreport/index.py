@@ -127,7 +127,7 @@ def index_text(results: str | pathlib.Path) -> str:
            "Every number below is computed from the rows by `experiments/report.py`: CTest `results.claims` runs that "
            "code again on the rows and fails on any number that differs, and CTest `results.recount` counts every "
            "headline's figures again from `rows.csv` with code of its own (no pandas, no report code; overhead's intervals "
-           "and soak's slope, whose inputs no committed file keeps, only for their row and rounding). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
+           "and soak's slopes only for their row and rounding: the intervals' bootstrap rounds are kept nowhere, the slopes are fitted on the RSS series in each soak run's run.json, not in rows.csv). Regenerate everything with `build/sf-testbed experiment all --out results` (the "
            f"recorded runs took {sum(elapsed.values()) / 3600:.1f} h in all on the project's 2-core VM; longest: "
            + ", ".join(f"{k} {v / 60:.0f} min" for k, v in longest) + "); one experiment with `build/sf-testbed experiment "
            "NAME --out results` (it packs the rows into `rows.tar.xz` itself). Runs are real `mpirun` processes with the host-stream device model (no GPU here), except the `gpu` row: "

@@ -16,9 +16,9 @@
 
 Nothing here imports experiments/report.py, experiments/gather.py, sfreport or pandas: it is a second, separate
 reading of the rows, so a fault in the report's counting cannot pass unseen by re-running the same code
-(results.claims does that part). What it cannot recount is what no committed file keeps: the overhead intervals (the
-binary's bootstraps over rounds) and the soak's fitted slope (the binary's fit over per-window RSS); for those it
-recounts which row the headline quotes and its rounding.
+(results.claims does that part). What it does not recount: the overhead intervals (the binary's bootstraps over
+rounds, kept nowhere) and the soak's fitted slopes (fits over the per-window RSS series, which lies in each run's
+run.json inside rows.tar.xz, not in rows.csv); for those it recounts which row the headline quotes and its rounding.
 """
 import csv
 import json

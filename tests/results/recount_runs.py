@@ -383,7 +383,8 @@ def recount_overhead(rows, headline):
 
 def recount_soak(rows, headline):
     """Per row, in the rows' order: the fitted growth (the binary's least-squares slope; the per-window RSS it fits
-    is in no committed file), the windows, the steps every rank completed and the cost scale."""
+    is in run.json, not in rows.csv), the windows, the steps every rank completed and the cost scale; per row whose
+    what-if log filled, the driver's slope after it, its samples and the log's steps."""
     rows = [r for r in rows if cell(r, "arm", "fault") == "fault"]  # a shuffled-target row repeats its run's columns
     item = r"([+-]?[\d.]+) KiB/window over (\d+) windows \((\d+) steps, cost x([^;)]+)[;)]"
     got = re.findall(item, headline)
