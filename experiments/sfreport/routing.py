@@ -23,6 +23,19 @@ def rule_hits_with_sham(fault: pd.DataFrame, sham: pd.DataFrame) -> pd.DataFrame
     return t
 
 
+def sham_leader(full: pd.DataFrame, ctl: pd.DataFrame) -> str:
+    """Where the control's sham twins' frontier put the lead: a misroute to the stage that leads healthy windows too is
+    that stage leading, not the delay moving."""
+    _, sham, _ = split_arms(full)
+    tw = null_match(sham, ctl[arm_of(ctl) == "fault"], ["scenario"])
+    shares = [c for c in tw.columns if c.startswith("share:")]
+    if not len(tw) or not shares:
+        return ""
+    lead = tw[shares].astype(float).idxmax(axis=1).str.removeprefix("share:").value_counts()
+    return (f"; their sham twins' frontier put {lead.index[0]} first in {int(lead.iloc[0])}/{len(tw)} too (it leads the "
+            "healthy step)")
+
+
 def profile_name(prof: str) -> str:
     """A profile as a table names it: the paper-implied one with what its agreement is worth."""
     return f"{prof} (derived from Figure 3b: agreement by construction)" if prof == "paper-implied" else prof
@@ -248,7 +261,8 @@ def report_callback(d: pathlib.Path, df: pd.DataFrame) -> Report:
     differ = (healthy_leader(full) + "Sync-bearing callback: " + lift_prose(sync_all, ["delay_ms"], {"delay_ms": lambda x: f"{x:.0f} ms"}, "delay")
               + " " + control_text(full[full.scenario == "callback_host_tail"], "Host-only control")
               + f"; the frontier (not the diagnosis) routed the delay confidently to another stage in "
-              f"{b(host.misroute).sum()}/{len(host)}" + (f" ({absorbed(host)})" if len(host) else "") + ".")
+              f"{b(host.misroute).sum()}/{len(host)}" + (f" ({absorbed(host)})" if len(host) else "")
+              + sham_leader(full, host) + ".")
     share = "share:callbacks.cpu_wall"
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [1, 1.2]})
     if len(sync):
@@ -305,7 +319,8 @@ def report_accumulation(d: pathlib.Path, df: pd.DataFrame) -> Report:
     headline = with_null(pooled(pos, "top1"), "data/backward top-1") + "; " + with_null(pooled(pos, "top2"), "top-2")
     differ = healthy_leader(full) + lift_prose(full, ["scenario"], {"scenario": scen_name}) + (
         f" gradient_accumulation_ambiguous fired on {df.labels.fillna('').astype(str).str.contains('gradient_accumulation_ambiguous').sum()}"
-        f"/{len(df)} fault rows: each microstep's stages are unfolded before the frontier is taken.")
+        f"/{len(df)} fault rows, fixed by design: the label reads only the stage schema, and each microstep's stages "
+        "are unfolded before the frontier is taken, so no fault (and no sham) can fire it.")
     groups: list[str] = []
     series: dict[str, list[float]] = {"top-1": [], "top-2": [], "rank hit": [], "gradient_accumulation_ambiguous label": []}
     paper: dict[str, list[float | None]] = {"top-1": [], "top-2": []}
@@ -356,7 +371,7 @@ def report_sharded(d: pathlib.Path, df: pd.DataFrame) -> Report:
     differ = ("One sharded data-parallel step on MPI (not FSDP/ZeRO on GPUs). " + lift_prose(pos_all, ["scenario", "ranks"], {"scenario": scen_name})
               + " " + control_text(full[full.scenario == "optim_host_local"], "Host-local optimizer control")
               + f"; the frontier (not the diagnosis) routed the delay confidently to another stage in "
-              f"{b(ctl.misroute).sum()}/{len(ctl)}.")
+              f"{b(ctl.misroute).sum()}/{len(ctl)}" + sham_leader(full, ctl) + ".")
     groups: list[str] = []
     series: dict[str, list[float]] = {"top-1": [], "top-2": [], "routed": []}
     paper: dict[str, list[float | None]] = {"routed": []}

@@ -168,7 +168,8 @@ def report_stragglers(d: pathlib.Path, df: pd.DataFrame) -> Report:
         if len(two_sham):
             headline += f" (their sham twins named a culprit in {named(two_sham)}/{len(two_sham)})"
     if len(every):
-        headline += f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}"
+        headline += (f"; every rank faulty: common slowdown {int((every['diag_outcome'] == 'common').sum())}/{len(every)}, "
+                     "largely by design (the same delay on every rank: none can stand out)")
         if len(model_null):
             headline += (f" (the independent-seed healthy pairs read a common slowdown in "
                          f"{int((model_null['diag_outcome'] == 'common').sum())}/{len(model_null)})")

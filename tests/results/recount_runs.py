@@ -297,8 +297,10 @@ def recount_whatif(rows, headline):
             ("model", quoted(headline, r"model (\d+/\d+);"), frac(within(model), len(model))),
             ("no fix within tolerance", quoted(headline, r"no fix, the fault row's own step, within it in (\d+/\d+)\)"),
              frac(sum(abs(u) <= WHATIF_TOL for _, _, u in reached), len(reached))),
-            ("median |error|", quoted(headline, r"median \|error\| (\S+%)"), f"{median([abs(e) for _, e, _ in reached]):.1%}"),
+            ("median |error|", quoted(headline, r"pooled (\S+%)\) against"), f"{median([abs(e) for _, e, _ in reached]):.1%}"),
             ("no fix", quoted(headline, r"against (\S+%) for no fix"), f"{median([abs(u) for _, _, u in reached]):.1%}"),
+            ("sham rows with a named culprit", quoted(headline, r"the diagnosis named one in (\d+/\d+)\)"),
+             frac(sum(num(r, "diag_culprits") > 0 for r in sham_rows), len(sham_rows))),
             ("sham rows claimed a gain", quoted(headline, r"sham rows claimed a gain in (\d+/\d+)"),
              frac(sum(flag(r, "whatif_gains") for r in sham_rows), len(sham_rows))),
             ("live mitigations within", quoted(headline, r"live mitigations within (\d+%) of their prediction"),
@@ -306,9 +308,9 @@ def recount_whatif(rows, headline):
             ("live mitigations", quoted(headline, r"of their prediction in (\d+/\d+) rows"), mitigated and mitigated[0]),
             ("mitigations: predicting no change", quoted(headline, r"the step before the switch, within it in (\d+/\d+)\)"),
              mitigated and mitigated[1]),
-            ("median |error| live", quoted(headline, r"\(live (\S+%), model \S+%\) against"),
+            ("median |error| live", quoted(headline, r"median \|error\| live (\S+%),"),
              f"{median([abs(e) for _, e, _ in live]):.1%}"),
-            ("median |error| model", quoted(headline, r"\(live \S+%, model (\S+%)\) against"),
+            ("median |error| model", quoted(headline, r"median \|error\| live \S+%, model (\S+%) "),
              f"{median([abs(e) for _, e, _ in model]):.1%}")]
 
 
@@ -338,12 +340,14 @@ def recount_detect(rows, headline):
     aba, fa = detect_arms([r for r in rows if r.get("tool", "") != "sim"])
     sim_aba, sim_fa = detect_arms(sim)
     biggest = int(finite_max([num(r, "ranks") for r in sim])) if sim else 0
-    per = {}
+    per, steps = {}, {}
     for r in sim_aba:
         k = per.setdefault(num(r, "delay_ms"), [0, 0])
         k[0] += total([r], "cp_detected")
         k[1] += total([r], "cp_detected", "cp_missed")
-    missed = [f"{k[0]}/{k[1]} at {dl:g} ms" for dl, k in sorted(per.items()) if k[0] < k[1]]
+        steps.setdefault(num(r, "delay_ms"), []).append(num(r, "median_step_ms"))
+    missed = [f"{k[0]}/{k[1]} at {dl:g} ms = {dl / median(steps[dl]):.2f} of the step" for dl, k in sorted(per.items())
+              if k[0] < k[1]]
     return [("live A/B/A transitions found", quoted(headline, r"live: (\d+/\d+) A/B/A transitions found"),
              frac(total(aba, "cp_detected"), total(aba, "cp_detected", "cp_missed"))),
             ("sim ranks", quoted(headline, r"sim \(to (\d+) ranks\)"), str(biggest)),
