@@ -323,7 +323,9 @@ def lift_prose(df: pd.DataFrame, keys: Sequence[str], names: Names = None, what:
         # pairs enough to show one.
         text = f"{m} {p['k']}/{p['n']} (sham {p['k0']}/{p['n0']}" + (
             ": neither arm hits)" if p["k"] == 0 == p["k0"] and p["b"] == p["c"]
-            else ": no lift, the sham scores the same)" if p["pairs"] and p["b"] == p["c"] else ")")
+            else ": no lift, the sham scores the same)" if p["pairs"] and p["b"] == p["c"]
+            else f"; of {len(p['strata'])} strata the fault rows score more in {p['strata_up']}, the sham as much in "
+                 f"{p['strata_level']}, neither hits in {p['strata_none']})" if not agree(p["strata"]) else ")")
         if yes:
             text += f": a lift shown for {', '.join(yes)}" + (f", not for {', '.join(no)}" if no else "")
         elif can_show(max_group_pairs(df, keys, col)):

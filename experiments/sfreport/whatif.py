@@ -241,9 +241,9 @@ def report_whatif(d: pathlib.Path, df: pd.DataFrame) -> Report:
                         "that reached the step; triangles: each live mitigation's predicted step against the step measured "
                         f"after the switch; the line is the diagonal, the band +/-{WHATIF_TOL:.0%}.")
     live, model = reached[reached["tool_"] == "run"], reached[reached["tool_"] == "sim"]
-    headline = (f"T_healed within {WHATIF_TOL:.0%} of the sham twin's step in {int(reached['within'].sum())}/{len(reached)} fault "
-                f"rows that reached the step (live {int(live['within'].sum())}/{len(live)}, model "
-                f"{int(model['within'].sum())}/{len(model)}; the model's twin draws the same seed's costs with no delay "
+    headline = (f"T_healed within {WHATIF_TOL:.0%} of the sham twin's step in the live fault rows that reached the step "
+                f"{int(live['within'].sum())}/{len(live)} (model {int(model['within'].sum())}/{len(model)}, pooled "
+                f"{int(reached['within'].sum())}/{len(reached)}; the model's twin draws the same seed's costs with no delay "
                 "added, so its rows check the replay against the model's own design; no fix, the fault row's own step, "
                 f"within it in {int((reached['unfixed_error'].abs() <= WHATIF_TOL).sum())}/{len(reached)}); median |error| "
                 f"live {live['error'].abs().median():.1%}, model {model['error'].abs().median():.1%} (the design check; "

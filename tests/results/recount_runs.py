@@ -291,10 +291,10 @@ def recount_whatif(rows, headline):
     sham_rows = [r for r in rows if cell(r, "arm", "fault") == "sham"]
     mitigated = mitigations(fault)
     return [("within tolerance", quoted(headline, r"T_healed within (\d+%) of the sham twin's step"), f"{WHATIF_TOL:.0%}"),
-            ("fault rows that reached the step", quoted(headline, r"in (\d+/\d+) fault rows that reached the step"),
+            ("fault rows that reached the step", quoted(headline, r", pooled (\d+/\d+);"),
              frac(within(reached), len(reached))),
-            ("live", quoted(headline, r"\(live (\d+/\d+)"), frac(within(live), len(live))),
-            ("model", quoted(headline, r"model (\d+/\d+);"), frac(within(model), len(model))),
+            ("live", quoted(headline, r"live fault rows that reached the step (\d+/\d+) \("), frac(within(live), len(live))),
+            ("model", quoted(headline, r"\(model (\d+/\d+), pooled"), frac(within(model), len(model))),
             ("no fix within tolerance", quoted(headline, r"no fix, the fault row's own step, within it in (\d+/\d+)\)"),
              frac(sum(abs(u) <= WHATIF_TOL for _, _, u in reached), len(reached))),
             ("median |error|", quoted(headline, r"pooled (\S+%)\) against"), f"{median([abs(e) for _, e, _ in reached]):.1%}"),
