@@ -131,7 +131,7 @@ def at_edge(v: float, levels: "pd.Series | list[float]", unit: str = " ms") -> s
     if v == max(lv) and len(set(lv)) > 1:
         return f" (the largest level run, {v:g}{unit}: one level, nothing above it to test)"
     if v == min(lv):
-        return f" (the smallest level run, {v:g}{unit}: it may hold below it)"
+        return f" (the smallest level run, {v:g}{unit}: nothing below it was run)"
     return ""
 
 

@@ -10,6 +10,17 @@ from .figures import figure_note
 from .stats import frac
 
 
+def grid_note(dt: pd.DataFrame, top: pd.Series) -> str:
+    """Why a setting reached no threshold, where the grid says: its backward advance alone lies past its largest delay
+    (a threshold is near 1 x the backward advance by the top-1 rule), so the grid, not the method, sets the count."""
+    miss = dt[dt.threshold_ms.isna()]
+    if not len(miss) or not (miss.backward_advance_ms > top[miss.index]).all():
+        return ""
+    return (f" (the {len(miss)} without one have a backward advance of {miss.backward_advance_ms.min():.0f}-"
+            f"{miss.backward_advance_ms.max():.0f} ms, past the grid's largest delay: the grid, not the method, sets "
+            "the count)")
+
+
 def report_sensitivity(d: pathlib.Path, df: pd.DataFrame) -> Report:
     text, m = header(d, "Detectability threshold vs the step's shape")
     text = text.replace(" Rows: `rows.csv`; per-run JSON under `rows/`.", " Rows: `rows.csv` (one per setting).")
@@ -85,7 +96,7 @@ def report_sensitivity(d: pathlib.Path, df: pd.DataFrame) -> Report:
     headline = (f"data-tail top-1 threshold {fmt(dt.threshold_ms.min())}-{fmt(dt.threshold_ms.max())} ms"
                 + (f" ({ceiling} settings at the grid's largest delay, {fmt(top.max())} ms, with no larger one to test)"
                    if ceiling else "")
-                + f", reached in {reached} of {len(dt)} settings, {dt.threshold_over_backward.min():.2f}-"
+                + f", reached in {reached} of {len(dt)} settings" + grid_note(dt, top) + f", {dt.threshold_over_backward.min():.2f}-"
                 f"{dt.threshold_over_backward.max():.2f} x the backward advance (near 1 by the top-1 rule itself: the data "
                 "delay has to outgrow backward; a check of the model, not a finding); moves with backward cost, transport "
                 "and overlap")
