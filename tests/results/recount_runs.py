@@ -345,8 +345,8 @@ def recount_detect(rows, headline):
         k = per.setdefault(num(r, "delay_ms"), [0, 0])
         k[0] += total([r], "cp_detected")
         k[1] += total([r], "cp_detected", "cp_missed")
-        steps.setdefault(num(r, "delay_ms"), []).append(num(r, "median_step_ms"))
-    missed = [f"{k[0]}/{k[1]} at {dl:g} ms = {dl / median(steps[dl]):.2f} of the step" for dl, k in sorted(per.items())
+        steps.setdefault(num(r, "delay_ms"), []).append(num(r, "exposed_change_ms"))
+    missed = [f"{k[0]}/{k[1]} at {dl:g} ms, the exposed step {median(steps[dl]):.2f} ms longer" for dl, k in sorted(per.items())
               if k[0] < k[1]]
     return [("live A/B/A transitions found", quoted(headline, r"live: (\d+/\d+) A/B/A transitions found"),
              frac(total(aba, "cp_detected"), total(aba, "cp_detected", "cp_missed"))),
