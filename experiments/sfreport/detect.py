@@ -192,7 +192,7 @@ def report_detect(d: pathlib.Path, df: pd.DataFrame) -> Report:
     lat = pd.concat([aba[c] for c in aba.columns if c.startswith("cp_steps_to_detect_")]).dropna() if len(aba) else pd.Series(dtype=float)
     differ = ("Rule 4 (docs/detect.md): a change is confirmed only once its new level has held K steps; shorter excursions "
               f"are reported as transients. Live A/B/A: {found}/{total} transitions found"
-              + (f", median {lat.median():.0f} steps after each (the hold's latency)" if len(lat) else "")
+              + (f", median {lat.median():.0f} steps after each (the hold's latency: set by the hold's K, by design)" if len(lat) else "")
               + f". Healthy live runs: {fa_a} change points in {fa_steps} steps"
               + (f" ({fa_a / fa_steps * 1e4:.1f} per 10^4), culprit stability {', '.join(sorted(set(fa.stability_class.astype(str))))}" if fa_steps else "")
               + "; FALCON's 0 % FPR is on dedicated nodes, this VM is shared. A change under FALCON's 10 % verification "

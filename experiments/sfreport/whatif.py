@@ -129,8 +129,13 @@ def mitigation_section(pairs: pd.DataFrame) -> tuple[str, str]:
                  f"{said}).\n")
     # The null: predicting no change (the step before the switch) on the same test.
     still = int(((acted["mitig_measured_ms"] - acted["mitig_before_ms"]).abs() <= MITIGATE_TOL * acted["mitig_before_ms"]).sum())
+    # The stronger null: a perfect fix, the sham twin's step, on the same test.
+    healthy = (acted["mitig_measured_ms"] - acted["sham_ms"]).abs() <= MITIGATE_TOL * acted["sham_ms"]
+    by_kind = ", ".join(f"{kind} {int(healthy[acted['mitigate'] == kind].sum())}/{int((acted['mitigate'] == kind).sum())}"
+                        for kind in sorted(acted["mitigate"].unique()))
     head = (f"live mitigations within {MITIGATE_TOL:.0%} of their prediction in {k}/{n} rows (predicting no change, the "
-            f"step before the switch, within it in {still}/{n})")
+            f"step before the switch, within it in {still}/{n}; predicting a perfect fix, the sham twin's step, in "
+            f"{int(healthy.sum())}/{n}: {by_kind}, where excluding the one slow rank leaves a healthy run by design)")
     return text, head
 
 

@@ -262,7 +262,7 @@ def rel(x, ref):
     return (x - ref) / ref if ref != 0 else math.nan
 
 
-def mitigations(fault):
+def mitigations(fault, shams=None):
     """(within 10 % of the prediction, and predicting no change within it; each of the rows that acted) of the live
     mitigations, or None where no row mitigated."""
     m = [r for r in fault if r.get("mitigate", "") in ("exclude", "rebalance")]
@@ -272,7 +272,10 @@ def mitigations(fault):
     within = sum(abs(num(r, "mitig_error")) <= MITIGATE_TOL for r in acted)
     still = sum(abs(num(r, "mitig_measured_ms") - num(r, "mitig_before_ms")) <= MITIGATE_TOL * num(r, "mitig_before_ms")
                 for r in acted)
-    return frac(within, len(acted)), frac(still, len(acted))
+    healthy = [r for r in acted if abs(num(r, "mitig_measured_ms") - twin_step(r, shams or {})) <= MITIGATE_TOL * twin_step(r, shams or {})]
+    kinds = sorted({r["mitigate"] for r in acted})
+    by_kind = ", ".join(f"{k} {sum(r['mitigate'] == k for r in healthy)}/{sum(r['mitigate'] == k for r in acted)}" for k in kinds)
+    return frac(within, len(acted)), frac(still, len(acted)), f"{frac(len(healthy), len(acted))}: {by_kind}"
 
 
 def recount_whatif(rows, headline):
@@ -289,7 +292,7 @@ def recount_whatif(rows, headline):
     live = [x for x in reached if x[0] == "run"]
     model = [x for x in reached if x[0] == "sim"]
     sham_rows = [r for r in rows if cell(r, "arm", "fault") == "sham"]
-    mitigated = mitigations(fault)
+    mitigated = mitigations(fault, shams)
     return [("within tolerance", quoted(headline, r"T_healed within (\d+%) of the sham twin's step"), f"{WHATIF_TOL:.0%}"),
             ("fault rows that reached the step", quoted(headline, r", pooled (\d+/\d+);"),
              frac(within(reached), len(reached))),
@@ -306,8 +309,10 @@ def recount_whatif(rows, headline):
             ("live mitigations within", quoted(headline, r"live mitigations within (\d+%) of their prediction"),
              f"{MITIGATE_TOL:.0%}" if mitigated else None),
             ("live mitigations", quoted(headline, r"of their prediction in (\d+/\d+) rows"), mitigated and mitigated[0]),
-            ("mitigations: predicting no change", quoted(headline, r"the step before the switch, within it in (\d+/\d+)\)"),
+            ("mitigations: predicting no change", quoted(headline, r"the step before the switch, within it in (\d+/\d+);"),
              mitigated and mitigated[1]),
+            ("mitigations: predicting a perfect fix", quoted(headline, r"the sham twin's step, in (\d+/\d+: .*?), where"),
+             mitigated and mitigated[2]),
             ("median |error| live", quoted(headline, r"median \|error\| live (\S+%),"),
              f"{median([abs(e) for _, e, _ in live]):.1%}"),
             ("median |error| model", quoted(headline, r"median \|error\| live \S+%, model (\S+%) "),
