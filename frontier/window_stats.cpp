@@ -506,14 +506,14 @@ void BaselineAccumulator::add_step(const StageMatrix& m, int t, const PresentSte
   for (int s = 0; s < S; ++s) stage_max[s] = d.stage(s).maxCoeff();
   // The per-stage sums stay in rank order. Four stages at a time, so the four running sums
   // are independent chains in registers rather than one latency-bound chain after another.
-  constexpr int kLanes = 4;
-  for (int s0 = 0; s0 < S; s0 += kLanes) {
-    const double* col[kLanes];
-    for (int j = 0; j < kLanes; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data();  // spare lanes repeat the last stage
-    double sum[kLanes] = {};
+  constexpr int kChains = 4;
+  for (int s0 = 0; s0 < S; s0 += kChains) {
+    const double* col[kChains];
+    for (int j = 0; j < kChains; ++j) col[j] = d.stage(std::min(s0 + j, S - 1)).data();  // spare lanes repeat the last stage
+    double sum[kChains] = {};
     for (int i = 0; i < d.size(); ++i)
-      for (int j = 0; j < kLanes; ++j) sum[j] += col[j][i];
-    for (int j = 0; j < kLanes && s0 + j < S; ++j) stage_sum[s0 + j] = sum[j];
+      for (int j = 0; j < kChains; ++j) sum[j] += col[j][i];
+    for (int j = 0; j < kChains && s0 + j < S; ++j) stage_sum[s0 + j] = sum[j];
   }
   // Slowest-rank breakdown (§6.2): "the largest stage of the per-step slowest rank" — the slowest
   // rank (largest P[t,r,S]; ties: lowest rank) names its largest reporting group (ties: the

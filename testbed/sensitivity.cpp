@@ -100,11 +100,11 @@ SensitivityResult sensitivity(const SensitivityOptions& opt, const SensitivitySe
       const auto v = verify::score(e, x);
       if (e.schema == he.schema) {
         const auto adv = advance_per_step(e);
-        double total = 0;
-        for (double a : adv) total += a;
-        total_f[i].push_back(total * 1e3);
-        const auto tg = e.schema.group_index(target_stage);
-        target_f[i].push_back(tg ? adv[*tg] * 1e3 : 0.0);
+        double faulty_total = 0;
+        for (double a : adv) faulty_total += a;
+        total_f[i].push_back(faulty_total * 1e3);
+        const auto faulty_tg = e.schema.group_index(target_stage);
+        target_f[i].push_back(faulty_tg ? adv[*faulty_tg] * 1e3 : 0.0);
         if (competitor >= 0) comp_f[i].push_back(adv[competitor] * 1e3);
       }
       out.top1[i] += v.frontier.top1 ? 1 : 0;

@@ -189,7 +189,7 @@ struct Expected {
   bool shared = false;
   /// A second stage the diagnosis may name for a hit (fwd_device without events: backward, where
   /// the host waits for the device); "" for none.
-  std::string also_stage;
+  std::string also_stage{};
 };
 /// Whether the window's exposed step grew past its floor against the reference (true without one:
 /// nothing then says the fault did not reach the step).

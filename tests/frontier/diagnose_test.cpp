@@ -300,7 +300,8 @@ TEST(RunningSpread, agrees_with_a_two_pass_sd_across_magnitudes) {
     EXPECT_NEAR(s.sd(), want, 1e-9 * want) << magnitude;
     double sum = 0;
     for (double x : xs) sum += x / magnitude;
-    EXPECT_NEAR(s.mean() / magnitude, sum / xs.size(), 1e-9 * std::abs(sum / xs.size())) << magnitude;
+    const auto n = static_cast<double>(xs.size());
+    EXPECT_NEAR(s.mean() / magnitude, sum / n, 1e-9 * std::abs(sum / n)) << magnitude;
   }
 }
 
@@ -592,8 +593,11 @@ TEST(Differential, a_rank_stopped_now_and_then_is_named_by_its_erratic_steps) {
   ASSERT_FALSE(e.diagnosis.culprits.empty());
   EXPECT_EQ(e.diagnosis.culprits[0].rank, 3);
   // Its own mean did not move: no mean change named it.
-  for (const auto& x : e.differential->arrival_deltas)
-    if (x.rank == 3) EXPECT_LT(x.delta_s, x.floor_s);
+  for (const auto& x : e.differential->arrival_deltas) {
+    if (x.rank == 3) {
+      EXPECT_LT(x.delta_s, x.floor_s);
+    }
+  }
 }
 
 TEST(Differential, a_rank_slower_in_the_reference_too_is_no_culprit) {
