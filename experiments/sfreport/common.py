@@ -135,16 +135,23 @@ def at_edge(v: float, levels: "pd.Series | list[float]", unit: str = " ms") -> s
     return ""
 
 
+def median_leader(rows: pd.DataFrame) -> tuple[str, float] | None:
+    """The stage with the largest median frontier share over rows (share:* columns) and that share; None without
+    rows or shares."""
+    shares = rows[[c for c in rows.columns if c.startswith("share:")]].astype(float).median() if len(rows) else pd.Series(dtype=float)
+    if not len(shares) or shares.isna().all():
+        return None
+    return str(shares.idxmax()).removeprefix("share:"), float(shares.max())
+
+
 def healthy_leader(df: pd.DataFrame) -> str:
     """Why a strict top-1 reads lower here than in the paper: the stage that leads the healthy windows (the sham rows'
     largest median frontier share), which an injected stage has to outgrow before it is top-1. '' without sham rows."""
-    sham = df[df["arm"].fillna("") == "sham"] if "arm" in df else df.iloc[0:0]
-    shares = sham[[c for c in sham.columns if c.startswith("share:")]].astype(float).median() if len(sham) else pd.Series(dtype=float)
-    if not len(shares) or shares.isna().all():
+    lead = median_leader(df[df["arm"].fillna("") == "sham"] if "arm" in df else df.iloc[0:0])
+    if lead is None:
         return ""
-    top = shares.idxmax()
-    return (f"Why top-1 reads lower than the paper's: {top.removeprefix('share:')} leads the healthy windows here (the sham "
-            f"rows' median share {shares.max():.2f}), so an injected stage is top-1 only once it outgrows that. Top-2 does "
+    return (f"Why top-1 reads lower than the paper's: {lead[0]} leads the healthy windows here (the sham "
+            f"rows' median share {lead[1]:.2f}), so an injected stage is top-1 only once it outgrows that. Top-2 does "
             "not need that, but where the stage is already second in healthy windows the sham hits top-2 as often; the "
             "diagnosis needs neither. ")
 

@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from .arms import arm_of, arms_section, lift_prose, lift_table, null_match, pooled, split_arms, with_null
-from .common import (RULES, SCEN_NAMES, Report, absorbed, at_edge, header, healthy_leader, honest, md_table, p50_by_ranks, real_rows,
-                     rule_hits, scen_name, sim_rows)
+from .common import (RULES, SCEN_NAMES, Report, absorbed, at_edge, header, healthy_leader, honest, md_table,
+                     median_leader, p50_by_ranks, real_rows, rule_hits, scen_name, sim_rows)
 from .figures import figure_note, grouped_bars
 from .stats import b, count, first_delay, frac, rate, ratio
 
@@ -59,9 +59,9 @@ def profile_section(df: pd.DataFrame, keys: Sequence[str], title: str, measures:
     fault, sham, _ = split_arms(sim)
     rows = []
     for prof, g in sham.groupby("profile", sort=False):
-        shares = g[[c for c in g.columns if c.startswith("share:")]].astype(float).median()
-        top = shares.idxmax().removeprefix("share:") if len(shares) else "-"
-        rows.append({"profile": prof, "sham rows": len(g), "healthy leader (median share)": f"{top} ({shares.max():.2f})",
+        lead = median_leader(g)
+        rows.append({"profile": prof, "sham rows": len(g),
+                     "healthy leader (median share)": f"{lead[0]} ({lead[1]:.2f})" if lead else "- (nan)",
                      "healthy p50 step ms": f"{g.median_step_ms.astype(float).median():.1f}"})
     text += md_table(pd.DataFrame(rows)) + "\n"
     # The strata the pooled counts below are judged over (arms.STRATA): the rank counts too, where they vary.
