@@ -131,25 +131,39 @@ SF_INLINE bool any_above(const double* v, double x) { return lanes_max(load8(v))
 template <bool kFirst, bool kTwo>
 SF_INLINE void stage_block(const double* x, const double* prev, double* next, double* own, int n, double& xmax,
                            double& top, double& second) {
-  Lanes8 mx = splat8(kNegInf), hi = mx, lo = mx;
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  // Two sets of lanes, sixteen values a turn: each max/min chain waits on its own last result,
+  // so one set would leave the loop waiting on that latency every eight values.
+  Lanes8 mx[2] = {splat8(kNegInf), splat8(kNegInf)}, hi[2] = {mx[0], mx[0]}, lo[2] = {mx[0], mx[0]};
+  // Every load of a turn before its stores: the arrays lie at the same offsets within a page,
+  // and a load after a store to an address 4 KiB away waits on it as if they overlapped.
+  auto lane_step = [&](int i, int u) {
     const Lanes8 xv = load8(x + i);
     const Lanes8 pv = kFirst ? splat8(0.0) + xv : load8(prev + i) + xv;
+    const Lanes8 ov = load8(own + i) + xv;
     store8(next + i, pv);
-    store8(own + i, load8(own + i) + xv);
-    mx = max8(mx, xv);
+    store8(own + i, ov);
+    mx[u] = max8(mx[u], xv);
     if constexpr (kTwo) {
-      lo = max8(lo, min8(hi, pv));
-      hi = max8(hi, pv);
+      lo[u] = max8(lo[u], min8(hi[u], pv));
+      hi[u] = max8(hi[u], pv);
     }
+  };
+  int i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    lane_step(i, 0);
+    lane_step(i + kLanes, 1);
   }
-  xmax = std::max(xmax, lanes_max(mx));
+  if (i + kLanes <= n) {
+    lane_step(i, 0);
+    i += kLanes;
+  }
+  xmax = std::max(xmax, lanes_max(max8(mx[0], mx[1])));
   if constexpr (kTwo)
-    for (int j = 0; j < kLanes; ++j) {
-      second = std::max({second, lo[j], std::min(top, hi[j])});
-      top = std::max(top, hi[j]);
-    }
+    for (int u = 0; u < 2; ++u)
+      for (int j = 0; j < kLanes; ++j) {
+        second = std::max({second, lo[u][j], std::min(top, hi[u][j])});
+        top = std::max(top, hi[u][j]);
+      }
   for (; i < n; ++i) {
     const double v = next[i] = (kFirst ? 0.0 : prev[i]) + x[i];
     own[i] += x[i];
@@ -164,14 +178,20 @@ SF_INLINE void stage_block(const double* x, const double* prev, double* next, do
 /// The largest of p[i] − (x[i] − min(x[i], c)) for i < n (−inf for n = 0): a total with one
 /// stage clipped at c (eq. 4).
 SF_INLINE double clipped_max(const double* p, const double* x, double c, int n) {
-  Lanes8 top = splat8(kNegInf);
+  Lanes8 top = splat8(kNegInf), top2 = top;  // two chains, as in block_max
   const Lanes8 cc = splat8(c);
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const Lanes8 xv = load8(x + i), xw = load8(x + i + kLanes);
+    top = max8(top, load8(p + i) - (xv - min8(xv, cc)));
+    top2 = max8(top2, load8(p + i + kLanes) - (xw - min8(xw, cc)));
+  }
+  if (i + kLanes <= n) {
     const Lanes8 xv = load8(x + i);
     top = max8(top, load8(p + i) - (xv - min8(xv, cc)));
+    i += kLanes;
   }
-  double out = lanes_max(top);
+  double out = lanes_max(max8(top, top2));
   for (; i < n; ++i) out = std::max(out, p[i] - (x[i] - std::min(x[i], c)));
   return out;
 }
@@ -1250,17 +1270,34 @@ SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
 }
 
 #if SF_WIDE_LOOPS
-/// latest_body with any_above's answer from one packed compare: lanes_max keeps a NaN in lane 0
-/// (nothing is then above) and passes over one in a later lane, so the answer is "some lane above,
-/// lane 0 not NaN" (its reduction was seven dependent maxima every eight values).
+/// latest_body in two passes: each of the eight lanes' largest value is one of eight distinct
+/// values, so the least of them is at most the k-th best (k ≤ 8) and a value under it has eight
+/// above it; the second pass offers, in index order, only the values at or above that bar — the
+/// same k the one pass keeps, with a handful of offers instead of one per rising value (about
+/// k·ln(n/k) on unordered data, each a shift of the kept values). A NaN anywhere: latest_body.
 SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) {
-  KeepBest best{v, k, at};
+  static_assert(ArrivalSegment::kTop <= kLanes);
+  if (n < kLanes) return latest_body(v, n, k, at);
+  Lanes8 top = splat8(kNegInf);
+  __mmask8 nan = 0;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    if (!best.full() ||
-        (_mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), _mm512_set1_pd(best.floor()), _CMP_GT_OQ) != 0 && v[i] == v[i]))
-      for (int j = i; j < i + kLanes; ++j) best.offer(j);
-  for (; i < n; ++i) best.offer(i);
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512d x = _mm512_loadu_pd(v + i);
+    nan |= _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q);
+    top = max8(top, load8(v + i));
+  }
+  for (int j = i; j < n; ++j) nan |= v[j] != v[j] ? 1 : 0;
+  if (nan != 0) return latest_body(v, n, k, at);
+  double lane_top[kLanes];
+  store8(lane_top, top);
+  const double bar = *std::min_element(lane_top, lane_top + kLanes);
+  KeepBest best{v, k, at};
+  const __m512d b = _mm512_set1_pd(bar);
+  for (i = 0; i + kLanes <= n; i += kLanes)
+    for (unsigned in = _mm512_cmp_pd_mask(_mm512_loadu_pd(v + i), b, _CMP_GE_OQ); in != 0; in &= in - 1)
+      best.offer(i + std::countr_zero(in));
+  for (; i < n; ++i)
+    if (v[i] >= bar) best.offer(i);
   return best.have;
 }
 #endif

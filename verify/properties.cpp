@@ -323,6 +323,44 @@ void account_equals_scalar_loop(const GenWindow& w) {
   }
 }
 
+void one_pass_equals_accounting() {
+  // evaluate() accounts each complete step inside its rank pass (the prefixes it forms for the
+  // lag, their top two, the leader found from them); evaluate over account()'s Accounting walks
+  // the accounted window instead. Both must give the same evidence bit for bit — the arrival log
+  // and the standings too — on windows wide enough for the eight- and sixteen-value loops and the
+  // rank blocks, with and without the residual-leader counterfactuals.
+  const int ranks = *rc::gen::oneOf(rc::gen::inRange(1, 80), rc::gen::inRange(500, 1100));
+  const GenWindow w = *gen_window(6, ranks, 7);
+  const StageMatrix m = w.matrix();
+  for (const bool residual_leaders : {false, true}) {
+    frontier::LabelConfig cfg;
+    cfg.ambiguity_residual_leaders = residual_leaders;
+    const Evidence one = frontier::evaluate(m, cfg);
+    const Evidence two = frontier::evaluate(m, frontier::account(m, cfg.account), cfg, {});
+    RC_ASSERT(evidence_difference(one, two, 0.0) == std::string());
+    RC_ASSERT(one.arrivals.steps.size() == two.arrivals.steps.size());
+    RC_ASSERT(one.arrivals.segments.size() == two.arrivals.segments.size());
+    for (std::size_t i = 0; i < one.arrivals.segments.size(); ++i) {
+      const auto &a = one.arrivals.segments[i], &b = two.arrivals.segments[i];
+      RC_ASSERT(a.top_count == b.top_count);
+      RC_ASSERT(a.top_rank == b.top_rank);
+      RC_ASSERT(a.top_s == b.top_s);
+      RC_ASSERT(a.end_s == b.end_s);
+      RC_ASSERT(a.after_s == b.after_s);
+      RC_ASSERT(a.median_s == b.median_s);
+    }
+    RC_ASSERT(one.standing.size() == two.standing.size());
+    for (std::size_t k = 0; k < one.standing.size(); ++k) {
+      RC_ASSERT(one.standing[k].ranks.size() == two.standing[k].ranks.size());
+      for (std::size_t j = 0; j < one.standing[k].ranks.size(); ++j) {
+        RC_ASSERT(one.standing[k].ranks[j].rank == two.standing[k].ranks[j].rank);
+        RC_ASSERT(one.standing[k].ranks[j].mean_s == two.standing[k].ranks[j].mean_s);
+        RC_ASSERT(one.standing[k].ranks[j].sd_s == two.standing[k].ranks[j].sd_s);
+      }
+    }
+  }
+}
+
 void streaming_equals_window() {
   const GenWindow w = *gen_sparse_window();
   const Evidence whole = frontier::evaluate(w.matrix());
@@ -704,6 +742,8 @@ const std::vector<Entry>& entries() {
       {{"shares_sum_to_one", "window shares sum to 1"}, runner([](const GenWindow& w) { shares_sum_to_one(w); })},
       {{"account_equals_scalar_loop", "account()'s branch-free pass equals the paper's scalar loop cell for cell (frontier, advance, gap, leader, ties)"},
        runner([](const GenWindow& w) { account_equals_scalar_loop(w); })},
+      {{"one_pass_equals_accounting", "evaluate()'s one pass (each step accounted in its rank pass) gives the evidence evaluate over account()'s Accounting gives, bit for bit, arrival log and standings included"},
+       runner([] { one_pass_equals_accounting(); })},
       {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence, bit for bit"},
        runner([] { streaming_equals_window(); })},
       {{"segment_equals_window", "the segment scope (a change's diagnosis window) keeps evaluate()'s evidence bit for bit on every field it forms, fed a full accumulator's step facts or not; the facts are account()'s row"},

@@ -37,6 +37,7 @@ void monotone_in_delay(const GenWindow& w);            ///< draws the cell and d
 void single_rank_is_own_vector();                     ///< draws an R = 1 window
 void shares_sum_to_one(const GenWindow& w);
 void account_equals_scalar_loop(const GenWindow& w);
+void one_pass_equals_accounting();                    ///< draws a window up to 1099 ranks wide
 void streaming_equals_window();                       ///< draws a sparse window
 void sparse_layout_equals_dense();                    ///< draws a sparse window, drops whole ranks
 void segment_equals_window();                         ///< draws a sparse window with side evidence

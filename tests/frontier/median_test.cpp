@@ -1,6 +1,7 @@
 // White-box check of the labeler's selection routine (a hand-written branchless quickselect
 // replaced std::nth_element for speed): every median it returns must equal the sorted one.
 #include "frontier/detail.h"
+#include "sf/frontier/frontier.h"
 
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -10,6 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -259,4 +262,51 @@ TEST(MedianKeeperRobust, one_stalled_step_of_six_does_not_set_the_spread) {
   MedianKeeper three;
   for (double x : {0.2, 0.3, 0.4}) three.add(x);
   EXPECT_EQ(three.robust_sd(), -1.0);
+}
+
+// The what-if's arrival log: each logged step's latest arrivals are the k = min(8, n) largest
+// totals (each rank's own work over the step), largest first, ties to the lower rank — a
+// brute-force sort beside evaluate()'s selection (on AVX-512 a lane-maxima bar and a pass over
+// what reaches it). Few distinct values make ties at the k-th place common; some ranks miss a
+// step; groups of one stage and of two take the two ways the totals are formed.
+RC_GTEST_PROP(Arrivals, latest_are_the_largest_totals_ties_to_the_lower_rank, ()) {
+  using namespace sf::frontier;
+  const int n = *rc::gen::oneOf(rc::gen::inRange(2, 40), rc::gen::inRange(40, 1500));
+  const int steps = *rc::gen::inRange(1, 4);
+  const int distinct = *rc::gen::oneOf(rc::gen::inRange(1, 5), rc::gen::inRange(5, 100000));
+  const bool two_stage_group = *rc::gen::arbitrary<bool>();
+  const std::vector<std::string> names =
+      two_stage_group ? std::vector<std::string>{"a.x", "b.x", "b.y"} : std::vector<std::string>{"a.x", "b.x", "c.x"};
+  StageMatrix m(StageSchema(names, false), n, 0, steps);
+  const int absent_every = *rc::gen::oneOf(rc::gen::just(0), rc::gen::inRange(2, 9));
+  std::vector<std::vector<double>> total(steps, std::vector<double>(n, -1.0));  // −1: absent
+  for (int t = 0; t < steps; ++t)
+    for (int r = 0; r < n; ++r) {
+      if (absent_every > 0 && (r + t) % absent_every == 0) continue;
+      std::vector<double> d(names.size());
+      double sum = 0;
+      for (double& v : d) sum += v = *rc::gen::inRange(0, distinct) * 0.25;  // exact in any order
+      m.set_record(t, r, d, std::nullopt);
+      total[t][r] = sum;
+    }
+  const Evidence e = evaluate(m);
+  std::size_t logged = 0;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<int> present;
+    for (int r = 0; r < n; ++r)
+      if (total[t][r] >= 0) present.push_back(r);
+    if (present.size() < 2) continue;  // a rank alone has no peers: nothing logged
+    std::stable_sort(present.begin(), present.end(), [&](int a, int b) { return total[t][a] > total[t][b]; });
+    RC_ASSERT(logged < e.arrivals.steps.size());
+    const StepArrivals& a = e.arrivals.steps[logged++];
+    RC_ASSERT(a.count == 1u);  // no sync wait: one segment, the whole step
+    const ArrivalSegment& sg = e.arrivals.segments[a.first];
+    const int k = std::min<int>(ArrivalSegment::kTop, static_cast<int>(present.size()));
+    RC_ASSERT(sg.top_count == k);
+    for (int j = 0; j < k; ++j) {
+      RC_ASSERT(sg.top_rank[j] == present[j]);
+      RC_ASSERT(sg.top_s[j] == static_cast<float>(total[t][present[j]]));
+    }
+  }
+  RC_ASSERT(logged == e.arrivals.steps.size());
 }

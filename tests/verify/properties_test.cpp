@@ -23,6 +23,7 @@ RC_GTEST_PROP(Frontier, monotone_in_delay, (const v::GenWindow& w)) { v::monoton
 RC_GTEST_PROP(Frontier, single_rank_is_own_vector, ()) { v::single_rank_is_own_vector(); }
 RC_GTEST_PROP(Frontier, shares_sum_to_one, (const v::GenWindow& w)) { v::shares_sum_to_one(w); }
 RC_GTEST_PROP(Frontier, account_equals_scalar_loop, (const v::GenWindow& w)) { v::account_equals_scalar_loop(w); }
+RC_GTEST_PROP(Frontier, one_pass_equals_accounting, ()) { v::one_pass_equals_accounting(); }
 RC_GTEST_PROP(Frontier, streaming_equals_window, ()) { v::streaming_equals_window(); }
 RC_GTEST_PROP(Frontier, sparse_layout_equals_dense, ()) { v::sparse_layout_equals_dense(); }
 RC_GTEST_PROP(Frontier, segment_equals_window, ()) { v::segment_equals_window(); }
@@ -76,4 +77,4 @@ TEST(Labels, generator_covers_both_sides_of_every_trigger) {
 }
 
 // Every registered property has a GoogleTest twin above.
-TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 36u); }
+TEST(Frontier, every_property_is_tested_here) { EXPECT_EQ(v::properties().size(), 37u); }
