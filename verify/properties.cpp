@@ -328,7 +328,8 @@ void one_pass_equals_accounting() {
   // lag, their top two, the leader found from them); evaluate over account()'s Accounting walks
   // the accounted window instead. Both must give the same evidence bit for bit — the arrival log
   // and the standings too — on windows wide enough for the eight- and sixteen-value loops and the
-  // rank blocks, with and without the residual-leader counterfactuals.
+  // rank blocks, with and without the residual-leader counterfactuals; and the streaming
+  // accumulator's evidence, step by step, the same.
   const int ranks = *rc::gen::oneOf(rc::gen::inRange(1, 80), rc::gen::inRange(500, 1100));
   const GenWindow w = *gen_window(6, ranks, 7);
   const StageMatrix m = w.matrix();
@@ -338,6 +339,10 @@ void one_pass_equals_accounting() {
     const Evidence one = frontier::evaluate(m, cfg);
     const Evidence two = frontier::evaluate(m, frontier::account(m, cfg.account), cfg, {});
     RC_ASSERT(evidence_difference(one, two, 0.0) == std::string());
+    // The streaming accumulator takes its complete steps through the same one pass.
+    frontier::StreamingAccumulator stream(w.schema(), w.ranks, cfg);
+    for (int t = 0; t < w.steps; ++t) stream.add_step(w.step_matrix(t));
+    RC_ASSERT(evidence_difference(one, stream.finish(), 0.0) == std::string());
     RC_ASSERT(one.arrivals.steps.size() == two.arrivals.steps.size());
     RC_ASSERT(one.arrivals.segments.size() == two.arrivals.segments.size());
     for (std::size_t i = 0; i < one.arrivals.segments.size(); ++i) {
