@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <limits>
+#include <string>
 #include <cmath>
 
 using namespace sf::frontier;
@@ -170,6 +173,47 @@ TEST(StageMatrix, a_row_written_in_place_equals_set_record_rank_by_rank) {
   bad_wall[1] = INFINITY;
   EXPECT_THROW(in_place.commit_step(1, bad_wall.data()), std::invalid_argument);
   EXPECT_THROW(in_place.commit_step(1, wall.data()), std::logic_error);
+}
+
+// commit_step's checks take eight values a compare where the machine has AVX-512: a bad value in
+// any lane of any block, or in the tail, must be refused with its rank named, and the edge values
+// that are good (−0, DBL_MAX alone in a record, a wall of exactly the limit) accepted.
+TEST(StageMatrix, commit_step_checks_every_lane) {
+  const StageSchema schema({"a", "b"}, true);
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const int R : {1, 7, 8, 9, 16, 23, 40}) {
+    StageMatrix m(schema, R, 0, 1);
+    auto commit = [&](int bad_r, int bad_s, double v, double bad_wall) {
+      auto cols = m.begin_step(0);
+      std::vector<double> wall(R, 1.0);
+      for (int s = 0; s < 2; ++s)
+        for (int r = 0; r < R; ++r) cols[s][r] = 0.25;
+      if (bad_s >= 0) cols[bad_s][bad_r] = v;
+      if (bad_s < 0) wall[bad_r] = bad_wall;
+      m.commit_step(0, wall.data());
+    };
+    for (int r = 0; r < R; ++r) {
+      for (const double v : {-1.0, nan, inf, -inf, -1e-300})
+        for (int s = 0; s < 2; ++s) {
+          try {
+            commit(r, s, v, 0);
+            ADD_FAILURE() << "R " << R << " rank " << r << " stage " << s << ": " << v << " accepted";
+          } catch (const std::invalid_argument& e) {
+            EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(r) + ":"), std::string::npos) << e.what();
+          }
+          EXPECT_EQ(m.step_present_count(0), 0);
+        }
+      for (const double w : {-1.0, nan, inf, 2 * kMaxWindowSeconds}) {
+        EXPECT_THROW(commit(r, -1, 0, w), std::invalid_argument) << R << " " << r << " wall " << w;
+        EXPECT_EQ(m.step_present_count(0), 0);
+      }
+      EXPECT_THROW(commit(r, 1, DBL_MAX, 0), std::invalid_argument);  // 0.25 + DBL_MAX: past the limit
+      for (const double v : {-0.0, 0.0, 1e-300}) {
+        EXPECT_NO_THROW(commit(r, 0, v, 0)) << R << " " << r << " " << v;
+        EXPECT_EQ(m.step_present_count(0), R);
+      }
+    }
+  }
 }
 
 // Sync waits are stored as one column per (step, stage): the column accessor sees exactly what
