@@ -104,14 +104,21 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  read a step's columns, fetches the column two on in the matrix towards L2 as it filters (rdtsc around that pass:",
           "  2500-2800 cycles a column before, 1150-1290 after; a prefix column, in cache, 640);",
           "- the rank pass one pass per stage and block of ranks (prefix, own work, stage max, top two), its max and min loops",
-          "  packed (GCC vectors: GCC 12 packs no std::max on doubles), the static gains' clipped totals and the counterfactual;",
+          "  packed (GCC vectors: GCC 12 packs no std::max on doubles) in two sets of lanes, sixteen values a turn (one set",
+          "  waited on each max's latency every eight values), the static gains' clipped totals likewise, and the counterfactual;",
           "  the nine rank-order sums of the default schema (stages, residual, overlap) in the lanes of one AVX-512 register,",
           "  the wall beside it, each sum's adds still in rank order;",
-          "- the latest arrivals test eight values with one packed compare (any_above's answer: some lane above, lane 0 not NaN);",
-          "- left (perf at 1024 x 600 x 6, shares of evaluate's samples, two profiles a few minutes apart): the bracket passes",
-          "  ~18-28 %, the rank pass ~22 %, the selections among the values kept ~10-12 %, the standings' per-rank sums ~10-12 %,",
-          "  the rank-order sums ~8-12 % (bound by each sum's chain of adds), the latest arrivals ~6 %; each of the order of a",
-          "  tenth of an accounting or more."]
+          "- the fused accounting's leader found with one packed compare per eight prefixes (GCC had turned the generic",
+          "  eight-lane test into eight scalar compares: ~5 % of evaluate);",
+          "- the latest arrivals in two passes: the least of the eight lanes' maxima is a bar no value under it can pass (it",
+          "  has eight above it), and only the values at or above it are offered, in index order;",
+          "- left (perf at 1024 x 600 x 6 on cb50600, shares of BM_evaluate's samples, setup included): the rank pass ~21 %,",
+          "  the cohort pass (the first read of a step's columns, from memory) ~11 %, the selections among the values kept",
+          "  ~11 %, the standings' per-rank sums ~8 %, the rank-order sums ~8 % (each sum's adds in rank order: a chain of",
+          "  1024 adds a stage and step), the lag's brackets ~3 %, the latest arrivals ~3.5 %. The per-rank accumulators",
+          "  (own work, the standings' sums and squares) are ~0.2 MB read and written per step at 1024 ranks, through L2:",
+          "  what is left is spread over these passes, none of them a quarter of the step, and the sums' order is part of",
+          "  the result (no result changes)."]
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:
