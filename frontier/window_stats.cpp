@@ -134,8 +134,8 @@ SF_INLINE void stage_block(const double* x, const double* prev, double* next, do
   // Two sets of lanes, sixteen values a turn: each max/min chain waits on its own last result,
   // so one set would leave the loop waiting on that latency every eight values.
   Lanes8 mx[2] = {splat8(kNegInf), splat8(kNegInf)}, hi[2] = {mx[0], mx[0]}, lo[2] = {mx[0], mx[0]};
-  // Every load of a turn before its stores: the arrays lie at the same offsets within a page,
-  // and a load after a store to an address 4 KiB away waits on it as if they overlapped.
+  // Every load of a turn before its stores: the arrays lie at the same offsets within a page, and
+  // a load that follows a store to an address a multiple of 4 KiB away can wait on it.
   auto lane_step = [&](int i, int u) {
     const Lanes8 xv = load8(x + i);
     const Lanes8 pv = kFirst ? splat8(0.0) + xv : load8(prev + i) + xv;
@@ -1270,8 +1270,8 @@ SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
 }
 
 #if SF_WIDE_LOOPS
-/// latest_body in two passes: each of the eight lanes' largest value is one of eight distinct
-/// values, so the least of them is at most the k-th best (k ≤ 8) and a value under it has eight
+/// latest_body in two passes: the eight lanes' largest values are eight different elements, so
+/// the least of them is at most the k-th best (k ≤ 8) and a value under it has eight elements
 /// above it; the second pass offers, in index order, only the values at or above that bar — the
 /// same k the one pass keeps, with a handful of offers instead of one per rising value (about
 /// k·ln(n/k) on unordered data, each a shift of the kept values). A NaN anywhere: latest_body.

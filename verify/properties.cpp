@@ -747,7 +747,7 @@ const std::vector<Entry>& entries() {
       {{"shares_sum_to_one", "window shares sum to 1"}, runner([](const GenWindow& w) { shares_sum_to_one(w); })},
       {{"account_equals_scalar_loop", "account()'s branch-free pass equals the paper's scalar loop cell for cell (frontier, advance, gap, leader, ties)"},
        runner([](const GenWindow& w) { account_equals_scalar_loop(w); })},
-      {{"one_pass_equals_accounting", "evaluate()'s one pass (each step accounted in its rank pass) gives the evidence evaluate over account()'s Accounting gives, bit for bit, arrival log and standings included"},
+      {{"one_pass_equals_accounting", "evaluate()'s one pass (each step accounted in its rank pass) gives the evidence evaluate over account()'s Accounting gives, bit for bit, arrival log and standings included, and so does the streaming accumulator fed the window step by step"},
        runner([] { one_pass_equals_accounting(); })},
       {{"streaming_equals_window", "the O(R*S) streaming path gives the whole-window evidence, bit for bit"},
        runner([] { streaming_equals_window(); })},
