@@ -1278,18 +1278,20 @@ SF_INLINE int latest_body(const double* v, int n, int k, int* at) {
 SF_WIDE_TARGET int latest_wide(const double* v, int n, int k, int* at) {
   static_assert(ArrivalSegment::kTop <= kLanes);
   if (n < kLanes) return latest_body(v, n, k, at);
-  Lanes8 top = splat8(kNegInf);
+  // Intrinsics only: clang refuses a 64-byte GCC vector passed to or from the generic helpers
+  // inside an AVX-512 function (the two would disagree on the calling convention).
+  __m512d top = _mm512_set1_pd(kNegInf);
   __mmask8 nan = 0;
   int i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     const __m512d x = _mm512_loadu_pd(v + i);
     nan |= _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q);
-    top = max8(top, load8(v + i));
+    top = _mm512_mask_max_pd(top, 0xff, top, x);  // the masked form: no undefined pass-through
   }
   for (int j = i; j < n; ++j) nan |= v[j] != v[j] ? 1 : 0;
   if (nan != 0) return latest_body(v, n, k, at);
   double lane_top[kLanes];
-  store8(lane_top, top);
+  _mm512_storeu_pd(lane_top, top);
   const double bar = *std::min_element(lane_top, lane_top + kLanes);
   KeepBest best{v, k, at};
   const __m512d b = _mm512_set1_pd(bar);
