@@ -342,23 +342,20 @@ void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts) {
   auto& st = *state_;
   const bool scored = admit(one);
   if (!scored && !facts) return;
-  if (scored && st.scope == Scope::full && one.step_complete(0)) {
-    // evaluate()'s one pass: the rank pass accounts the step as it forms the prefixes.
+  const bool full = scored && st.scope == Scope::full;
+  if (full) {
     detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
     for (int s = 0; s < one.stages(); ++s) st.cm[s] = st.mids[s].median();
-    st.stats.add_step_accounting(one, 0, st.cfg.account, st.frontier, st.cm, st.all_groups, st.mids);
-    if (facts) facts_from(st.frontier, scored, one.ranks(), st.stats.last_lag(), *facts);
-    return;
   }
-  detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);  // zeros for a step no rank is present in
-  if (scored && st.scope == Scope::segment) {
-    st.stats.add_segment_step(one, 0, st.frontier, {});
-  } else if (scored) {
-    detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
-    for (int s = 0; s < one.stages(); ++s) st.cm[s] = st.mids[s].median();
-    // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
-    // add_step's one pass over the ranks).
-    st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups, st.mids);
+  // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in
+  // the one pass over the ranks).
+  if (full && one.step_complete(0)) {
+    // evaluate()'s one pass: the rank pass accounts the step as it forms the prefixes.
+    st.stats.add_step_accounting(one, 0, st.cfg.account, st.frontier, st.cm, st.all_groups, st.mids);
+  } else {
+    detail::account_step(one, 0, st.cfg.account, st.p, st.frontier);  // zeros for a step no rank is present in
+    if (full) st.stats.add_step(one, 0, st.frontier, st.cm, nullptr, st.all_groups, st.mids);
+    else if (scored) st.stats.add_segment_step(one, 0, st.frontier, {});
   }
   if (facts) facts_from(st.frontier, scored, one.ranks(), st.stats.last_lag(), *facts);
 }
