@@ -78,7 +78,8 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 /// medians: allocating them each time would cost more than selecting).
 struct SelectScratch {
   std::vector<double> a, b, c, tail;
-  std::vector<double> keep;  // middle_of: the values inside a hint's bracket
+  std::vector<double> keep;    // middle_of: the values inside a hint's bracket
+  std::vector<double> sample;  // middle_of: a sample of the array when the guess missed
 };
 /// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor
 /// has them (checked once at run time), `portable` the scalar quickselect; the value is the same.
@@ -104,6 +105,10 @@ struct Middle {
 struct MiddleHint {
   double centre = 0, width = -1;  // width < 0: no guess yet
   std::size_t misses = 0;         // arrays the bracket did not hold (for the benchmark's notes)
+  /// The last guess missed (a middle that moves further than the spread around it between two
+  /// arrays): the next bracket is read off a sample of the array itself, until a middle again
+  /// lies where last time's guess would have held it.
+  bool sample = false;
 };
 /// x's middle order statistics (x non-empty, unchanged). With a hint, one pass keeps the values
 /// inside its bracket and selects among those; the hint is then moved to this array's middle.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -359,6 +361,26 @@ __attribute__((target("avx512f,popcnt"))) std::size_t bracket_avx512(const doubl
   return m;
 }
 
+/// Whether v[0, n) are all the same bits (n ≥ 1): a bracket holding only copies of one value
+/// (a stage most ranks spend none of, or leave together) has it as every middle order statistic.
+__attribute__((target("avx512f"))) bool all_same_avx512(const double* v, std::size_t n) {
+  if (v[n / 2] != v[0] || v[n - 1] != v[0]) return false;  // the common case, without a pass
+  std::uint64_t first;
+  std::memcpy(&first, v, sizeof first);
+  const __m512i f = _mm512_set1_epi64(static_cast<long long>(first));
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __mmask8 d = _mm512_cmpneq_epu64_mask(_mm512_loadu_si512(v + i), f) |
+                       _mm512_cmpneq_epu64_mask(_mm512_loadu_si512(v + i + 8), f) |
+                       _mm512_cmpneq_epu64_mask(_mm512_loadu_si512(v + i + 16), f) |
+                       _mm512_cmpneq_epu64_mask(_mm512_loadu_si512(v + i + 24), f);
+    if (d) return false;
+  }
+  for (; i < n; ++i)
+    if (std::memcmp(v + i, &first, sizeof first) != 0) return false;
+  return true;
+}
+
 /// The least value of x[0, n) above v (+inf when none) and, in *at_most, how many are ≤ v.
 __attribute__((target("avx512f,popcnt"))) double least_above_avx512(const double* x, std::size_t n, double v,
                                                                     std::size_t* at_most) {
@@ -407,18 +429,62 @@ Middle middle_portable(std::span<const double> x, SelectScratch& scratch) {
   return out;
 }
 
+/// Arrays this long or longer are sampled after a miss (sample_bracket): below it, sorting the
+/// sample's places costs more than the whole selection a miss takes.
+constexpr std::size_t kSampleFrom = std::size_t{1} << 16;
+
+/// A bracket for x's middle read off a sample of it, for an array whose middle moved past last
+/// time's guess: m values at evenly spaced places, and their order statistics 2·√m places either
+/// side of the middle's place among them (its place wanders by √m / 2 between samples, so the
+/// bracket misses about once in 10^4 arrays); an end past the sample's ends is open. About 4/√m
+/// of x's values fall inside.
+void sample_bracket(std::span<const double> x, SelectScratch& scratch, double* lo, double* hi) {
+  const std::size_t n = x.size(), m = std::min<std::size_t>(n / 64, 1024);
+  auto& s = scratch.sample;
+  s.resize(m);
+  for (std::size_t i = 0; i < m; ++i) s[i] = x[i * n / m];
+  const std::size_t at = (n / 2) * m / n, delta = static_cast<std::size_t>(2.0 * std::sqrt(static_cast<double>(m))) + 1;
+  const auto mid = s.begin() + static_cast<std::ptrdiff_t>(at);
+  *lo = -std::numeric_limits<double>::infinity();
+  *hi = std::numeric_limits<double>::infinity();
+  if (at >= delta) {
+    const auto l = mid - static_cast<std::ptrdiff_t>(delta);
+    std::nth_element(s.begin(), l, s.end());
+    *lo = *l;
+  }
+  if (at + delta < m) {
+    const auto h = mid + static_cast<std::ptrdiff_t>(delta);
+    std::nth_element(at >= delta ? mid - static_cast<std::ptrdiff_t>(delta) : s.begin(), h, s.end());
+    *hi = *h;
+  }
+}
+
 /// The bracket a hint sets for the next array: about 3·√n values of n (at least 32) inside it —
 /// three standard deviations of the middle's drift between two independent draws of the same
-/// spread (its position wanders by about √n / 2). Only the time depends on it.
-void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside) {
+/// spread (its position wanders by about √n / 2). After a miss the next bracket comes from a
+/// sample (sample_bracket) until a middle lies again within half a width of the last: a middle
+/// that moves every array by more than its spread (ranks that leave a collective together) is
+/// then found in two passes, not a bracket's pass and a whole selection. Only the time depends on it.
+void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside, bool sampled, double lo, double hi) {
   const double want = std::max(32.0, 3.0 * std::sqrt(static_cast<double>(m.n)));
   const double floor = std::max(std::abs(m.mid) * 0x1p-40, std::numeric_limits<double>::min());
+  if (sampled) {
+    // The sampled bracket's count over its span says how densely the values lie about the middle.
+    if (hit && std::isfinite(hi - lo) && inside > 0)
+      h.width = std::min(std::max((hi - lo) * want / (2.0 * static_cast<double>(inside)), floor),
+                         std::numeric_limits<double>::max());
+    if (!hit) ++h.misses;
+    h.sample = !hit || !(std::abs(m.mid - h.centre) <= h.width / 2);
+    h.centre = m.mid;
+    return;
+  }
   if (h.width < 0) {
     // First array: the gaps around the middle say how far apart neighbouring values lie.
     const double gap = std::max(m.mid - m.lo, m.n % 2 == 1 ? m.hi - m.mid : 0.0);
     h.width = std::max(gap * want / 2, floor);
   } else if (!hit) {
     ++h.misses;
+    h.sample = m.n >= kSampleFrom;
     h.width = std::min(std::max(h.width * 4, floor), std::numeric_limits<double>::max());
   } else {
     // The values kept say how densely they lie: scale the width towards `want` of them.
@@ -440,23 +506,37 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
     Middle out;
     out.n = n;
     std::size_t inside = 0;
-    bool hit = false;
+    bool hit = false, sampled = false;
+    double lo = 0, hi = 0;
     if (hint && hint->width >= 0) {
       // Positions k − 1 … k (+ 1 when odd) must fall among the values kept.
       if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
       double* keep = scratch.keep.data();
       std::size_t below = 0;
-      const double lo = hint->centre - hint->width, hi = hint->centre + hint->width;
+      sampled = hint->sample;
+      if (sampled) {
+        sample_bracket(x, scratch, &lo, &hi);
+      } else {
+        lo = hint->centre - hint->width;
+        hi = hint->centre + hint->width;
+      }
       inside = next ? bracket_avx512<true>(x.data(), n, lo, hi, keep, &below, next)
                     : bracket_avx512<false>(x.data(), n, lo, hi, keep, &below, nullptr);
       if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
         hit = true;
         const std::size_t j = k - below;  // ≥ 1
-        out.mid = select_kth_avx512(keep, inside, j, &out.lo, scratch);
-        if (odd) {
-          std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
-          const double above = least_above_avx512(keep, inside, out.mid, &at_most);
-          out.hi = at_most >= j + 2 ? out.mid : above;
+        if (all_same_avx512(keep, inside)) {
+          // The kept values are copies of one value: so is each middle order statistic (all kept,
+          // by the test above), bit for bit.
+          out.mid = out.lo = keep[0];
+          if (odd) out.hi = keep[0];
+        } else {
+          out.mid = select_kth_avx512(keep, inside, j, &out.lo, scratch);
+          if (odd) {
+            std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
+            const double above = least_above_avx512(keep, inside, out.mid, &at_most);
+            out.hi = at_most >= j + 2 ? out.mid : above;
+          }
         }
       }
     }
@@ -468,7 +548,7 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
         out.hi = at_most >= k + 2 ? out.mid : above;
       }
     }
-    if (hint) move_hint(*hint, out, hit, inside);
+    if (hint) move_hint(*hint, out, hit, inside, sampled, lo, hi);
     return out;
   }
 #else

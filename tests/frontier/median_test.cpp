@@ -92,8 +92,9 @@ TEST(Median, median_of_adversarial_long_patterns_on_both_paths) {
 // middle_of: the order statistics a[k−1], a[k], a[k+1] (k = n/2) that the cohort medians, the
 // lag's medians and the standings' leave-one-out medians read, with and without a hint, on both
 // paths. A series of arrays through one hint — the same spread drifting, then jumping far away,
-// then collapsing to ties — crosses the bracket's hits and misses; every answer must be the
-// sorted array's, whatever the hint.
+// then collapsing to ties — crosses the bracket's hits and misses, the sampled brackets that
+// follow a miss on long arrays (2^16 values and more) and the bracket holding copies of one value
+// only; every answer must be the sorted array's, whatever the hint.
 namespace {
 void expect_middle(const std::vector<double>& v, const sf::frontier::detail::Middle& m) {
   std::vector<double> s = v;
@@ -125,6 +126,102 @@ RC_GTEST_PROP(Median, middle_of_is_the_sorted_middle_whatever_the_hint, ()) {
     expect_middle(v, sf::frontier::detail::middle_of(v, scratch));
     RC_ASSERT(v == before);
   }
+}
+
+// Any guess at all over arrays of a few distinct values: the bracket then keeps copies of one
+// value, or of several in any arrangement (first and last kept alike with others between them),
+// or misses; the answer is the sorted array's in every case.
+RC_GTEST_PROP(Median, middle_of_is_the_sorted_middle_from_any_bracket_over_few_values, ()) {
+  using sf::frontier::detail::SelectPath;
+  const auto n = *rc::gen::inRange<std::size_t>(64, 3000);
+  const auto values = *rc::gen::container<std::vector<int>>(n, rc::gen::inRange(0, *rc::gen::inRange(1, 5)));
+  std::vector<double> v(values.begin(), values.end());
+  sf::frontier::detail::SelectScratch scratch;
+  sf::frontier::detail::MiddleHint hint;
+  hint.centre = *rc::gen::inRange(-1, 5) + *rc::gen::element(0.0, 0.25, 0.5);
+  hint.width = *rc::gen::element(0.0, 0.1, 0.5, 1.0, 2.5, 10.0);
+  hint.sample = false;
+  expect_middle(v, sf::frontier::detail::middle_of(v, scratch, &hint, SelectPath::fastest));
+}
+
+// The same on long arrays (2^16 values and more, where a miss turns the guess to a sample), the
+// values drawn from a seed so that a failing case shrinks through a few numbers, not 10^5 values:
+// each array drifts, jumps, is one value throughout, mostly one value with the rest above it, or
+// a narrow spike far from the last.
+RC_GTEST_PROP(Median, middle_of_long_arrays_is_the_sorted_middle_whatever_the_hint, ()) {
+  using sf::frontier::detail::SelectPath;
+  const auto n = *rc::gen::inRange<std::size_t>(65530, 70000);
+  const auto kinds = *rc::gen::container<std::vector<int>>(*rc::gen::inRange(1, 7), rc::gen::inRange(0, 5));
+  std::uint64_t state = *rc::gen::arbitrary<std::uint32_t>();
+  auto uniform = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) * 0x1p-53;
+  };
+  sf::frontier::detail::SelectScratch scratch;
+  sf::frontier::detail::MiddleHint hint;
+  std::vector<double> v(n);
+  for (std::size_t t = 0; t < kinds.size(); ++t) {
+    const double at = std::floor(uniform() * 1000) * 0.001;
+    for (auto& x : v) {
+      switch (kinds[t]) {
+        case 0: x = 0.01 * static_cast<double>(t) + 0.001 * std::floor(uniform() * 1000); break;  // drift
+        case 1: x = 1000 * at + uniform(); break;                                                  // far away
+        case 2: x = 0.5; break;                                                                    // one value
+        case 3: x = uniform() < 0.6 ? at : at + uniform(); break;                                  // mostly one value
+        default: x = at + 1e-6 * uniform(); break;                                                 // a narrow spike
+      }
+    }
+    expect_middle(v, sf::frontier::detail::middle_of(v, scratch, &hint, SelectPath::fastest));
+  }
+}
+
+// The guess that follows a middle from array to array on long arrays (the model's columns at 10^5
+// ranks and more): a spike of near-equal values that moves by far more than its own width every
+// array misses the last array's bracket once, and from then on the bracket read off a sample of
+// each array holds its middle (no further miss) — while the answers stay the sorted ones; an
+// array whose middle stays put takes the cheap guess again after one sampled bracket; a column
+// mostly of one value (a stage most ranks spend none of) is answered from the copies alone.
+TEST(Median, a_middle_that_moves_every_array_is_found_through_a_sample) {
+  using sf::frontier::detail::middle_of;
+  if (!sf::frontier::detail::vector_select_available()) {
+    GTEST_SKIP() << "the hinted path needs AVX-512";
+  }
+  const std::size_t n = 100001;
+  sf::frontier::detail::SelectScratch scratch;
+  sf::frontier::detail::MiddleHint hint;
+  std::uint64_t state = 12345;
+  auto noise = [&] {  // a small LCG: the same arrays on every platform
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) * 0x1p-53;
+  };
+  auto check = [&](const std::vector<double>& v) {
+    const auto m = middle_of(v, scratch, &hint);
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    EXPECT_EQ(m.lo, s[n / 2 - 1]);
+    EXPECT_EQ(m.mid, s[n / 2]);
+    EXPECT_EQ(m.hi, s[n / 2 + 1]);
+  };
+  std::vector<double> v(n);
+  for (int t = 0; t < 8; ++t) {
+    // 0.3 s + t·2 ms, each rank within 10 µs of it: the spike moves 200 widths per array.
+    for (auto& x : v) x = 0.3 + 0.002 * t + 1e-5 * noise();
+    check(v);
+    if (t == 1) {
+      EXPECT_TRUE(hint.sample) << "a miss on a long array turns to sampling";
+    }
+  }
+  EXPECT_EQ(hint.misses, 1u) << "only the first moved array misses; every sampled bracket holds the middle";
+  EXPECT_TRUE(hint.sample) << "the middle kept moving: the guess stays on the sample";
+  check(v);  // the same array again: the middle did not move
+  EXPECT_FALSE(hint.sample) << "a middle within half a width of the last takes the cheap guess again";
+  // Two thirds copies of 0.25, the rest spread above it, then the copies jump to 0.75.
+  for (double atom : {0.25, 0.75}) {
+    for (std::size_t i = 0; i < n; ++i) v[i] = i % 3 == 0 ? atom + noise() : atom;
+    check(v);
+    check(v);
+  }
+  EXPECT_EQ(hint.misses, 3u) << "each jump (onto the copies, then with them) misses once; the sampled bracket after it holds them";
 }
 
 // MedianKeeper: the run-level medians of an always-on run in bounded memory (issue 16, item 2).
