@@ -208,81 +208,94 @@ void StageMatrix::commit_step(int t, const double* wall) {
     throw std::logic_error("commit_step(" + std::to_string(t) + ") without begin_step(" + std::to_string(t) + ")");
   pending_row_ = -1;
   const int k = schema_.explicit_count(), R = ranks_;
+  const std::size_t row = idx(t, 0);
   double* row0 = &data_(0, static_cast<Eigen::Index>(t) * stages());
-  // On a bad value the row stays without records, its cells zero as clear_record leaves them.
+  // On a bad value the row stays without records, as begin_step left it: cells zero as
+  // clear_record leaves them, no wall, no overlap.
   auto fail = [&](const std::string& what) {
     std::fill_n(row0, static_cast<std::size_t>(R) * stages(), 0.0);
+    std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), R, std::numeric_limits<double>::quiet_NaN());
+    std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), R, 0.0);
     throw std::invalid_argument(what);
   };
   if (schema_.has_residual() != (wall != nullptr))
     fail(schema_.has_residual() ? "step has no wall times but the schema has a residual stage"
                                 : "step has wall times but the schema has no residual stage");
-  auto bad_rank = [&](auto bad) {
-    for (int r = 0; r < R; ++r)
-      if (bad(r)) return r;
-    return -1;
-  };
-  // The checks set_record makes rank by rank, one pass per stage.
-  for (int s = 0; s < k; ++s) {
-    const double* x = row0 + static_cast<std::size_t>(s) * R;
-    if (!all_within(x, R, 0.0, DBL_MAX)) {  // false for NaN too
-      const int r = bad_rank([&](int q) { return !(x[q] >= 0 && x[q] <= DBL_MAX); });
-      fail("rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) + "' is " + secs(x[r]) +
-           ", expected a finite number >= 0");
-    }
-  }
-  // Σ explicit per rank in stage order (the prefix order), formed in the residual column (a
-  // schema without one keeps the sums in a scratch of its own).
-  double* sum = nullptr;
-  if (wall) {
-    sum = row0 + static_cast<std::size_t>(schema_.residual_index()) * R;
-  } else {
-    sums_.resize(R);
-    sum = sums_.data();
-  }
-  for (int s = 0; s < k; ++s) {
-    const double* x = row0 + static_cast<std::size_t>(s) * R;
-    if (s == 0) {
-      for (int r = 0; r < R; ++r) sum[r] = 0.0 + x[r];  // the same 0 + d set_record forms
-    } else {
-      for (int r = 0; r < R; ++r) sum[r] += x[r];
-    }
-  }
-  if (k == 0) std::fill_n(sum, R, 0.0);
-  const bool ok = all_within(sum, R, -std::numeric_limits<double>::infinity(), kMaxWindowSeconds) &&
-                  (!wall || all_within(wall, R, 0.0, kMaxWindowSeconds));
+  // One pass over the row in blocks that stay in L1 (a row of 10^6 ranks is far larger than the
+  // caches): each block's checks, Σ explicit per rank in stage order (the prefix order, 0 + d
+  // first as set_record forms it), the residual and overlap in place, the step total added in
+  // rank order. On any bad value, commit_error words the first one as set_record would have.
+  double* res = wall ? row0 + static_cast<std::size_t>(schema_.residual_index()) * R : nullptr;
+  constexpr int kBlock = 512;
+  double sum[kBlock];
   double step_total = 0;
-  if (wall) {
-    for (int r = 0; r < R; ++r) step_total += std::max(sum[r], wall[r]);
-  } else {
-    for (int r = 0; r < R; ++r) step_total += sum[r];
-  }
-  if (!ok) {
-    if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); r >= 0)
-      fail("rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +
-           secs(kMaxWindowSeconds) + " s one window can hold");
-    const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
-    fail("rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
-         ", expected a finite number of seconds >= 0 and <= " + secs(kMaxWindowSeconds));
+  for (int r0 = 0; r0 < R; r0 += kBlock) {
+    const int len = std::min(kBlock, R - r0);
+    bool ok = true;
+    for (int s = 0; s < k; ++s) {
+      const double* x = row0 + static_cast<std::size_t>(s) * R + r0;
+      ok &= all_within(x, len, 0.0, DBL_MAX);  // false for NaN too
+      if (s == 0) {
+        for (int i = 0; i < len; ++i) sum[i] = 0.0 + x[i];
+      } else {
+        for (int i = 0; i < len; ++i) sum[i] += x[i];
+      }
+    }
+    if (k == 0) std::fill_n(sum, len, 0.0);
+    ok &= all_within(sum, len, -std::numeric_limits<double>::infinity(), kMaxWindowSeconds) &&
+          (!wall || all_within(wall + r0, len, 0.0, kMaxWindowSeconds));
+    if (!ok) fail(commit_error(row0, wall));
+    if (wall) {
+      const double* w = wall + r0;
+      for (int i = 0; i < len; ++i) step_total += std::max(sum[i], w[i]);
+      // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
+      for (int i = 0; i < len; ++i) {
+        const double e = w[i] - sum[i];
+        res[r0 + i] = e > 0 ? e : 0.0;
+        overlap_[row + r0 + i] = e < 0 ? -e : 0.0;
+        wall_[row + r0 + i] = w[i];
+      }
+    } else {
+      for (int i = 0; i < len; ++i) step_total += sum[i];
+    }
   }
   if (!(total_s_ + step_total <= kMaxWindowSeconds))
     fail("the window of steps " + std::to_string(first_step_) + ".." + std::to_string(first_step_ + (steps_ - 1)) +
          " sums to more than " + secs(kMaxWindowSeconds) + " s of recorded step time at step " +
          std::to_string(step_id(t)) + "; expected a window whose sums stay finite");
-  const std::size_t row = idx(t, 0);
-  if (wall) {
-    // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
-    for (int r = 0; r < R; ++r) {
-      const double e = wall[r] - sum[r];
-      sum[r] = e > 0 ? e : 0.0;  // the residual column, in place
-      overlap_[row + r] = e < 0 ? -e : 0.0;
-      wall_[row + r] = wall[r];
-    }
-  }
   std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), R, std::uint8_t{1});
   step_present_count_[t] = R;
   row_total_s_[t] = step_total;
   total_s_ += step_total;
+}
+
+std::string StageMatrix::commit_error(const double* row0, const double* wall) {
+  // The checks of set_record over the whole row, in its order: every stage's values, stage by
+  // stage, then the sums, then the walls; the first bad one, by lowest rank, is the message.
+  // (commit_step calls it only when one of these is bad: a row without walls fails before them.)
+  const int k = schema_.explicit_count(), R = ranks_;
+  auto bad_rank = [&](auto bad) {
+    for (int r = 0; r < R; ++r)
+      if (bad(r)) return r;
+    return 0;
+  };
+  for (int s = 0; s < k; ++s) {
+    const double* x = row0 + static_cast<std::size_t>(s) * R;
+    if (const int r = bad_rank([&](int q) { return !(x[q] >= 0 && x[q] <= DBL_MAX); }); !(x[r] >= 0 && x[r] <= DBL_MAX))
+      return "rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) + "' is " + secs(x[r]) +
+             ", expected a finite number >= 0";
+  }
+  sums_.assign(R, 0.0);
+  for (int s = 0; s < k; ++s) {
+    const double* x = row0 + static_cast<std::size_t>(s) * R;
+    for (int r = 0; r < R; ++r) sums_[r] = s == 0 ? 0.0 + x[r] : sums_[r] + x[r];
+  }
+  if (const int r = bad_rank([&](int q) { return !(sums_[q] <= kMaxWindowSeconds); }); !(sums_[r] <= kMaxWindowSeconds))
+    return "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sums_[r]) + " s, beyond the " +
+         secs(kMaxWindowSeconds) + " s one window can hold";
+  const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
+  return "rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
+         ", expected a finite number of seconds >= 0 and <= " + secs(kMaxWindowSeconds);
 }
 
 void StageMatrix::drop_side(int t) {

@@ -181,7 +181,7 @@ TEST(StageMatrix, a_row_written_in_place_equals_set_record_rank_by_rank) {
 TEST(StageMatrix, commit_step_checks_every_lane) {
   const StageSchema schema({"a", "b"}, true);
   const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  for (const int R : {1, 7, 8, 9, 16, 23, 40}) {
+  for (const int R : {1, 7, 8, 9, 16, 23, 40, 513}) {
     StageMatrix m(schema, R, 0, 1);
     auto commit = [&](int bad_r, int bad_s, double v, double bad_wall) {
       auto cols = m.begin_step(0);
@@ -213,6 +213,54 @@ TEST(StageMatrix, commit_step_checks_every_lane) {
         EXPECT_EQ(m.step_present_count(0), R);
       }
     }
+  }
+}
+
+// commit_step takes a row in blocks of ranks: a bad value in a later block than another's still
+// gets set_record's message (every stage's values before any sum, the sums before the walls, the
+// lowest rank first), and a failed commit leaves the whole row as begin_step left it — no wall,
+// no overlap, no duration — even where earlier blocks had been taken in already.
+TEST(StageMatrix, commit_step_words_the_first_bad_value_across_blocks) {
+  const StageSchema schema({"a", "b"}, true);
+  const int R = 2000;
+  StageMatrix m(schema, R, 0, 1);
+  auto commit = [&](auto spoil) {
+    auto cols = m.begin_step(0);
+    std::vector<double> wall(R, 1.0);
+    for (int s = 0; s < 2; ++s)
+      for (int r = 0; r < R; ++r) cols[s][r] = 0.25 + 1e-3 * s;  // residual 0.499 on every rank
+    spoil(cols, wall);
+    try {
+      m.commit_step(0, wall.data());
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(m.step_present_count(0), 0);
+      for (int r = 0; r < R; ++r) {
+        EXPECT_TRUE(std::isnan(m.wall(0, r))) << r;
+        EXPECT_EQ(m.overlap(0, r), 0.0) << r;
+        for (int s = 0; s < 3; ++s) EXPECT_EQ(m.d(0, r, s), 0.0) << r << " " << s;
+      }
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  // A bad wall early, a bad stage-b value late: the stage's, as set_record checks durations first.
+  EXPECT_EQ(commit([](auto& c, auto& w) { w[3] = -1.0; c[1][1700] = nan; }).rfind("rank 1700: duration of stage 'b'", 0), 0u);
+  // Stage a before stage b, whichever rank comes first.
+  EXPECT_EQ(commit([](auto& c, auto&) { c[1][5] = -1.0; c[0][1999] = -2.0; }).rfind("rank 1999: duration of stage 'a'", 0), 0u);
+  // A sum past the limit late, a bad wall early: the sum's.
+  EXPECT_EQ(commit([](auto& c, auto& w) { w[600] = nan; c[0][1500] = DBL_MAX; c[1][1500] = DBL_MAX; })
+                .rfind("rank 1500: stage durations sum to", 0),
+            0u);
+  // Two bad walls: the lower rank.
+  EXPECT_EQ(commit([](auto&, auto& w) { w[1999] = -1.0; w[1024] = -1.0; }).rfind("rank 1024: wall time is", 0), 0u);
+  // A good row after all that: every rank present, the overlap and the walls in place.
+  EXPECT_EQ(commit([](auto&, auto&) {}), "accepted");
+  EXPECT_EQ(m.step_present_count(0), R);
+  for (const int r : {0, 511, 512, 1999}) {
+    EXPECT_EQ(m.wall(0, r), 1.0);
+    EXPECT_EQ(m.overlap(0, r), 0.0);
+    EXPECT_EQ(m.d(0, r, 2), 1.0 - (0.0 + 0.25 + 0.251));
   }
 }
 
