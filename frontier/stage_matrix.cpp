@@ -373,9 +373,7 @@ void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> sec
   if (static_cast<int>(seconds.size()) != ranks_)
     throw std::invalid_argument("sync-wait column has " + std::to_string(seconds.size()) + " values, expected " +
                                 std::to_string(ranks_));
-  bool ok = true;
-  for (double v : seconds) ok &= v >= 0 && v <= FLT_MAX;
-  if (!ok)
+  if (!all_within(seconds.data(), ranks_, 0.0, FLT_MAX))  // false for NaN too
     for (double v : seconds)
       if (!(v >= 0 && v <= FLT_MAX))
         throw std::invalid_argument("sync wait is " + secs(v) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));

@@ -279,6 +279,23 @@ TEST(StageMatrix, sync_wait_columns) {
   EXPECT_EQ(m.sync_wait(0, 2, 1), 1.0);
   EXPECT_EQ(m.sync_wait(0, 1, 1), 0.0);
   EXPECT_THROW(m.set_sync_wait_column(0, 1, std::vector<double>{0.25, -1.0, 1.0}), std::invalid_argument);
+  // Every lane of the vector check: a bad wait anywhere in 1–40 ranks is refused, the good edge
+  // values (-0, FLT_MAX) beside it pass.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const int R : {1, 8, 9, 17, 40}) {
+    StageMatrix w(StageSchema({"a", "b"}, false), R, 0, 1);
+    for (int r = 0; r < R; ++r) {
+      std::vector<double> col(R, 0.5);
+      for (const double bad : {-1.0, nan, inf, 2.0 * FLT_MAX}) {
+        col[r] = bad;
+        EXPECT_THROW(w.set_sync_wait_column(0, 0, col), std::invalid_argument) << R << " " << r << " " << bad;
+      }
+      for (const double good : {-0.0, static_cast<double>(FLT_MAX)}) {
+        col[r] = good;
+        EXPECT_NO_THROW(w.set_sync_wait_column(0, 0, col)) << R << " " << r << " " << good;
+      }
+    }
+  }
   EXPECT_THROW(m.set_sync_wait_column(0, 1, std::vector<double>{0.25}), std::invalid_argument);
   EXPECT_THROW(m.set_sync_wait_column(0, 2, std::vector<double>{0.25, 0.0, 1.0}), std::invalid_argument);
 }
