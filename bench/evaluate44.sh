@@ -118,7 +118,13 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  1024 adds a stage and step), the lag's brackets ~3 %, the latest arrivals ~3.5 %. The per-rank accumulators",
           "  (own work, the standings' sums and squares) are ~0.2 MB read and written per step at 1024 ranks, through L2:",
           "  what is left is spread over these passes, none of them a quarter of the step, and the sums' order is part of",
-          "  the result (no result changes)."]
+          "  the result (no result changes).",
+          "- tried on 3fcd76f and not kept: the next step's columns fetched during the rank pass (slower: the fetches",
+          "  queue beside the pass's own misses), the walls and overlaps fetched in the cohort pass as well (no",
+          "  difference), the column four on instead of two (no difference). The rank-order sums advance one rank per",
+          "  512-bit add, at its latency (a chain of dependent 512-bit adds ran at twice the time per add of a 256-bit or",
+          "  scalar chain in a microbenchmark on this machine): two 256-bit halves would halve the chain but cost a",
+          "  cross-lane extract per rank on the port the transposes already fill."]
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:
