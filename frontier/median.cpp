@@ -474,7 +474,7 @@ void move_hint(MiddleHint& h, const Middle& m, bool hit, std::size_t inside, boo
       h.width = std::min(std::max((hi - lo) * want / (2.0 * static_cast<double>(inside)), floor),
                          std::numeric_limits<double>::max());
     if (!hit) ++h.misses;
-    h.sample = !hit || !(std::abs(m.mid - h.centre) <= h.width / 2);
+    h.sample = m.n >= kSampleFrom && (!hit || !(std::abs(m.mid - h.centre) <= h.width / 2));
     h.centre = m.mid;
     return;
   }
