@@ -265,7 +265,6 @@ private:
   std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step
-  std::vector<double> sums_;              // commit_error's sums
   /// commit_step's message for a row with a bad value: the first, in set_record's order.
   std::string commit_error(const double* row0, const double* wall);
   std::vector<std::string> roles_;

@@ -444,17 +444,17 @@ void sample_bracket(std::span<const double> x, SelectScratch& scratch, double* l
   s.resize(m);
   for (std::size_t i = 0; i < m; ++i) s[i] = x[i * n / m];
   const std::size_t at = (n / 2) * m / n, delta = static_cast<std::size_t>(2.0 * std::sqrt(static_cast<double>(m))) + 1;
-  const auto mid = s.begin() + static_cast<std::ptrdiff_t>(at);
   *lo = -std::numeric_limits<double>::infinity();
   *hi = std::numeric_limits<double>::infinity();
+  auto from = s.begin();  // past the lower end's place, every value is ≥ it
   if (at >= delta) {
-    const auto l = mid - static_cast<std::ptrdiff_t>(delta);
-    std::nth_element(s.begin(), l, s.end());
-    *lo = *l;
+    from += static_cast<std::ptrdiff_t>(at - delta);
+    std::nth_element(s.begin(), from, s.end());
+    *lo = *from;
   }
   if (at + delta < m) {
-    const auto h = mid + static_cast<std::ptrdiff_t>(delta);
-    std::nth_element(at >= delta ? mid - static_cast<std::ptrdiff_t>(delta) : s.begin(), h, s.end());
+    const auto h = s.begin() + static_cast<std::ptrdiff_t>(at + delta);
+    std::nth_element(from, h, s.end());
     *hi = *h;
   }
 }

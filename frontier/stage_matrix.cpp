@@ -285,13 +285,13 @@ std::string StageMatrix::commit_error(const double* row0, const double* wall) {
       return "rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) + "' is " + secs(x[r]) +
              ", expected a finite number >= 0";
   }
-  sums_.assign(R, 0.0);
+  std::vector<double> sum(static_cast<std::size_t>(R), 0.0);  // the error path only: no member kept for it
   for (int s = 0; s < k; ++s) {
     const double* x = row0 + static_cast<std::size_t>(s) * R;
-    for (int r = 0; r < R; ++r) sums_[r] = s == 0 ? 0.0 + x[r] : sums_[r] + x[r];
+    for (int r = 0; r < R; ++r) sum[r] = s == 0 ? 0.0 + x[r] : sum[r] + x[r];
   }
-  if (const int r = bad_rank([&](int q) { return !(sums_[q] <= kMaxWindowSeconds); }); !(sums_[r] <= kMaxWindowSeconds))
-    return "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sums_[r]) + " s, beyond the " +
+  if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); !(sum[r] <= kMaxWindowSeconds))
+    return "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +
          secs(kMaxWindowSeconds) + " s one window can hold";
   const int q = bad_rank([&](int x) { return !(wall[x] >= 0 && wall[x] <= kMaxWindowSeconds); });
   return "rank " + std::to_string(rank_id(q)) + ": wall time is " + secs(wall[q]) +
