@@ -42,6 +42,8 @@ using nlohmann::json;
 /// Bytes read at a time: the read buffer is the reader's largest allocation (a line longer than
 /// it grows it).
 constexpr std::size_t kChunkBytes = std::size_t{1} << 22;
+/// FileLines' first read at most: enough for any header, small beside the body.
+constexpr std::size_t kFirstChunkBytes = std::size_t{1} << 16;
 /// A guessed dense step may hold this many values at most (world × (stages + 3)); a larger world
 /// is read in two passes, so a sparse file's step holds only the ranks with records.
 constexpr std::uint64_t kMaxGuessValues = std::uint64_t{1} << 23;
@@ -54,16 +56,41 @@ struct ReadWhole {
   std::string why;
 };
 
-/// Lines of a file read through a fixed buffer, numbered from 1 as the whole-file readers
-/// number them. CSV: split at "\n", "\r\n" or a lone "\r", blank lines skipped (CsvLines).
-/// JSONL: split at '\n', every line returned as it is.
+/// An allocator whose resize() leaves the new elements uninitialised: a block's text is read
+/// over at once and its values written before they are read, so zeroing them first (a memset of
+/// the whole file) was wasted.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using Bytes = std::vector<char, UninitAllocator<char>>;
+
+/// Lines of a file read through a buffer of at most kChunkBytes (a longer line grows it),
+/// numbered from 1 as the whole-file readers number them. CSV: split at "\n", "\r\n" or a lone
+/// "\r", blank lines skipped (CsvLines). JSONL: split at '\n', every line returned as it is.
 class FileLines {
 public:
-  // A small file gets a buffer of its size, not a chunk (zeroing megabytes for a few lines was
-  // most of the time `score` took on one).
+  // The buffer starts at kFirstChunkBytes (or the file's size) and doubles while reads fill it,
+  // up to kChunkBytes: a CSV file's header, all a CSV read takes from here, costs one small read
+  // (a first read of a whole chunk copied and paged in 4 MiB of the body that CsvSource reads
+  // again), and a JSON Lines body still reads in whole chunks after a few.
   FileLines(int fd, std::uint64_t size, bool csv, std::int64_t max_line)
       : fd_(fd), size_(size), csv_(csv), max_line_(static_cast<std::size_t>(std::max<std::int64_t>(max_line, 1))),
-        buf_(static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 1, 64, kChunkBytes))) {}
+        buf_(static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 1, 64, kFirstChunkBytes))) {}
 
   /// The next line starts at byte `offset` of the file and is line number line_no + 1.
   void seek(std::uint64_t offset, std::int64_t line_no) {
@@ -121,7 +148,10 @@ private:
     // A line past --max-line-bytes: the whole read refuses it with its line number (a pass of
     // memchr over the mapped file; nothing of the line's size is allocated).
     if (end_ > max_line_) throw ReadWhole{"a line past --max-line-bytes"};
+    // Full (a line longer than the buffer), or smaller than a chunk and filled by the last read:
+    // twice the size.
     if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
+    else if (filled_ && buf_.size() < kChunkBytes) buf_.resize(std::min(buf_.size() * 2, kChunkBytes));
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf_.size() - end_, size_ - read_off_));
     ssize_t n;
     do n = ::pread(fd_, buf_.data() + end_, want, static_cast<off_t>(read_off_));
@@ -133,6 +163,7 @@ private:
     }
     if (csv_ && !cr_) cr_ = std::memchr(buf_.data() + end_, '\r', static_cast<std::size_t>(n)) != nullptr;
     end_ += static_cast<std::size_t>(n);
+    filled_ = end_ == buf_.size();
     read_off_ += static_cast<std::uint64_t>(n);
     eof_ = read_off_ >= size_;
     return true;
@@ -142,11 +173,12 @@ private:
   std::uint64_t size_;
   bool csv_;
   std::size_t max_line_;
-  std::vector<char> buf_;
+  Bytes buf_;
   std::size_t pos_ = 0, end_ = 0;
   std::uint64_t file_off_ = 0;  // file offset of buf_[0]
   std::uint64_t read_off_ = 0;  // next offset to read
   bool eof_ = false;
+  bool filled_ = false;  // the last read filled the buffer
   bool cr_ = false;  // a '\r' was read since the last seek: split the slow way
   std::int64_t line_no_ = 0;
   std::uint64_t line_off_ = 0, next_off_ = 0;
@@ -571,28 +603,6 @@ void stream_window(FileLines& lines, const ReadOptions& opt, StepSink& sink, con
 
 // --- CSV ---
 
-/// An allocator whose resize() leaves the new elements uninitialised: a block's text is read
-/// over at once and its values written before they are read, so zeroing them first (a memset of
-/// the whole file) was wasted.
-template <typename T>
-struct UninitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <typename U>
-  UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-  }
-};
-using Bytes = std::vector<char, UninitAllocator<char>>;
 
 /// Whether this process may run on two processors or more (its affinity mask: taskset, a
 /// cpuset): the read-ahead threads help only then; on one they take turns with the scoring
@@ -641,6 +651,9 @@ public:
     // Bytes up to the last '\n' read make the block (a "\r\n" is never cut); the rest waits.
     b.text.swap(carry_);
     carry_.clear();
+    // Room for the carry and a block, kept: the buffers pass between the blocks and the carry,
+    // and one sized to the last carry would be allocated (and paged in) anew at most cuts.
+    if (b.text.capacity() < b.text.size() + kBlockBytes) b.text.reserve(std::max(b.text.size(), kCarryRoom) + kBlockBytes);
     std::size_t cut = std::string::npos;
     for (;;) {
       const std::size_t have = b.text.size();
@@ -726,6 +739,7 @@ public:
 
 private:
   static constexpr std::size_t kBlockBytes = std::size_t{1} << 19;
+  static constexpr std::size_t kCarryRoom = std::size_t{1} << 16;  // a block's room for the line before it
 
   int fd_;
   std::uint64_t size_, off_;

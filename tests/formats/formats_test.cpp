@@ -904,6 +904,41 @@ TEST(Stream, a_sparse_window_in_a_large_world_never_gets_a_world_sized_step) {
   EXPECT_EQ(sink.widest, 20000);
 }
 
+// The reader's buffers: FileLines starts small and doubles while reads fill it, a CSV block keeps
+// room for the line cut from the block before. A header past the first read, records past a
+// block's room and files of several chunks stream as they read whole, in both formats.
+TEST(Stream, headers_and_lines_past_a_buffer_and_files_of_many_reads_stream_as_read) {
+  constexpr int kStages = 4000, kRanks = 3, kSteps = 16;  // lines of ~100 KB, files of ~5 MB
+  formats::ReadOptions opt;
+  opt.limits.max_stages = kStages;
+  std::mt19937_64 rng(44);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::string names, csv = "step,rank", jsonl = "{\"schema\":\"sf.stages/1\",\"stages\":[";
+  for (int s = 0; s < kStages; ++s) {
+    const std::string name = "a_stage_named_at_some_length_" + std::to_string(s);
+    csv += "," + name;
+    jsonl += (s ? ",\"" : "\"") + name + "\"";
+  }
+  csv += ",wall\n";
+  jsonl += "],\"world_size\":" + std::to_string(kRanks) + "}\n";
+  ASSERT_GT(csv.size(), std::size_t{1} << 16);
+  char num[32];
+  for (int t = 0; t < kSteps; ++t)
+    for (int r = 0; r < kRanks; ++r) {
+      std::string row = std::to_string(t) + "," + std::to_string(r), d;
+      for (int s = 0; s < kStages; ++s) {
+        std::snprintf(num, sizeof num, "%.17g", u(rng) * 1e-3);
+        row += std::string(",") + num;
+        d += (s ? "," : "") + std::string(num);
+      }
+      csv += row + ",100\n";
+      jsonl += "{\"step\":" + std::to_string(t) + ",\"rank\":" + std::to_string(r) + ",\"d\":[" + d + "],\"wall\":100}\n";
+    }
+  ASSERT_GT(csv.size(), std::size_t{4} << 20);
+  expect_streams_as_read(write_temp("wide.csv", csv), opt);
+  expect_streams_as_read(write_temp("wide.jsonl", jsonl), opt);
+}
+
 TEST(Stream, steps_out_of_order_fall_back_to_the_whole_read) {
   const std::string path = write_temp("unsorted.csv", "step,rank,a\n0,0,1\n1,0,2\n0,1,3\n1,1,1\n");
   CollectSink sink;
