@@ -186,6 +186,13 @@ public:
   /// rank and leaves the row without records.
   std::vector<double*> begin_step(int t);
   void commit_step(int t, const double* wall);
+  /// commit_step in pieces, for a producer that writes the row rank block by rank block: ranks
+  /// [committed, r_end) of row t are checked and taken in now, while the producer has them in
+  /// cache (r_end nondecreasing up to ranks(); the same wall array each time). commit_step then
+  /// takes the rest and closes the row; the values and sums are commit_step's, bit for bit. A bad
+  /// value throws, worded as commit_step would for the ranks committed so far, and leaves the
+  /// row as begin_step left it.
+  void commit_ranks(int t, int r_end, const double* wall);
   /// Every cell missing again and side evidence dropped, rows renumbered from first_step; the
   /// storage is kept (a streaming producer refills one step buffer without reallocating it).
   void reset(std::int64_t first_step);
@@ -265,8 +272,12 @@ private:
   std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step
-  /// commit_step's message for a row with a bad value: the first, in set_record's order.
-  std::string commit_error(const double* row0, const double* wall);
+  int committed_ = 0;                     // the pending row's ranks taken in so far (commit_ranks)
+  double pending_total_ = 0;              // their Σ max(Σ d, wall), in rank order
+  /// Takes ranks [committed_, r_end) of the pending row t in; throws (the row reset) on a bad value.
+  void commit_through(int t, int r_end, const double* wall);
+  /// commit_step's message for ranks [0, n) of a row with a bad value: the first, in set_record's order.
+  std::string commit_error(const double* row0, const double* wall, int n);
   std::vector<std::string> roles_;
 };
 

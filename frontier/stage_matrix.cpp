@@ -198,21 +198,53 @@ std::vector<double*> StageMatrix::begin_step(int t) {
   row_total_s_[t] = 0;
   drop_side(t);
   pending_row_ = t;
+  committed_ = 0;
+  pending_total_ = 0;
   std::vector<double*> out(static_cast<std::size_t>(schema_.explicit_count()));
   for (int s = 0; s < schema_.explicit_count(); ++s) out[s] = &data_(0, static_cast<Eigen::Index>(t) * stages() + s);
   return out;
 }
 
+void StageMatrix::commit_ranks(int t, int r_end, const double* wall) {
+  if (pending_row_ != t)
+    throw std::logic_error("commit_ranks(" + std::to_string(t) + ") without begin_step(" + std::to_string(t) + ")");
+  if (r_end < committed_ || r_end > ranks_)
+    throw std::logic_error("commit_ranks(" + std::to_string(t) + ", " + std::to_string(r_end) + ") after " +
+                           std::to_string(committed_) + " ranks committed, of " + std::to_string(ranks_));
+  commit_through(t, r_end, wall);
+}
+
 void StageMatrix::commit_step(int t, const double* wall) {
   if (pending_row_ != t)
     throw std::logic_error("commit_step(" + std::to_string(t) + ") without begin_step(" + std::to_string(t) + ")");
+  commit_through(t, ranks_, wall);
   pending_row_ = -1;
+  const int R = ranks_;
+  const std::size_t row = idx(t, 0);
+  const double step_total = pending_total_;
+  if (!(total_s_ + step_total <= kMaxWindowSeconds)) {
+    std::fill_n(&data_(0, static_cast<Eigen::Index>(t) * stages()), static_cast<std::size_t>(R) * stages(), 0.0);
+    std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), R, std::numeric_limits<double>::quiet_NaN());
+    std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), R, 0.0);
+    throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
+                                std::to_string(first_step_ + (steps_ - 1)) + " sums to more than " +
+                                secs(kMaxWindowSeconds) + " s of recorded step time at step " + std::to_string(step_id(t)) +
+                                "; expected a window whose sums stay finite");
+  }
+  std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), R, std::uint8_t{1});
+  step_present_count_[t] = R;
+  row_total_s_[t] = step_total;
+  total_s_ += step_total;
+}
+
+void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   const int k = schema_.explicit_count(), R = ranks_;
   const std::size_t row = idx(t, 0);
   double* row0 = &data_(0, static_cast<Eigen::Index>(t) * stages());
   // On a bad value the row stays without records, as begin_step left it: cells zero as
-  // clear_record leaves them, no wall, no overlap.
+  // clear_record leaves them, no wall, no overlap (where earlier pieces were taken in too).
   auto fail = [&](const std::string& what) {
+    pending_row_ = -1;
     std::fill_n(row0, static_cast<std::size_t>(R) * stages(), 0.0);
     std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), R, std::numeric_limits<double>::quiet_NaN());
     std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), R, 0.0);
@@ -221,16 +253,16 @@ void StageMatrix::commit_step(int t, const double* wall) {
   if (schema_.has_residual() != (wall != nullptr))
     fail(schema_.has_residual() ? "step has no wall times but the schema has a residual stage"
                                 : "step has wall times but the schema has no residual stage");
-  // One pass over the row in blocks that stay in L1 (a row of 10^6 ranks is far larger than the
-  // caches): each block's checks, Σ explicit per rank in stage order (the prefix order, 0 + d
+  // One pass over the ranks in blocks that stay in L1 (a row of 10^6 ranks is far larger than
+  // the caches): each block's checks, Σ explicit per rank in stage order (the prefix order, 0 + d
   // first as set_record forms it), the residual and overlap in place, the step total added in
   // rank order. On any bad value, commit_error words the first one as set_record would have.
   double* res = wall ? row0 + static_cast<std::size_t>(schema_.residual_index()) * R : nullptr;
   constexpr int kBlock = 512;
   double sum[kBlock];
-  double step_total = 0;
-  for (int r0 = 0; r0 < R; r0 += kBlock) {
-    const int len = std::min(kBlock, R - r0);
+  double step_total = pending_total_;
+  for (int r0 = committed_; r0 < r_end; r0 += kBlock) {
+    const int len = std::min(kBlock, r_end - r0);
     bool ok = true;
     for (int s = 0; s < k; ++s) {
       const double* x = row0 + static_cast<std::size_t>(s) * R + r0;
@@ -244,7 +276,7 @@ void StageMatrix::commit_step(int t, const double* wall) {
     if (k == 0) std::fill_n(sum, len, 0.0);
     ok &= all_within(sum, len, -std::numeric_limits<double>::infinity(), kMaxWindowSeconds) &&
           (!wall || all_within(wall + r0, len, 0.0, kMaxWindowSeconds));
-    if (!ok) fail(commit_error(row0, wall));
+    if (!ok) fail(commit_error(row0, wall, r_end));
     if (wall) {
       const double* w = wall + r0;
       for (int i = 0; i < len; ++i) step_total += std::max(sum[i], w[i]);
@@ -259,23 +291,17 @@ void StageMatrix::commit_step(int t, const double* wall) {
       for (int i = 0; i < len; ++i) step_total += sum[i];
     }
   }
-  if (!(total_s_ + step_total <= kMaxWindowSeconds))
-    fail("the window of steps " + std::to_string(first_step_) + ".." + std::to_string(first_step_ + (steps_ - 1)) +
-         " sums to more than " + secs(kMaxWindowSeconds) + " s of recorded step time at step " +
-         std::to_string(step_id(t)) + "; expected a window whose sums stay finite");
-  std::fill_n(present_.begin() + static_cast<std::ptrdiff_t>(row), R, std::uint8_t{1});
-  step_present_count_[t] = R;
-  row_total_s_[t] = step_total;
-  total_s_ += step_total;
+  pending_total_ = step_total;
+  committed_ = std::max(committed_, r_end);
 }
 
-std::string StageMatrix::commit_error(const double* row0, const double* wall) {
-  // The checks of set_record over the whole row, in its order: every stage's values, stage by
-  // stage, then the sums, then the walls; the first bad one, by lowest rank, is the message.
-  // (commit_step calls it only when one of these is bad: a row without walls fails before them.)
+std::string StageMatrix::commit_error(const double* row0, const double* wall, int n) {
+  // The checks of set_record over ranks [0, n) of the row, in its order: every stage's values,
+  // stage by stage, then the sums, then the walls; the first bad one, by lowest rank, is the
+  // message. (Called only when one of these is bad: a row without walls fails before them.)
   const int k = schema_.explicit_count(), R = ranks_;
   auto bad_rank = [&](auto bad) {
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < n; ++r)
       if (bad(r)) return r;
     return 0;
   };
@@ -285,10 +311,10 @@ std::string StageMatrix::commit_error(const double* row0, const double* wall) {
       return "rank " + std::to_string(rank_id(r)) + ": duration of stage '" + schema_.name(s) + "' is " + secs(x[r]) +
              ", expected a finite number >= 0";
   }
-  std::vector<double> sum(static_cast<std::size_t>(R), 0.0);  // the error path only: no member kept for it
+  std::vector<double> sum(static_cast<std::size_t>(n), 0.0);  // the error path only: no member kept for it
   for (int s = 0; s < k; ++s) {
     const double* x = row0 + static_cast<std::size_t>(s) * R;
-    for (int r = 0; r < R; ++r) sum[r] = s == 0 ? 0.0 + x[r] : sum[r] + x[r];
+    for (int r = 0; r < n; ++r) sum[r] = s == 0 ? 0.0 + x[r] : sum[r] + x[r];
   }
   if (const int r = bad_rank([&](int q) { return !(sum[q] <= kMaxWindowSeconds); }); !(sum[r] <= kMaxWindowSeconds))
     return "rank " + std::to_string(rank_id(r)) + ": stage durations sum to " + secs(sum[r]) + " s, beyond the " +

@@ -36,13 +36,18 @@ struct ModelStepper::State {
   /// Where the passes put a rank's cells. The stages come in order (data, forward, backward,
   /// callbacks, optimizer), then the wall.
   /// RowOut: into the row of a one-step matrix, with the side evidence (sync waits, forward events).
+  /// The row is committed block by block as the last pass writes it (StageMatrix::commit_ranks):
+  /// its checks and sums read the block from cache rather than the whole row from memory again.
   struct RowOut {
     static constexpr bool kSide = true;
     std::array<double*, 5> col;
     double* wall;
+    frontier::StageMatrix* m;
+    int row;
     template <int S>
     void stage(int r, double v) { col[S][r] = v; }
     void end(int r, double w) { wall[r] = w; }
+    void done(int r_end) { m->commit_ranks(row, r_end, wall); }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
   /// StageMatrix::commit_step and frontier::account take them (0 + d0 + d1 + ..., the residual
@@ -63,6 +68,7 @@ struct ModelStepper::State {
       top[5] = std::max(top[5], p + (e > 0 ? e : 0.0));
       wall_max = std::max(wall_max, w);
     }
+    void done(int) {}
   };
   std::vector<Carry> carry;
   // When each rank's last bucket collective could start (bucketed sync, a row's side evidence:
@@ -224,47 +230,63 @@ struct ModelStepper::State {
   double leave(Out& out) {
     const bool single = cfg.sync_mode == SyncMode::single;
     double cb_arrive_max = 0;
-    for (int r = 0; r < cfg.ranks; ++r) {
-      auto& k = carry[r];
-      double end;
-      if (single) {
-        if constexpr (Out::kSide) wait_bwd[r] = exit_single - k.own_done;
-        end = exit_single;
-      } else {
-        // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
-        // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
-        if constexpr (Out::kSide)
-          wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - last_launch[static_cast<std::size_t>(r)]);
-        end = std::max(k.own_done, bucket_end[B - 1]);
-      }
-      out.template stage<2>(r, end - k.bwd_start);
-      const double arrive = end + k.callbacks_s;
-      cb_arrive_max = std::max(cb_arrive_max, arrive);
-      if (!sync_callbacks) {  // else host[r] stays the step's start for release_callbacks
-        const double begin = host[r];
-        out.template stage<3>(r, arrive - end);
-        host[r] = arrive + k.optim_s;
-        out.template stage<4>(r, k.optim_s);
-        out.end(r, host[r] - begin);
-      }
+    for (int r0 = 0; r0 < cfg.ranks; r0 += kBlock) {
+      const int r1 = std::min(cfg.ranks, r0 + kBlock);
+      for (int r = r0; r < r1; ++r) leave_rank(r, single, out, cb_arrive_max);
+      if (!sync_callbacks) out.done(r1);
     }
     return cb_arrive_max;
+  }
+
+  /// leave()'s work for rank r.
+  template <class Out>
+  [[gnu::always_inline]] void leave_rank(int r, bool single, Out& out, double& cb_arrive_max) {
+    auto& k = carry[r];
+    double end;
+    if (single) {
+      if constexpr (Out::kSide) wait_bwd[r] = exit_single - k.own_done;
+      end = exit_single;
+    } else {
+      // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
+      // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
+      if constexpr (Out::kSide)
+        wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - last_launch[static_cast<std::size_t>(r)]);
+      end = std::max(k.own_done, bucket_end[B - 1]);
+    }
+    out.template stage<2>(r, end - k.bwd_start);
+    const double arrive = end + k.callbacks_s;
+    cb_arrive_max = std::max(cb_arrive_max, arrive);
+    if (!sync_callbacks) {  // else host[r] stays the step's start for release_callbacks
+      const double begin = host[r];
+      out.template stage<3>(r, arrive - end);
+      host[r] = arrive + k.optim_s;
+      out.template stage<4>(r, k.optim_s);
+      out.end(r, host[r] - begin);
+    }
   }
 
   /// Pass 3: the callbacks' barrier releases every rank when the last arrives.
   template <class Out>
   void release_callbacks(Out& out, double cb_exit) {
-    for (int r = 0; r < cfg.ranks; ++r) {
-      const auto& k = carry[r];
-      // leave()'s backward end and arrival at the barrier, again
-      const double end = cfg.sync_mode == SyncMode::single ? exit_single : std::max(k.own_done, bucket_end[B - 1]);
-      if constexpr (Out::kSide) wait_cb[r] = cb_exit - (end + k.callbacks_s);
-      const double begin = host[r];
-      host[r] = cb_exit + k.optim_s;
-      out.template stage<3>(r, cb_exit - end);
-      out.template stage<4>(r, k.optim_s);
-      out.end(r, host[r] - begin);
+    for (int r0 = 0; r0 < cfg.ranks; r0 += kBlock) {
+      const int r1 = std::min(cfg.ranks, r0 + kBlock);
+      for (int r = r0; r < r1; ++r) release_rank(r, out, cb_exit);
+      out.done(r1);
     }
+  }
+
+  /// release_callbacks()'s work for rank r.
+  template <class Out>
+  [[gnu::always_inline]] void release_rank(int r, Out& out, double cb_exit) {
+    const auto& k = carry[r];
+    // leave()'s backward end and arrival at the barrier, again
+    const double end = cfg.sync_mode == SyncMode::single ? exit_single : std::max(k.own_done, bucket_end[B - 1]);
+    if constexpr (Out::kSide) wait_cb[r] = cb_exit - (end + k.callbacks_s);
+    const double begin = host[r];
+    host[r] = cb_exit + k.optim_s;
+    out.template stage<3>(r, cb_exit - end);
+    out.template stage<4>(r, k.optim_s);
+    out.end(r, host[r] - begin);
   }
 
   /// One step of the model through `out`: the three passes and the collectives between them.
@@ -307,7 +329,7 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   // The durations and walls go straight into the row's columns and `wall`.
   const std::vector<double*> cols = m.begin_step(row);
   wall.resize(static_cast<std::size_t>(cfg.ranks));
-  State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data()};
+  State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data(), &m, row};
   st.step_through(out);
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <limits>
+#include <random>
 #include <string>
 #include <cmath>
 
@@ -262,6 +263,101 @@ TEST(StageMatrix, commit_step_words_the_first_bad_value_across_blocks) {
     EXPECT_EQ(m.overlap(0, r), 0.0);
     EXPECT_EQ(m.d(0, r, 2), 1.0 - (0.0 + 0.25 + 0.251));
   }
+}
+
+// commit_ranks: a row committed in pieces (the model commits each block of ranks as its last
+// pass writes it) is the row commit_step makes at once, bit for bit: cells, residuals, walls,
+// overlaps, presence and the window's total, whatever the cuts (empty pieces, repeated ends,
+// ends inside commit_step's blocks of 512).
+TEST(StageMatrix, commit_ranks_in_any_pieces_is_commit_step) {
+  for (std::uint64_t seed = 0; seed < 24; ++seed) {
+    std::mt19937_64 rng(seed);
+    const int R = 1 + static_cast<int>(rng() % 3000), k = 1 + static_cast<int>(rng() % 4);
+    std::vector<std::string> names;
+    for (int s = 0; s < k; ++s) names.push_back("s" + std::to_string(s));
+    const bool with_wall = seed % 3 != 0;
+    const StageSchema schema(names, with_wall);
+    StageMatrix whole(schema, R, 0, 2), pieces(schema, R, 0, 2);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int t = 0; t < 2; ++t) {
+      std::vector<std::vector<double>> d(k, std::vector<double>(R));
+      std::vector<double> wall(R);
+      for (int r = 0; r < R; ++r) {
+        double sum = 0;
+        for (int s = 0; s < k; ++s) sum += d[s][r] = rng() % 5 == 0 ? 0.0 : u(rng) * std::pow(10.0, static_cast<int>(rng() % 7) - 4);
+        wall[r] = sum * (0.5 + u(rng));  // overlaps (wall < Σ) and residuals both
+      }
+      std::vector<int> cuts = {0, R};
+      for (int i = 0, n = static_cast<int>(rng() % 9); i < n; ++i) cuts.push_back(static_cast<int>(rng() % (R + 1)));
+      std::sort(cuts.begin(), cuts.end());
+      for (StageMatrix* m : {&whole, &pieces}) {
+        auto cols = m->begin_step(t);
+        for (int s = 0; s < k; ++s) std::copy(d[s].begin(), d[s].end(), cols[s]);
+        if (m == &pieces)
+          for (const int c : cuts) m->commit_ranks(t, c, with_wall ? wall.data() : nullptr);
+        m->commit_step(t, with_wall ? wall.data() : nullptr);
+      }
+      for (int r = 0; r < R; ++r) {
+        ASSERT_EQ(pieces.present(t, r), whole.present(t, r)) << "seed " << seed << " rank " << r;
+        for (int s = 0; s < schema.size(); ++s) ASSERT_EQ(pieces.d(t, r, s), whole.d(t, r, s)) << "seed " << seed << " rank " << r;
+        if (with_wall) {
+          ASSERT_EQ(pieces.wall(t, r), whole.wall(t, r)) << "seed " << seed << " rank " << r;
+          ASSERT_EQ(pieces.overlap(t, r), whole.overlap(t, r)) << "seed " << seed << " rank " << r;
+        }
+      }
+      ASSERT_EQ(pieces.total_seconds(), whole.total_seconds()) << "seed " << seed << " step " << t;
+    }
+  }
+}
+
+// A bad value in a piece is worded among the ranks committed so far, and leaves the whole row as
+// begin_step left it, the pieces taken in before it too; misuse is a logic error.
+TEST(StageMatrix, commit_ranks_refuses_a_bad_piece_and_resets_the_row) {
+  const StageSchema schema({"a", "b"}, true);
+  const int R = 1500;
+  StageMatrix m(schema, R, 0, 1);
+  std::vector<double> wall(R, 1.0);
+  auto fill = [&] {
+    auto cols = m.begin_step(0);
+    for (int s = 0; s < 2; ++s) std::fill_n(cols[s], R, 0.25);
+    return cols;
+  };
+  EXPECT_THROW(m.commit_ranks(0, 10, wall.data()), std::logic_error);  // no begin_step
+  auto cols = fill();
+  cols[1][1200] = -1.0;  // past the first two pieces: not theirs to word
+  m.commit_ranks(0, 512, wall.data());
+  EXPECT_THROW(m.commit_ranks(0, 100, wall.data()), std::logic_error);  // backwards
+  EXPECT_THROW(m.commit_ranks(0, R + 1, wall.data()), std::logic_error);
+  m.commit_ranks(0, 1024, wall.data());
+  try {
+    m.commit_step(0, wall.data());
+    ADD_FAILURE() << "a bad rank 1200 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("rank 1200: duration of stage 'b'", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(m.step_present_count(0), 0);
+  for (const int r : {0, 511, 700, 1023, 1499}) {
+    EXPECT_TRUE(std::isnan(m.wall(0, r))) << r;
+    EXPECT_EQ(m.overlap(0, r), 0.0) << r;
+    EXPECT_EQ(m.d(0, r, 2), 0.0) << r;
+  }
+  EXPECT_THROW(m.commit_step(0, wall.data()), std::logic_error);  // the failed row is no longer pending
+  // A piece with a bad value fails at once, worded among its ranks (rank 300's wall, not 1200's stage).
+  cols = fill();
+  cols[1][1200] = -1.0;
+  wall[300] = -2.0;
+  try {
+    m.commit_ranks(0, 600, wall.data());
+    ADD_FAILURE() << "a bad wall at rank 300 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("rank 300: wall time is", 0), 0u) << e.what();
+  }
+  wall[300] = 1.0;
+  cols = fill();
+  m.commit_ranks(0, 700, wall.data());
+  m.commit_step(0, wall.data());
+  EXPECT_EQ(m.step_present_count(0), R);
+  EXPECT_EQ(m.total_seconds(), 1.0 * R);
 }
 
 // Sync waits are stored as one column per (step, stage): the column accessor sees exactly what
