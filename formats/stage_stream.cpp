@@ -333,8 +333,13 @@ public:
     has_sync_.assign(R_, 0);
     count_ = 0;
     side_ = false;
+    dense_ = one_.rank_ids().empty();
   }
-  int column_of(int rank) const { return one_.column_of(rank); }
+  /// The rank's column (StageMatrix::column_of), inline for a dense layout: a call per record.
+  int column_of(int rank) const {
+    if (dense_) return rank >= 0 && rank < R_ ? rank : -1;
+    return one_.column_of(rank);
+  }
   /// The rank ids with a record in the open step.
   void present_ranks(std::vector<int>& out) const {
     out.clear();
@@ -344,9 +349,10 @@ public:
   /// False when the column already has a record this step (a duplicate).
   bool put(int c, const Rec& rec) {
     if (present_[c]) return false;
+    if (count_ == 0) row_ = one_.begin_step(0);  // the step's values go straight into the row
     present_[c] = 1;
     ++count_;
-    for (int s = 0; s < k_; ++s) cols_[static_cast<std::size_t>(s) * R_ + c] = rec.d[s];
+    for (int s = 0; s < k_; ++s) row_[s][c] = rec.d[s];
     walls_[c] = rec.wall;
     event_[c] = rec.event;
     event_s_[c] = rec.event_s;
@@ -360,12 +366,12 @@ public:
   /// The step as a one-step matrix with id `step`; the buffer is empty again.
   const StageMatrix& take(std::int64_t step) {
     if (count_ == R_ && !side_) {
-      // Every rank present: the row written in place (the values and checks of set_record).
+      // Every rank present: the row put() wrote, committed (the values and checks of set_record).
       one_.renumber(step);
-      const auto out = one_.begin_step(0);
-      for (int s = 0; s < k_; ++s) std::memcpy(out[s], cols_.data() + static_cast<std::size_t>(s) * R_, sizeof(double) * R_);
       one_.commit_step(0, wall_ ? walls_.data() : nullptr);
     } else {
+      // Ranks missing or side evidence: record by record, from the values put() wrote.
+      for (int s = 0; s < k_; ++s) std::copy_n(row_[s], R_, cols_.data() + static_cast<std::size_t>(s) * R_);
       one_.reset(step);
       std::vector<double>& d = scratch_;
       d.resize(k_);
@@ -392,11 +398,13 @@ private:
   StageMatrix one_;
   int R_ = 0, k_ = 0;
   bool wall_ = false;
+  std::vector<double*> row_;  // the open step's columns in one_ (begin_step at its first record)
   std::vector<double> cols_, walls_, event_s_, cpu_wait_, sync_, scratch_;
   std::vector<std::uint8_t> present_, has_sync_;
   std::vector<EventState> event_;
   int count_ = 0;
   bool side_ = false;
+  bool dense_ = true;
 };
 
 /// Reads one file window's records from a source in one pass: checks what emit_windows would
