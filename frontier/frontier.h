@@ -274,6 +274,8 @@ private:
   int pending_row_ = -1;                  // begin_step's row until commit_step
   int committed_ = 0;                     // the pending row's ranks taken in so far (commit_ranks)
   double pending_total_ = 0;              // their Σ max(Σ d, wall), in rank order
+  /// Row t's cells zero, its walls NaN and overlaps 0, as begin_step leaves them (a failed commit).
+  void clear_row(int t);
   /// Takes ranks [committed_, r_end) of the pending row t in; throws (the row reset) on a bad value.
   void commit_through(int t, int r_end, const double* wall);
   /// commit_step's message for ranks [0, n) of a row with a bad value: the first, in set_record's order.

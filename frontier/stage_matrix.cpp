@@ -223,9 +223,7 @@ void StageMatrix::commit_step(int t, const double* wall) {
   const std::size_t row = idx(t, 0);
   const double step_total = pending_total_;
   if (!(total_s_ + step_total <= kMaxWindowSeconds)) {
-    std::fill_n(&data_(0, static_cast<Eigen::Index>(t) * stages()), static_cast<std::size_t>(R) * stages(), 0.0);
-    std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), R, std::numeric_limits<double>::quiet_NaN());
-    std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), R, 0.0);
+    clear_row(t);
     throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
                                 std::to_string(first_step_ + (steps_ - 1)) + " sums to more than " +
                                 secs(kMaxWindowSeconds) + " s of recorded step time at step " + std::to_string(step_id(t)) +
@@ -237,6 +235,13 @@ void StageMatrix::commit_step(int t, const double* wall) {
   total_s_ += step_total;
 }
 
+void StageMatrix::clear_row(int t) {
+  const std::size_t row = idx(t, 0);
+  std::fill_n(&data_(0, static_cast<Eigen::Index>(t) * stages()), static_cast<std::size_t>(ranks_) * stages(), 0.0);
+  std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<double>::quiet_NaN());
+  std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, 0.0);
+}
+
 void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   const int k = schema_.explicit_count(), R = ranks_;
   const std::size_t row = idx(t, 0);
@@ -245,9 +250,7 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   // clear_record leaves them, no wall, no overlap (where earlier pieces were taken in too).
   auto fail = [&](const std::string& what) {
     pending_row_ = -1;
-    std::fill_n(row0, static_cast<std::size_t>(R) * stages(), 0.0);
-    std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), R, std::numeric_limits<double>::quiet_NaN());
-    std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), R, 0.0);
+    clear_row(t);
     throw std::invalid_argument(what);
   };
   if (schema_.has_residual() != (wall != nullptr))
