@@ -189,6 +189,12 @@ std::string live_view(const LiveState& s, const frontier::Evidence& e, bool tty)
 /// The fault plan of a run: the scenario, its delay, the (drawn) target ranks, onset/offset.
 inject::FaultPlan make_plan(const RunConfig& cfg, int world_size);
 
+/// Removes under `dir` (a cgroup hierarchy's root) the cgroups Straggler and its probe made in
+/// runs killed before they could remove them (a test's timeout, SIGKILL): sf-straggler-PID and
+/// sf-straggler-probe-PID whose process is gone. One that still holds a task refuses rmdir and
+/// stays. The cgroup straggler sweeps before it makes its own.
+void sweep_stale_straggler_cgroups(const std::string& dir);
+
 #if SF_WITH_MPI
 struct Backends {
   std::unique_ptr<sim::Device> device;

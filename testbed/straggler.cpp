@@ -194,6 +194,7 @@ void Straggler::start_cgroup() {
     return;
   }
   cgroup_v2_ = root->v2;
+  sweep_stale_straggler_cgroups(root->dir);
   cgroup_home_ = root->dir + current_cgroup(root->v2);
   cgroup_dir_ = root->dir + "/sf-straggler-" + std::to_string(getpid());
   if (mkdir(cgroup_dir_.c_str(), 0755) != 0 && errno != EEXIST) {

@@ -1,5 +1,6 @@
 // The testbed's own logic without MPI: validation, verdicts against the truth, provenance.
 #include "sf/testbed/testbed.h"
+#include "testbed/detail.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +14,45 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace sf {
 namespace {
+
+// A run killed before it removed its cgroup (ctest's timeout kills the ranks) left an empty
+// sf-straggler-PID behind; the next cgroup straggler sweeps those whose process is gone, and only
+// those: a live process's, one still holding something (rmdir refuses it) and others stay.
+TEST(Straggler, sweeps_the_cgroups_of_runs_that_are_gone_and_only_those) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("sweep-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(gone, &status, 0), gone);
+  const std::string dead = std::to_string(gone), live = std::to_string(getpid());
+  for (const std::string& name : std::vector<std::string>{"sf-straggler-" + dead, "sf-straggler-probe-" + dead, "sf-straggler-" + live,
+                                                          "sf-straggler-" + dead + "x", "sf-straggler-", "other-" + dead})
+    fs::create_directory(dir / name);
+  fs::create_directory(dir / ("sf-straggler-busy"));
+  const pid_t gone2 = fork();
+  if (gone2 == 0) _exit(0);
+  ASSERT_EQ(waitpid(gone2, &status, 0), gone2);
+  fs::create_directory(dir / ("sf-straggler-" + std::to_string(gone2)));
+  std::ofstream(dir / ("sf-straggler-" + std::to_string(gone2)) / "task") << "held";  // rmdir refuses it
+  testbed::detail::sweep_stale_straggler_cgroups(dir.string());
+  EXPECT_FALSE(fs::exists(dir / ("sf-straggler-" + dead)));
+  EXPECT_FALSE(fs::exists(dir / ("sf-straggler-probe-" + dead)));
+  for (const std::string& name : std::vector<std::string>{"sf-straggler-" + live, "sf-straggler-" + dead + "x", "sf-straggler-",
+                                                          "other-" + dead, "sf-straggler-busy", "sf-straggler-" + std::to_string(gone2)})
+    EXPECT_TRUE(fs::exists(dir / name)) << name;
+  fs::remove_all(dir);
+}
 
 TEST(Validate, rejects_bad_run_options_with_one_line) {
   testbed::RunConfig c;
