@@ -333,11 +333,10 @@ public:
     has_sync_.assign(R_, 0);
     count_ = 0;
     side_ = false;
-    dense_ = one_.rank_ids().empty();
   }
   /// The rank's column (StageMatrix::column_of), inline for a dense layout: a call per record.
   int column_of(int rank) const {
-    if (dense_) return rank >= 0 && rank < R_ ? rank : -1;
+    if (one_.rank_ids().empty()) return rank >= 0 && rank < R_ ? rank : -1;
     return one_.column_of(rank);
   }
   /// The rank ids with a record in the open step.
@@ -404,7 +403,6 @@ private:
   std::vector<EventState> event_;
   int count_ = 0;
   bool side_ = false;
-  bool dense_ = true;
 };
 
 /// Reads one file window's records from a source in one pass: checks what emit_windows would

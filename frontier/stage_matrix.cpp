@@ -295,7 +295,7 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
     }
   }
   pending_total_ = step_total;
-  committed_ = std::max(committed_, r_end);
+  committed_ = r_end;
 }
 
 std::string StageMatrix::commit_error(const double* row0, const double* wall, int n) {
