@@ -199,7 +199,8 @@ void add_output_options(CLI::App* sub, RunOptions& opts) {
 
 /// How windows reach rank 0 and where they are scored.
 void add_gather_options(CLI::App* sub, testbed::RunConfig& cfg) {
-  sub->add_option("--gather-deadline", cfg.gather_deadline_s, "seconds rank 0 waits for a window's contributions")
+  sub->add_option("--gather-deadline", cfg.gather_deadline_s,
+                  "seconds rank 0 waits for a window's contributions (never less than 4 steps of the run's pace)")
       ->check(CLI::Range(0.001, 3600.0))->capture_default_str();
   const std::map<std::string, recorder::GatherMode> gathers{{"flat", recorder::GatherMode::flat},
                                                             {"node", recorder::GatherMode::node}};

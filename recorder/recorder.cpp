@@ -4,6 +4,7 @@
 #include "sf/frontier/frontier.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -160,7 +161,34 @@ struct Recorder::Ready {
   std::vector<std::optional<Contribution>> got;
   formats::GatherStats gather;
   std::vector<std::string> notes;  // the transport's lines on what is missing
+  double waited_s = 0;             // how long the gather waited (Recorder::gather_wait_s)
 };
+
+namespace {
+/// The run's pace: the walls of the last steps this rank recorded (a ring), for the gather's
+/// wait (RecorderConfig::gather_deadline_s).
+class Pace {
+public:
+  void add(std::int64_t wall_ns) {
+    walls_[next_] = wall_ns;
+    next_ = (next_ + 1) % walls_.size();
+    n_ = std::min(n_ + 1, walls_.size());
+  }
+  /// The median wall (the upper one of an even count); 0 before the first step.
+  std::int64_t median_ns() const {
+    if (n_ == 0) return 0;
+    std::array<std::int64_t, kSteps> w{};
+    std::copy_n(walls_.begin(), n_, w.begin());
+    std::nth_element(w.begin(), w.begin() + n_ / 2, w.begin() + n_);
+    return w[n_ / 2];
+  }
+
+private:
+  static constexpr std::size_t kSteps = 32;
+  std::array<std::int64_t, kSteps> walls_{};
+  std::size_t next_ = 0, n_ = 0;
+};
+}  // namespace
 
 struct Recorder::Impl {
   Impl(const RecorderConfig& cfg, WindowSink s, bool is_root)
@@ -168,9 +196,11 @@ struct Recorder::Impl {
   frontier::StageSchema schema;
   WindowSink sink;
   bool root;
+  Pace pace;  // this rank's step walls, as packed
   struct Pending {
     int window;
     std::int64_t opened_ns;
+    std::int64_t wait_ns;  // the gather's wait when the window closed (Recorder::gather_wait_s)
     std::vector<std::optional<Contribution>> got;
     int arrived = 0;
   };
@@ -277,6 +307,13 @@ void Recorder::rethrow_sink_error() {
   if (e) std::rethrow_exception(e);
 }
 
+std::int64_t Recorder::gather_wait_ns() const {
+  const auto deadline = static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
+  return std::max(deadline, kGatherPaceSteps * impl_->pace.median_ns());
+}
+
+double Recorder::gather_wait_s() const { return static_cast<double>(gather_wait_ns()) * 1e-9; }
+
 double Recorder::telemetry_cpu_s() const {
   std::lock_guard lock(impl_->mu);
   return impl_->worker_cpu_s;
@@ -359,6 +396,7 @@ std::vector<std::byte> Recorder::pack(std::int64_t window) {
     if (p[0] >= start && p[2] != 0) {     // an ended step of this window
       put(out, static_cast<std::int32_t>(p[0] - start));
       put(out, static_cast<float>(static_cast<double>(p[2] - p[1]) * 1e-9));
+      impl_->pace.add(p[2] - p[1]);
       for (int s = 0; s < S_; ++s) {
         const std::int64_t b = p[3 + 2 * s], e = p[4 + 2 * s];
         put(out, static_cast<float>(b != 0 && e >= b ? static_cast<double>(e - b) * 1e-9 : 0.0));
@@ -423,7 +461,9 @@ void Recorder::close_window(std::int64_t window) {
   auto payload = pack(window);
   bytes_sent_ += static_cast<std::int64_t>(payload.size());
   ++windows_closed_;
-  if (impl_->root) impl_->pending.push_back({static_cast<int>(window), now_ns(), std::vector<std::optional<Contribution>>(transport_.size())});
+  if (impl_->root)
+    impl_->pending.push_back({static_cast<int>(window), now_ns(), gather_wait_ns(),
+                              std::vector<std::optional<Contribution>>(transport_.size())});
   transport_.send(static_cast<int>(window), std::move(payload));
 }
 
@@ -455,7 +495,8 @@ void Recorder::finish() {
   const std::int64_t last_window =
       last_step_ == INT64_MIN ? -1 : (last_step_ - cfg_.first_step) / cfg_.window_steps;
   while (open_window_ <= last_window) close_window(open_window_++);
-  const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
+  const std::int64_t wait = gather_wait_ns();
+  const std::int64_t deadline = now_ns() + wait;
   while (true) {
     transport_.progress();
     if (impl_->root) pump_root(false);
@@ -464,7 +505,7 @@ void Recorder::finish() {
     nanosleep(&ts, nullptr);
   }
   if (impl_->root) pump_root(true);
-  transport_.drain(cfg_.gather_deadline_s);
+  transport_.drain(static_cast<double>(wait) * 1e-9);
   safe_point_cpu_s_ += thread_cpu_s() - cpu0;
   // Every window is handed over: the telemetry thread assembles the rest, then stops.
   const bool threaded = impl_->worker.joinable();
@@ -553,7 +594,7 @@ void Recorder::pump_root(bool final_pass) {
       p.got[c.rank] = std::move(c);
       ++p.arrived;
     }
-    const bool timed_out = now - p.opened_ns >= static_cast<std::int64_t>(cfg_.gather_deadline_s * 1e9);
+    const bool timed_out = now - p.opened_ns >= p.wait_ns;
     if (p.arrived < R && !timed_out && !final_pass) break;
     if (p.arrived < R) transport_.abandon(p.window);
 
@@ -562,6 +603,7 @@ void Recorder::pump_root(bool final_pass) {
     r.got = std::move(p.got);
     transport_.take_gather_stats(p.window, r.gather);
     r.gather.closed_ns = p.opened_ns;
+    r.waited_s = static_cast<double>(p.wait_ns) * 1e-9;
     if (p.arrived < R) {
       std::vector<int> missing;
       for (int k = 0; k < R; ++k)
@@ -587,7 +629,8 @@ namespace {
 
 /// Rank 0's assembly of one window (the recorder's and assemble_window's).
 formats::Window assemble_from(const frontier::StageSchema& schema, const RecorderConfig& cfg, int R, int window,
-                              std::vector<std::optional<Contribution>>& got, std::vector<std::string>&& notes) {
+                              std::vector<std::optional<Contribution>>& got, std::vector<std::string>&& notes,
+                              double waited_s) {
   const int S = schema.explicit_count();
   const int n_sync = static_cast<int>(cfg.sync_wait_stages.size());
   // Assemble what arrived; every gap or inconsistency becomes a named reason.
@@ -599,7 +642,7 @@ formats::Window assemble_from(const frontier::StageSchema& schema, const Recorde
     if (!got[r]) {
       tel.gather_ok = false;
       char buf[96];
-      std::snprintf(buf, sizeof buf, "rank %d: no contribution within the %.3g s gather deadline", r, cfg.gather_deadline_s);
+      std::snprintf(buf, sizeof buf, "rank %d: no contribution within the %.3g s gather deadline", r, waited_s);
       tel.reasons.emplace_back(buf);
       continue;
     }
@@ -661,7 +704,8 @@ formats::Window assemble_from(const frontier::StageSchema& schema, const Recorde
 }  // namespace
 
 void Recorder::assemble(Ready&& rd) {
-  formats::Window w = assemble_from(impl_->schema, cfg_, transport_.size(), rd.window, rd.got, std::move(rd.notes));
+  formats::Window w =
+      assemble_from(impl_->schema, cfg_, transport_.size(), rd.window, rd.got, std::move(rd.notes), rd.waited_s);
   w.gather = std::move(rd.gather);
   if (impl_->sink) impl_->sink(std::move(w), rd.window);
 }
@@ -671,7 +715,7 @@ formats::Window assemble_window(const RecorderConfig& cfg, int world, int window
   if (world < 1 || static_cast<int>(got.size()) != world)
     throw std::invalid_argument("assemble_window: got must hold one entry per rank of the world");
   const frontier::StageSchema schema(cfg.stages, true, cfg.accumulation);
-  return assemble_from(schema, cfg, world, window, got, std::move(notes));
+  return assemble_from(schema, cfg, world, window, got, std::move(notes), cfg.gather_deadline_s);
 }
 
 }  // namespace sf::recorder

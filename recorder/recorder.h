@@ -132,6 +132,12 @@ std::shared_ptr<LoopbackHub> make_loopback_hub(int size);
 std::unique_ptr<Transport> make_loopback_transport(std::shared_ptr<LoopbackHub> hub, int rank,
                                                    std::string hostname = "localhost");
 
+/// Rank 0 waits at least this many steps of the run's pace for a window's contributions: a
+/// rank's contribution leaves at its safe point after the window's last step, a node relay
+/// forwards it at its own next safe point, and rank 0 receives it at its next (two steps), with
+/// two more for a rank that is a step behind.
+inline constexpr int kGatherPaceSteps = 4;
+
 struct RecorderConfig {
   std::vector<std::string> stages = default_stages();  ///< explicit, ordered
   int accumulation = 1;
@@ -142,6 +148,11 @@ struct RecorderConfig {
   /// Stages whose side spans (time blocked inside collectives) travel in the payload.
   std::vector<int> sync_wait_stages;
   double event_q = 0;           ///< sampled fraction of steps with a forward event pair
+  /// How long rank 0 waits for a window's contributions after it closed the window — and never
+  /// less than kGatherPaceSteps of the run's own steps (the median wall of the last steps this
+  /// rank recorded): where steps outlast the deadline (a long step, a rank starved of CPU, a node
+  /// relay that forwards only at its safe points), a fixed deadline would drop every window. The
+  /// end of the run (finish) waits the same. Recorder::gather_wait_s() is the wait now.
   double gather_deadline_s = 1.0;
   std::string role;             ///< this rank's parallelism role ("" = homogeneous)
   bool enabled = true;          ///< false: every hot-path call returns at once (recorder "off")
@@ -213,6 +224,9 @@ public:
   /// CPU seconds the root's telemetry thread spent assembling windows and in the sink (0 when
   /// there is none). Read after finish().
   double telemetry_cpu_s() const;
+  /// How long a window's gather waits now: max(gather_deadline_s, kGatherPaceSteps × the median
+  /// wall of the last steps this rank recorded) (RecorderConfig::gather_deadline_s).
+  double gather_wait_s() const;
   int stage_index(std::string_view name) const;
 
   /// RAII helpers (each is a pair of hot-path calls).
@@ -253,6 +267,7 @@ private:
   void on_full() noexcept;
   void poll_events();
   void close_window(std::int64_t window);
+  std::int64_t gather_wait_ns() const;
   struct Ready;  // a gathered window handed to the assembly
   void pump_root(bool final_pass);
   void assemble(Ready&& r);

@@ -89,8 +89,9 @@ private:
 /// Resident set size of this process in KiB (0 where /proc/self/statm is unreadable).
 std::int64_t resident_kb();
 
-/// Decorates a transport with a telemetry fault on one rank: a contribution held past the
-/// gather deadline (late), or bytes flipped in flight (corrupt).
+/// Decorates a transport with a telemetry fault on one rank: a contribution held past the root's
+/// wait (late: late_s and 2 × recorder::kGatherPaceSteps of this rank's safe points), or bytes
+/// flipped in flight (corrupt).
 std::unique_ptr<recorder::Transport> make_faulty_transport(std::unique_ptr<recorder::Transport> inner,
                                                            inject::TelemetryFault fault, double late_s);
 

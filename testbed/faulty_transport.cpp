@@ -18,7 +18,7 @@ public:
         payload[i] = ~payload[i];
     }
     if (fault_ == inject::TelemetryFault::late) {
-      held_.push_back({window, inject::monotonic_ns() + late_ns_, std::move(payload)});
+      held_.push_back({window, inject::monotonic_ns() + late_ns_, progressed_ + kLateSteps, std::move(payload)});
       return;
     }
     inner_->send(window, std::move(payload));
@@ -29,8 +29,9 @@ public:
   void abandon(int window) override { inner_->abandon(window); }
   void progress() override {
     const std::int64_t now = inject::monotonic_ns();
+    ++progressed_;
     std::erase_if(held_, [&](Held& h) {
-      if (now < h.release_ns) return false;
+      if (now < h.release_ns || progressed_ < h.release_progress) return false;
       inner_->send(h.window, std::move(h.payload));
       return true;
     });
@@ -53,14 +54,19 @@ public:
   }
 
 private:
+  /// Late past the root's wait, which is at least recorder::kGatherPaceSteps of the run's steps
+  /// (one progress per safe point, once a step): twice that many of this rank's.
+  static constexpr std::int64_t kLateSteps = 2 * recorder::kGatherPaceSteps;
   struct Held {
     int window;
     std::int64_t release_ns;
+    std::int64_t release_progress;  // progress() calls
     std::vector<std::byte> payload;
   };
   std::unique_ptr<recorder::Transport> inner_;
   inject::TelemetryFault fault_;
   std::int64_t late_ns_;
+  std::int64_t progressed_ = 0;
   std::vector<Held> held_;
 };
 

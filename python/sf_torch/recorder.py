@@ -16,6 +16,7 @@ Unset times are 0 (perf_counter_ns is positive).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import enum
@@ -76,7 +77,14 @@ class _PendingWindow(TypedDict):
     reasons: list[str]
     dropped: int
     deadline: float  # time.monotonic() when it is scored with what arrived
+    wait_s: float    # how long the gather waits for it (Recorder.gather_wait_s when it closed)
 
+
+GATHER_PACE_STEPS: Final = 4
+"""Rank 0 waits at least this many steps of the run's pace for a window's contributions (the C++
+recorder's kGatherPaceSteps): where steps outlast gather_deadline_s (long steps, a rank starved
+of CPU), a fixed deadline would drop every window."""
+_PACE_STEPS: Final = 32  # the step walls the pace is the median of
 
 _recorders_made = 0  # Recorders this process has made: every rank makes them in the same order
 
@@ -255,7 +263,8 @@ class Recorder(_core.StageRing):
     window_steps: steps per window; first_step: the step id where window 0 starts (steps before it
     are not recorded: warm-up). capacity_steps: ring capacity (default 2 x window_steps).
     gather_deadline_s: how long rank 0 waits for a window's contributions before it scores the
-    ranks that made it (gather_ok=false, telemetry_limited). out_dir: rank 0 writes
+    ranks that made it (gather_ok=false, telemetry_limited); never less than GATHER_PACE_STEPS
+    steps of the run's own pace (gather_wait_s()). out_dir: rank 0 writes
     window_NNN.json packets (sf.evidence/5) there. sink(window, evidence, index): called on rank 0
     for each scored window. labeler_config: JSON text with docs/labeler.md keys.
     reference: what each window's diagnosis is compared with (docs/diagnosis.md): None (each
@@ -396,6 +405,9 @@ class Recorder(_core.StageRing):
         self._arrived: dict[int, dict[int, Payload | str]] = {}  # root: window -> {rank: payload or why not}
         self._assembled: set[int] = set()
         self._pending_windows: list[_PendingWindow] = []  # root: windows awaiting contributions
+        self._walls: collections.deque[float] = collections.deque(maxlen=_PACE_STEPS)  # this rank's last step walls
+        # A relay's wait for its node (half the gather's), set at each window close for its forwarder thread.
+        self._relay_wait_s = 0.5 * self.deadline_s
         self.late_discarded = 0
         self.gather_messages: dict[int, int] = {}  # root: window -> messages received for it (payloads and bundles)
         self.windows: list[Scored] = []            # root: (index, window, evidence)
@@ -731,13 +743,12 @@ class Recorder(_core.StageRing):
 
     def _forward(self, q: queue.Queue[tuple[int, int | None, Payload | str | None]], group: ProcessGroup) -> None:
         """Relay: one bundle per window to rank 0, in window order, once every rank of the node has
-        given its contribution (or ended, or is gone), or half the gather deadline after the
-        relay's own window closed; then its end marker. Never raises into training."""
+        given its contribution (or ended, or is gone), or half the gather's wait (gather_wait_s())
+        after the relay's own window closed; then its end marker. Never raises into training."""
         import queue
         import torch
         members = self._node_members[self.rank]
         n = self._payload_len()
-        wait_s = 0.5 * self.deadline_s
         got: dict[int, dict[int, Payload]] = {}  # window -> {rank: payload}
         own_at: dict[int, float] = {}            # window -> when the relay's own closed
         ended: set[int] = set()                  # ranks past their last window
@@ -746,6 +757,7 @@ class Recorder(_core.StageRing):
         own_end = False
         try:
             while True:
+                wait_s = self._relay_wait_s  # half the gather's wait, as of the relay's last window
                 due = own_at.get(window)
                 timeout = max(0.0, due + wait_s - time.monotonic()) if due is not None else 0.05
                 try:
@@ -875,8 +887,18 @@ class Recorder(_core.StageRing):
             buf[0] = 1.0
         return buf
 
+    def gather_wait_s(self) -> float:
+        """How long a window's gather waits now: gather_deadline_s, and never less than
+        GATHER_PACE_STEPS times the median wall of the last steps this rank recorded."""
+        if not self._walls:
+            return self.deadline_s
+        walls = sorted(self._walls)
+        return max(self.deadline_s, GATHER_PACE_STEPS * walls[len(walls) // 2])
+
     def _close_window(self, window: int) -> None:
         rows, reasons = self._rows(window)
+        self._walls.extend(float(w) for w in rows[:, 2])
+        self._relay_wait_s = 0.5 * self.gather_wait_s()
         reasons += [f"rank {self.rank}: {f}" for f in sorted(self._faults)]
         dropped = self._window_dropped
         self._faults.clear()
@@ -889,13 +911,16 @@ class Recorder(_core.StageRing):
         if self.rank != 0:
             import torch
             tensor = torch.from_numpy(self._payload(window, rows, reasons))
-            # A late rank (telemetry-fault test): its payload leaves only after 2.5 deadlines.
-            not_before = time.monotonic() + (2.5 * self.deadline_s if self.telemetry_fault == "late" else 0.0)
+            # A late rank (telemetry-fault test): its payload leaves past rank 0's wait (2.5 deadlines,
+            # and twice GATHER_PACE_STEPS of this rank's steps).
+            late_s = max(2.5 * self.deadline_s, 2 * self.gather_wait_s())
+            not_before = time.monotonic() + (late_s if self.telemetry_fault == "late" else 0.0)
             self._sender().put((window, tensor, not_before))
             return
         self._receivers()
+        wait_s = self.gather_wait_s()
         self._pending_windows.append({"window": window, "rows": [rows], "reasons": reasons, "dropped": dropped,
-                                      "deadline": time.monotonic() + self.deadline_s})
+                                      "deadline": time.monotonic() + wait_s, "wait_s": wait_s})
 
     # gloo's point-to-point work objects do not report completion until wait() is called, so the
     # blocking send and receives run on daemon threads of their own: the training thread only
@@ -964,7 +989,7 @@ class Recorder(_core.StageRing):
                             if r not in self._node_members[src]:
                                 continue  # a slot for a rank of another node is not this relay's to fill
                             q.put((r, window, p[at + 2:at + 2 + n] if status == _PRESENT else
-                                              f"late at its relay, rank {src} (nothing within {0.5 * self.deadline_s:g} s "
+                                              f"late at its relay, rank {src} (nothing within {self._relay_wait_s:g} s "
                                               "of the relay's own window)" if status == _LATE_AT_RELAY else
                                               f"gone (its telemetry connection to relay {src} failed)"))
                     window += 1
@@ -991,8 +1016,8 @@ class Recorder(_core.StageRing):
 
     def _progress(self, final: bool) -> None:
         if final and self._send_q is not None:
-            # End of run: the payloads may take up to the deadline to leave, never longer.
-            end = time.monotonic() + self.deadline_s
+            # End of run: the payloads may take up to the gather's wait to leave, never longer.
+            end = time.monotonic() + self.gather_wait_s()
             while self._send_q.unfinished_tasks and time.monotonic() < end:
                 time.sleep(0.002)
         if self.rank != 0:
@@ -1070,15 +1095,15 @@ class Recorder(_core.StageRing):
         # A relay's node that sent nothing by the deadline is said as a node, the others by rank.
         for relay, rs in self._node_members.items():
             if rs and all(r in late for r in rs):
-                reasons.append(f"gather deadline {self.deadline_s:g} s passed without {self._node_text(relay)}: "
+                reasons.append(f"gather deadline {pw['wait_s']:g} s passed without {self._node_text(relay)}: "
                                f"nothing from its relay, rank {relay}")
                 late = [r for r in late if r not in rs]
         if late:
-            reasons.append(f"gather deadline {self.deadline_s:g} s passed without rank(s) "
+            reasons.append(f"gather deadline {pw['wait_s']:g} s passed without rank(s) "
                            + ",".join(str(r) for r in late))
             for r in late:
                 self._warn(f"late {r}", f"no telemetry from rank {r} for window {window} within the "
-                                        f"{self.deadline_s:g} s gather deadline; windows are scored without it "
+                                        f"{pw['wait_s']:g} s gather deadline; windows are scored without it "
                                         "(telemetry_limited)")
         allrows = np.concatenate(rows) if rows else np.zeros((0, 5 + 2 * self.K))
         lo = self._window_lo(window)

@@ -15,6 +15,7 @@ ap.add_argument("--no-label", action="append", default=[])
 ap.add_argument("--window-label", action="append", default=[])
 ap.add_argument("--gather-failed", action="store_true")
 ap.add_argument("--every-gather-failed", action="store_true")
+ap.add_argument("--every-gather-ok", action="store_true", help="every window's gather is whole")
 ap.add_argument("--dump")
 ap.add_argument("--sf")
 ap.add_argument("--overhead", action="store_true")
@@ -68,6 +69,12 @@ else:
         for i, w in enumerate(windows):
             if w["gather_ok"]:
                 errors.append(f"window {i} reports gather_ok=true; expected the injected fault's failed gather in every window")
+    if a.every_gather_ok:
+        if not windows:
+            errors.append("run.json has no windows")
+        for i, w in enumerate(windows):
+            if not w["gather_ok"]:
+                errors.append(f"window {i} reports gather_ok=false; expected every contribution in: {w}")
     if a.blamed_only is not None or a.reason_contains:
         import re
         reasons = []

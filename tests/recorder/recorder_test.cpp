@@ -251,6 +251,60 @@ TEST(Recorder, missing_and_inconsistent_contributions_downgrade_never_throw) {
   EXPECT_FALSE(e.gather_ok);
 }
 
+TEST(Recorder, the_gather_waits_four_steps_of_the_runs_pace_where_steps_outlast_its_deadline) {
+  // Steps of 60 ms against a 10 ms deadline: a contribution a step late (a starved rank, a relay
+  // that forwards at its next safe point) still makes its window whole, and a rank that stops
+  // sending is named once kGatherPaceSteps steps have passed, not at the first safe point.
+  RecorderConfig cfg;
+  cfg.stages = {"a"};
+  cfg.window_steps = 1;
+  cfg.gather_deadline_s = 0.01;
+  Harness h(2, cfg);
+  auto step = [&](int r, int k, double ms) {
+    auto& rec = *h.recorders[r];
+    rec.begin_step(k);
+    rec.begin_stage(0);
+    busy_ms(ms);
+    rec.end_stage(0);
+    rec.end_step();
+  };
+  auto& root = *h.recorders[0];
+  EXPECT_DOUBLE_EQ(root.gather_wait_s(), 0.01);  // no step yet: the deadline
+  for (int k = 0; k < 5; ++k) {  // in step: the pace is known, every window whole at once
+    step(1, k, 0);
+    h.recorders[1]->safe_point();
+    step(0, k, 60);
+    root.safe_point();
+  }
+  ASSERT_EQ(h.windows.size(), 5u);
+  EXPECT_GE(root.gather_wait_s(), recorder::kGatherPaceSteps * 0.055);
+  // Rank 1 a step behind: window 5 is not given up at the root's next safe point.
+  step(1, 5, 0);
+  step(0, 5, 60);
+  root.safe_point();
+  step(0, 6, 60);
+  root.safe_point();
+  EXPECT_EQ(h.windows.size(), 5u) << "window 5 given up one step after it closed";
+  step(1, 6, 0);
+  h.recorders[1]->safe_point();
+  step(0, 7, 60);
+  root.safe_point();
+  ASSERT_EQ(h.windows.size(), 7u);
+  for (int i : {5, 6}) EXPECT_TRUE(h.windows[i].telemetry.gather_ok) << i << ": " << reasons(h.windows[i]);
+  // Rank 1 stops: window 7 waits for it, then names it, within twice the wait.
+  int steps_after = 0;
+  for (int k = 8; k < 16 && h.windows.size() < 8; ++k, ++steps_after) {
+    step(0, k, 60);
+    root.safe_point();
+    if (steps_after == 0) {
+      EXPECT_EQ(h.windows.size(), 7u) << "window 7 given up one step after it closed";
+    }
+  }
+  ASSERT_GE(h.windows.size(), 8u) << "window 7 still waiting " << steps_after << " steps after it closed";
+  EXPECT_FALSE(h.windows[7].telemetry.gather_ok);
+  EXPECT_NE(reasons(h.windows[7]).find("rank 1: no contribution within"), std::string::npos) << reasons(h.windows[7]);
+}
+
 namespace {
 
 /// Event timer whose pairs complete when told to.

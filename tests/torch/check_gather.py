@@ -9,6 +9,9 @@
   check_gather.py dead    rank 1 dies (os._exit) after its first window while rank 0 trains on
                           alone: rank 0 says so in one line naming rank 1, scores its later windows
                           without waiting for it, telemetry_limited with the reason, never raises
+  check_gather.py slow_steps  steps of 0.2 s against a 0.05 s gather deadline, rank 1 falls 0.25 s
+                          behind at step 3 and stays there: rank 0 waits GATHER_PACE_STEPS steps
+                          of its pace, so every window is whole and nothing is said
 
 The node gather (issue 32), 6 ranks on two nodes of 3 (node_id = rank // 3: the relay of node 1
 is rank 3):
@@ -110,14 +113,17 @@ def rank_main(mode):
     rank = dist.get_rank()
     # shared_out: every rank passes the same out_dir, which cannot be made (under a regular file).
     out_dir = "/proc/version/sf_out" if mode == "shared_out" else None
-    rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=0.3, out_dir=out_dir)
+    rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=0.05 if mode == "slow_steps" else 0.3, out_dir=out_dir)
     steps = 4 if mode == "shared_out" else 8
     for step in range(steps):
         if mode == "quiet":
             dist.barrier()  # both ranks close each window together
         with rec.step(step):
             with rec.stage("model.fwd_loss_cpu_wall"):
-                time.sleep(4.5 if mode == "quiet" and step == 2 else 0.01 if mode == "quiet" else 0.3)
+                time.sleep(4.5 if mode == "quiet" and step == 2 else 0.01 if mode == "quiet" else
+                           0.2 if mode == "slow_steps" else 0.3)
+        if mode == "slow_steps" and rank == 1 and step == 3:
+            time.sleep(0.25)  # a starved rank: its windows from here on leave a step late
         rec.safe_point()
         if mode == "dead" and rank == 1 and step == 2:
             rec._send_q.join()  # window 0 is out
@@ -162,7 +168,12 @@ def main():
         return
     root = json.loads(outs[0][0])
     oks = [w["gather_ok"] for w in root["windows"]]
-    if mode == "quiet":
+    if mode == "slow_steps":
+        if len(oks) != 4 or not all(oks) or outs[0][1].strip():
+            fail(f"a contribution a step late past a short deadline must still make its window whole: gather_ok "
+                 f"{oks}, reasons {[w['reasons'] for w in root['windows']]}, rank 0's stderr {outs[0][1].strip()!r}")
+        print(f"gather_ok {oks}: rank 1 0.25 s behind, deadline 0.05 s, steps 0.2 s")
+    elif mode == "quiet":
         if procs[1].returncode != 0 or json.loads(outs[1][0])["send_errors"]:
             fail("rank 1 could not send its telemetry")
         if len(oks) != 4 or not all(oks) or root["unfinished_ranks"] or outs[0][1].strip():

@@ -75,6 +75,20 @@ class RecorderTest(unittest.TestCase):
         self.assertEqual((allw.first_step, allw.steps), (2, 10))
         self.assertEqual(ev.steps, 10)
 
+    def test_the_gather_waits_four_steps_of_the_runs_pace(self):
+        # gather_wait_s: the deadline until a step is recorded, then never less than GATHER_PACE_STEPS
+        # times the median of this rank's last step walls (the C++ recorder's rule).
+        rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=0.01)
+        self.assertEqual(rec.gather_wait_s(), 0.01)
+        run_steps(rec, 5, fwd_s=0.03, slow=2)  # one 0.6 s step among 0.03 s ones: the median ignores it
+        walls = sorted(w for rows in rec._window_rows.values() for w in rows[:, 2])
+        self.assertEqual(len(walls), 5)
+        self.assertEqual(rec.gather_wait_s(), sf_torch.recorder.GATHER_PACE_STEPS * walls[2])
+        self.assertLess(rec.gather_wait_s(), 0.3)
+        rec = sf_torch.Recorder(window_steps=2, gather_deadline_s=5.0)
+        run_steps(rec, 3, fwd_s=0.03)
+        self.assertEqual(rec.gather_wait_s(), 5.0)  # the deadline when the steps are short
+
     def test_overflow_drop_newest_counts(self):
         rec = sf_torch.Recorder(window_steps=10, capacity_steps=4)
         for step in range(6):  # no safe point: the ring fills at 4
