@@ -237,7 +237,11 @@ public:
     const std::int64_t deadline = now_ns() + static_cast<std::int64_t>(deadline_s * 1e9);
     for (;;) {
       progress();
-      const bool relaying = std::any_of(held_.begin(), held_.end(), [](const auto& h) { return !h.second.forwarded; });
+      // A relay stays while a window it holds is not forwarded or still owes it a member: at the
+      // end of a run too, a starved rank reaches its last window after the rest of its node.
+      const bool relaying = std::any_of(held_.begin(), held_.end(), [&](const auto& h) {
+        return !h.second.forwarded || h.second.seen < expected_;
+      });
       if ((sends_.empty() && !relaying) || now_ns() >= deadline) break;
       usleep(200);
     }

@@ -7,7 +7,11 @@
 // the packets themselves can be compared byte for byte (check_gather.py).
 //
 //   gather_check OUT [--steps N] [--window W] [--deadline S] [--die-rank R --die-after-window K]
+//                    [--late-rank R --late-s X]
 //
+// --late-rank: that rank sleeps X s after its last step, before the safe point that sends its last
+// window (a starved rank whose last window comes after the rest of its node's, past its relay's
+// wait).
 // --die-rank: that rank SIGKILLs itself once it has sent window K (a relay dying mid-run; launch
 // with --mca orte_enable_recovery 1 so the other ranks go on). The flat route is then not
 // compared (its windows miss one rank, the node route's the relay's whole node), and the
@@ -140,12 +144,13 @@ void write_packet(const std::filesystem::path& dir, int index, const sf::formats
 
 int run(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gather_check OUT [--steps N] [--window W] [--deadline S] [--die-rank R --die-after-window K]\n");
+    std::fprintf(stderr, "usage: gather_check OUT [--steps N] [--window W] [--deadline S] [--die-rank R --die-after-window K] "
+                         "[--late-rank R --late-s X]\n");
     return 2;
   }
   const std::filesystem::path out = argv[1];
-  int steps = 24, window = 6, die_rank = -1, die_after = -1;
-  double deadline = 20;
+  int steps = 24, window = 6, die_rank = -1, die_after = -1, late_rank = -1;
+  double deadline = 20, late_s = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const char* v = argv[i + 1];
@@ -154,6 +159,8 @@ int run(int argc, char** argv) {
     else if (k == "--deadline") deadline = std::atof(v);
     else if (k == "--die-rank") die_rank = std::atoi(v);
     else if (k == "--die-after-window") die_after = std::atoi(v);
+    else if (k == "--late-rank") late_rank = std::atoi(v);
+    else if (k == "--late-s") late_s = std::atof(v);
     else {
       std::fprintf(stderr, "gather_check: unknown option %s\n", k.c_str());
       return 2;
@@ -186,6 +193,7 @@ int run(int argc, char** argv) {
       r.end_stage(s);
     }
     r.end_step();
+    if (rank == late_rank && t == steps - 1) sleep_ms(late_s * 1e3);  // its last window leaves late
     r.safe_point();
     if (rank == die_rank && r.windows_closed() > die_after) {
       r.safe_point();  // the closed window's bundle on its way, if the node was in
