@@ -22,7 +22,6 @@
 
 #include <fcntl.h>
 #include <iconv.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -876,43 +875,40 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   return out;
 }
 
-/// A regular, non-empty file mapped read-only and populated in one go: no copy into a buffer
-/// and no zeroing of one. Not mapped (mapped() false) for anything else or on any failure;
-/// the caller then reads the file. Stage files are replaced by rename (write_file_atomic),
-/// which leaves an existing mapping intact.
-class MappedFile {
-public:
-  explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-      const auto size = static_cast<std::size_t>(st.st_size);
-      void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-      if (p != MAP_FAILED) {
-        data_ = p;
-        size_ = size;
-      }
-    }
-    ::close(fd);
+/// A regular file's bytes as they are while it is read, up to the size it had when opened (what
+/// the streaming reader reads too); nullopt for anything else (a pipe, a FIFO, /dev/stdin) or a
+/// file that cannot be opened: the caller reads those as a stream, and words the failure. Read
+/// rather than mapped: a mapping's pages fault with SIGBUS once another process truncates the
+/// file under it (a logger rewriting its file in place), which killed the process; a read just
+/// sees the shorter file, whose cut last line (if any) the parser then names. Past `limit` bytes
+/// at open it throws too_big(size) before reading.
+template <typename TooBig>
+std::optional<Bytes> read_regular_file(const std::string& path, std::uint64_t limit, TooBig too_big) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  if (static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));  // grew since stat
+  Bytes text(static_cast<std::size_t>(st.st_size));
+  std::size_t have = 0;
+  while (have < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + have, text.size() - have, static_cast<off_t>(have));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw FormatError(path, 0, std::string("read failed: ") + std::strerror(errno));
+    if (n == 0) break;  // shorter than it was: what is there now
+    have += static_cast<std::size_t>(n);
   }
-  ~MappedFile() {
-    if (data_) ::munmap(data_, size_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-
-  bool mapped() const { return data_ != nullptr; }
-  std::string_view text() const { return {static_cast<const char*>(data_), size_}; }
-
-private:
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+  text.resize(have);
+  return text;
+}
 
 }  // namespace detail
 
-using detail::MappedFile;
+using detail::read_regular_file;
 using detail::parse_csv;
 using detail::parse_jsonl;
 
@@ -973,11 +969,10 @@ std::vector<Window> read_stage_file(const std::string& path, const ReadOptions& 
     if (S_ISDIR(st.st_mode)) throw FormatError(path, 0, "is a directory; expected a stage-matrix file");
     if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));
   }
-  if (const MappedFile mapped(path); mapped.mapped()) {
-    if (mapped.text().size() > limit) throw too_big(mapped.text().size());  // grew since stat
-    return parse_stage_text(mapped.text(), path, *format, opt);
+  if (const auto bytes = read_regular_file(path, limit, too_big)) {
+    return parse_stage_text({bytes->data(), bytes->size()}, path, *format, opt);
   }
-  // Not mappable (a pipe, a FIFO, /dev/stdin, an empty file): read in blocks, never past the limit.
+  // Not a regular file (a pipe, a FIFO, /dev/stdin): read in blocks, never past the limit.
   std::ifstream in(path, std::ios::binary);
   if (!in) throw FormatError(path, 0, "the file " + detail::open_error(path) + "; expected a stage-matrix file");
   std::string text;

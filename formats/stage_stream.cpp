@@ -56,28 +56,8 @@ struct ReadWhole {
   std::string why;
 };
 
-/// An allocator whose resize() leaves the new elements uninitialised: a block's text is read
-/// over at once and its values written before they are read, so zeroing them first (a memset of
-/// the whole file) was wasted.
-template <typename T>
-struct UninitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <typename U>
-  UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-  }
-};
-using Bytes = std::vector<char, UninitAllocator<char>>;
+using detail::Bytes;
+using detail::UninitAllocator;
 
 /// Lines of a file read through a buffer of at most kChunkBytes (a longer line grows it),
 /// numbered from 1 as the whole-file readers number them. CSV: split at "\n", "\r\n" or a lone
