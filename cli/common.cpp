@@ -4,6 +4,8 @@
 #include "sf_build_info.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -230,6 +232,20 @@ CLI::Validator whole_in(long long lo, long long hi) {
         return "";
       },
       "INT in " + range);
+}
+
+CLI::Validator seed_value() {
+  const std::string range = "[0, " + std::to_string(std::numeric_limits<std::uint64_t>::max()) + "]";
+  return CLI::Validator(
+      [=](std::string& in) -> std::string {
+        // Digits only: strtoull (under CLI11's unsigned conversion) takes "-1" as 2^64 - 1.
+        std::uint64_t v = 0;
+        const auto r = std::from_chars(in.data(), in.data() + in.size(), v);
+        if (in.empty() || r.ec != std::errc() || r.ptr != in.data() + in.size())
+          return "'" + in + "' is not a seed; expected a whole number in " + range;
+        return "";
+      },
+      "UINT in " + range);
 }
 
 CLI::Validator not_empty(const std::string& what) {

@@ -60,6 +60,8 @@ void add_trace_options(CLI::App* sub, TraceCliOptions& o);
 CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open);
 /// A whole number in [lo, hi], with the same kind of message.
 CLI::Validator whole_in(long long lo, long long hi);
+/// A seed: a whole number in [0, 2^64 - 1], digits only ("-1" is refused, not taken as 2^64 - 1).
+CLI::Validator seed_value();
 /// Rejects an empty string ("an empty name; expected WHAT").
 CLI::Validator not_empty(const std::string& what);
 /// "" when a file can be created at `path` (probed, then removed), else one line naming the option.

@@ -157,7 +157,7 @@ void add_shape_options(CLI::App* sub, testbed::RunConfig& cfg) {
                   "run-level median step time and forward-event medians exact up to this many steps, then from "
                   "log2 bins within 0.034 % (bounded memory on long runs; 0: exact, memory grows 8 bytes a step)")
       ->check(whole_in(0, 1000000000000LL));
-  sub->add_option("--seed", cfg.seed, "seed (hidden target rank)")->capture_default_str();
+  sub->add_option("--seed", cfg.seed, "seed (hidden target rank)")->check(seed_value())->capture_default_str();
 }
 
 /// The gradient sync, the device and the recorder.

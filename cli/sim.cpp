@@ -198,7 +198,7 @@ void setup_sim(CLI::App& app) {
   add_fault_options(sub, cfg.fault, o->delay_ms);
   sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000))->capture_default_str();
-  sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->capture_default_str();
+  sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->check(seed_value())->capture_default_str();
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
   add_step_options(sub, o->step, true);
@@ -213,7 +213,8 @@ void setup_sim(CLI::App& app) {
                 "hold the whole steps x ranks x stages matrix and score it at once (default: stream step by step)");
   sub->add_option("--reference-seed", o->reference_seed,
                   "draw the healthy reference from this seed (its own jitter and per-rank speeds) instead of the run's "
-                  "own seed without the fault: the null a healthy run can fail");
+                  "own seed without the fault: the null a healthy run can fail")
+      ->check(seed_value());
   sub->add_option("--targets", o->cfg.fault.target_count, "number of hidden target ranks to draw (every rank: a common fault)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_flag("--independent-reference", o->independent_reference,
