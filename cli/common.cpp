@@ -119,9 +119,9 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
   sub->add_option("--eta-g", o.eta_g, "gain tie tolerance eta_G")->check(CLI::Range(0.0, 1.0))->group(g);
   sub->add_option("--max-closure-residual", o.closure, "closure residual share gate")->check(CLI::Range(0.0, 1.0))->group(g);
   sub->add_option("--max-overlap-error", o.overlap, "overlap error share gate")->check(CLI::Range(0.0, 1.0))->group(g);
-  sub->add_option("--max-missing-ranks", o.missing_ranks, "missing-rank gate")->check(CLI::NonNegativeNumber)->group(g);
+  sub->add_option("--max-missing-ranks", o.missing_ranks, "missing-rank gate")->check(whole_from<int>(0))->group(g);
   sub->add_option("--min-event-ready", o.event_ready, "event-ready ratio gate")->check(CLI::Range(0.0, 1.0))->group(g);
-  sub->add_option("--min-event-samples", o.event_samples, "minimum ready event samples")->check(CLI::NonNegativeNumber)->group(g);
+  sub->add_option("--min-event-samples", o.event_samples, "minimum ready event samples")->check(whole_from<int>(0))->group(g);
   const std::map<std::string, frontier::GainBaseline> baselines{{"rank_median", frontier::GainBaseline::rank_median},
                                                                 {"cohort_median", frontier::GainBaseline::cohort_median},
                                                                 {"reference", frontier::GainBaseline::reference}};
@@ -136,23 +136,23 @@ void add_label_options(CLI::App* sub, LabelOptions& o) {
 void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
   const std::string g = "Input limits (checked before allocating; raise for bigger inputs)";
   sub->add_option("--max-file-size", l.max_file_bytes, "largest file in bytes")
-      ->default_val(l.max_file_bytes)->check(CLI::PositiveNumber)->group(g);
+      ->default_val(l.max_file_bytes)->check(whole_from<std::int64_t>(1))->group(g);
   if (!stages)
     sub->add_option("--max-events", l.max_events, "most timed events one trace keeps (32 bytes each)")
-        ->default_val(l.max_events)->check(CLI::PositiveNumber)->group(g);
+        ->default_val(l.max_events)->check(whole_from<std::int64_t>(1))->group(g);
   if (stages)
     sub->add_option("--max-line-bytes", l.max_line_bytes,
                      "longest line (a JSONL record or header, a CSV row), checked as bytes arrive")
-        ->default_val(l.max_line_bytes)->check(CLI::PositiveNumber)->group(g);
+        ->default_val(l.max_line_bytes)->check(whole_from<std::int64_t>(1))->group(g);
   if (stages)
     sub->add_option("--max-stages", l.max_stages, "most explicit stages in a header")
-        ->default_val(l.max_stages)->check(CLI::Range(1, 1 << 20))->group(g);
+        ->default_val(l.max_stages)->check(whole_in(1, 1 << 20))->group(g);
   sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")
-      ->default_val(l.max_world_size)->check(CLI::Range(1, formats::kWorldSizeCeiling))->group(g);
+      ->default_val(l.max_world_size)->check(whole_in(1, formats::kWorldSizeCeiling))->group(g);
   sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (score: before --window splits it)")
-      ->default_val(l.max_window_steps)->check(CLI::Range(std::int64_t{1}, std::int64_t{std::numeric_limits<int>::max()}))->group(g);
+      ->default_val(l.max_window_steps)->check(whole_in(1, std::numeric_limits<int>::max()))->group(g);
   sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window, and (stages + 1)^2 for the labeler's stage table")
-      ->default_val(l.max_values)->check(CLI::PositiveNumber)->group(g);
+      ->default_val(l.max_values)->check(whole_from<std::int64_t>(1))->group(g);
 }
 
 void add_step_options(CLI::App* sub, StepOptions& o, bool model) {
@@ -246,6 +246,22 @@ CLI::Validator seed_value() {
         return "";
       },
       "UINT in " + range);
+}
+
+void refuse_non_finite(CLI::App& app) {
+  const CLI::Validator finite(
+      [](std::string& in) -> std::string {
+        const char* b = in.c_str();
+        char* e = nullptr;
+        const double v = std::strtod(b, &e);
+        // Only a number that parses whole is judged here: anything else is CLI11's to refuse.
+        if (in.empty() || e == b || *e != '\0' || std::isfinite(v)) return "";
+        return "'" + in + "' is not a finite number; expected a number";
+      },
+      "");
+  for (CLI::Option* opt : app.get_options())
+    if (opt->get_type_name().rfind("FLOAT", 0) == 0) opt->check(finite);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_non_finite(*sub);
 }
 
 CLI::Validator not_empty(const std::string& what) {

@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <type_traits>
 #include <optional>
@@ -62,6 +64,14 @@ CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open);
 CLI::Validator whole_in(long long lo, long long hi);
 /// A seed: a whole number in [0, 2^64 - 1], digits only ("-1" is refused, not taken as 2^64 - 1).
 CLI::Validator seed_value();
+/// A whole number from lo up to the most a T holds (a count, a size, a step, a rank).
+template <typename T>
+CLI::Validator whole_from(long long lo) {
+  return whole_in(lo, static_cast<long long>(std::numeric_limits<T>::max()));
+}
+/// Refuses "nan" and "inf" for every FLOAT option of app and its subcommands (CLI::Range lets
+/// "nan" through: every comparison with it is false), with one line naming the option.
+void refuse_non_finite(CLI::App& app);
 /// Rejects an empty string ("an empty name; expected WHAT").
 CLI::Validator not_empty(const std::string& what);
 /// "" when a file can be created at `path` (probed, then removed), else one line naming the option.
@@ -95,10 +105,10 @@ inline void add_fault_options(CLI::App* sub, inject::FaultSpec& fault, double& d
   sub->add_option("--scenario", fault.scenario, "fault scenario (see sf-testbed scenarios)")->transform(choice(names));
   sub->add_option("--delay-ms", delay_ms, "injected delay (default: the scenario's)")->check(CLI::Range(0.0, inject::kMaxDelayMs));
   sub->add_option("--target-rank", fault.target_ranks, "affected rank(s) (default: drawn from --seed, hidden until the verdict)")
-      ->delimiter(',')->check(CLI::NonNegativeNumber);
-  sub->add_option("--onset", fault.onset, "first faulty step")->check(CLI::NonNegativeNumber);
-  sub->add_option("--offset", fault.offset, "first healthy step after the onset")->check(CLI::PositiveNumber);
-  sub->add_option("--every", fault.every, "periodic spikes: fault every K-th step from the onset")->check(CLI::PositiveNumber);
+      ->delimiter(',')->check(whole_from<int>(0));
+  sub->add_option("--onset", fault.onset, "first faulty step")->check(whole_from<std::int64_t>(0));
+  sub->add_option("--offset", fault.offset, "first healthy step after the onset")->check(whole_from<std::int64_t>(1));
+  sub->add_option("--every", fault.every, "periodic spikes: fault every K-th step from the onset")->check(whole_from<int>(1));
 }
 
 /// The step's shape, shared by `run` and `sim`: a named cost profile, then every option given

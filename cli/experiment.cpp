@@ -25,7 +25,7 @@ void setup_experiment(CLI::App& app) {
                 "leave OUT/NAME/rows/ as the rows wrote it (default: packed into rows.tar.xz after the report; --quick keeps it)");
   sub->add_option("--set", o->overrides, "override a run option of every row, e.g. --set device=cuda (repeatable)");
   sub->add_option("--tag", o->tag, "write OUT/NAME-TAG/ (e.g. --tag gpu with --set device=cuda)");
-  sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(CLI::Range(10, 86400));
+  sub->add_option("--row-timeout", o->row_timeout_s, "seconds before a row is killed")->check(whole_in(10, 86400));
   sub->callback([o] {
     auto opt = *o;
     std::error_code ec;

@@ -99,9 +99,9 @@ void setup_import(CLI::App& app) {
   sub->add_option("--out", o->out, "stage-matrix file to write (JSON Lines, sf.stages/1)")->required();
   sub->add_option("--world-size", o->world_size,
                   "the job's world size where traces carry no distributedInfo (PyTorch 1.13 CPU traces)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(whole_in(1, 1 << 24));
   sub->add_option("--rank", o->rank, "the rank of a single trace without distributedInfo.rank (with --world-size)")
-      ->check(CLI::Range(0, (1 << 24) - 1));
+      ->check(whole_in(0, (1 << 24) - 1));
   sub->add_option("--stage-map", o->stage_map,
                   "JSON file mapping event-name patterns to stages, new stages allowed (docs/kineto.md, \"Stage map\")")
       ->check(CLI::ExistingFile);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   sf::cli::setup_sim(app);
   sf::cli::setup_import(app);
   sf::cli::setup_validate(app);
+  sf::cli::refuse_non_finite(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -142,17 +142,17 @@ void add_mitigation_options(CLI::App* sub, testbed::RunConfig& cfg) {
                   "rebalance (move a share of its batch work to the others)")
       ->transform(choice(mitigations));
   sub->add_option("--mitigate-steps", cfg.mitigate_steps, "recorded steps after the switch (two more to settle first)")
-      ->check(CLI::Range(3, 100000))
+      ->check(whole_in(3, 100000))
       ->capture_default_str();
 }
 
 /// How many ranks are targets, steps, warm-up, window, medians and the seed.
 void add_shape_options(CLI::App* sub, testbed::RunConfig& cfg) {
-  sub->add_option("--targets", cfg.fault.target_count, "number of hidden target ranks to draw")->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--steps", cfg.steps, "measured steps")->check(CLI::Range(1, 10000000))->capture_default_str();
-  sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(CLI::Range(0, 10000000))->capture_default_str();
+  sub->add_option("--targets", cfg.fault.target_count, "number of hidden target ranks to draw")->check(whole_from<int>(1))->capture_default_str();
+  sub->add_option("--steps", cfg.steps, "measured steps")->check(whole_in(1, 10000000))->capture_default_str();
+  sub->add_option("--warmup", cfg.warmup, "unrecorded warm-up steps")->check(whole_in(0, 10000000))->capture_default_str();
   sub->add_option("--window", cfg.window, "recorder window in steps (default: all measured steps; 10 with --live)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_from<int>(0));
   sub->add_option("--exact-median-steps", cfg.exact_median_steps,
                   "run-level median step time and forward-event medians exact up to this many steps, then from "
                   "log2 bins within 0.034 % (bounded memory on long runs; 0: exact, memory grows 8 bytes a step)")
@@ -218,7 +218,7 @@ void add_workload_options(CLI::App* sub, RunOptions& opts) {
   auto& cfg = opts.cfg;
   const std::string w = "Workload";
   sub->add_option("--accumulation", cfg.workload.accumulation, "gradient accumulation factor (no-sync microsteps)")
-      ->check(CLI::Range(1, 64))->group(w);
+      ->check(whole_in(1, 64))->group(w);
   sub->add_flag("--sharded", cfg.workload.sharded, "all-gather in forward, reduce-scatter in backward")->group(w);
   sub->add_flag("--fetch-ahead", cfg.workload.fetch_ahead, "fetch the next batch at the end of a step (prefetch-aware charge)")
       ->group(w);
@@ -228,7 +228,7 @@ void add_workload_options(CLI::App* sub, RunOptions& opts) {
   add_step_options(sub, opts.step, false);
   sub->add_option("--reference-steps", cfg.reference_steps,
                   "healthy steps recorded before the warm-up as the verdict's reference (0: none)")
-      ->check(CLI::Range(0, 100000))->group(w)->capture_default_str();
+      ->check(whole_in(0, 100000))->group(w)->capture_default_str();
   sub->add_option("--link-rate", cfg.link_rate_mbit, "link_slow: the target host's egress rate while the fault is on (Mbit/s)")
       ->group(w)->capture_default_str();
   sub->add_option("--link-grad-mib", cfg.link_grad_mib,
@@ -250,10 +250,10 @@ void add_telemetry_options(CLI::App* sub, RunOptions& opts) {
   sub->add_option("--telemetry-fault", opts.telemetry_fault, "inject a telemetry failure (training must not notice)")
       ->transform(choice(tfaults))->group(t);
   sub->add_option("--telemetry-fault-rank", cfg.telemetry_fault_rank, "rank whose telemetry fails")
-      ->check(CLI::NonNegativeNumber)->group(t)->capture_default_str();
+      ->check(whole_from<int>(0))->group(t)->capture_default_str();
   sub->add_option("--overhead-pairs", cfg.overhead_pairs, "overhead mode: blocks of paired off/cpu/event windows")
-      ->check(CLI::NonNegativeNumber)->group(t);
-  sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(CLI::Range(2, 1000000))->group(t)->capture_default_str();
+      ->check(whole_from<int>(0))->group(t);
+  sub->add_option("--overhead-window", cfg.overhead_window, "steps per overhead window")->check(whole_in(2, 1000000))->group(t)->capture_default_str();
 }
 
 }  // namespace

@@ -115,9 +115,9 @@ void setup_score(CLI::App& app) {
   sub->add_flag("--whole", o->whole, "read each window whole before scoring it, instead of streaming the file step by step "
                 "(the output is the same; docs/formats.md, \"Streaming\")");
   sub->add_option("--window", o->window, "split into windows of this many steps (default: one per header)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(CLI::PositiveNumber);
-  sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(CLI::PositiveNumber);
+      ->check(whole_from<int>(0));
+  sub->add_option("--world-size", o->world_size, "CSV: world size (default: max rank + 1)")->check(whole_from<int>(1));
+  sub->add_option("--accumulation", o->accumulation, "CSV: gradient accumulation factor")->check(whole_from<int>(1));
   // Limits on what one read may hold (docs/formats.md, "Limits"): raise them for bigger inputs.
   add_limit_options(sub, o->limits);
   add_label_options(sub, o->label);

@@ -196,8 +196,8 @@ void setup_sim(CLI::App& app) {
   auto& cfg = o->cfg;
   auto* sub = app.add_subcommand("sim", "Model-driven ranks at scale (no MPI): a scenario scored and checked in milliseconds");
   add_fault_options(sub, cfg.fault, o->delay_ms);
-  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  sub->add_option("--steps", cfg.steps, "modelled steps")->check(CLI::Range(1, 10000000))->capture_default_str();
+  sub->add_option("--ranks", cfg.ranks, "modelled ranks")->check(whole_in(1, 1 << 24))->capture_default_str();
+  sub->add_option("--steps", cfg.steps, "modelled steps")->check(whole_in(1, 10000000))->capture_default_str();
   sub->add_option("--seed", cfg.seed, "seed (target rank, cost jitter)")->check(seed_value())->capture_default_str();
   sub->add_option("--event-q", cfg.event_q, "sampled fraction of steps with a forward event")->check(CLI::Range(0.0, 1.0))->capture_default_str();
   sub->add_flag("--sync-callbacks", cfg.sync_callbacks, "a barrier in callbacks (implied by callback_sync_tail)");
@@ -216,11 +216,11 @@ void setup_sim(CLI::App& app) {
                   "own seed without the fault: the null a healthy run can fail")
       ->check(seed_value());
   sub->add_option("--targets", o->cfg.fault.target_count, "number of hidden target ranks to draw (every rank: a common fault)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(whole_from<int>(1))->capture_default_str();
   sub->add_flag("--independent-reference", o->independent_reference,
                "the healthy reference from a seed of its own (the run's seed + 1000003): --reference-seed without naming one");
   sub->add_option("--threads", o->threads, "streaming: 2 runs the model beside the scorer, 1 alternates")
-      ->check(CLI::Range(1, 2))->capture_default_str();
+      ->check(whole_in(1, 2))->capture_default_str();
   sub->add_flag("--check", o->check, "exit 1 unless the verdict meets the scenario's claim");
   add_label_options(sub, o->label);
   add_detect_options(sub, o->detect);

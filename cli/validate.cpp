@@ -54,14 +54,14 @@ void setup_validate(CLI::App& app) {
       "validate", "Link and compute validation under mpirun: name slow links (p2p ring) and slow ranks (GEMM)");
   sub->add_flag("--no-p2p", o->no_p2p, "skip the point-to-point pass");
   sub->add_flag("--no-compute", o->no_compute, "skip the compute pass");
-  sub->add_option("--bytes", cfg.bytes, "message size of each directed transfer")->check(CLI::Range(1, 1 << 30));
-  sub->add_option("--reps", cfg.reps, "acknowledged messages per directed link; the fastest counts")->check(CLI::Range(1, 10000));
+  sub->add_option("--bytes", cfg.bytes, "message size of each directed transfer")->check(whole_in(1, 1 << 30));
+  sub->add_option("--reps", cfg.reps, "acknowledged messages per directed link; the fastest counts")->check(whole_in(1, 10000));
   sub->add_option("--threshold", cfg.threshold, "slow: more than THRESHOLD x the median of its class")
       ->check(CLI::Range(1.000001, 1000.0));
-  sub->add_option("--gemm-n", cfg.gemm_n, "compute pass: n x n x n single-precision GEMM")->check(CLI::Range(8, 8192));
+  sub->add_option("--gemm-n", cfg.gemm_n, "compute pass: n x n x n single-precision GEMM")->check(whole_in(8, 8192));
   sub->add_option("--sweeps", cfg.sweeps, "passes over every link and rank; a link's (rank's) fastest try over all passes counts")
-      ->check(CLI::Range(1, 100));
-  sub->add_option("--gemm-reps", cfg.gemm_reps, "timed GEMMs per rank; the fastest counts")->check(CLI::Range(1, 1000));
+      ->check(whole_in(1, 100));
+  sub->add_option("--gemm-reps", cfg.gemm_reps, "timed GEMMs per rank; the fastest counts")->check(whole_in(1, 1000));
   sub->add_option("--device", cfg.device, "compute pass: cpu (Eigen) or cuda (cuBLAS on GPU local_rank % count)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--compute-slowdown", o->slowdown,

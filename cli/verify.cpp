@@ -92,11 +92,11 @@ void setup_verify(CLI::App& app) {
   auto* sub = app.add_subcommand("verify", "Check the frontier identities (RapidCheck) and the §6.1 fixtures");
   sub->footer(names);
   sub->add_flag("--list", o->list, "print the property names with their statements and exit");
-  sub->add_option("--cases", o->cases, "generated cases per property")->check(CLI::Range(1, 100000000));
+  sub->add_option("--cases", o->cases, "generated cases per property")->check(whole_in(1, 100000000));
   sub->add_option("--seed", o->seed, "RapidCheck and fixture seed")->check(seed_value());
   sub->add_option("--property", o->only, "run only these properties (repeatable); skips fixtures");
   sub->add_option("--windows", o->windows, "random windows for the algorithmic-validation figures")
-      ->check(CLI::Range(1, 10000000));
+      ->check(whole_in(1, 10000000));
   sub->add_flag("--no-fixtures", o->skip_fixtures, "properties only");
   sub->callback([o] {
     if (const int rc = run_verify(*o)) exit_with(rc);
