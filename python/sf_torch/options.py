@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import numbers
 import os
 from collections.abc import Callable, Sequence
@@ -63,9 +64,34 @@ def _stage_list(stages: object) -> list[str]:
     return names
 
 
+INT_MAX = 2**31 - 1       # the C++ recorder's step counts are ints
+INT64_MAX = 2**63 - 1     # and its step ids int64
+GATHER_DEADLINE_S = (0.001, 3600.0)  # `sf-testbed run --gather-deadline`'s range
+
+
 def _number(field: str, value: object) -> None:
-    if not isinstance(value, numbers.Real):
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{field} is {type(value).__name__}; expected a number")
+
+
+def _real_in(field: str, value: object, lo: float, hi: float) -> float:
+    """value as a float, refused (ValueError) unless finite and in [lo, hi]: a nan deadline or
+    sampling rate compares false with everything and would pass any check after this one."""
+    _number(field, value)
+    v = float(value)  # type: ignore[arg-type]
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{field} is {value!r}; expected a finite number in [{lo:g}, {hi:g}]")
+    return v
+
+
+def _whole_in(field: str, value: object, lo: int, hi: int) -> int:
+    """value as an int, refused unless a whole number in [lo, hi] (2.5 steps is not 2 steps)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{field} is {value!r} of type {type(value).__name__}; expected a whole number (int)")
+    v = int(value)
+    if not lo <= v <= hi:
+        raise ValueError(f"{field} is {v}; expected a whole number in [{lo}, {hi}]")
+    return v
 
 
 def _path(field: str, value: object) -> Optional[str]:
@@ -114,9 +140,8 @@ class RecorderOptions:
         except ValueError:
             raise ValueError(f"overflow is {self.overflow!r}; expected one of "
                              + ", ".join(f'"{p.value}"' for p in OverflowPolicy)) from None
-        for name in ("gather_deadline_s", "event_q"):
-            _number(name, getattr(self, name))
-            self._set(name, float(getattr(self, name)))
+        self._set("gather_deadline_s", _real_in("gather_deadline_s", self.gather_deadline_s, *GATHER_DEADLINE_S))
+        self._set("event_q", _real_in("event_q", self.event_q, 0.0, 1.0))
         if self.gather not in ("node", "flat"):
             raise ValueError(f"gather is {self.gather!r}; expected \"node\" or \"flat\"")
         if self.sink is not None and not callable(self.sink):
@@ -131,16 +156,10 @@ class RecorderOptions:
         object.__setattr__(self, name, value)  # a frozen dataclass's own __post_init__ normalizing a field
 
     def _check_steps(self) -> None:
-        for name in ("window_steps", "first_step", "capacity_steps", "reference_steps"):
-            _number(name, getattr(self, name))
-        if self.window_steps < 1:
-            raise ValueError(f"window_steps is {self.window_steps}; expected >= 1")
-        self._set("window_steps", int(self.window_steps))
-        self._set("first_step", int(self.first_step))
-        if self.reference_steps < 0:
-            raise ValueError(f"reference_steps is {self.reference_steps}; expected >= 0")
-        self._set("reference_steps", int(self.reference_steps))
-        self._set("capacity_steps", int(self.capacity_steps))
+        self._set("window_steps", _whole_in("window_steps", self.window_steps, 1, INT_MAX))
+        self._set("first_step", _whole_in("first_step", self.first_step, -INT64_MAX - 1, INT64_MAX))
+        self._set("reference_steps", _whole_in("reference_steps", self.reference_steps, 0, INT_MAX))
+        self._set("capacity_steps", _whole_in("capacity_steps", self.capacity_steps, 0, INT_MAX))  # 0: the default
 
     def _check_reference(self) -> None:
         ref = self.reference

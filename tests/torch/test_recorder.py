@@ -524,7 +524,7 @@ class RecorderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"^Recorder: window_steps given both as keyword argument and in "
                                                 r"options; expected one or the other"):
             sf_torch.Recorder(window_steps=4, options=opts)
-        with self.assertRaisesRegex(ValueError, r"^window_steps is 0; expected >= 1$"):
+        with self.assertRaisesRegex(ValueError, r"^window_steps is 0; expected a whole number in \[1, 2147483647\]$"):
             dataclasses.replace(opts, window_steps=0)
         with self.assertRaisesRegex(ValueError, r'^overflow is \'drop\'; expected one of "drop_newest", '):
             sf_torch.RecorderOptions(overflow="drop")
@@ -532,6 +532,34 @@ class RecorderTest(unittest.TestCase):
             sf_torch.RecorderOptions(sink=3)
         with self.assertRaisesRegex(TypeError, r"^options is dict; expected sf_torch\.RecorderOptions$"):
             sf_torch.Recorder(options={"window_steps": 4})
+
+    def test_numbers_out_of_range_or_not_finite_are_refused_in_one_line(self):
+        # A nan deadline or sampling rate compares false with everything: it passed every check and
+        # reached the gather; a huge window overflowed in the C++ binding ("cannot fit 'int' into an
+        # index-sized integer"); 2.5 steps became 2.
+        bad = [(dict(gather_deadline_s=float("nan")), ValueError, r"^gather_deadline_s is nan; expected a finite number in \[0\.001, 3600\]$"),
+               (dict(gather_deadline_s=-1.0), ValueError, r"^gather_deadline_s is -1\.0; expected a finite number"),
+               (dict(gather_deadline_s=float("inf")), ValueError, r"^gather_deadline_s is inf; expected"),
+               (dict(event_q=1.5), ValueError, r"^event_q is 1\.5; expected a finite number in \[0, 1\]$"),
+               (dict(event_q=float("nan")), ValueError, r"^event_q is nan; expected"),
+               (dict(window_steps=10**30), ValueError, r"^window_steps is 10{30}; expected a whole number in \[1, 2147483647\]$"),
+               (dict(window_steps=2.5), TypeError, r"^window_steps is 2\.5 of type float; expected a whole number \(int\)$"),
+               (dict(capacity_steps=-5), ValueError, r"^capacity_steps is -5; expected a whole number in \[0, 2147483647\]$"),
+               (dict(reference_steps=-1), ValueError, r"^reference_steps is -1; expected a whole number in \[0, "),
+               (dict(first_step=True), TypeError, r"^first_step is True of type bool; expected a whole number"),
+               (dict(gather_deadline_s="2"), TypeError, r"^gather_deadline_s is str; expected a number$")]
+        for kwargs, error, text in bad:
+            with self.subTest(**{k: repr(v) for k, v in kwargs.items()}):
+                with self.assertRaisesRegex(error, text):
+                    sf_torch.RecorderOptions(**kwargs)
+                with self.assertRaisesRegex(error, text):
+                    sf_torch.Recorder(**kwargs)
+        # The ends of each range are taken, as numbers of any real or integral type.
+        opts = sf_torch.RecorderOptions(gather_deadline_s=0.001, event_q=1, window_steps=2147483647, first_step=-3,
+                                        capacity_steps=0, reference_steps=0)
+        self.assertEqual((opts.gather_deadline_s, opts.event_q, opts.window_steps, opts.first_step),
+                         (0.001, 1.0, 2147483647, -3))
+        self.assertIsInstance(opts.event_q, float)
 
     def test_allreduce_hook_passes_ddps_annotation_check(self):
         # DistributedDataParallel._check_comm_hook: a bucket and return annotation, where present,
