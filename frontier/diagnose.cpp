@@ -65,15 +65,32 @@ double ranks_z(double z, int n, int lists) {
   return 0.5 * (lo + hi) * (1.0 + 3.0 / n);
 }
 
+/// Whether the rank that stands out most in group g also reaches the step's end later by at least
+/// half as much (its whole-step standing): its extra time in g was not absorbed by a wait after
+/// it, so it was not itself waiting there. A rank that waits in g for one behind leaves the wait
+/// with it and ends the step with its peers; a rank that works longer in g (a host-local
+/// optimizer or callback delay) ends it later, and the others wait for it in the next step.
+bool top_rank_reaches_the_step_end_later(const Evidence& e, int g) {
+  const Standing& st = e.standing[g];
+  if (st.ranks.empty() || !(st.ranks.front().mean_s > 0)) return false;
+  const RankStanding& top = st.ranks.front();
+  for (const auto& x : e.standing.back().ranks)
+    if (x.rank == top.rank) return x.mean_s >= 0.5 * top.mean_s;
+  return false;
+}
+
 /// Whether group g's standings are evidence against a rank: the recorder took the waits off, or
 /// the group is not where the ranks wait for the one behind (the frontier's lag closes there by
 /// at least min_effect of the step). Where they wait and no wait was measured, the rank that
-/// waited longest would stand out (the paper's W = 0 cannot tell waiting from work).
+/// waited longest would stand out (the paper's W = 0 cannot tell waiting from work) — unless that
+/// rank also ends the step later by half as much: then the lag closed because the rank behind
+/// worked there (with two ranks the lag is half their gap, and it closes as the one behind
+/// works), not because the others waited.
 bool standing_usable(const Evidence& e, int g, const DiagnosisConfig& cfg) {
   if (g >= static_cast<int>(e.standing.size()) - 1) return true;  // the whole step
   if (e.standing[g].waits_off) return true;
   const double closes = g < static_cast<int>(e.lag_increment_mean_s.size()) ? -e.lag_increment_mean_s[g] : 0.0;
-  return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s);
+  return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s) || top_rank_reaches_the_step_end_later(e, g);
 }
 
 const Suspect* stage_suspect(const Evidence& e, int g) {

@@ -199,6 +199,27 @@ TEST(Diagnosis, a_host_local_delay_is_named_where_it_was_born_not_where_it_surfa
   EXPECT_EQ(c.diagnosis.rank, 4);
 }
 
+TEST(Diagnosis, a_host_local_delay_at_two_ranks_is_named_where_it_was_born) {
+  // With two ranks the lag is half their gap: it opens in backward, where the other rank waits
+  // (measured), and closes in the optimizer as the rank behind does its extra work there. The lag
+  // closing is no wait in the optimizer: the rank that stands out there also ends the step later
+  // by as much. Read as a wait, the optimizer's standings were dropped and the rank was named in
+  // backward, where nothing of its own changed (sim --ranks 2 --scenario optim_host_local).
+  for (const int late : {0, 1}) {
+    const StageMatrix healthy = wait_window(2, 10, -1, 0.0), faulty = wait_window(2, 10, late, 0.080);
+    Evidence e = evaluate(faulty);
+    diagnose_against(e, make_reference(evaluate(healthy), "healthy"));
+    const int bwd = *e.schema.group_index("model.backward_cpu_wall");
+    EXPECT_EQ(e.group_name(e.diagnosis.group), "optim.step_cpu_wall") << "late rank " << late;
+    EXPECT_EQ(e.diagnosis.rank, late);
+    EXPECT_EQ(e.diagnosis.surfaces_group, bwd);
+    EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");
+    const Evidence c = evaluate(faulty);
+    EXPECT_EQ(c.group_name(c.diagnosis.group), "optim.step_cpu_wall") << "late rank " << late;
+    EXPECT_EQ(c.diagnosis.rank, late);
+  }
+}
+
 TEST(Diagnosis, one_rank_observed_falls_back_to_the_frontier_with_no_confidence) {
   const Evidence e = evaluate(window(1, -1, 0, 0.0));
   EXPECT_EQ(e.diagnosis.basis, Diagnosis::Basis::frontier);
