@@ -11,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <optional>
 
 namespace sf::formats {
 
@@ -230,27 +229,6 @@ std::vector<frontier::Standing> pool_standing(const std::vector<frontier::Eviden
   return out;
 }
 
-/// The windows' collective costs as one: per group, their means weighted by steps, over the
-/// windows that know one there.
-std::vector<std::optional<double>> pool_collective(const std::vector<frontier::Evidence>& parts) {
-  std::vector<double> sum;
-  std::vector<int> steps;
-  for (const auto& e : parts) {
-    const auto c = frontier::collective_costs(e);
-    sum.resize(std::max(sum.size(), c.size()), 0.0);
-    steps.resize(sum.size(), 0);
-    for (std::size_t g = 0; g < c.size(); ++g)
-      if (c[g]) {
-        sum[g] += *c[g] * e.steps;
-        steps[g] += e.steps;
-      }
-  }
-  std::vector<std::optional<double>> out(sum.size());
-  for (std::size_t g = 0; g < sum.size(); ++g)
-    if (steps[g] > 0) out[g] = sum[g] / steps[g];
-  return out;
-}
-
 }  // namespace
 
 frontier::Reference read_reference(const std::string& path, const frontier::LabelConfig& cfg) {
@@ -308,7 +286,6 @@ frontier::Reference read_reference(const std::string& path, const frontier::Labe
   r.exposed_robust_sd_s = -1;
   r.standing = pool_standing(parts);
   r.cpu_wait = pool_one([&](const frontier::Evidence& e) -> const frontier::Standing& { return e.cpu_wait; }, parts);
-  r.collective_s = pool_collective(parts);
   return r;
 }
 

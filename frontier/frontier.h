@@ -834,15 +834,7 @@ struct Reference {
   /// Each rank's standing against its peers (Evidence::standing); empty when unknown.
   std::vector<Standing> standing;
   Standing cpu_wait;  ///< Evidence::cpu_wait (no ranks: unknown)
-  /// Per group: the healthy collective's own cost there (collective_costs()); empty or nullopt
-  /// where unknown (no collective there, or a reference read from a packet, whose arrivals stay
-  /// in memory). The what-if heals a starved rank's collectives back to it.
-  std::vector<std::optional<double>> collective_s;
 };
-/// Per group, the mean over e's steps of the time the segments ending at the group ran past
-/// their latest arrival (ArrivalSegment::after_s: the collective's own cost) where the ranks
-/// waited inside a collective there (Evidence::wait_groups); nullopt elsewhere or without arrivals.
-std::vector<std::optional<double>> collective_costs(const Evidence& e);
 /// A reference made from a scored window's evidence.
 Reference make_reference(const Evidence& e, std::string name);
 /// "" when `ref` can be compared with `e` (same groups, at least one step on each side), else why not.
