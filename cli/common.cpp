@@ -150,7 +150,7 @@ void add_limit_options(CLI::App* sub, formats::ReadLimits& l, bool stages) {
   sub->add_option("--max-world-size", l.max_world_size, "most ranks in a window")
       ->default_val(l.max_world_size)->check(whole_in(1, formats::kWorldSizeCeiling))->group(g);
   sub->add_option("--max-window-steps", l.max_window_steps, "most steps one file window spans (score: before --window splits it)")
-      ->default_val(l.max_window_steps)->check(whole_in(1, std::numeric_limits<int>::max()))->group(g);
+      ->default_val(l.max_window_steps)->check(whole_from<int>(1))->group(g);
   sub->add_option("--max-values", l.max_values, "most steps x ranks x stages in one file window, and (stages + 1)^2 for the labeler's stage table")
       ->default_val(l.max_values)->check(whole_from<std::int64_t>(1))->group(g);
 }

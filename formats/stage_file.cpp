@@ -875,6 +875,8 @@ std::vector<Window> parse_csv(std::string_view text, const std::string& file, co
   return out;
 }
 
+FdCloser::~FdCloser() { ::close(fd); }
+
 /// A regular file's bytes as they are while it is read, up to the size it had when opened (what
 /// the streaming reader reads too); nullopt for anything else (a pipe, a FIFO, /dev/stdin) or a
 /// file that cannot be opened: the caller reads those as a stream, and words the failure. Read
@@ -886,10 +888,7 @@ template <typename TooBig>
 std::optional<Bytes> read_regular_file(const std::string& path, std::uint64_t limit, TooBig too_big) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
   if (static_cast<std::uint64_t>(st.st_size) > limit) throw too_big(static_cast<std::uint64_t>(st.st_size));  // grew since stat

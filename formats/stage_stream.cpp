@@ -1037,10 +1037,7 @@ StreamStatus stream_stage_file(const std::string& path, const ReadOptions& opt, 
   if (!format) return whole("unknown file extension");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return whole("cannot open the file");
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const detail::FdCloser closer{fd};
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return whole("not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);

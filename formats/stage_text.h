@@ -47,6 +47,12 @@ struct UninitAllocator : std::allocator<T> {
 };
 using Bytes = std::vector<char, UninitAllocator<char>>;
 
+/// Closes a file descriptor when it goes out of scope (the readers' open files).
+struct FdCloser {
+  int fd;
+  ~FdCloser();
+};
+
 class StrictJsonParser;
 
 inline constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
