@@ -101,7 +101,7 @@ void setup_score(CLI::App& app) {
                                                              {"csv", formats::MatrixFormat::csv}};
   sub->add_option("--format", o->format, "input format (default: by extension)")
       ->transform(choice(formats));
-  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/5, one per line; with --detect an sf.detect/1 line last) instead of the table");
+  sub->add_flag("--json", o->json, "print the evidence packet(s) (sf.evidence/6, one per line; with --detect an sf.detect/1 line last) instead of the table");
   sub->add_option("--out", o->out, "also write the packet(s) to this file (atomically)");
   sub->add_option("--plot", o->plot,
                   "draw the run: per window, each rank x stage's change (the culprits outlined) and the step time (FILE.png or .svg)");

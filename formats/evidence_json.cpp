@@ -121,6 +121,15 @@ ordered_json differential_json(const Evidence& e) {
           {"erratic_log_variance_ratio", deltas_json(d.erratic)}};
 }
 
+/// The what-if's collective costs: stage -> seconds or null; null when the what-if has none.
+ordered_json collective_json(const Evidence& e, const std::vector<std::optional<double>>& c) {
+  if (c.empty()) return nullptr;
+  ordered_json o = ordered_json::object();
+  for (int g = 0; g < static_cast<int>(c.size()); ++g)
+    o[e.group_name(g)] = c[static_cast<std::size_t>(g)] ? ordered_json(*c[static_cast<std::size_t>(g)]) : ordered_json(nullptr);
+  return o;
+}
+
 ordered_json whatif_json(const Evidence& e, const std::vector<RankInfo>& ranks) {
   const auto& w = e.whatif;
   ordered_json fixes = ordered_json::array();
@@ -143,6 +152,7 @@ ordered_json whatif_json(const Evidence& e, const std::vector<RankInfo>& ranks) 
           {"floor_s", w.floor_s},
           {"fixes", fixes},
           {"all_healed_s", w.all_healed_s},
+          {"collective_s", collective_json(e, w.collective_s)},
           {"gains", w.gains()},
           {"line", whatif_line(e, ranks)}};
 }

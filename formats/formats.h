@@ -1,5 +1,5 @@
 // sf::formats — the project's public file and packet formats (docs/formats.md):
-// stage-matrix JSON Lines (sf.stages/1) and wide CSV, the evidence packet (sf.evidence/5),
+// stage-matrix JSON Lines (sf.stages/1) and wide CSV, the evidence packet (sf.evidence/6),
 // labeler configuration files, and atomic file writes. Knows sf::frontier; no MPI, no clock.
 #pragma once
 
@@ -150,7 +150,7 @@ void write_jsonl(std::ostream& out, const Window& w);
 /// name with a comma, quote or edge blank is quoted as RFC 4180 says.
 void write_csv(std::ostream& out, const frontier::StageMatrix& m);
 
-/// The evidence packet (schema sf.evidence/5), field order as documented.
+/// The evidence packet (schema sf.evidence/6), field order as documented.
 nlohmann::ordered_json evidence_to_json(const frontier::Evidence& e, const std::vector<RankInfo>& ranks = {});
 
 /// Labeler configuration as JSON (same field names as frontier::LabelConfig).
@@ -189,7 +189,7 @@ nlohmann::ordered_json reference_to_json(const frontier::Evidence& e, const std:
 /// window_NNN.json; the first packet of a file of them; named by the path) or a reference file
 /// (sf.reference/1, named by its "name"). Throws FormatError naming the file.
 frontier::Reference read_reference(const std::string& path, const frontier::LabelConfig& cfg);
-/// A reference from an evidence packet's JSON (sf.evidence/5; /3 packets have no standings, so
+/// A reference from an evidence packet's JSON (sf.evidence/6; /3 packets have no standings, so
 /// their ranks are compared by own-work levels; /2 packets have no step spread either, so their
 /// noise floor is min_effect alone). Throws FormatError(name, 0, ...) on a packet
 /// without the fields a reference needs.

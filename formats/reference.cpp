@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace sf::formats {
 
@@ -107,6 +108,28 @@ std::vector<frontier::Standing> standing_from(const json& p, const std::vector<s
   return out;
 }
 
+/// The packet's `whatif.collective_s` (sf.evidence/6): per group, seconds or unknown; empty where
+/// the packet has none (null: its what-if was not available; an earlier schema).
+std::vector<std::optional<double>> collective_from(const json& p, const std::vector<std::string>& groups,
+                                                   const std::string& name) {
+  const auto w = p.find("whatif");
+  if (w == p.end() || !w->is_object()) return {};
+  const auto c = w->find("collective_s");
+  if (c == w->end() || c->is_null()) return {};
+  if (!c->is_object())
+    throw FormatError(name, 0, "evidence packet's \"whatif.collective_s\" is not an object; expected stage -> seconds or null");
+  std::vector<std::optional<double>> out(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto it = c->find(groups[g]);
+    if (it == c->end() || it->is_null()) continue;
+    if (!it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() <= frontier::kMaxWindowSeconds))
+      throw FormatError(name, 0, "evidence packet's \"whatif.collective_s\" for stage " + groups[g] +
+                                     " is not seconds >= 0 or null");
+    out[g] = it->get<double>();
+  }
+  return out;
+}
+
 }  // namespace
 
 frontier::Reference reference_from_packet(const json& p, const std::string& name) {
@@ -122,12 +145,14 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
   if (!p.is_object() || !p.contains("schema") || !p["schema"].is_string())
     throw FormatError(name, 0, "not an evidence packet (no \"schema\"); expected an sf.evidence packet or a stage-matrix dump");
   const std::string schema = p["schema"].get<std::string>();
-  // /5 adds the what-if, which a reference does not read: a /5 packet is a /4 one here.
-  const bool v4 = schema == frontier::Evidence::kSchema || schema == "sf.evidence/4";
+  // /5 adds the what-if, of which a reference reads only the collectives' costs (/6): a /5 packet
+  // is a /4 one here.
+  const bool v6 = schema == frontier::Evidence::kSchema;
+  const bool v4 = v6 || schema == "sf.evidence/5" || schema == "sf.evidence/4";
   const bool v3 = v4 || schema == "sf.evidence/3";
   if (!v3 && schema != "sf.evidence/2")
     throw FormatError(name, 0, "packet schema \"" + schema + "\"; expected " + std::string(frontier::Evidence::kSchema) +
-                                   ", sf.evidence/4, sf.evidence/3 or sf.evidence/2");
+                                   ", sf.evidence/5, sf.evidence/4, sf.evidence/3 or sf.evidence/2");
   frontier::Reference r;
   r.name = name;
   if (!p.contains("stages") || !p["stages"].is_array())
@@ -154,6 +179,7 @@ frontier::Reference reference_from_packet(const json& p, const std::string& name
                                              !(*st)["cpu_wait"].is_null())
       r.cpu_wait = one_standing((*st)["cpu_wait"], name);
   }
+  if (v6) r.collective_s = collective_from(p, r.groups, name);
   if (p.contains("cohort") && p["cohort"].is_object()) {
     r.rank_excess.assign(r.groups.size(), {});
     r.cohort_own_median_s.assign(r.groups.size(), 0.0);
@@ -229,6 +255,27 @@ std::vector<frontier::Standing> pool_standing(const std::vector<frontier::Eviden
   return out;
 }
 
+/// The windows' collective costs as one: per group, their means weighted by steps, over the
+/// windows that know one there.
+std::vector<std::optional<double>> pool_collective(const std::vector<frontier::Evidence>& parts) {
+  std::vector<double> sum;
+  std::vector<int> steps;
+  for (const auto& e : parts) {
+    const auto& c = e.whatif.collective_s;
+    sum.resize(std::max(sum.size(), c.size()), 0.0);
+    steps.resize(sum.size(), 0);
+    for (std::size_t g = 0; g < c.size(); ++g)
+      if (c[g]) {
+        sum[g] += *c[g] * e.steps;
+        steps[g] += e.steps;
+      }
+  }
+  std::vector<std::optional<double>> out(sum.size());
+  for (std::size_t g = 0; g < sum.size(); ++g)
+    if (steps[g] > 0) out[g] = sum[g] / steps[g];
+  return out;
+}
+
 }  // namespace
 
 frontier::Reference read_reference(const std::string& path, const frontier::LabelConfig& cfg) {
@@ -286,6 +333,7 @@ frontier::Reference read_reference(const std::string& path, const frontier::Labe
   r.exposed_robust_sd_s = -1;
   r.standing = pool_standing(parts);
   r.cpu_wait = pool_one([&](const frontier::Evidence& e) -> const frontier::Standing& { return e.cpu_wait; }, parts);
+  r.collective_s = pool_collective(parts);
   return r;
 }
 

@@ -648,6 +648,7 @@ Reference make_reference(const Evidence& e, std::string name) {
   r.cohort_own_median_s = e.cohort_own_median_s;
   r.standing = e.standing;
   r.cpu_wait = e.cpu_wait;
+  r.collective_s = e.whatif.collective_s;
   return r;
 }
 

@@ -657,12 +657,17 @@ struct WhatIf {
   };
   std::vector<Fix> fixes;    ///< one per culprit, in the diagnosis' order
   double all_healed_s = 0;   ///< every culprit fixed at once (= the one fix with one culprit)
+  /// Per group (when available): the collectives' own cost per step there — the mean over the
+  /// replayed steps of the time the segments ending at a wait group (Evidence::wait_groups) ran
+  /// past their latest arrival (ArrivalSegment::after_s); nullopt elsewhere. A healthy window's
+  /// is what the what-if heals a starved rank's collectives back to (Reference::collective_s).
+  std::vector<std::optional<double>> collective_s;
   /// The gain of fixing every culprit passes the floor.
   bool gains() const { return available && !fixes.empty() && actual_s - all_healed_s > floor_s; }
 };
 
 struct Evidence {
-  static constexpr std::string_view kSchema = "sf.evidence/5";
+  static constexpr std::string_view kSchema = "sf.evidence/6";
   StageSchema schema;
   std::int64_t first_step = 0, last_step = -1;
   int steps = 0;              ///< steps scored (at least one record)
@@ -834,6 +839,10 @@ struct Reference {
   /// Each rank's standing against its peers (Evidence::standing); empty when unknown.
   std::vector<Standing> standing;
   Standing cpu_wait;  ///< Evidence::cpu_wait (no ranks: unknown)
+  /// Per group: the healthy collective's own cost there (its window's WhatIf::collective_s, the
+  /// packet's `whatif.collective_s`); empty or nullopt where unknown. The what-if heals a starved
+  /// rank's collectives back to it.
+  std::vector<std::optional<double>> collective_s;
 };
 /// A reference made from a scored window's evidence.
 Reference make_reference(const Evidence& e, std::string name);

@@ -31,10 +31,20 @@ double healthy_offset(const Reference* ref, int rank, int first, int last) {
   return sum;
 }
 
+/// A segment's time past its latest arrival, with its collective's own cost set back to the
+/// healthy one (never above what it was) where `collective` gives one for the group it ends at.
+double after_of(const ArrivalSegment& s, const std::vector<std::optional<double>>* collective) {
+  if (collective == nullptr || s.last_group < 0 || static_cast<std::size_t>(s.last_group) >= collective->size()) return s.after_s;
+  const auto& healthy = (*collective)[static_cast<std::size_t>(s.last_group)];
+  return healthy ? std::min(static_cast<double>(s.after_s), *healthy) : static_cast<double>(s.after_s);
+}
+
 /// F' of one step with the listed ranks' arrivals set back to healthy in every segment (never
 /// later than they were): each segment's latest arrival after the change plus the time it ran
-/// past its latest arrival.
-double replay(const ArrivalLog& log, const StepArrivals& a, std::span<const int> healed, const Reference* ref) {
+/// past its latest arrival (its collective's healthy cost where `collective` is given: the
+/// healed ranks were starved, and a starved rank is as slow inside a collective as outside).
+double replay(const ArrivalLog& log, const StepArrivals& a, std::span<const int> healed, const Reference* ref,
+              const std::vector<std::optional<double>>* collective = nullptr) {
   double end = 0;
   for (std::uint32_t k = a.first; k < a.first + a.count; ++k) {
     const auto& s = log.segments[k];
@@ -52,9 +62,29 @@ double replay(const ArrivalLog& log, const StepArrivals& a, std::span<const int>
     // Every listed arrival healed and ranks beyond them: the next one is unknown but not below the
     // median (at most kTop of at least 2·kTop ranks sit above it).
     if (all_healed && s.top_count < a.ranks) latest = std::max(latest, static_cast<double>(s.median_s));
-    end += latest + s.after_s;
+    end += latest + after_of(s, collective);
   }
   return end;
+}
+
+/// Whether culprit c was starved of CPU: its threads' CPU wait grew by at least half of its own
+/// change. Such a rank is as slow inside its collectives as outside them (its share of the
+/// reduction, its progress calls), so the collective ran past its arrival longer too.
+bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s > 0 && c.cpu_wait_s >= 0.5 * c.excess_s; }
+
+/// The healthy collective costs a fix of `healed` restores, or null: where the reference knows
+/// them and every starved culprit is among the healed (one starved rank left slows the
+/// collective as before).
+const std::vector<std::optional<double>>* collective_to_heal(const Diagnosis& d, std::span<const int> healed,
+                                                              const Reference* ref) {
+  if (ref == nullptr || ref->collective_s.empty()) return nullptr;
+  bool any = false;
+  for (const auto& c : d.culprits) {
+    if (c.rank < 0 || !starved(c)) continue;
+    if (std::find(healed.begin(), healed.end(), c.rank) == healed.end()) return nullptr;
+    any = true;
+  }
+  return any ? &ref->collective_s : nullptr;
 }
 
 /// The latest arrival in segment s of the ranks other than `rank`: the first listed one that is
@@ -144,6 +174,23 @@ std::pair<double, double> best_rebalance(const ArrivalLog& log, int rank, const 
   return {best_share, best_s};
 }
 
+/// Per group, the mean time the segments ending at a wait group ran past their latest arrival
+/// (WhatIf::collective_s); nullopt elsewhere.
+std::vector<std::optional<double>> collective_costs(const Evidence& e) {
+  const int G = e.schema.group_count();
+  std::vector<double> sum(static_cast<std::size_t>(G), 0.0);
+  std::vector<int> n(static_cast<std::size_t>(G), 0);
+  for (const auto& s : e.arrivals.segments)
+    if (s.last_group >= 0 && s.last_group < G && std::find(e.wait_groups.begin(), e.wait_groups.end(), s.last_group) != e.wait_groups.end()) {
+      sum[static_cast<std::size_t>(s.last_group)] += s.after_s;
+      ++n[static_cast<std::size_t>(s.last_group)];
+    }
+  std::vector<std::optional<double>> out(static_cast<std::size_t>(G));
+  for (int g = 0; g < G; ++g)
+    if (n[static_cast<std::size_t>(g)] > 0) out[static_cast<std::size_t>(g)] = sum[static_cast<std::size_t>(g)] / n[static_cast<std::size_t>(g)];
+  return out;
+}
+
 }  // namespace
 
 WhatIf what_if(const Evidence& e, const Reference* ref) {
@@ -164,25 +211,32 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   }
   w.available = true;
   w.steps = static_cast<int>(e.arrivals.size());
+  w.collective_s = collective_costs(e);
+  const auto& d = e.diagnosis;
+  std::vector<int> all;
+  for (const auto& c : d.culprits)
+    if (c.rank >= 0) all.push_back(c.rank);
+  // "As if no rank straggled" takes the collectives at their healthy cost where starved ranks
+  // slowed them: that part of their time is the stragglers', not the collectives' own.
+  const auto* healthy_collective = collective_to_heal(d, all, ref);
   double actual = 0, ideal = 0;
   for (const auto& a : e.arrivals.steps) {
     actual += a.exposed_s;
     for (std::uint32_t k = a.first; k < a.first + a.count; ++k)
-      ideal += static_cast<double>(e.arrivals.segments[k].median_s) + e.arrivals.segments[k].after_s;
+      ideal += static_cast<double>(e.arrivals.segments[k].median_s) + after_of(e.arrivals.segments[k], healthy_collective);
   }
   w.actual_s = actual / w.steps;
   w.ideal_s = ideal / w.steps;
   w.slowdown = w.ideal_s > 0 ? w.actual_s / w.ideal_s : 1.0;
   w.wasted = w.actual_s > 0 ? 1.0 - w.ideal_s / w.actual_s : 0.0;
-  const auto& d = e.diagnosis;
   w.floor_s = e.differential ? e.differential->exposed_noise_floor_s : e.config.diagnosis.min_effect * w.actual_s;
-  std::vector<int> all;
   const SegmentRoles roles = segment_roles(e);
   for (const auto& c : d.culprits) {
     if (c.rank < 0) continue;
-    all.push_back(c.rank);
+    const std::span<const int> one(&c.rank, 1);
+    const auto* collective = collective_to_heal(d, one, ref);
     double healed = 0;
-    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, {&c.rank, 1}, ref);
+    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, one, ref, collective);
     WhatIf::Fix f;
     f.rank = c.rank;
     f.group = c.group;
@@ -195,7 +249,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     w.fixes.push_back(f);
   }
   double healed = 0;
-  for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, all, ref);
+  for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, all, ref, healthy_collective);
   w.all_healed_s = all.empty() ? w.actual_s : healed / w.steps;
   return w;
 }

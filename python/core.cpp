@@ -153,7 +153,7 @@ void bind_reference(py::module_& m) {
 void bind_evidence(py::module_& m) {
   py::class_<Scored>(m, "Evidence", "a scored window (frontier::Evidence with the rank identities)")
       .def("packet", [](const Scored& s) { return formats::evidence_to_json(s.evidence, s.ranks).dump(); },
-           "the sf.evidence/5 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
+           "the sf.evidence/6 packet, exactly as `sf-testbed score --json` prints it (without the newline)")
       .def("table", [](const Scored& s, const std::string& title) { return formats::evidence_table(s.evidence, title); })
       .def("answer", [](const Scored& s) { return formats::answer_lines(s.evidence); },
            "the answer first: the diagnosis, the what-if, how sure and what the evidence lacks, as `sf-testbed run` prints them")
@@ -317,7 +317,7 @@ void bind_provenance(py::module_& m) {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/5, verdicts";
+  m.doc() = "sf-testbed's C++ engine for sf_torch: stage matrices, frontier::evaluate, sf.evidence/6, verdicts";
   bind_names(m);
   bind_reference(m);
   bind_evidence(m);

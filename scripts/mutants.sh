@@ -61,6 +61,7 @@ no_cpu_wait	frontier/diagnose.cpp	if (rc.rank < 0 && standing) rc = cpu_wait_ran
 exclusion_keeps_the_ring	frontier/whatif.cpp	end += others_latest(s, rank) + s.after_s * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);	end += others_latest(s, rank) + s.after_s;
 rebalance_scales_optimizer	frontier/whatif.cpp	return gradient_group >= 0 && s.last_group <= gradient_group;	return true;
 waits_always_usable	frontier/diagnose.cpp	return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s) || top_rank_reaches_the_step_end_later(e, g);	return true;
+starved_never	frontier/whatif.cpp	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s > 0 && c.cpu_wait_s >= 0.5 * c.excess_s; }	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s < 0; }
 step_end_unchecked	frontier/diagnose.cpp	if (x.rank == top.rank) return x.mean_s >= 0.5 * top.mean_s;	if (x.rank == top.rank) return true;
 erratic_at_one_floor	frontier/diagnose.cpp	if (!(diff.delta_exposed_s > 2 * diff.exposed_noise_floor_s)) return c;	if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return c;
 window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? base_sd : x.sd_s;	const double sd = x.sd_s;

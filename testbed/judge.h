@@ -146,7 +146,7 @@ nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth)
 /// One window's line in windows.jsonl (run --out, and sf_torch's out_dir): its steps, shares,
 /// labels, diagnosis, routing set, median step, gather_ok, and whether its packet reached the disk
 /// ("packet_written"; when false, "packet_error" says why). `packet` is the window's evidence
-/// packet (sf.evidence/5); `packet_error` empty: the packet was written.
+/// packet (sf.evidence/6); `packet_error` empty: the packet was written.
 nlohmann::ordered_json window_summary(const nlohmann::ordered_json& packet, int index, const std::string& packet_error);
 
 // ---- watching over time (--detect, --trace; docs/detect.md) ------------------------------------
@@ -328,7 +328,7 @@ struct ScoreFileOptions {
 };
 struct ScoredFile {
   std::vector<Outcome> windows;  ///< each window judged (against --reference, or the regime before a detected change)
-  std::string packets;  ///< one sf.evidence/5 line per window, then the sf.detect/1 line (--detect)
+  std::string packets;  ///< one sf.evidence/6 line per window, then the sf.detect/1 line (--detect)
   std::string tables;   ///< the same for a person, in full (--details)
   std::string answers;  ///< the answer first: each window's diagnosis, what-if and how sure (the default)
   std::optional<nlohmann::ordered_json> trace;  ///< --trace's Chrome trace-event JSON

@@ -7,7 +7,7 @@
 A small MLP, a DataLoader with worker processes, DDP with its default buckets (gloo on CPU, NCCL
 on CUDA), SGD. The scenario's fault is injected the real way on the target rank (hidden, drawn
 from the seed as `sf-testbed run` draws it, unless --target-rank names it). Rank 0 writes
-DIR/window_NNN.json (sf.evidence/5, one per window), DIR/run.json (sf.run/1: config, truth,
+DIR/window_NNN.json (sf.evidence/6, one per window), DIR/run.json (sf.run/1: config, truth,
 verdict against the truth, evidence, contention) and DIR/dump.jsonl (sf.stages/1, the matrix
 `sf-testbed score --json` turns into byte-identical packets). With --profile each rank also
 writes DIR/trace_rank<R>.json with torch.profiler (for `sf-testbed import kineto`).

@@ -6,7 +6,7 @@ charge, a bounded preallocated ring with an overflow policy and a dropped counte
 one ``time.perf_counter_ns()`` read and one store, a fail-open window gather on its own gloo
 process group with a deadline, and DDP communication-hook side evidence. Windows are scored by
 the C++ engine (``sf_torch._core``, a pybind11 module over ``frontier::evaluate`` and the
-``sf.evidence/5`` writer), never by a second implementation.
+``sf.evidence/6`` writer), never by a second implementation.
 
 Quick use (README.md has the complete example)::
 

@@ -265,7 +265,7 @@ class Recorder(_core.StageRing):
     gather_deadline_s: how long rank 0 waits for a window's contributions before it scores the
     ranks that made it (gather_ok=false, telemetry_limited); never less than GATHER_PACE_STEPS
     steps of the run's own pace (gather_wait_s()). out_dir: rank 0 writes
-    window_NNN.json packets (sf.evidence/5) there. sink(window, evidence, index): called on rank 0
+    window_NNN.json packets (sf.evidence/6) there. sink(window, evidence, index): called on rank 0
     for each scored window. labeler_config: JSON text with docs/labeler.md keys.
     reference: what each window's diagnosis is compared with (docs/diagnosis.md): None (each
     window against its cohort of ranks), "first" (window 0, recorded before the windows it judges,

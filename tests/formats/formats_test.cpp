@@ -248,7 +248,7 @@ TEST(Evidence, packet_has_documented_fields) {
                         "advances_s", "shares", "static_gain", "routing_set", "co_critical_stages", "labels", "leaders",
                         "suspect", "baselines", "telemetry", "downgrade_reasons"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["schema"], "sf.evidence/5");
+  EXPECT_EQ(j["schema"], "sf.evidence/6");
   EXPECT_NEAR(j["exposed_makespan_s"].get<double>(), 8.2, 1e-12);
   EXPECT_EQ(j["leaders"]["data.next_wait"][0]["rank"], 0);
   EXPECT_EQ(j["baselines"]["per_stage_max"]["ranked"][0], "model.backward_cpu_wall");
@@ -318,6 +318,53 @@ TEST(Evidence, packet_carries_the_diagnosis_and_serves_as_a_reference) {
   } catch (const FormatError& e) {
     EXPECT_NE(std::string(e.what()).find("r.json"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("advances_s"), std::string::npos);
+  }
+}
+
+TEST(Evidence, a_packet_reference_carries_the_collectives_costs_the_what_if_heals_a_starved_rank_to) {
+  // Rank 2 starved of CPU: 40 ms late and the collective 60 ms past the last arrival instead of
+  // 2 ms (tests/frontier/diagnose_test.cpp has the arithmetic). The healthy window's packet must
+  // give the fix the same healthy collective as the window itself: run's packets come from the
+  // reference in memory, `score --reference reference.json` from its packet.
+  const auto make = [](double late_s, double collective_s) {
+    const frontier::StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+    frontier::StageMatrix m(schema, 5, 0, 12);
+    for (int t = 0; t < 12; ++t)
+      for (int r = 0; r < 5; ++r) {
+        const bool slow = r == 2;
+        m.set_record(t, r, std::vector<double>{0.010, 0.040, 0.100 + late_s + collective_s, 0.020}, std::nullopt);
+        m.set_sync_wait(t, r, 2, collective_s + (slow ? 0.0 : late_s));
+        m.set_cpu_wait(t, r, slow && late_s > 0 ? 0.200 + 0.001 * (t % 3) : 0.001 + 0.0001 * ((t + r) % 3));
+      }
+    return m;
+  };
+  const auto healthy = frontier::evaluate(make(0.0, 0.002));
+  const auto packet = nlohmann::json::parse(formats::evidence_to_json(healthy).dump());
+  ASSERT_TRUE(packet["whatif"]["collective_s"].is_object());
+  EXPECT_NEAR(packet["whatif"]["collective_s"]["model.backward_cpu_wall"].get<double>(), 0.002, 1e-9);
+  EXPECT_TRUE(packet["whatif"]["collective_s"]["data.next_wait"].is_null());
+  const auto direct = frontier::make_reference(healthy, "healthy");
+  const auto from_packet = formats::reference_from_packet(packet, "healthy");
+  ASSERT_EQ(from_packet.collective_s.size(), direct.collective_s.size());
+  for (std::size_t g = 0; g < direct.collective_s.size(); ++g) EXPECT_EQ(from_packet.collective_s[g], direct.collective_s[g]);
+  auto a = frontier::evaluate(make(0.040, 0.060));
+  auto b = a;
+  frontier::diagnose_against(a, direct);
+  frontier::diagnose_against(b, from_packet);
+  ASSERT_EQ(b.whatif.fixes.size(), 1u);
+  EXPECT_NEAR(b.whatif.fixes[0].healed_s, 0.172, 1e-6);  // the healthy step, not 230 ms
+  EXPECT_EQ(formats::evidence_to_json(a).dump(), formats::evidence_to_json(b).dump());
+  // An sf.evidence/5 packet has no costs (the fix keeps the slow collective); a bad cost is named.
+  auto v5 = packet;
+  v5["schema"] = "sf.evidence/5";
+  EXPECT_TRUE(formats::reference_from_packet(v5, "old.json").collective_s.empty());
+  auto bad = packet;
+  bad["whatif"]["collective_s"]["model.backward_cpu_wall"] = -1;
+  try {
+    formats::reference_from_packet(bad, "r.json");
+    ADD_FAILURE() << "no throw";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("whatif.collective_s\" for stage model.backward_cpu_wall"), std::string::npos) << e.what();
   }
 }
 

@@ -760,6 +760,60 @@ TEST(WhatIf, the_healed_step_matches_the_same_run_without_the_fault) {
   }
 }
 
+TEST(WhatIf, a_starved_rank_fixed_gives_back_the_time_it_slowed_the_collective_by_too) {
+  // Rank 2's threads wait for a CPU (a cgroup quota, busy neighbours): its backward compute takes
+  // 40 ms longer and, as slow inside the all-reduce as outside, it makes the collective run 60 ms
+  // past the last arrival instead of 2 ms. Fixed, its arrival goes back to its peers' (150 ms) and
+  // the collective to the reference's cost: 150 + 2 + 20 = 172 ms, the healthy step. Healing its
+  // arrival alone left the 60 ms collective: 230 ms (sf-testbed run --straggler cgroup at two
+  // ranks predicted 275 ms/step where the healthy step was 208).
+  const auto make = [](double late_s, double collective_s, int steps) {
+    const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+    StageMatrix m(schema, 5, 0, steps);
+    for (int t = 0; t < steps; ++t)
+      for (int r = 0; r < 5; ++r) {
+        const bool slow = r == 2;
+        const double wait = collective_s + (slow ? 0.0 : late_s);
+        m.set_record(t, r, std::vector<double>{0.010, 0.040, 0.100 + late_s + collective_s, 0.020}, std::nullopt);
+        m.set_sync_wait(t, r, 2, wait);
+        m.set_cpu_wait(t, r, slow && late_s > 0 ? 0.200 + 0.001 * (t % 3) : 0.001 + 0.0001 * ((t + r) % 3));
+      }
+    return m;
+  };
+  const Evidence healthy = evaluate(make(0.0, 0.002, 12));
+  const Reference ref = make_reference(healthy, "healthy");
+  const int bwd = *healthy.schema.group_index("model.backward_cpu_wall");
+  ASSERT_EQ(ref.collective_s.size(), 4u);
+  ASSERT_TRUE(ref.collective_s[static_cast<std::size_t>(bwd)].has_value());
+  EXPECT_NEAR(*ref.collective_s[static_cast<std::size_t>(bwd)], 0.002, 1e-6);
+  Evidence e = evaluate(make(0.040, 0.060, 12));
+  diagnose_against(e, ref);
+  ASSERT_EQ(e.diagnosis.rank, 2);
+  const auto& w = e.whatif;
+  ASSERT_TRUE(w.available) << w.why_not;
+  EXPECT_NEAR(w.actual_s, 0.270, 1e-6);
+  ASSERT_EQ(w.fixes.size(), 1u);
+  EXPECT_NEAR(w.fixes[0].healed_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.all_healed_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.ideal_s, 0.172, 1e-6);  // as if no rank straggled: the collective at its own cost
+  // A rank late by its own work (80 ms), not starved (no CPU wait), leaves a slow collective alone:
+  // its fix buys its lateness only, 310 -> 150 + 60 + 20 = 230 ms.
+  const auto slow_link = [&](int steps) {
+    StageMatrix m = make(0.080, 0.060, steps);
+    for (int t = 0; t < steps; ++t)
+      for (int r = 0; r < 5; ++r) m.set_cpu_wait(t, r, 0.001 + 0.0001 * ((t + r) % 3));
+    return m;
+  };
+  Evidence late = evaluate(slow_link(12));
+  diagnose_against(late, ref);
+  ASSERT_EQ(late.diagnosis.rank, 2);
+  ASSERT_EQ(late.whatif.fixes.size(), 1u);
+  EXPECT_NEAR(late.whatif.fixes[0].healed_s, 0.230, 1e-6);
+  // Against the cohort (no reference, no healthy collective cost): its arrival alone.
+  const Evidence cohort = evaluate(make(0.040, 0.060, 12));
+  for (const auto& f : cohort.whatif.fixes) EXPECT_NEAR(f.healed_s, 0.230, 1e-6);
+}
+
 TEST(WhatIf, a_healthy_window_has_nothing_to_gain) {
   auto spec = base_spec(16, 23);
   const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
