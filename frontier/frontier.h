@@ -649,7 +649,8 @@ struct WhatIf {
     double gain_s = 0;       ///< T_actual − T_healed
     /// Mitigations (FALCON's S4 and S2), for the live checks of `run --mitigate`:
     double excluded_s = 0;   ///< the step without this rank: the others' arrivals, each collective's own
-                             ///< time scaled by a ring all-reduce's 2(n−1)/n from R to R − 1 ranks
+                             ///< time (its healthy cost for a starved rank) scaled by a ring
+                             ///< all-reduce's 2(n−1)/n from R to R − 1 ranks
     double rebalance_share = 1;  ///< the batch share (1: an even one) that minimises rebalanced_s
     double rebalanced_s = 0; ///< the step with this rank's batch work (segments up to the gradient
                              ///< collective) scaled by rebalance_share and every other rank's by

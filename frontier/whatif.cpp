@@ -131,12 +131,14 @@ double ring_ratio(int ranks, int n) {
 }
 
 /// F' of one step without `rank`: each segment's latest arrival among the others, and each
-/// collective's own time for one rank fewer.
-double replay_excluded(const ArrivalLog& log, const StepArrivals& a, int rank, const SegmentRoles& roles) {
+/// collective's own time for one rank fewer (from its healthy cost where `collective` gives one:
+/// the rank left was starved, and slowed the ring it is no longer part of).
+double replay_excluded(const ArrivalLog& log, const StepArrivals& a, int rank, const SegmentRoles& roles,
+                       const std::vector<std::optional<double>>* collective) {
   double end = 0;
   for (std::uint32_t k = a.first; k < a.first + a.count; ++k) {
     const auto& s = log.segments[k];
-    end += others_latest(s, rank) + s.after_s * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);
+    end += others_latest(s, rank) + after_of(s, collective) * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);
   }
   return end;
 }
@@ -243,7 +245,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     f.healed_s = healed / w.steps;
     f.gain_s = w.actual_s - f.healed_s;
     double excluded = 0;
-    for (const auto& a : e.arrivals.steps) excluded += replay_excluded(e.arrivals, a, c.rank, roles);
+    for (const auto& a : e.arrivals.steps) excluded += replay_excluded(e.arrivals, a, c.rank, roles, collective);
     f.excluded_s = excluded / w.steps;
     std::tie(f.rebalance_share, f.rebalanced_s) = best_rebalance(e.arrivals, c.rank, roles);
     w.fixes.push_back(f);

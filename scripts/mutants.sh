@@ -58,7 +58,7 @@ median_with_itself	frontier/window_stats.cpp	if (n % 2 == 0) return v <= lo ? mi
 never_common	frontier/diagnose.cpp	d.common = standing && rc.rank < 0;	d.common = false;
 no_arrival	frontier/diagnose.cpp	RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);	RankChoice rc;
 no_cpu_wait	frontier/diagnose.cpp	if (rc.rank < 0 && standing) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);	if (false) rc = cpu_wait_rank(diff.cpu_wait_deltas, delta[top]);
-exclusion_keeps_the_ring	frontier/whatif.cpp	end += others_latest(s, rank) + s.after_s * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);	end += others_latest(s, rank) + s.after_s;
+exclusion_keeps_the_ring	frontier/whatif.cpp	end += others_latest(s, rank) + after_of(s, collective) * (roles.collective(s) ? ring_ratio(a.ranks, a.ranks - 1) : 1.0);	end += others_latest(s, rank) + after_of(s, collective);
 rebalance_scales_optimizer	frontier/whatif.cpp	return gradient_group >= 0 && s.last_group <= gradient_group;	return true;
 waits_always_usable	frontier/diagnose.cpp	return !(closes > 0 && closes >= cfg.min_effect * e.median_step_s) || top_rank_reaches_the_step_end_later(e, g);	return true;
 starved_never	frontier/whatif.cpp	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s > 0 && c.cpu_wait_s >= 0.5 * c.excess_s; }	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s < 0; }

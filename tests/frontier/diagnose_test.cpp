@@ -796,6 +796,10 @@ TEST(WhatIf, a_starved_rank_fixed_gives_back_the_time_it_slowed_the_collective_b
   EXPECT_NEAR(w.fixes[0].healed_s, 0.172, 1e-6);
   EXPECT_NEAR(w.all_healed_s, 0.172, 1e-6);
   EXPECT_NEAR(w.ideal_s, 0.172, 1e-6);  // as if no rank straggled: the collective at its own cost
+  // Without it, the ring of 4 runs at its healthy cost scaled by 2(n-1)/n from 5 to 4 ranks
+  // (1.5 / 1.6): 150 + 2 x 0.9375 + 20 ms. Rebalanced, it is still in the ring and still slows it.
+  EXPECT_NEAR(w.fixes[0].excluded_s, 0.150 + 0.002 * 0.9375 + 0.020, 1e-6);
+  EXPECT_GT(w.fixes[0].rebalanced_s, 0.150 + 0.060);
   // A rank late by its own work (80 ms), not starved (no CPU wait), leaves a slow collective alone:
   // its fix buys its lateness only, 310 -> 150 + 60 + 20 = 230 ms.
   const auto slow_link = [&](int steps) {
