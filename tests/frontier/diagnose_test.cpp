@@ -767,12 +767,12 @@ TEST(WhatIf, a_starved_rank_fixed_gives_back_the_time_it_slowed_the_collective_b
   // the collective to the reference's cost: 150 + 2 + 20 = 172 ms, the healthy step. Healing its
   // arrival alone left the 60 ms collective: 230 ms (sf-testbed run --straggler cgroup at two
   // ranks predicted 275 ms/step where the healthy step was 208).
-  const auto make = [](double late_s, double collective_s, int steps) {
+  const auto make = [](double late_s, double collective_s, int steps, bool rank1_too = false) {
     const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
     StageMatrix m(schema, 5, 0, steps);
     for (int t = 0; t < steps; ++t)
       for (int r = 0; r < 5; ++r) {
-        const bool slow = r == 2;
+        const bool slow = r == 2 || (rank1_too && r == 1);
         const double wait = collective_s + (slow ? 0.0 : late_s);
         m.set_record(t, r, std::vector<double>{0.010, 0.040, 0.100 + late_s + collective_s, 0.020}, std::nullopt);
         m.set_sync_wait(t, r, 2, wait);
@@ -813,6 +813,13 @@ TEST(WhatIf, a_starved_rank_fixed_gives_back_the_time_it_slowed_the_collective_b
   ASSERT_EQ(late.diagnosis.rank, 2);
   ASSERT_EQ(late.whatif.fixes.size(), 1u);
   EXPECT_NEAR(late.whatif.fixes[0].healed_s, 0.230, 1e-6);
+  // Two starved ranks (1 and 2): fixing one leaves the other late and slowing the ring (the step
+  // stays 150 + 40 + 60 + 20 ms); fixing both gives the healthy step.
+  Evidence two = evaluate(make(0.040, 0.060, 12, true));
+  diagnose_against(two, ref);
+  ASSERT_EQ(two.whatif.fixes.size(), 2u);
+  for (const auto& f : two.whatif.fixes) EXPECT_NEAR(f.healed_s, 0.270, 1e-6) << "rank " << f.rank;
+  EXPECT_NEAR(two.whatif.all_healed_s, 0.172, 1e-6);
   // Against the cohort (no reference, no healthy collective cost): its arrival alone.
   const Evidence cohort = evaluate(make(0.040, 0.060, 12));
   for (const auto& f : cohort.whatif.fixes) EXPECT_NEAR(f.healed_s, 0.230, 1e-6);
