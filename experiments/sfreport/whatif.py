@@ -261,7 +261,9 @@ def report_whatif(d: pathlib.Path, df: pd.DataFrame) -> Report:
                 f"the diagnosis named one in {named_sham}/{len(sham)})"
                 + (f"; {mhead}" if mhead else ""))
     differ = ("Not in the paper. The seeds' what-if (WIA, arXiv 2505.05713) replays a dependency graph; this one replays "
-              "arrivals at the step's end, so a loss inside a collective is not in it (see the misses)."
+              "arrivals at the step's end. A loss inside a collective is in no arrival: only for a culprit starved of CPU "
+              "(its CPU wait at least half its change) does the fix also set the collectives back to the reference's "
+              "healthy cost (docs/diagnosis.md, \"What fixing it would buy\"); the misses say where that falls short."
               + (f" The model's what-if (the design check: its twin draws the same seed's costs) holds in every row from: "
                  f"{thresholds} (threshold per kind in the table; where no fix passes as often, the threshold is no "
                  "finding)." if thresholds else ""))
