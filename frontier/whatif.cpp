@@ -178,12 +178,12 @@ std::pair<double, double> best_rebalance(const ArrivalLog& log, int rank, const 
 
 /// Per group, the mean time the segments ending at a wait group ran past their latest arrival
 /// (WhatIf::collective_s); nullopt elsewhere.
-std::vector<std::optional<double>> collective_costs(const Evidence& e) {
+std::vector<std::optional<double>> collective_costs(const Evidence& e, const SegmentRoles& roles) {
   const int G = e.schema.group_count();
   std::vector<double> sum(static_cast<std::size_t>(G), 0.0);
   std::vector<int> n(static_cast<std::size_t>(G), 0);
   for (const auto& s : e.arrivals.segments)
-    if (s.last_group >= 0 && s.last_group < G && std::find(e.wait_groups.begin(), e.wait_groups.end(), s.last_group) != e.wait_groups.end()) {
+    if (s.last_group >= 0 && s.last_group < G && roles.collective(s)) {
       sum[static_cast<std::size_t>(s.last_group)] += s.after_s;
       ++n[static_cast<std::size_t>(s.last_group)];
     }
@@ -213,7 +213,8 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   }
   w.available = true;
   w.steps = static_cast<int>(e.arrivals.size());
-  w.collective_s = collective_costs(e);
+  const SegmentRoles roles = segment_roles(e);
+  w.collective_s = collective_costs(e, roles);
   const auto& d = e.diagnosis;
   std::vector<int> all;
   for (const auto& c : d.culprits)
@@ -232,7 +233,6 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   w.slowdown = w.ideal_s > 0 ? w.actual_s / w.ideal_s : 1.0;
   w.wasted = w.actual_s > 0 ? 1.0 - w.ideal_s / w.actual_s : 0.0;
   w.floor_s = e.differential ? e.differential->exposed_noise_floor_s : e.config.diagnosis.min_effect * w.actual_s;
-  const SegmentRoles roles = segment_roles(e);
   for (const auto& c : d.culprits) {
     if (c.rank < 0) continue;
     const std::span<const int> one(&c.rank, 1);
