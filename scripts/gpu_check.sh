@@ -5,7 +5,8 @@
 #
 #   bash scripts/gpu_check.sh [--dry-run | --rehearse] OUTDIR
 #
-# From a bare checkout plus the .ompi bundle (../shared/tools/ompi-bundle.sh .ompi, carried to the
+# From a bare checkout plus the .ompi bundle (../shared/tools/ompi-bundle.sh .ompi, then
+# `(cd .ompi/debs && apt-get download libfast-float-dev)`: --dry-run says so; carried to the
 # GPU machine): the script unpacks it itself. --dry-run prints the plan and each part's budget and
 # checks what it can without a GPU (the tools it needs, the bundle, the budgets' sum), running
 # nothing. --rehearse runs the parts after the build on this CPU machine with the CPU build
@@ -87,6 +88,16 @@ print_plan() {
   echo "  files: env.txt gpu_tests.log events.csv routing.csv calibration.txt overhead.csv nccl.csv torch.csv"
 }
 
+# Packages the configure requires that ../shared/tools/ompi-bundle.sh does not fetch (it predates
+# them): without them the build part fails after the machine's start is paid for.
+BUNDLE_EXTRA="libfast-float-dev"
+bundle_lacks() {
+  local p missing=()
+  for p in $BUNDLE_EXTRA; do ls "$BUNDLE/debs/${p}"_*.deb >/dev/null 2>&1 || missing+=("$p"); done
+  echo "${missing[*]}"
+}
+bundle_fix() { echo "add: (cd $BUNDLE/debs && apt-get download $BUNDLE_EXTRA)"; }
+
 if [ "$(plan_sum)" -gt "$TOTAL_S" ]; then
   echo "gpu_check: the parts' budgets sum to $(plan_sum) s, over the $TOTAL_S s limit" >&2
   exit 2
@@ -98,6 +109,8 @@ if [ $DRY -eq 1 ]; then
   for t in cmake "$PY"; do command -v "$t" >/dev/null || { echo "  missing here: $t"; bad=1; }; done
   if [ -f "$BUNDLE/unpack.sh" ] && [ -f "$BUNDLE/env.sh" ] && ls "$BUNDLE"/debs/*.deb >/dev/null 2>&1; then
     echo "  bundle: $BUNDLE ($(ls "$BUNDLE"/debs/*.deb | wc -l) packages)"
+    lacking=$(bundle_lacks)
+    [ -z "$lacking" ] || { echo "  bundle: $BUNDLE lacks $lacking, which the configure requires ($(bundle_fix))"; bad=1; }
   else
     echo "  bundle: $BUNDLE missing or incomplete (make it with ../shared/tools/ompi-bundle.sh .ompi)"
   fi
@@ -166,6 +179,9 @@ run_part() {
 
 part_bundle() {
   [ -f "$BUNDLE/unpack.sh" ] || { echo "no bundle at $BUNDLE"; exit 1; }
+  local lacking
+  lacking=$(bundle_lacks)
+  [ -z "$lacking" ] || { echo "the bundle lacks $lacking, which the configure requires ($(bundle_fix))"; exit 1; }
   bash "$BUNDLE/unpack.sh"
 }
 
@@ -303,9 +319,9 @@ part_torch() {
   runs_rows torch "$d"
 }
 
-export -f part_bundle part_build part_gpu_tests part_events part_routing part_calibration part_overhead part_nccl \
+export -f bundle_lacks bundle_fix part_bundle part_build part_gpu_tests part_events part_routing part_calibration part_overhead part_nccl \
   part_torch runs_rows sf_run nccl_root nccl_version nccl_allows_shared_gpu
-export ROOT BUILD BUNDLE PY SF WORK OUT HEADER NCCL_V DEV VDEV GEMM_N OH_RANKS
+export ROOT BUILD BUNDLE BUNDLE_EXTRA PY SF WORK OUT HEADER NCCL_V DEV VDEV GEMM_N OH_RANKS
 export TORCH_RUN_ARGS="${TORCH_RUN[*]}"
 
 for p in "${PLAN[@]}"; do
