@@ -20,6 +20,14 @@ def gpu_label(row: pd.Series, name: str) -> bool:
     return name in str(row.get("labels", "") if not pd.isna(row.get("labels", "")) else "").split()
 
 
+def diag_where(r: pd.Series, ranked: str, common: str) -> str:
+    """The diagnosis' stage and rank in `ranked`'s words; `common`'s where it named a stage and no rank
+    (a common slowdown: diag_rank empty, NaN in the frame); "" where it named nothing."""
+    if not (isinstance(r.diag_stage, str) and r.diag_stage):
+        return ""
+    return ranked.format(stage=r.diag_stage, rank=int(r.diag_rank)) if pd.notna(r.diag_rank) else common.format(stage=r.diag_stage)
+
+
 def report_gpu(d: str | pathlib.Path) -> Report:
     """results/gpu (issue 43): the files of one scripts/gpu_check.sh run on a real GPU, beside the paper's Table 5
     and Table 7 and beside each fault row's sham (the same seed at delay 0)."""
@@ -48,8 +56,7 @@ def report_gpu(d: str | pathlib.Path) -> Report:
     def run_row(r, label=None):
         out = {"run": r.dir, "scenario": r.scenario, "delay ms": f"{r.delay_ms:g}", "ranks": int(r.ranks),
                "median step ms": f"{r.median_step_ms:.1f}", "top-1": yn(r.top1), "top-2": yn(r.top2),
-               "rank": yn(r.rank_hit), "diagnosis": f"{r.diag_outcome}"
-               + (f" ({r.diag_stage} rank {int(r.diag_rank)})" if isinstance(r.diag_stage, str) and r.diag_stage else ""),
+               "rank": yn(r.rank_hit), "diagnosis": f"{r.diag_outcome}" + diag_where(r, " ({stage} rank {rank})", " ({stage}, no rank)"),
                "check": yn(r.check_pass)}
         if label:
             out["label"] = label
@@ -132,10 +139,14 @@ def report_gpu(d: str | pathlib.Path) -> Report:
                  "peers, verdict, in the order run:\n\n"
                  + md_table(pd.DataFrame([{"rank": r, "GEMM ms": ms, "x peers": x, "verdict": v} for r, ms, x, v in vrows])))
     fallback = any("refuses" in n for n in notes)
-    text += ("\nGPU tests: " + ", ".join(f"`{n}` {st.lower()}" + (" (on the MPI fallback: this NCCL refuses two ranks on one GPU, "
-                                                                 "and the test did not yet check which comm ran)"
-                                                                 if n == "gpu.nccl_route" and fallback else "")
-                                       for n, st in ctest)
+    def test_note(n: str, st: str) -> str:
+        if n != "gpu.nccl_route" or not fallback:
+            return ""
+        if st == "Skipped":  # tests/gpu/check_comm.py: NCCL's refusal is a skip with its reason
+            return " (NCCL's refusal of two ranks on one GPU, as the test reads it)"
+        return " (on the MPI fallback: this NCCL refuses two ranks on one GPU, and the test did not yet check which comm ran)"
+
+    text += ("\nGPU tests: " + ", ".join(f"`{n}` {st.lower()}{test_note(n, st)}" for n, st in ctest)
              + (f"; gpu_test cases failed: {', '.join(f'`{f}`' for f in failed_gt)}" if failed_gt else "; every gpu_test case passed")
              + ".\n")
 
@@ -169,14 +180,14 @@ def report_gpu(d: str | pathlib.Path) -> Report:
                 f"[{aa_lo:+.3f}, {aa_top:+.3f}] %)")
     paper = "Table 5: fwd/device top-2 10/10 + device_supported; fwd/host top-1 10/10 + host_overhead; Table 7: ≤ 0.181 % (CPU), ≤ 0.043 % (event)"
     missed = [f"{r.scenario} ({r.diag_outcome})" for _, r in rf.iterrows() if r.diag_outcome != "hit"]
-    failed = [n for n, st in ctest if st != "Passed"] + failed_gt
+    failed = [n for n, st in ctest if st not in ("Passed", "Skipped")] + failed_gt  # a skip says why above
     differ = (f"One run, {int(ev.ranks.iloc[0])} and {int(ro.ranks.iloc[0])} ranks time-sharing one GPU (the paper has a GPU per rank). "
               + (f"GPU tests that did not pass: {', '.join(failed)}. " if failed else "")
               + ("NCCL was not exercised: this NCCL refuses two ranks on one GPU, the runs fell back to MPI. " if fallback else "")
               + ("The host-overhead label did not fire on fwd_host. " if n_fh_lab < len(fh) else "")
               + (f"Routing misses on the shared GPU: {', '.join(missed)}. " if missed else "")
               + "".join(f"sf_torch DDP on {int(r.ranks)} ranks ({r.comm}): diagnosis {r.diag_outcome}"
-                        + (f", named {r.diag_stage} on rank {int(r.diag_rank)}" if isinstance(r.diag_stage, str) and r.diag_stage else "")
+                        + diag_where(r, ", named {stage} on rank {rank}", ", named {stage} on no rank")
                         + ". " for _, r in to.iterrows() if r.diag_outcome != "hit")
               + "".join(f"The sham's median step ({ss.median_step_ms.iloc[0]:.1f} ms) was slower than the fault runs' it "
                         "stands beside (" + ", ".join(f"{fr.scenario} {fr.median_step_ms:.1f} ms" for fr in slower)
