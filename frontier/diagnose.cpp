@@ -417,6 +417,7 @@ struct CohortDeltas {
 CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
   CohortDeltas out;
   const int K = static_cast<int>(e.standing.size());
+  const double z_ranks = ranks_z(cfg.z, e.observed_ranks, K + 1);  // the same for every rank and list
   for (int k = 0; k < K; ++k) {
     const Standing& st = e.standing[k];
     std::vector<Differential::RankDelta> list;
@@ -430,7 +431,7 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
       const bool temporal = x.sd_s >= 0 && x.steps > 1;
       const double se = temporal ? x.sd_s / std::sqrt(static_cast<double>(x.steps)) : 0.0;
       const bool scatter = e.observed_ranks >= kSpreadRanks || (!temporal && e.observed_ranks >= 3);
-      const double zs = scatter ? ranks_z(cfg.z, e.observed_ranks, K + 1) : 0.0;
+      const double zs = scatter ? z_ranks : 0.0;
       list.push_back({x.rank, x.mean_s,
                       std::max({cfg.z * se, zs * st.spread_s, cohort_floor(e, cfg)})});
     }
@@ -438,7 +439,7 @@ CohortDeltas standing_excess(const Evidence& e, const DiagnosisConfig& cfg) {
     else out.arrival = std::move(list);
   }
   // The CPU wait is spread evenly over a window's steps: its noise is the ranks' scatter alone.
-  const double scatter = e.observed_ranks >= kSpreadRanks ? ranks_z(cfg.z, e.observed_ranks, K + 1) * e.cpu_wait.spread_s : 0.0;
+  const double scatter = e.observed_ranks >= kSpreadRanks ? z_ranks * e.cpu_wait.spread_s : 0.0;
   for (const auto& x : e.cpu_wait.ranks)
     out.cpu_wait.push_back({x.rank, x.mean_s, std::max(scatter, cohort_floor(e, cfg))});
   return out;

@@ -772,6 +772,31 @@ SF_WIDE_TARGET int WindowStats::rank_pass_wide(const StageMatrix& m, int t, cons
   return rank_pass_body(m, t, d, complete, b, counterfactual_groups, accounts);
 }
 
+namespace {
+
+/// Fetches ranks [i0, i0 + len) of step t's rows outside the stage columns (the wall and overlap
+/// error, the CPU wait, the forward events) towards L2 while the step before is walked. The stage
+/// columns are fetched ahead by the cohort middles' pass (cohort_middles); these rows are read
+/// first by the rank pass's telemetry sums and the add_* passes after it, and each would otherwise
+/// come from memory as it is read (evaluate at 1024 × 600 × 6, whose wall and overlap rows are a
+/// third of the stage columns' bytes: about 10.5 → 9.5 ms). Only the time depends on it.
+void prefetch_side_rows(const StageMatrix& m, int t, int i0, int len) {
+  auto ahead = [i0, len](const auto* row) {
+    const char* c = reinterpret_cast<const char*>(row + i0);
+    const std::size_t bytes = static_cast<std::size_t>(len) * sizeof(*row);
+    for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 2);
+  };
+  if (m.schema().has_residual()) {
+    ahead(m.wall_row(t));
+    ahead(m.overlap_row(t));
+  }
+  if (const float* cw = m.cpu_wait_row(t)) ahead(cw);
+  if (const EventState* st = m.fwd_state_row(t)) ahead(st);
+  if (const float* fs = m.fwd_s_row(t)) ahead(fs);
+}
+
+}  // namespace
+
 SF_INLINE void WindowStats::block_static_gain(const PresentStep& d, const StepBaseline& b, int i0, int len,
                                               const double* p) {
   double clip[kBlock], red[kBlock], q[kBlock];
@@ -862,6 +887,8 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   double p0[kBlock];
   for (int i0 = 0; i0 < n; i0 += kBlock) {
     const int len = std::min(kBlock, n - i0);
+    // The next step's rows at this block's place (its ranks when the step is complete; n <= ranks).
+    if (t + 1 < m.steps()) prefetch_side_rows(m, t + 1, i0, len);
     // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
     // row s − 1; stage 0's in p0), so p is always the latest stage's.
     double* p = accounts ? prefix0_.data() + i0 : p0;
