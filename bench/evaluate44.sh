@@ -112,6 +112,10 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  eight-lane test into eight scalar compares: ~5 % of evaluate);",
           "- the latest arrivals in two passes: the least of the eight lanes' maxima is a bar no value under it can pass (it",
           "  has eight above it), and only the values at or above it are offered, in index order;",
+          "- the rows outside the stage columns (wall, overlap error, CPU wait, forward events) of the next step fetched",
+          "  towards L2 block by block during the rank pass (596096e: before, the rank-order sums met the wall and overlap",
+          "  rows in memory; evaluate at 1024 x 600 x 6 about 10.5 -> 9.5 ms on a quiet machine), and the diagnosis'",
+          "  family-wise z (80 erfc by bisection) taken once per window instead of once per rank and list;",
           "- left (perf at 1024 x 600 x 6 on cb50600, shares of BM_evaluate's samples, setup included): the rank pass ~21 %,",
           "  the cohort pass (the first read of a step's columns, from memory) ~11 %, the selections among the values kept",
           "  ~11 %, the standings' per-rank sums ~8 %, the rank-order sums ~8 % (each sum's adds in rank order: a chain of",
@@ -124,7 +128,11 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
           "  difference), the column four on instead of two (no difference). The rank-order sums advance one rank per",
           "  512-bit add, at its latency (a chain of dependent 512-bit adds ran at twice the time per add of a 256-bit or",
           "  scalar chain in a microbenchmark on this machine): two 256-bit halves would halve the chain but cost a",
-          "  cross-lane extract per rank on the port the transposes already fill."]
+          "  cross-lane extract per rank on the port the transposes already fill.",
+          "- tried on 596096e and not kept (paired A/B, 6 rounds): the eight chains as two 256-bit halves transposed four",
+          "  ranks at a time (no cross-lane extract; evaluate 1.02x, no gain: with the rows fetched ahead the sums are",
+          "  not what the step waits on); the bracket about the hinted middle narrowed from 3 to 2 root-n values (slower:",
+          "  more misses and whole selections); the matrix column four or six on instead of two (no gain)."]
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:
