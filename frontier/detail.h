@@ -79,6 +79,7 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 struct SelectScratch {
   std::vector<double> a, b, c, tail;
   std::vector<double> keep;    // middle_of: the values inside a hint's bracket
+  std::vector<double> inner;   // middle_of: those of keep inside a narrower, interpolated bracket
   std::vector<double> sample;  // middle_of: a sample of the array when the guess missed
 };
 /// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor

@@ -225,20 +225,23 @@ __attribute__((target("avx512f,popcnt"))) std::size_t split_avx512(const double*
     nl += c;
     ng += 8 - c;
   }
+  if (i < n) {
+    // The last 1–7 values the same way under a mask (a branch per value mispredicts every other
+    // one on these ranges, which are a quickselect's few dozen values).
+    const auto live = static_cast<__mmask8>((1u << (n - i)) - 1);
+    const __m512d v = _mm512_maskz_loadu_pd(live, src + i);
+    const __mmask8 m = _mm512_mask_cmp_pd_mask(live, v, p, _CMP_LT_OQ);
+    _mm512_storeu_pd(lt + nl, _mm512_maskz_compress_pd(m, v));
+    _mm512_storeu_pd(ge + ng, _mm512_maskz_compress_pd(static_cast<__mmask8>(live & ~m), v));
+    mx = _mm512_mask_max_pd(mx, m, mx, v);
+    const auto c = static_cast<std::size_t>(__builtin_popcount(m));
+    nl += c;
+    ng += n - i - c;
+  }
   alignas(64) double lanes[8];
   _mm512_store_pd(lanes, mx);
-  double top = *std::max_element(lanes, lanes + 8);
-  for (; i < n; ++i) {
-    const double v = src[i];
-    if (v < pivot) {
-      lt[nl++] = v;
-      top = std::max(top, v);
-    } else {
-      ge[ng++] = v;
-    }
-  }
   *n_ge = ng;
-  *lt_max = top;
+  *lt_max = *std::max_element(lanes, lanes + 8);
   return nl;
 }
 
@@ -352,10 +355,14 @@ __attribute__((target("avx512f,popcnt"))) std::size_t bracket_avx512(const doubl
     m += static_cast<std::size_t>(__builtin_popcount(in));
     nb += static_cast<std::size_t>(__builtin_popcount(under));
   }
-  for (; i < n; ++i) {
-    const double v = x[i];
-    if (v < lo) ++nb;
-    else if (v <= hi) keep[m++] = v;
+  if (i < n) {  // the last 1–7 under a mask, as split_avx512 takes them
+    const auto live = static_cast<__mmask8>((1u << (n - i)) - 1);
+    const __m512d v = _mm512_maskz_loadu_pd(live, x + i);
+    const __mmask8 under = _mm512_mask_cmp_pd_mask(live, v, l, _CMP_LT_OQ);
+    const __mmask8 in = _mm512_mask_cmp_pd_mask(static_cast<__mmask8>(live & ~under), v, h, _CMP_LE_OQ);
+    _mm512_storeu_pd(keep + m, _mm512_maskz_compress_pd(in, v));
+    m += static_cast<std::size_t>(__builtin_popcount(in));
+    nb += static_cast<std::size_t>(__builtin_popcount(under));
   }
   *below = nb;
   return m;
@@ -393,15 +400,43 @@ __attribute__((target("avx512f,popcnt"))) double least_above_avx512(const double
     le += static_cast<std::size_t>(__builtin_popcount(m));
     mn = _mm512_mask_min_pd(mn, static_cast<__mmask8>(~m), mn, y);
   }
+  if (i < n) {  // the last 1–7 under a mask
+    const auto live = static_cast<__mmask8>((1u << (n - i)) - 1);
+    const __m512d y = _mm512_maskz_loadu_pd(live, x + i);
+    const __mmask8 m = _mm512_mask_cmp_pd_mask(live, y, p, _CMP_LE_OQ);
+    le += static_cast<std::size_t>(__builtin_popcount(m));
+    mn = _mm512_mask_min_pd(mn, static_cast<__mmask8>(live & ~m), mn, y);
+  }
   alignas(64) double lanes[8];
   _mm512_store_pd(lanes, mn);
-  double out = *std::min_element(lanes, lanes + 8);
-  for (; i < n; ++i) {
-    if (x[i] <= v) ++le;
-    else out = std::min(out, x[i]);
-  }
   *at_most = le;
-  return out;
+  return *std::min_element(lanes, lanes + 8);
+}
+
+/// The kept values of a bracket [lo, hi] hold positions j − 1 … j (+ 1 when odd) of them; about
+/// √inside / 2 values is how far the j-th's place wanders from where evenly spread values would
+/// put it. Packs those inside an interpolated bracket two such spreads (and the neighbours) wide
+/// about that place into scratch.inner and, when the positions fall inside it, points *from,
+/// *len and *at (j's place there) at them: one compress pass over values in L1 in place of a
+/// quickselect round or two over all of them (evaluate at 1024 ranks keeps about 100 values a
+/// middle). Otherwise the outputs are left as they are. Only the time depends on it.
+__attribute__((target("avx512f,popcnt"))) void narrow_bracket(const double* keep, std::size_t inside, std::size_t j,
+                                                              bool odd, double lo, double hi, SelectScratch& scratch,
+                                                              const double** from, std::size_t* len, std::size_t* at) {
+  if (inside < 48) return;  // a round or two of quickselect costs no more
+  const double unit = (hi - lo) / static_cast<double>(inside);
+  if (!std::isfinite(unit) || !(unit > 0)) return;  // an open (sampled) end, or an empty span
+  const double centre = lo + (static_cast<double>(j) + 0.5) * unit;
+  const double half = (std::sqrt(static_cast<double>(inside)) + 3.0) * unit;
+  if (scratch.inner.size() < inside + 8) scratch.inner.resize(inside + 8);
+  std::size_t below = 0;
+  const std::size_t n = bracket_avx512<false>(keep, inside, centre - half, centre + half, scratch.inner.data(), &below,
+                                              nullptr);
+  if (below + 1 <= j && j + (odd ? 1 : 0) < below + n) {
+    *from = scratch.inner.data();
+    *len = n;
+    *at = j - below;
+  }
 }
 
 }  // namespace
@@ -531,11 +566,16 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
           out.mid = out.lo = keep[0];
           if (odd) out.hi = keep[0];
         } else {
-          out.mid = select_kth_avx512(keep, inside, j, &out.lo, scratch);
+          // Positions j − 1 … j (+ 1) among the kept, from a narrower bracket inside them where
+          // one holds them, else from all of them (the same values either way).
+          const double* from = keep;
+          std::size_t len = inside, at = j;
+          narrow_bracket(keep, inside, j, odd, lo, hi, scratch, &from, &len, &at);
+          out.mid = select_kth_avx512(from, len, at, &out.lo, scratch);
           if (odd) {
             std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
-            const double above = least_above_avx512(keep, inside, out.mid, &at_most);
-            out.hi = at_most >= j + 2 ? out.mid : above;
+            const double above = least_above_avx512(from, len, out.mid, &at_most);
+            out.hi = at_most >= at + 2 ? out.mid : above;
           }
         }
       }

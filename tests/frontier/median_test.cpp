@@ -144,6 +144,49 @@ RC_GTEST_PROP(Median, middle_of_is_the_sorted_middle_from_any_bracket_over_few_v
   expect_middle(v, sf::frontier::detail::middle_of(v, scratch, &hint, SelectPath::fastest));
 }
 
+// A hinted bracket that keeps 48 to 400 values (where middle_of narrows it again about the place
+// evenly spread values would put the middle) spread any way inside it: evenly, bunched at one end
+// (the narrowed bracket then misses the middle's place), in two bunches, or in a few tied values;
+// the values outside it on both sides in any proportion that leaves the middle inside. The
+// answer is the sorted array's in every case.
+RC_GTEST_PROP(Median, middle_of_is_the_sorted_middle_however_the_bracket_spreads_its_values, ()) {
+  using sf::frontier::detail::SelectPath;
+  const auto inside = *rc::gen::inRange<std::size_t>(48, 400);
+  const auto outside = *rc::gen::inRange<std::size_t>(16, 3000);
+  // Below the bracket: enough that the middle falls among the kept (k − 1 … k + 1 inside).
+  const std::size_t n = inside + outside, k = n / 2;
+  const std::size_t below_min = k + 2 > inside ? k + 2 - inside : 0, below_max = std::min(outside, k - 1);
+  RC_PRE(below_min <= below_max);
+  const auto below = *rc::gen::inRange(below_min, below_max + 1);
+  const double lo = 10.0, hi = 11.0;
+  const auto shape = *rc::gen::inRange(0, 5);
+  std::vector<double> v;
+  for (std::size_t i = 0; i < below; ++i) v.push_back(lo - 1.0 - *rc::gen::inRange(0, 1000) * 0.001);
+  for (std::size_t i = 0; i < outside - below; ++i) v.push_back(hi + 1.0 + *rc::gen::inRange(0, 1000) * 0.001);
+  for (std::size_t i = 0; i < inside; ++i) {
+    const double u = *rc::gen::inRange(0, 100000) * 1e-5;  // [0, 1)
+    switch (shape) {
+      case 0: v.push_back(lo + u); break;                               // evenly
+      case 1: v.push_back(lo + 0.02 * u); break;                        // bunched at the low end
+      case 2: v.push_back(hi - 0.02 * u); break;                        // bunched at the high end
+      case 3: v.push_back(i % 2 ? lo + 0.01 * u : hi - 0.01 * u); break;  // two bunches
+      default: v.push_back(lo + 0.25 * *rc::gen::inRange(0, 4)); break;  // a few tied values
+    }
+  }
+  const auto order = *rc::gen::container<std::vector<int>>(n, rc::gen::inRange(0, 1 << 30));  // a shuffle
+  std::vector<std::size_t> idx(n);
+  for (std::size_t i = 0; i < n; ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return order[a] < order[b]; });
+  std::vector<double> shuffled(n);
+  for (std::size_t i = 0; i < n; ++i) shuffled[i] = v[idx[i]];
+  sf::frontier::detail::SelectScratch scratch;
+  sf::frontier::detail::MiddleHint hint;
+  hint.centre = (lo + hi) / 2;
+  hint.width = (hi - lo) / 2;
+  hint.sample = false;
+  expect_middle(shuffled, sf::frontier::detail::middle_of(shuffled, scratch, &hint, SelectPath::fastest));
+}
+
 // The same on long arrays (2^16 values and more, where a miss turns the guess to a sample): each
 // array drifts, jumps, is one value throughout, mostly one value with the rest above it, or a
 // narrow spike far from the last, in sequences drawn from a seed. (A plain loop over seeds, not a
