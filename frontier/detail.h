@@ -270,6 +270,13 @@ public:
   void bound_medians(std::size_t exact_cap);
   /// The window's statistics (no labels, reasons, ambiguity set or suspects: label() adds them).
   WindowSummary finish(std::int64_t first_step, std::int64_t last_step, int missing_steps) const;
+  /// Holds every other step's standings back to add them with the next step's in one pass over
+  /// the per-rank sums (each rank's adds the same and in the same order, the sums read and
+  /// written half as often). Only for a caller whose matrix outlives the walk (a held step's
+  /// columns are read at the next step), which calls settle_standings() before finish().
+  void pair_standings() { pair_standings_ = true; }
+  /// Adds a held step's standings alone.
+  void settle_standings();
 
 private:
   // add_step's parts, in the order it takes them (each sum in the order the one loop formed it).
@@ -415,6 +422,11 @@ private:
   SelectScratch sel_;
   // The step's middles one selection serves twice, and where each series' middle lay last step.
   bool one_stage_groups_ = false;        // group g is stage g alone, for every g
+  bool pair_standings_ = false;          // see pair_standings()
+  int held_n_ = 0;                       // > 0: a step's standings held back, over this many ranks
+  std::vector<const double*> held_own_;  // its own work per group, then the whole step's
+  std::vector<Middle> held_mid_;         // their middles
+  std::vector<double> held_totals_;      // its totals (the whole step's own work), out of totals_' way
   std::vector<std::uint8_t> step_synced_;  // per group, this step: a sync wait came off its own work
   Middle total_mid_, whole_mid_;         // this step: the totals' (n = 0 when not formed), the whole step's own work
   const double* whole_ = nullptr;        // this step: the whole step's own work per present rank

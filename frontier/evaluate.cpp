@@ -153,6 +153,7 @@ Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryI
   // never depends on the guess.
   Accounting acc = detail::empty_accounting(m);
   detail::WindowStats ws(m.schema(), m.ranks(), m.world_size(), m.rank_ids(), cfg);
+  ws.pair_standings();  // m outlives the walk
   const auto& schema = m.schema();
   std::vector<double> p, cm(m.stages()), step_adv(schema.group_count());
   std::vector<detail::Middle> mids(m.stages());
@@ -186,6 +187,7 @@ Evidence evaluate(const StageMatrix& m, const LabelConfig& cfg, const TelemetryI
     ws.add_step(m, t, f, cm, nullptr, cf_first, mids);
   }
   if (cfg.ambiguity_residual_leaders && ws.top_group() != guess) return evaluate(m, acc, cfg, tel);
+  ws.settle_standings();
   return finish_window(ws, m, acc, cfg, tel);
 }
 
@@ -198,6 +200,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
     rmp = &rm;
   }
   detail::WindowStats ws(m.schema(), m.ranks(), m.world_size(), m.rank_ids(), cfg);
+  ws.pair_standings();  // m outlives the walk
   // The top group s1, whose residual-leader counterfactual the ambiguity set needs, is the group
   // with the largest summed advance: known from the accounting before the window is walked (the
   // same sums in the same order as WindowStats forms), so its counterfactual is taken in each
@@ -227,6 +230,7 @@ Evidence evaluate(const StageMatrix& m, const Accounting& acc, const LabelConfig
   if (ws.top_group() != s1)
     throw std::logic_error("evaluate: the top group from the accounting (" + std::to_string(s1) +
                            ") differs from the window's (" + std::to_string(ws.top_group()) + ")");
+  ws.settle_standings();
   return finish_window(ws, m, acc, cfg, tel);
 }
 

@@ -1258,6 +1258,34 @@ void add_standings(const double* own, int n, const LeaveOneOutMedian& peers, dou
   add_standings_body<kPlusZero>(own, n, peers, sum, sq);
 }
 
+/// add_standings_body for two steps at once: each rank's sums take step one's x, then step two's
+/// (the two calls' adds in the same order), read and written once.
+template <bool kPlusZero>
+SF_INLINE void add_standings_pair_body(const double* own0, const LeaveOneOutMedian& peers0, const double* own1,
+                                       const LeaveOneOutMedian& peers1, int n, double* sum, double* sq) {
+  for (int i = 0; i < n; ++i) {
+    const double v0 = kPlusZero ? 0.0 + own0[i] : own0[i], v1 = kPlusZero ? 0.0 + own1[i] : own1[i];
+    const double x0 = v0 - peers0.of(v0), x1 = v1 - peers1.of(v1);
+    sum[i] = (sum[i] + x0) + x1;
+    sq[i] = (sq[i] + x0 * x0) + x1 * x1;
+  }
+}
+
+template <bool kPlusZero>
+SF_WIDE_TARGET void add_standings_pair_wide(const double* own0, const LeaveOneOutMedian& peers0, const double* own1,
+                                            const LeaveOneOutMedian& peers1, int n, double* sum, double* sq) {
+  add_standings_pair_body<kPlusZero>(own0, peers0, own1, peers1, n, sum, sq);
+}
+
+template <bool kPlusZero>
+void add_standings_pair(const double* own0, const LeaveOneOutMedian& peers0, const double* own1,
+                        const LeaveOneOutMedian& peers1, int n, double* sum, double* sq) {
+#if SF_WIDE_LOOPS
+  if (vector_select_available()) return add_standings_pair_wide<kPlusZero>(own0, peers0, own1, peers1, n, sum, sq);
+#endif
+  add_standings_pair_body<kPlusZero>(own0, peers0, own1, peers1, n, sum, sq);
+}
+
 /// The k best values offered so far, largest first (ties: the lower index first), and their indices.
 struct KeepBest {
   const double* v;
@@ -1357,6 +1385,12 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     for (int s = 0; s < S_; ++s)
       if (m.sync_wait_column(t, s) != nullptr) step_synced_[schema_.group_of(s)] = 1, any_synced = true;
   const bool complete = m.step_complete(t);
+  // One stage per group in stage order and no wait taken off: group g's own work is 0 + its
+  // stage (the cohort median's array, whose middle is at hand) and the whole step's is the
+  // total P[t,r,S] (the lag's last prefix, summed the same way): nothing to form or select.
+  const bool at_hand = one_stage_groups_ && !any_synced && !stage_middles.empty() && total_mid_.n == N;
+  const bool pairs = at_hand && complete && pair_standings_;
+  if (held_n_ > 0 && !(pairs && held_n_ == n)) settle_standings();
   auto stand = [&](int k, const double* own, bool plus_zero, const Middle& mid) {
     const LeaveOneOutMedian peers(mid);
     double* sum = st_sum_.data() + static_cast<std::size_t>(k) * world_;
@@ -1374,10 +1408,33 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
       }
     }
   };
-  if (one_stage_groups_ && !any_synced && !stage_middles.empty() && total_mid_.n == N) {
-    // One stage per group in stage order and no wait taken off: group g's own work is 0 + its
-    // stage (the cohort median's array, whose middle is at hand) and the whole step's is the
-    // total P[t,r,S] (the lag's last prefix, summed the same way): nothing to form or select.
+  if (pairs && held_n_ == 0) {
+    // Held back for the next step's pass; the totals move out of the next rank pass's way.
+    held_own_.resize(static_cast<std::size_t>(G_) + 1);
+    held_mid_.resize(static_cast<std::size_t>(G_) + 1);
+    for (int g = 0; g < G_; ++g) {
+      held_own_[static_cast<std::size_t>(g)] = d.stage(g).data();
+      held_mid_[static_cast<std::size_t>(g)] = plus_zero(stage_middles[static_cast<std::size_t>(g)]);
+    }
+    std::swap(totals_, held_totals_);
+    whole_ = held_own_[static_cast<std::size_t>(G_)] = held_totals_.data();
+    whole_mid_ = held_mid_[static_cast<std::size_t>(G_)] = total_mid_;
+    held_n_ = n;
+  } else if (pairs) {
+    for (int k = 0; k <= G_; ++k) {
+      const auto K = static_cast<std::size_t>(k);
+      const double* own = k < G_ ? d.stage(k).data() : totals_.data();
+      const Middle mid = k < G_ ? plus_zero(stage_middles[K]) : total_mid_;
+      double* sum = st_sum_.data() + K * world_;
+      double* sq = st_sq_.data() + K * world_;
+      const LeaveOneOutMedian held(held_mid_[K]), now(mid);
+      if (k < G_) add_standings_pair<true>(held_own_[K], held, own, now, n, sum, sq);
+      else add_standings_pair<false>(held_own_[K], held, own, now, n, sum, sq);
+    }
+    held_n_ = 0;
+    whole_ = totals_.data();
+    whole_mid_ = total_mid_;
+  } else if (at_hand) {
     for (int g = 0; g < G_; ++g)
       stand(g, d.stage(g).data(), true, plus_zero(stage_middles[static_cast<std::size_t>(g)]));
     whole_ = totals_.data();
@@ -1540,7 +1597,21 @@ void WindowStats::fill_standing(Standing& out, const double* sum, const double* 
   }
 }
 
+void WindowStats::settle_standings() {
+  if (held_n_ == 0) return;
+  for (int k = 0; k <= G_; ++k) {
+    const auto K = static_cast<std::size_t>(k);
+    const LeaveOneOutMedian peers(held_mid_[K]);
+    double* sum = st_sum_.data() + K * world_;
+    double* sq = st_sq_.data() + K * world_;
+    if (k < G_) add_standings<true>(held_own_[K], held_n_, peers, sum, sq);
+    else add_standings<false>(held_own_[K], held_n_, peers, sum, sq);
+  }
+  held_n_ = 0;
+}
+
 void WindowStats::standings(Evidence& e) const {
+  if (held_n_ != 0) throw std::logic_error("WindowStats: standings read with a step's held back (settle_standings)");
   e.standing.clear();
   e.cpu_wait = Standing{};
   if (!standing_on_) return;
