@@ -326,6 +326,13 @@ private:
   /// stage_middles: add_step's (empty: none).
   void add_standing(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f,
                     std::span<const Middle> stage_middles);
+  /// add_standing's parts: a step's standings held back (pair_standings()); the held step's and
+  /// this one's added in one pass; each group's and the whole step's own work formed into
+  /// step_own_ (sync waits taken off); the CPU wait's standing.
+  void hold_standings(const PresentStep& d, std::span<const Middle> stage_middles);
+  void add_standings_with_held(const PresentStep& d, std::span<const Middle> stage_middles);
+  void form_step_own(const StageMatrix& m, int t, const PresentStep& d, bool any_synced);
+  void add_cpu_wait_standing(const StageMatrix& m, int t, const PresentStep& d);
   /// The step's arrivals per segment (step_own_'s groups, cut at the groups with a sync wait in
   /// step t) for the what-if.
   void add_arrivals(const StageMatrix& m, int t, const PresentStep& d, const StepFrontier& f);

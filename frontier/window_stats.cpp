@@ -1411,31 +1411,9 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     }
   };
   if (pairs && held_n_ == 0) {
-    // Held back for the next step's pass; the totals move out of the next rank pass's way.
-    held_own_.resize(static_cast<std::size_t>(G_) + 1);
-    held_mid_.resize(static_cast<std::size_t>(G_) + 1);
-    for (int g = 0; g < G_; ++g) {
-      held_own_[static_cast<std::size_t>(g)] = d.stage(g).data();
-      held_mid_[static_cast<std::size_t>(g)] = plus_zero(stage_middles[static_cast<std::size_t>(g)]);
-    }
-    std::swap(totals_, held_totals_);
-    whole_ = held_own_[static_cast<std::size_t>(G_)] = held_totals_.data();
-    whole_mid_ = held_mid_[static_cast<std::size_t>(G_)] = total_mid_;
-    held_n_ = n;
+    hold_standings(d, stage_middles);
   } else if (pairs) {
-    for (int k = 0; k <= G_; ++k) {
-      const auto K = static_cast<std::size_t>(k);
-      const double* own = k < G_ ? d.stage(k).data() : totals_.data();
-      const Middle mid = k < G_ ? plus_zero(stage_middles[K]) : total_mid_;
-      double* sum = st_sum_.data() + K * world_;
-      double* sq = st_sq_.data() + K * world_;
-      const LeaveOneOutMedian held(held_mid_[K]), now(mid);
-      if (k < G_) add_standings_pair<true>(held_own_[K], held, own, now, n, sum, sq);
-      else add_standings_pair<false>(held_own_[K], held, own, now, n, sum, sq);
-    }
-    held_n_ = 0;
-    whole_ = totals_.data();
-    whole_mid_ = total_mid_;
+    add_standings_with_held(d, stage_middles);
   } else if (at_hand) {
     for (int g = 0; g < G_; ++g)
       stand(g, d.stage(g).data(), true, plus_zero(stage_middles[static_cast<std::size_t>(g)]));
@@ -1443,31 +1421,8 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     whole_mid_ = total_mid_;
     stand(G_, whole_, false, whole_mid_);
   } else {
-    step_own_.resize(static_cast<std::size_t>(G_ + 1) * N);
-    // Each group's own work, 0 + its stages in stage order (a zeroed sum's first addition).
-    for (int g = 0; g < G_; ++g) {
-      double* own = step_own_.data() + static_cast<std::size_t>(g) * N;
-      for (int s = group_first_[g]; s <= group_last_[g]; ++s) {
-        if (schema_.group_of(s) != g) continue;
-        const double* x = d.stage(s).data();
-        if (s == group_first_[g]) {
-          for (int i = 0; i < n; ++i) own[i] = 0.0 + x[i];
-        } else {
-          for (int i = 0; i < n; ++i) own[i] += x[i];
-        }
-      }
-    }
-    if (any_synced)
-      for (int s = 0; s < S_; ++s)
-        if (const float* col = m.sync_wait_column(t, s)) {
-          double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
-          for (int i = 0; i < n; ++i)
-            if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
-        }
+    form_step_own(m, t, d, any_synced);
     double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
-    for (int i = 0; i < n; ++i) whole[i] = 0.0 + step_own_[i];  // a zeroed sum's first addition
-    for (int g = 1; g < G_; ++g)
-      for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
     for (int k = 0; k <= G_; ++k) {
       const double* own = step_own_.data() + static_cast<std::size_t>(k) * N;
       Middle mid;
@@ -1489,24 +1444,89 @@ void WindowStats::add_standing(const StageMatrix& m, int t, const PresentStep& d
     for (int i = 0; i < n; ++i) ++st_n_[d.rank(i)];
   }
   if (arrivals_.size() < Evidence::kArrivalSteps) add_arrivals(m, t, d, f);
-  // The CPU wait, among the present ranks that have one.
-  if (const float* cw = m.cpu_wait_row(t)) {
-    step_cw_.clear();
-    step_cw_rank_.clear();
-    for (int i = 0; i < n; ++i)
-      if (const double v = cw[d.rank(i)]; std::isfinite(v)) {
-        step_cw_.push_back(v);
-        step_cw_rank_.push_back(d.rank(i));
-      }
-    if (step_cw_.size() >= 2) {
-      const LeaveOneOutMedian peers(middle_of(step_cw_, sel_, &cw_hint_));
-      for (std::size_t i = 0; i < step_cw_.size(); ++i) {
-        const double x = step_cw_[i] - peers.of(step_cw_[i]);
-        cw_sum_[step_cw_rank_[i]] += x;
-        cw_sq_[step_cw_rank_[i]] += x * x;
-        ++cw_n_[step_cw_rank_[i]];
+  add_cpu_wait_standing(m, t, d);
+}
+
+void WindowStats::hold_standings(const PresentStep& d, std::span<const Middle> stage_middles) {
+  // Held back for the next step's pass; the totals move out of the next rank pass's way.
+  held_own_.resize(static_cast<std::size_t>(G_) + 1);
+  held_mid_.resize(static_cast<std::size_t>(G_) + 1);
+  for (int g = 0; g < G_; ++g) {
+    held_own_[static_cast<std::size_t>(g)] = d.stage(g).data();
+    held_mid_[static_cast<std::size_t>(g)] = plus_zero(stage_middles[static_cast<std::size_t>(g)]);
+  }
+  std::swap(totals_, held_totals_);
+  whole_ = held_own_[static_cast<std::size_t>(G_)] = held_totals_.data();
+  whole_mid_ = held_mid_[static_cast<std::size_t>(G_)] = total_mid_;
+  held_n_ = d.size();
+}
+
+void WindowStats::add_standings_with_held(const PresentStep& d, std::span<const Middle> stage_middles) {
+  // The held step's x, then this step's, per rank in one pass (held_n_ == d.size(): both complete).
+  for (int k = 0; k <= G_; ++k) {
+    const auto K = static_cast<std::size_t>(k);
+    const double* own = k < G_ ? d.stage(k).data() : totals_.data();
+    const Middle mid = k < G_ ? plus_zero(stage_middles[K]) : total_mid_;
+    double* sum = st_sum_.data() + K * world_;
+    double* sq = st_sq_.data() + K * world_;
+    const LeaveOneOutMedian held(held_mid_[K]), now(mid);
+    if (k < G_) add_standings_pair<true>(held_own_[K], held, own, now, held_n_, sum, sq);
+    else add_standings_pair<false>(held_own_[K], held, own, now, held_n_, sum, sq);
+  }
+  held_n_ = 0;
+  whole_ = totals_.data();
+  whole_mid_ = total_mid_;
+}
+
+void WindowStats::form_step_own(const StageMatrix& m, int t, const PresentStep& d, bool any_synced) {
+  const int n = d.size();
+  const auto N = static_cast<std::size_t>(n);
+  step_own_.resize(static_cast<std::size_t>(G_ + 1) * N);
+  // Each group's own work, 0 + its stages in stage order (a zeroed sum's first addition).
+  for (int g = 0; g < G_; ++g) {
+    double* own = step_own_.data() + static_cast<std::size_t>(g) * N;
+    for (int s = group_first_[g]; s <= group_last_[g]; ++s) {
+      if (schema_.group_of(s) != g) continue;
+      const double* x = d.stage(s).data();
+      if (s == group_first_[g]) {
+        for (int i = 0; i < n; ++i) own[i] = 0.0 + x[i];
+      } else {
+        for (int i = 0; i < n; ++i) own[i] += x[i];
       }
     }
+  }
+  if (any_synced)
+    for (int s = 0; s < S_; ++s)
+      if (const float* col = m.sync_wait_column(t, s)) {
+        double* own = step_own_.data() + static_cast<std::size_t>(schema_.group_of(s)) * N;
+        for (int i = 0; i < n; ++i)
+          if (const double w = col[d.rank(i)]; std::isfinite(w)) own[i] -= w;
+      }
+  // The whole step's, after the groups': row G_.
+  double* whole = step_own_.data() + static_cast<std::size_t>(G_) * N;
+  for (int i = 0; i < n; ++i) whole[i] = 0.0 + step_own_[i];  // a zeroed sum's first addition
+  for (int g = 1; g < G_; ++g)
+    for (int i = 0; i < n; ++i) whole[i] += step_own_[static_cast<std::size_t>(g) * N + i];
+}
+
+void WindowStats::add_cpu_wait_standing(const StageMatrix& m, int t, const PresentStep& d) {
+  // The CPU wait, among the present ranks that have one.
+  const float* cw = m.cpu_wait_row(t);
+  if (!cw) return;
+  step_cw_.clear();
+  step_cw_rank_.clear();
+  for (int i = 0; i < d.size(); ++i)
+    if (const double v = cw[d.rank(i)]; std::isfinite(v)) {
+      step_cw_.push_back(v);
+      step_cw_rank_.push_back(d.rank(i));
+    }
+  if (step_cw_.size() < 2) return;
+  const LeaveOneOutMedian peers(middle_of(step_cw_, sel_, &cw_hint_));
+  for (std::size_t i = 0; i < step_cw_.size(); ++i) {
+    const double x = step_cw_[i] - peers.of(step_cw_[i]);
+    cw_sum_[step_cw_rank_[i]] += x;
+    cw_sq_[step_cw_rank_[i]] += x * x;
+    ++cw_n_[step_cw_rank_[i]];
   }
 }
 
