@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace sf::sim {
 
@@ -22,9 +23,9 @@ struct ModelStepper::State {
   std::vector<double> frac, bucket_s, bucket_end, all_in;
   std::size_t B = 0;
   double whole_s = 0, barrier_s = 0;
-  // Absolute times per rank, kept across steps: the host clock and when its device stream is
-  // next free.
-  std::vector<double> host, device;
+  // Absolute time per rank, kept across steps: the host clock (when the rank's step starts).
+  // The device stream needs none (rank_until_sync: it is free by the next step's forward).
+  std::vector<double> host;
   /// What one rank carries from the per-rank pass to the passes after each global collective
   /// (one record per rank, so a pass reads one stream rather than ten). 32 bytes: the passes are
   /// bound by the bytes they move, so what can be recomputed is (the step's start is host[r]
@@ -81,17 +82,29 @@ struct ModelStepper::State {
   double exit_single = 0;      // this step's end of the single collective
   bool sample_fwd = false;     // this step's row samples forward events (fwd_event is written)
   std::vector<double> row_wall;  // step_into's walls, reused
-  CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once
+  CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once (empty in a twin)
   std::int64_t step = 0;
+  /// The healthy twin (add_twin): its own timeline, stepped on this state's draws and reduced
+  /// through twin_out; twin_arrive is its last arrival at the single collective this step.
+  std::unique_ptr<State> twin;
+  MaxOut twin_out;
+  double twin_arrive = 0;
+  StepMaxima twin_last;
 
-  State(const ModelConfig& c, const inject::FaultPlan& p)
+  /// `draws`: whether this state draws its own costs (a twin reads its model's).
+  State(const ModelConfig& c, const inject::FaultPlan& p, bool draws = true)
       : cfg(c),
         plan(p),
         sync_callbacks(c.sync_callbacks || p.scenario->sync_callbacks),
         host(c.ranks, 0.0),
-        device(c.ranks, 0.0),
         carry(c.ranks),
-        sampler(c.costs, c.variation, c.seed, c.ranks) {
+        sampler(c.costs, c.variation, c.seed, draws ? c.ranks : 0) {
+    // The timeline takes every cost as time spent (rank_until_sync relies on it).
+    const auto& k = c.costs;
+    for (const double ms : {k.data_ms, k.loader_ms, k.fwd_host_ms, k.fwd_device_ms, k.bwd_host_ms, k.bwd_device_ms,
+                            k.callbacks_ms, k.optim_ms})
+      if (!(ms >= 0) || !std::isfinite(ms))
+        throw std::invalid_argument("model stage cost " + std::to_string(ms) + " ms: expected a finite cost >= 0");
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();
     double total = 0;
@@ -119,53 +132,60 @@ struct ModelStepper::State {
     SiteDelays sd;
     for (int i = 0; i < kSites; ++i) {
       sd.at[i] = plan.step_delay_s(static_cast<inject::Site>(i), step);
+      if (!(sd.at[i] >= 0) || !std::isfinite(sd.at[i]))  // a validated plan delays, never advances
+        throw std::invalid_argument("model step " + std::to_string(step) + ": a fault delay of " +
+                                    std::to_string(sd.at[i]) + " s, expected a finite delay >= 0");
       sd.any = sd.any || sd.at[i] != 0;
     }
     return sd;
   }
 
   static constexpr int kBlock = CostSampler::Block::kMax;
-  /// A block of ranks between pass 1's per-rank part and its bucket loop.
+  /// A block of ranks between pass 1's per-rank part and its bucket loop (the block's draws are
+  /// apart: a twin reads them too).
   struct Block {
-    CostSampler::Block costs;  // the block's draws
     double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
   };
 
-  /// Pass 1's per-rank part for rank r (block slot j): data, forward, backward up to the
-  /// collectives. Returns its arrival at the single collective (single sync), else 0.
+  /// Pass 1's per-rank part for rank r (block slot j, its draws in c): data, forward, backward up
+  /// to the collectives. Returns its arrival at the single collective (single sync), else 0.
   template <class Out>
-  double rank_until_sync(int r, int j, const SiteDelays& sd, Out& out, Block& b) {
+  double rank_until_sync(int r, int j, const SiteDelays& sd, Out& out, const CostSampler::Block& c, Block& b) {
     using inject::Site;
     const bool hit = sd.any && plan.targets(r);
     auto delay_s = [&](Site site) { return hit ? sd.at[static_cast<int>(site)] : 0.0; };
     auto& k = carry[r];
     double h = host[r];
-    const double data = b.costs.data[j] * 1e-3 + delay_s(Site::data);
+    const double data = c.data[j] * 1e-3 + delay_s(Site::data);
     h += data;
     out.template stage<0>(r, data);
     // forward: device work queued at the start of forward, then host launch overhead
     const double fwd_start = h;
-    const double dev_fwd = b.costs.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
-    device[r] = std::max(device[r], fwd_start) + dev_fwd;
+    const double dev_fwd = c.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
+    // The device is idle by then: a rank's step ends no earlier than its device work (below), and
+    // every cost and delay is >= 0 (checked in the constructor), so the stream of the step before
+    // is free by fwd_start and max(free, fwd_start) is fwd_start, bit for bit. No per-rank state
+    // carries the device from step to step.
+    double dev = fwd_start + dev_fwd;
     if constexpr (Out::kSide)
       if (sample_fwd) fwd_event[r] = dev_fwd;
-    h += b.costs.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
+    h += c.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
     out.template stage<1>(r, h - fwd_start);
     // backward: device work queued, launches, then the gradient synchronisation
     k.bwd_start = h;
-    b.bwd_dev[j] = b.costs.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
+    b.bwd_dev[j] = c.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
     b.entry[j] = delay_s(Site::backward_collective);
-    b.bwd_host[j] = b.costs.bwd_host[j] * 1e-3;
+    b.bwd_host[j] = c.bwd_host[j] * 1e-3;
     double arrival = 0;
     if (cfg.sync_mode == SyncMode::single) {
-      device[r] = std::max(device[r], h) + b.bwd_dev[j];
-      k.own_done = std::max(h + b.bwd_host[j], device[r]) + b.entry[j];  // arrival at the collective
+      dev = std::max(dev, h) + b.bwd_dev[j];
+      k.own_done = std::max(h + b.bwd_host[j], dev) + b.entry[j];  // arrival at the collective
       arrival = k.own_done;
     }
     b.hb[j] = h;
-    b.dev[j] = device[r];
-    k.callbacks_s = b.costs.callbacks[j] * 1e-3 + delay_s(Site::callbacks);
-    k.optim_s = b.costs.optim[j] * 1e-3 + delay_s(Site::optimizer);
+    b.dev[j] = dev;
+    k.callbacks_s = c.callbacks[j] * 1e-3 + delay_s(Site::callbacks);
+    k.optim_s = c.optim[j] * 1e-3 + delay_s(Site::optimizer);
     return arrival;
   }
 
@@ -188,7 +208,6 @@ struct ModelStepper::State {
       for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
     }
     for (int j = 0; j < len; ++j) {
-      device[r0 + j] = b.dev[j];
       carry[r0 + j].own_done = std::max(b.hb[j], b.dev[j]);
     }
   }
@@ -198,20 +217,45 @@ struct ModelStepper::State {
   /// blocks: the per-rank part first, then the bucket loop for the whole block, bucket by bucket,
   /// so that the chain of each rank's buckets (max, add, max per bucket) runs beside the chains
   /// of the other ranks instead of one after another. Returns the last arrival (single sync).
+  /// The twin, when there is one, takes each block of draws after the model.
   template <class Out>
   double arrive(Out& out) {
-    double arrive_max = 0;
     std::fill(all_in.begin(), all_in.end(), 0.0);
     const SiteDelays sd = site_delays();
+    SiteDelays twin_sd;
+    if (twin) {
+      twin->begin_step(twin_out);
+      std::fill(twin->all_in.begin(), twin->all_in.end(), 0.0);
+      twin_sd = twin->site_delays();
+      twin_arrive = 0;
+    }
+    double arrive_max = 0;
     const int R = cfg.ranks;
+    CostSampler::Block c;
     Block b;
     for (int r0 = 0; r0 < R; r0 += kBlock) {
       const int len = std::min(kBlock, R - r0);
-      sampler.draw_block(r0, len, step, b.costs);
-      for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, out, b));
-      if (cfg.sync_mode != SyncMode::single) buckets_of_block<Out::kSide>(r0, len, b);
+      sampler.draw_block(r0, len, step, c);
+      arrive_max = std::max(arrive_max, arrive_block(out, sd, r0, len, c, b));
+      if (twin) twin_arrive = std::max(twin_arrive, twin->arrive_block(twin_out, twin_sd, r0, len, c, b));
     }
     return arrive_max;
+  }
+
+  /// Pass 1 for the block of len ranks from r0, its draws in c.
+  template <class Out>
+  double arrive_block(Out& out, const SiteDelays& sd, int r0, int len, const CostSampler::Block& c, Block& b) {
+    double arrive_max = 0;
+    for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, out, c, b));
+    if (cfg.sync_mode != SyncMode::single) buckets_of_block<Out::kSide>(r0, len, b);
+    return arrive_max;
+  }
+
+  /// Readies out for a step reduced to its maxima (step_maxima, a twin's step).
+  void begin_step(MaxOut& out) {
+    if (prefix.empty()) prefix.resize(static_cast<std::size_t>(cfg.ranks));
+    out = MaxOut{};
+    out.prefix = prefix.data();
   }
 
   /// The collectives: one bucket at a time (bucketed sync), each starting when every rank has
@@ -290,9 +334,23 @@ struct ModelStepper::State {
   }
 
   /// One step of the model through `out`: the three passes and the collectives between them.
+  /// A twin's step goes on after the model's pass 1, from the arrivals it gathered there.
   template <class Out>
   void step_through(Out& out) {
     exit_single = arrive(out) + whole_s;
+    after_arrive(out);
+    if (twin) {
+      twin->exit_single = twin_arrive + twin->whole_s;
+      twin->after_arrive(twin_out);
+      ++twin->step;
+      twin_last.frontier = twin_out.top;
+      twin_last.slowest_wall = twin_out.wall_max;
+    }
+  }
+
+  /// The collectives and the passes after them.
+  template <class Out>
+  void after_arrive(Out& out) {
     collectives();
     const double cb_arrive_max = leave(out);
     if (sync_callbacks) release_callbacks(out, cb_arrive_max + barrier_s);
@@ -339,15 +397,29 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
 
 ModelStepper::StepMaxima ModelStepper::step_maxima() {
   auto& st = *s_;
-  if (st.prefix.empty()) st.prefix.resize(static_cast<std::size_t>(st.cfg.ranks));
   State::MaxOut out;
-  out.prefix = st.prefix.data();
+  st.begin_step(out);
   st.step_through(out);
   ++st.step;
   StepMaxima m;
   m.frontier = out.top;
   m.slowest_wall = out.wall_max;
   return m;
+}
+
+void ModelStepper::add_twin(const ModelConfig& healthy, const inject::FaultPlan& healthy_plan) {
+  auto& st = *s_;
+  if (st.twin || st.step != 0) throw std::logic_error("ModelStepper::add_twin: before the first step, once");
+  const auto& c = st.cfg;
+  if (healthy.ranks != c.ranks || healthy.seed != c.seed || !(healthy.costs == c.costs) ||
+      !(healthy.variation == c.variation))
+    throw std::invalid_argument("a model's twin must draw the same costs (ranks, seed, stage costs, variation)");
+  st.twin = std::make_unique<State>(healthy, healthy_plan, false);
+}
+
+const ModelStepper::StepMaxima& ModelStepper::twin_maxima() const {
+  if (!s_->twin || s_->step == 0) throw std::logic_error("ModelStepper::twin_maxima: no twin, or no step yet");
+  return s_->twin_last;
 }
 
 }  // namespace sf::sim

@@ -123,6 +123,7 @@ public:
 struct StageCosts {
   double data_ms = 1.2, loader_ms = 4, fwd_host_ms = 20, fwd_device_ms = 65, bwd_host_ms = 15,
          bwd_device_ms = 127, callbacks_ms = 3.6, optim_ms = 8;
+  bool operator==(const StageCosts&) const = default;
   /// Every cost multiplied by f (--cost-scale).
   StageCosts scaled(double f) const {
     return {data_ms * f, loader_ms * f, fwd_host_ms * f, fwd_device_ms * f, bwd_host_ms * f, bwd_device_ms * f,
@@ -179,6 +180,7 @@ struct Variation {
   double jitter_sigma = 0;
   Heterogeneity heterogeneity = Heterogeneity::none;
   double rank_sigma = 0;
+  bool operator==(const Variation&) const = default;
 };
 std::string validate(const Variation& v);
 /// The rank's persistent cost factor (1 without heterogeneity).
@@ -354,6 +356,16 @@ public:
     double slowest_wall = 0;  ///< max_r wall[t,r]
   };
   StepMaxima step_maxima();
+
+  /// A healthy twin stepped beside the model: `healthy` is the same ranks with the same cost
+  /// draws (seed, costs, variation) and its own plan (no fault, as a rule). Each step of the model
+  /// then steps the twin too, in the same passes' blocks of ranks, so the draws are taken once for
+  /// both, and reduces it as step_maxima would: twin_maxima() is what a ModelStepper of its own
+  /// would return from step_maxima(), bit for bit. Throws std::invalid_argument when the twin
+  /// would draw other costs, std::logic_error once a step is made or a twin is already there.
+  void add_twin(const ModelConfig& healthy, const inject::FaultPlan& healthy_plan);
+  /// The twin's maxima of the step last made (add_twin first, and a step).
+  const StepMaxima& twin_maxima() const;
 
 private:
   struct State;

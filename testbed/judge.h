@@ -139,6 +139,17 @@ ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPla
 /// score_model_streaming and score_model_whole, and the step spreads a reference needs
 /// (advance_sd_s, exposed_sd_s); its other fields are left empty.
 ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan);
+/// score_model_streaming of cfg and score_model_accounting of its healthy twin in one go: the twin
+/// (same ranks and cost draws, its own plan; sim::ModelStepper::add_twin) is stepped in the model's
+/// passes and accounted on the model's thread, so the draws are taken once for both and no third
+/// thread runs. .run and .twin equal those two calls' results bit for bit.
+struct ModelScorePair {
+  ModelScore run, twin;
+};
+ModelScorePair score_model_streaming_with_twin(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                                               const frontier::LabelConfig& label, int threads,
+                                               const sim::ModelConfig& healthy, const inject::FaultPlan& healthy_plan,
+                                               const StepSink& sink = {});
 
 /// Truth records as they appear in run.json.
 nlohmann::ordered_json truth_json(const std::vector<inject::TruthRecord>& truth);

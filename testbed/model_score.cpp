@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -81,10 +82,76 @@ private:
   bool stop_ = false;
 };
 
-}  // namespace
+/// score_model_accounting's fold: each step reduced to its frontier as the model makes it (no
+/// row, no per-rank pass after it). Every rank is present in a model step; the advances and sums
+/// are account()'s and, in the order WindowStats::add_step takes them, every bit agrees with the
+/// labeler's.
+class Accounting {
+public:
+  Accounting(int steps, int ranks) : schema_(sim::ModelStepper::schema()), G_(static_cast<std::size_t>(schema_.group_count())) {
+    auto& e = out_.evidence;
+    out_.streamed = true;
+    e.schema = schema_;
+    e.world_size = ranks;
+    e.advances_s.assign(G_, 0.0);
+    exposed_.reserve(static_cast<std::size_t>(std::max(steps, 0)));
+    adv_spread_.resize(G_);
+    step_adv_.resize(G_);
+  }
 
-ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
-                                 const frontier::LabelConfig& label, int threads, const StepSink& sink) {
+  /// Step t's maxima.
+  void add(const sim::ModelStepper::StepMaxima& m, int t) {
+    auto& e = out_.evidence;
+    for (const double f : m.frontier)
+      if (!std::isfinite(f))
+        throw std::invalid_argument("model step " + std::to_string(t) + ": a stage prefix is " + std::to_string(f) +
+                                    ", expected a finite number of seconds");
+    ++e.steps;
+    const double exposed_t = m.frontier[static_cast<std::size_t>(schema_.size() - 1)];
+    e.exposed_makespan_s += exposed_t;
+    exposed_.push_back(exposed_t);
+    exposed_spread_.add(exposed_t);
+    std::fill(step_adv_.begin(), step_adv_.end(), 0.0);
+    double f_prev = 0;
+    for (int s = 0; s < schema_.size(); ++s) {
+      const double a = m.frontier[static_cast<std::size_t>(s)] - f_prev;  // account(): F[t,s] − F[t,s−1]
+      f_prev = m.frontier[static_cast<std::size_t>(s)];
+      e.advances_s[static_cast<std::size_t>(schema_.group_of(s))] += a;
+      step_adv_[static_cast<std::size_t>(schema_.group_of(s))] += a;
+    }
+    for (std::size_t g = 0; g < G_; ++g) adv_spread_[g].add(step_adv_[g]);
+    wall_sum_ += m.slowest_wall;
+  }
+
+  ModelScore finish() {
+    auto& e = out_.evidence;
+    if (!exposed_.empty()) e.median_step_s = frontier::median_inplace(exposed_);
+    e.advance_sd_s.resize(G_);
+    for (std::size_t g = 0; g < G_; ++g) e.advance_sd_s[g] = adv_spread_[g].sd();
+    e.exposed_sd_s = exposed_spread_.sd();
+    out_.makespan = makespan_of(e, wall_sum_);
+    return std::move(out_);
+  }
+
+private:
+  frontier::StageSchema schema_;
+  std::size_t G_;
+  ModelScore out_;
+  std::vector<double> exposed_, step_adv_;
+  std::vector<frontier::RunningSpread> adv_spread_;
+  frontier::RunningSpread exposed_spread_;
+  double wall_sum_ = 0;
+};
+
+/// A healthy twin to account beside the run (score_model_streaming_with_twin).
+struct TwinRequest {
+  const sim::ModelConfig* cfg;
+  const inject::FaultPlan* plan;
+};
+
+/// score_model_streaming, and when asked its twin accounted on the model's thread as each step is made.
+ModelScorePair stream(const sim::ModelConfig& cfg, const inject::FaultPlan& plan, const frontier::LabelConfig& label,
+                      int threads, const StepSink& sink, const TwinRequest* twin) {
   frontier::StreamingAccumulator acc(sim::ModelStepper::schema(), cfg.ranks, label);
   frontier::StepFacts facts;  // reused: what the sink reads of each step
   auto add = [&](const frontier::StageMatrix& one) {
@@ -93,8 +160,14 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
     sink(one, facts);
   };
   sim::ModelStepper stepper(cfg, plan);
+  std::optional<Accounting> twin_acc;
+  if (twin) {
+    stepper.add_twin(*twin->cfg, *twin->plan);
+    twin_acc.emplace(cfg.steps, cfg.ranks);
+  }
   double wall_sum = 0;
-  ModelScore out;
+  ModelScorePair pair;
+  ModelScore& out = pair.run;
   out.streamed = true;
   out.threads = threads >= 2 ? 2 : 1;
   if (out.threads == 1) {
@@ -102,6 +175,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
     for (int t = 0; t < cfg.steps; ++t) {
       one.renumber(t);  // step_into replaces the whole row
       stepper.step_into(one, 0);
+      if (twin_acc) twin_acc->add(stepper.twin_maxima(), t);
       add(one);
       wall_sum += slowest_wall(one, 0);
     }
@@ -116,6 +190,7 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
           if (b == nullptr) return;
           b->renumber(t);  // fill_step replaces the whole row
           stepper.fill_step(*b, 0, ring.wall(t));
+          if (twin_acc) twin_acc->add(stepper.twin_maxima(), t);
           ring.publish(t);
         }
       } catch (...) {
@@ -142,56 +217,30 @@ ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::Faul
   }
   out.evidence = acc.finish();
   out.makespan = makespan_of(out.evidence, wall_sum);
-  return out;
+  if (twin_acc) pair.twin = twin_acc->finish();
+  return pair;
+}
+
+}  // namespace
+
+ModelScore score_model_streaming(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                                 const frontier::LabelConfig& label, int threads, const StepSink& sink) {
+  return stream(cfg, plan, label, threads, sink, nullptr).run;
+}
+
+ModelScorePair score_model_streaming_with_twin(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,
+                                               const frontier::LabelConfig& label, int threads,
+                                               const sim::ModelConfig& healthy, const inject::FaultPlan& healthy_plan,
+                                               const StepSink& sink) {
+  const TwinRequest twin{&healthy, &healthy_plan};
+  return stream(cfg, plan, label, threads, sink, &twin);
 }
 
 ModelScore score_model_accounting(const sim::ModelConfig& cfg, const inject::FaultPlan& plan) {
   sim::ModelStepper stepper(cfg, plan);
-  const auto schema = sim::ModelStepper::schema();
-  ModelScore out;
-  out.streamed = true;
-  auto& e = out.evidence;
-  e.schema = schema;
-  e.advances_s.assign(static_cast<std::size_t>(schema.group_count()), 0.0);
-  std::vector<double> exposed;
-  exposed.reserve(static_cast<std::size_t>(std::max(cfg.steps, 0)));
-  double wall_sum = 0;
-  const auto G = static_cast<std::size_t>(schema.group_count());
-  std::vector<frontier::RunningSpread> adv_spread(G);
-  std::vector<double> step_adv(G);
-  frontier::RunningSpread exposed_spread;
-  for (int t = 0; t < cfg.steps; ++t) {
-    // The step reduced to its frontier as the model makes it: no row, no per-rank pass after it.
-    // Every rank is present in a model step; the advances and sums are account()'s and, in the
-    // order WindowStats::add_step takes them, every bit agrees with the labeler's.
-    const auto m = stepper.step_maxima();
-    for (const double f : m.frontier)
-      if (!std::isfinite(f))
-        throw std::invalid_argument("model step " + std::to_string(t) + ": a stage prefix is " + std::to_string(f) +
-                                    ", expected a finite number of seconds");
-    ++e.steps;
-    const double exposed_t = m.frontier[static_cast<std::size_t>(schema.size() - 1)];
-    e.exposed_makespan_s += exposed_t;
-    exposed.push_back(exposed_t);
-    exposed_spread.add(exposed_t);
-    std::fill(step_adv.begin(), step_adv.end(), 0.0);
-    double f_prev = 0;
-    for (int s = 0; s < schema.size(); ++s) {
-      const double a = m.frontier[static_cast<std::size_t>(s)] - f_prev;  // account(): F[t,s] − F[t,s−1]
-      f_prev = m.frontier[static_cast<std::size_t>(s)];
-      e.advances_s[static_cast<std::size_t>(schema.group_of(s))] += a;
-      step_adv[static_cast<std::size_t>(schema.group_of(s))] += a;
-    }
-    for (std::size_t g = 0; g < G; ++g) adv_spread[g].add(step_adv[g]);
-    wall_sum += m.slowest_wall;
-  }
-  if (!exposed.empty()) e.median_step_s = frontier::median_inplace(exposed);
-  e.advance_sd_s.resize(G);
-  for (std::size_t g = 0; g < G; ++g) e.advance_sd_s[g] = adv_spread[g].sd();
-  e.exposed_sd_s = exposed_spread.sd();
-  e.world_size = cfg.ranks;
-  out.makespan = makespan_of(e, wall_sum);
-  return out;
+  Accounting acc(cfg.steps, cfg.ranks);
+  for (int t = 0; t < cfg.steps; ++t) acc.add(stepper.step_maxima(), t);
+  return acc.finish();
 }
 
 ModelScore score_model_whole(const sim::ModelConfig& cfg, const inject::FaultPlan& plan,

@@ -59,16 +59,19 @@ SimOutcome simulate(SimulateOptions o) {
     return whole ? score_model_whole(c, p, o.label) : score_model_streaming(c, p, o.label, o.threads);
   };
   // The healthy reference: the same ranks without the fault, drawn from the same seed (the run
-  // itself when there is no fault) or from a seed of its own. Scored on a thread of its own beside
-  // the faulty run's two: labelled up to Evidence::kStandingMaxRanks ranks (the diagnosis reads
-  // its standings), past that accounted only (advances, spreads, median step).
+  // itself when there is no fault) or from a seed of its own. Labelled up to
+  // Evidence::kStandingMaxRanks ranks (the diagnosis reads its standings), on a thread of its own
+  // beside the faulty run's two; past that accounted only (advances, spreads, median step): from
+  // the same seed as a twin stepped in the run's own passes on the run's draws, from a seed of its
+  // own on a thread of its own.
   const sim::ModelConfig healthy = healthy_config(cfg, plan, o.reference_seed);
   const bool independent = healthy.seed != cfg.seed;
   const bool faulty = plan.scenario->site != inject::Site::none || independent;
   const auto healthy_plan = sim::model_plan(healthy);
   const bool ref_standings = cfg.ranks <= frontier::Evidence::kStandingMaxRanks;
+  const bool twin = faulty && !whole && !ref_standings && !independent;
   std::future<ModelScore> ref_future;
-  if (faulty && !whole)
+  if (faulty && !whole && !twin)
     ref_future = std::async(o.threads >= 2 ? std::launch::async : std::launch::deferred, [&] {
       return ref_standings ? score_model_streaming(healthy, healthy_plan, o.label, 1)
                            : score_model_accounting(healthy, healthy_plan);
@@ -76,8 +79,18 @@ SimOutcome simulate(SimulateOptions o) {
   auto watch = make_watch(o, plan, whole);
   StepSink sink;
   if (watch && !whole) sink = [&](const frontier::StageMatrix& one, const frontier::StepFacts& f) { watch->observe_step(one, f); };
-  auto scored = whole ? score(cfg, plan) : score_model_streaming(cfg, plan, o.label, o.threads, sink);
-  auto ref_scored = !faulty ? scored : whole ? score(healthy, healthy_plan) : ref_future.get();
+  ModelScore scored, ref_scored;
+  if (whole) {
+    scored = score(cfg, plan);
+    ref_scored = faulty ? score(healthy, healthy_plan) : scored;
+  } else if (twin) {
+    auto both = score_model_streaming_with_twin(cfg, plan, o.label, o.threads, healthy, healthy_plan, sink);
+    scored = std::move(both.run);
+    ref_scored = std::move(both.twin);
+  } else {
+    scored = score_model_streaming(cfg, plan, o.label, o.threads, sink);
+    ref_scored = faulty ? ref_future.get() : scored;
+  }
   out.reference = std::move(ref_scored.evidence);
   out.makespan = scored.makespan;
   out.scoring = whole ? std::string("whole matrix") : "streamed, " + std::to_string(scored.threads) + " thread(s)";

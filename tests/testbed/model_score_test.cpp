@@ -61,6 +61,61 @@ TEST(ModelScore, the_accounted_reference_is_the_labelled_one_where_the_verdict_r
   }
 }
 
+// sim's reference past Evidence::kStandingMaxRanks ranks is the run's healthy twin, stepped in the
+// run's own passes on the run's draws: the run must be what it is alone, the twin what
+// score_model_accounting makes of the healthy config on its own, bit for bit.
+TEST(ModelScore, a_twin_stepped_in_the_runs_passes_is_the_healthy_run_accounted_alone) {
+  auto single = config("comm_delay", 97, 21, 0.0);
+  single.sync_mode = sim::SyncMode::single;
+  auto hetero = config("data_tail", 300, 30, 0.0);
+  hetero.variation = {0.05, sim::Heterogeneity::lognormal, 0.2};
+  for (const auto& mc : {config("data_tail", 300, 40, 0.0), config("callback_sync_tail", 64, 25, 0.25), single, hetero,
+                         config("fwd_device", 1, 9, 0.5)}) {
+    const auto plan = sim::model_plan(mc);
+    auto healthy = mc;
+    healthy.fault.scenario = "none";
+    healthy.fault.delay_ms.reset();
+    healthy.sync_callbacks = mc.sync_callbacks || plan.scenario->sync_callbacks;
+    const auto healthy_plan = sim::model_plan(healthy);
+    const auto alone = testbed::score_model_accounting(healthy, healthy_plan);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(mc.fault.scenario + ", " + std::to_string(mc.ranks) + " ranks, threads " + std::to_string(threads));
+      const auto both = testbed::score_model_streaming_with_twin(mc, plan, {}, threads, healthy, healthy_plan);
+      const auto run = testbed::score_model_streaming(mc, plan, {}, threads);
+      EXPECT_EQ(formats::evidence_to_json(both.run.evidence).dump(), formats::evidence_to_json(run.evidence).dump());
+      EXPECT_EQ(both.run.makespan.wall_sum_s, run.makespan.wall_sum_s);
+      const auto& e = both.twin.evidence;
+      EXPECT_EQ(e.steps, alone.evidence.steps);
+      EXPECT_EQ(e.world_size, alone.evidence.world_size);
+      EXPECT_EQ(e.exposed_makespan_s, alone.evidence.exposed_makespan_s);
+      EXPECT_EQ(e.median_step_s, alone.evidence.median_step_s);
+      EXPECT_EQ(e.advances_s, alone.evidence.advances_s);
+      EXPECT_EQ(e.advance_sd_s, alone.evidence.advance_sd_s);
+      EXPECT_EQ(e.exposed_sd_s, alone.evidence.exposed_sd_s);
+      EXPECT_EQ(both.twin.makespan.wall_sum_s, alone.makespan.wall_sum_s);
+      // and the fault shows: the twin is not the run
+      EXPECT_NE(e.exposed_makespan_s, run.evidence.exposed_makespan_s);
+    }
+  }
+}
+
+TEST(ModelScore, a_twin_must_draw_the_runs_costs_and_join_before_the_first_step) {
+  const auto mc = config("data_tail", 16, 3, 0.0);
+  const auto plan = sim::model_plan(mc);
+  for (auto change : {+[](sim::ModelConfig& h) { h.seed += 1; }, +[](sim::ModelConfig& h) { h.ranks += 1; },
+                      +[](sim::ModelConfig& h) { h.costs.optim_ms *= 2; },
+                      +[](sim::ModelConfig& h) { h.variation.jitter_sigma = 0.1; }}) {
+    auto other = mc;
+    change(other);
+    sim::ModelStepper stepper(mc, plan);
+    EXPECT_THROW(stepper.add_twin(other, sim::model_plan(other)), std::invalid_argument);
+  }
+  sim::ModelStepper stepper(mc, plan);
+  EXPECT_THROW(static_cast<void>(stepper.twin_maxima()), std::logic_error);
+  static_cast<void>(stepper.step_maxima());
+  EXPECT_THROW(stepper.add_twin(mc, plan), std::logic_error);
+}
+
 TEST(ModelScore, a_window_built_step_by_step_is_the_model_window) {
   const auto mc = config("fwd_device", 50, 20, 0.3);
   const auto plan = sim::model_plan(mc);
