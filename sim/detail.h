@@ -1,8 +1,9 @@
-// Internal to sf::sim: the data loader behind Workload.
+// Internal to sf::sim: the data loader behind Workload; which build of the model's passes runs.
 #pragma once
 
 #include "sf/sim/sim.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -32,5 +33,14 @@ private:
   bool stop_ = false;
   std::thread thread_;
 };
+
+/// Which build of the model's passes a ModelStepper runs: `fastest` the AVX-512 one where the
+/// processor has it (checked once at run time), `portable` the baseline one; the cells are the
+/// same bits.
+enum class PassPath { fastest, portable };
+/// True when `fastest` is the AVX-512 build on this processor.
+bool wide_passes_available();
+/// The path a ModelStepper takes, read when it is made (tests set it to run both paths).
+inline std::atomic<PassPath> model_pass_path{PassPath::fastest};
 
 }  // namespace sf::sim

@@ -1,6 +1,6 @@
 // The model one step at a time (ModelStepper): the timeline of the DDP-like step (single or
 // bucketed sync, seeded counter-based cost draws), kept in O(R) state so `sim` can score 10^6 ranks step by step without holding the N × R × S matrix.
-#include "sf/sim/sim.h"
+#include "detail.h"
 
 #include <algorithm>
 #include <array>
@@ -9,12 +9,34 @@
 #include <stdexcept>
 #include <string>
 
+// Before a loop over a block's ranks whose arrays (the row's columns, the per-rank state, the
+// block's scratch) never overlap: vectorise it without the overlap checks at run time.
+#if defined(__clang__)
+#define SF_NO_ALIAS_ACROSS_RANKS _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define SF_NO_ALIAS_ACROSS_RANKS _Pragma("GCC ivdep")
+#endif
+
 namespace sf::sim {
 
 namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr int kBlock = CostSampler::Block::kMax;  // ranks a pass takes at a time
+constexpr double kZeros[kBlock] = {};             // a block's delays where the fault does not act
+
+/// The largest of v[0 .. len) (len >= 1; the model's times are finite).
+[[gnu::always_inline]] inline double block_max(const double* v, int len) { return Eigen::Map<const Eigen::ArrayXd>(v, len).maxCoeff(); }
 }  // namespace
 
+bool wide_passes_available() {
+  static const bool yes =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return yes;
+}
+
+// The passes take ranks a block at a time, each step of a rank's timeline one loop over the
+// block's arrays (no branch, no call): the compiler runs them over several ranks per instruction,
+// and the state a block reads and writes stays in L1 between those loops.
 struct ModelStepper::State {
   ModelConfig cfg;
   inject::FaultPlan plan;
@@ -24,18 +46,18 @@ struct ModelStepper::State {
   std::size_t B = 0;
   double whole_s = 0, barrier_s = 0;
   // Absolute time per rank, kept across steps: the host clock (when the rank's step starts).
-  // The device stream needs none (rank_until_sync: it is free by the next step's forward).
+  // The device stream needs none (arrive_block: it is free by the next step's forward).
   std::vector<double> host;
-  /// What one rank carries from the per-rank pass to the passes after each global collective
-  /// (one record per rank, so a pass reads one stream rather than ten). 32 bytes: the passes are
-  /// bound by the bytes they move, so what can be recomputed is (the step's start is host[r]
-  /// until the rank's step ends; callbacks start at backward's end, from own_done).
-  struct Carry {
-    double bwd_start, own_done, callbacks_s, optim_s;
-  };
+  /// What each rank carries from pass 1 to the passes after the global collectives: when its
+  /// backward started, when its own work was done (its arrival at the collective), its callbacks'
+  /// and optimizer's durations. (The step's start is host[r] until the rank's step ends.)
+  std::vector<double> bwd_start, own_done, callbacks_s, optim_s;
+  /// The ranks the plan targets, ascending: each block finds its own by bisection.
+  std::vector<int> targeted;
 
-  /// Where the passes put a rank's cells. The stages come in order (data, forward, backward,
-  /// callbacks, optimizer), then the wall.
+  /// Where the passes put a block's cells. The stages come in order (data, forward, backward,
+  /// callbacks, optimizer), then the wall: a pass writes stage S of ranks r0 .. r0 + len − 1 at
+  /// stage<S>(r0), then calls staged<S>(r0, len); the walls at ends(r0), then ended(r0, len).
   /// RowOut: into the row of a one-step matrix, with the side evidence (sync waits, forward events).
   /// The row is committed block by block as the last pass writes it (StageMatrix::commit_ranks):
   /// its checks and sums read the block from cache rather than the whole row from memory again.
@@ -46,32 +68,44 @@ struct ModelStepper::State {
     frontier::StageMatrix* m;
     int row;
     template <int S>
-    void stage(int r, double v) { col[S][r] = v; }
-    void end(int r, double w) { wall[r] = w; }
+    double* stage(int r0) { return col[S] + r0; }
+    template <int S>
+    void staged(int, int) {}
+    double* ends(int r0) { return wall + r0; }
+    void ended(int, int) {}
     void done(int r_end) { m->commit_ranks(row, r_end, wall); }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
   /// StageMatrix::commit_step and frontier::account take them (0 + d0 + d1 + ..., the residual
-  /// max(0, wall − Σ explicit) last), so every frontier value is theirs bit for bit.
+  /// max(0, wall − Σ explicit) last), so every frontier value is theirs bit for bit (a max is
+  /// exact in any order).
   struct MaxOut {
     static constexpr bool kSide = false;
     std::array<double, 6> top{kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
     double wall_max = 0;
-    double* prefix;  // per rank: its running prefix P[t,r,s] of the stages written so far
+    double* prefix = nullptr;  // per rank: its running prefix P[t,r,s] of the stages written so far
+    double block[6][kBlock];   // a block's stages and walls
     template <int S>
-    void stage(int r, double v) {
-      double& p = prefix[r];
-      p = (S == 0 ? 0.0 : p) + v;
-      top[S] = std::max(top[S], p);
+    double* stage(int) { return block[S]; }
+    template <int S>
+    [[gnu::always_inline]] void staged(int r0, int len) {
+      double* p = prefix + r0;
+      for (int j = 0; j < len; ++j) p[j] = (S == 0 ? 0.0 : p[j]) + block[S][j];
+      top[S] = std::max(top[S], block_max(p, len));
     }
-    void end(int r, double w) {
-      const double p = prefix[r], e = w - p;
-      top[5] = std::max(top[5], p + (e > 0 ? e : 0.0));
-      wall_max = std::max(wall_max, w);
+    double* ends(int) { return block[5]; }
+    [[gnu::always_inline]] void ended(int r0, int len) {
+      const double* p = prefix + r0;
+      double residual[kBlock];
+      for (int j = 0; j < len; ++j) {
+        const double e = block[5][j] - p[j];
+        residual[j] = p[j] + (e > 0 ? e : 0.0);
+      }
+      top[5] = std::max(top[5], block_max(residual, len));
+      wall_max = std::max(wall_max, block_max(block[5], len));
     }
     void done(int) {}
   };
-  std::vector<Carry> carry;
   // When each rank's last bucket collective could start (bucketed sync, a row's side evidence:
   // the wait is measured from it); the earlier buckets' starts matter only through all_in.
   std::vector<double> last_launch;
@@ -84,10 +118,11 @@ struct ModelStepper::State {
   std::vector<double> row_wall;  // step_into's walls, reused
   CostSampler sampler;  // draw_costs with the rank factors and jitter levels computed once (empty in a twin)
   std::int64_t step = 0;
+  bool wide = model_pass_path.load() == PassPath::fastest && wide_passes_available();  // step_wide
   /// The healthy twin (add_twin): its own timeline, stepped on this state's draws and reduced
   /// through twin_out; twin_arrive is its last arrival at the single collective this step.
   std::unique_ptr<State> twin;
-  MaxOut twin_out;
+  std::unique_ptr<MaxOut> twin_out;
   double twin_arrive = 0;
   StepMaxima twin_last;
 
@@ -97,14 +132,19 @@ struct ModelStepper::State {
         plan(p),
         sync_callbacks(c.sync_callbacks || p.scenario->sync_callbacks),
         host(c.ranks, 0.0),
-        carry(c.ranks),
+        bwd_start(c.ranks),
+        own_done(c.ranks),
+        callbacks_s(c.ranks),
+        optim_s(c.ranks),
+        targeted(p.ranks),
         sampler(c.costs, c.variation, c.seed, draws ? c.ranks : 0) {
-    // The timeline takes every cost as time spent (rank_until_sync relies on it).
+    // The timeline takes every cost as time spent (arrive_block relies on it).
     const auto& k = c.costs;
     for (const double ms : {k.data_ms, k.loader_ms, k.fwd_host_ms, k.fwd_device_ms, k.bwd_host_ms, k.bwd_device_ms,
                             k.callbacks_ms, k.optim_ms})
       if (!(ms >= 0) || !std::isfinite(ms))
         throw std::invalid_argument("model stage cost " + std::to_string(ms) + " ms: expected a finite cost >= 0");
+    std::sort(targeted.begin(), targeted.end());
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();
     double total = 0;
@@ -140,53 +180,81 @@ struct ModelStepper::State {
     return sd;
   }
 
-  static constexpr int kBlock = CostSampler::Block::kMax;
-  /// A block of ranks between pass 1's per-rank part and its bucket loop (the block's draws are
-  /// apart: a twin reads them too).
+  /// A block of ranks in pass 1 (the block's draws are apart: a twin reads them too).
   struct Block {
-    double hb[kBlock], dev[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock], launched[kBlock];
+    double hb[kBlock], dev[kBlock], dev_fwd[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock],
+        launched[kBlock];
+    double delay[kSites][kBlock];  // per site, where the fault acts on a rank of the block
   };
 
-  /// Pass 1's per-rank part for rank r (block slot j, its draws in c): data, forward, backward up
-  /// to the collectives. Returns its arrival at the single collective (single sync), else 0.
-  template <class Out>
-  double rank_until_sync(int r, int j, const SiteDelays& sd, Out& out, const CostSampler::Block& c, Block& b) {
-    using inject::Site;
-    const bool hit = sd.any && plan.targets(r);
-    auto delay_s = [&](Site site) { return hit ? sd.at[static_cast<int>(site)] : 0.0; };
-    auto& k = carry[r];
-    double h = host[r];
-    const double data = c.data[j] * 1e-3 + delay_s(Site::data);
-    h += data;
-    out.template stage<0>(r, data);
-    // forward: device work queued at the start of forward, then host launch overhead
-    const double fwd_start = h;
-    const double dev_fwd = c.fwd_device[j] * 1e-3 + delay_s(Site::forward_device);
-    // The device is idle by then: a rank's step ends no earlier than its device work (below), and
-    // every cost and delay is >= 0 (checked in the constructor), so the stream of the step before
-    // is free by fwd_start and max(free, fwd_start) is fwd_start, bit for bit. No per-rank state
-    // carries the device from step to step.
-    double dev = fwd_start + dev_fwd;
-    if constexpr (Out::kSide)
-      if (sample_fwd) fwd_event[r] = dev_fwd;
-    h += c.fwd_host[j] * 1e-3 + delay_s(Site::forward_host);
-    out.template stage<1>(r, h - fwd_start);
-    // backward: device work queued, launches, then the gradient synchronisation
-    k.bwd_start = h;
-    b.bwd_dev[j] = c.bwd_device[j] * 1e-3 + delay_s(Site::backward_device);
-    b.entry[j] = delay_s(Site::backward_collective);
-    b.bwd_host[j] = c.bwd_host[j] * 1e-3;
-    double arrival = 0;
-    if (cfg.sync_mode == SyncMode::single) {
-      dev = std::max(dev, h) + b.bwd_dev[j];
-      k.own_done = std::max(h + b.bwd_host[j], dev) + b.entry[j];  // arrival at the collective
-      arrival = k.own_done;
+  /// Each site's delay for the block's ranks: kZeros unless the fault acts on one of them this step.
+  [[gnu::always_inline]] std::array<const double*, kSites> block_delays(const SiteDelays& sd, int r0, int len, Block& b) const {
+    std::array<const double*, kSites> d;
+    d.fill(kZeros);
+    if (!sd.any) return d;
+    const auto lo = std::lower_bound(targeted.begin(), targeted.end(), r0);
+    const auto hi = std::lower_bound(lo, targeted.end(), r0 + len);
+    if (lo == hi) return d;
+    for (int i = 0; i < kSites; ++i) {
+      if (sd.at[i] == 0) continue;
+      std::fill_n(b.delay[i], len, 0.0);
+      for (auto t = lo; t != hi; ++t) b.delay[i][*t - r0] = sd.at[i];
+      d[i] = b.delay[i];
     }
-    b.hb[j] = h;
-    b.dev[j] = dev;
-    k.callbacks_s = c.callbacks[j] * 1e-3 + delay_s(Site::callbacks);
-    k.optim_s = c.optim[j] * 1e-3 + delay_s(Site::optimizer);
-    return arrival;
+    return d;
+  }
+
+  /// Pass 1 for the block of len ranks from r0, its draws in c: data, forward, backward up to the
+  /// collectives. Returns the block's last arrival at the single collective (single sync), else 0.
+  template <class Out>
+  [[gnu::always_inline]] double arrive_block(Out& out, const SiteDelays& sd, int r0, int len, const CostSampler::Block& c, Block& b) {
+    using inject::Site;
+    const auto d = block_delays(sd, r0, len, b);
+    auto at = [&](Site s) { return d[static_cast<int>(s)]; };
+    const double *d_data = at(Site::data), *d_fdev = at(Site::forward_device), *d_fhost = at(Site::forward_host),
+                 *d_bdev = at(Site::backward_device), *d_entry = at(Site::backward_collective),
+                 *d_cb = at(Site::callbacks), *d_opt = at(Site::optimizer);
+    double* s0 = out.template stage<0>(r0);
+    double* s1 = out.template stage<1>(r0);
+    const double* h0 = host.data() + r0;
+    double *bs = bwd_start.data() + r0, *cb = callbacks_s.data() + r0, *opt = optim_s.data() + r0;
+    SF_NO_ALIAS_ACROSS_RANKS
+    for (int j = 0; j < len; ++j) {
+      const double data = c.data[j] * 1e-3 + d_data[j];
+      const double fwd_start = h0[j] + data;
+      // forward: device work queued at its start, then host launch overhead. The device is idle
+      // by then: a rank's step ends no earlier than its device work (below), and every cost and
+      // delay is >= 0 (checked), so the stream of the step before is free by fwd_start and
+      // max(free, fwd_start) is fwd_start, bit for bit: no per-rank state carries the device.
+      b.dev_fwd[j] = c.fwd_device[j] * 1e-3 + d_fdev[j];
+      b.dev[j] = fwd_start + b.dev_fwd[j];
+      const double h = fwd_start + (c.fwd_host[j] * 1e-3 + d_fhost[j]);
+      s0[j] = data;
+      s1[j] = h - fwd_start;
+      // backward: device work queued, launches, then the gradient synchronisation
+      bs[j] = h;
+      b.hb[j] = h;
+      b.bwd_dev[j] = c.bwd_device[j] * 1e-3 + d_bdev[j];
+      b.entry[j] = d_entry[j];
+      b.bwd_host[j] = c.bwd_host[j] * 1e-3;
+      cb[j] = c.callbacks[j] * 1e-3 + d_cb[j];
+      opt[j] = c.optim[j] * 1e-3 + d_opt[j];
+    }
+    if constexpr (Out::kSide)
+      if (sample_fwd) std::copy_n(b.dev_fwd, len, fwd_event.data() + r0);
+    out.template staged<0>(r0, len);
+    out.template staged<1>(r0, len);
+    if (cfg.sync_mode != SyncMode::single) {
+      buckets_of_block<Out::kSide>(r0, len, b);
+      return 0;
+    }
+    double* od = own_done.data() + r0;
+    SF_NO_ALIAS_ACROSS_RANKS
+    for (int j = 0; j < len; ++j) {
+      const double dev = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j];
+      od[j] = std::max(b.hb[j] + b.bwd_host[j], dev) + b.entry[j];  // arrival at the collective
+    }
+    return block_max(od, len);
   }
 
   /// Pass 1's bucket loop for a block of `len` ranks from r0. Bucket i is queued when the host
@@ -194,7 +262,7 @@ struct ModelStepper::State {
   /// is done (and, after a late entry, once the buckets before it started: the comm engine takes
   /// them in order).
   template <bool kSide>
-  void buckets_of_block(int r0, int len, Block& b) {
+  [[gnu::always_inline]] void buckets_of_block(int r0, int len, Block& b) {
     for (std::size_t i = 0; i < B; ++i) {
       const double f = frac[i];
       for (int j = 0; j < len; ++j) b.dev[j] = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j] * f;
@@ -204,27 +272,23 @@ struct ModelStepper::State {
         for (int j = 0; j < len; ++j) b.launched[j] = std::max(b.dev[j], b.launched[j]);
       }
       if (kSide && i == B - 1) std::copy_n(b.launched, len, last_launch.data() + r0);
-      all_in[i] = std::max(all_in[i], Eigen::Map<const Eigen::ArrayXd>(b.launched, len).maxCoeff());
+      all_in[i] = std::max(all_in[i], block_max(b.launched, len));
       for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
     }
-    for (int j = 0; j < len; ++j) {
-      carry[r0 + j].own_done = std::max(b.hb[j], b.dev[j]);
-    }
+    double* od = own_done.data() + r0;
+    for (int j = 0; j < len; ++j) od[j] = std::max(b.hb[j], b.dev[j]);
   }
 
-  /// Pass 1, per rank: data, forward, backward up to the collectives; the time every rank has
-  /// entered each collective (the max the collective waits for) gathered on the way. Ranks go in
-  /// blocks: the per-rank part first, then the bucket loop for the whole block, bucket by bucket,
-  /// so that the chain of each rank's buckets (max, add, max per bucket) runs beside the chains
-  /// of the other ranks instead of one after another. Returns the last arrival (single sync).
-  /// The twin, when there is one, takes each block of draws after the model.
+  /// Pass 1 over every block of ranks; the time every rank has entered each collective (the max
+  /// the collective waits for) gathered on the way. Returns the last arrival (single sync). The
+  /// twin, when there is one, takes each block of draws after the model.
   template <class Out>
-  double arrive(Out& out) {
+  [[gnu::always_inline]] double arrive(Out& out) {
     std::fill(all_in.begin(), all_in.end(), 0.0);
     const SiteDelays sd = site_delays();
     SiteDelays twin_sd;
     if (twin) {
-      twin->begin_step(twin_out);
+      twin->begin_step(*twin_out);
       std::fill(twin->all_in.begin(), twin->all_in.end(), 0.0);
       twin_sd = twin->site_delays();
       twin_arrive = 0;
@@ -237,30 +301,22 @@ struct ModelStepper::State {
       const int len = std::min(kBlock, R - r0);
       sampler.draw_block(r0, len, step, c);
       arrive_max = std::max(arrive_max, arrive_block(out, sd, r0, len, c, b));
-      if (twin) twin_arrive = std::max(twin_arrive, twin->arrive_block(twin_out, twin_sd, r0, len, c, b));
+      if (twin) twin_arrive = std::max(twin_arrive, twin->arrive_block(*twin_out, twin_sd, r0, len, c, b));
     }
-    return arrive_max;
-  }
-
-  /// Pass 1 for the block of len ranks from r0, its draws in c.
-  template <class Out>
-  double arrive_block(Out& out, const SiteDelays& sd, int r0, int len, const CostSampler::Block& c, Block& b) {
-    double arrive_max = 0;
-    for (int j = 0; j < len; ++j) arrive_max = std::max(arrive_max, rank_until_sync(r0 + j, j, sd, out, c, b));
-    if (cfg.sync_mode != SyncMode::single) buckets_of_block<Out::kSide>(r0, len, b);
     return arrive_max;
   }
 
   /// Readies out for a step reduced to its maxima (step_maxima, a twin's step).
   void begin_step(MaxOut& out) {
     if (prefix.empty()) prefix.resize(static_cast<std::size_t>(cfg.ranks));
-    out = MaxOut{};
+    out.top.fill(kNegInf);
+    out.wall_max = 0;
     out.prefix = prefix.data();
   }
 
   /// The collectives: one bucket at a time (bucketed sync), each starting when every rank has
   /// entered it; the single collective's end is the last arrival plus whole_s.
-  void collectives() {
+  [[gnu::always_inline]] void collectives() {
     double prev = 0;
     for (std::size_t i = 0; i < B && cfg.sync_mode != SyncMode::single; ++i) {
       bucket_end[i] = std::max(all_in[i], prev) + bucket_s[i];
@@ -268,89 +324,129 @@ struct ModelStepper::State {
     }
   }
 
-  /// Pass 2, per rank: backward's end, time inside the collectives, callbacks (and, without a
+  /// When the rank's backward ends: at the single collective's end, or once its own work and
+  /// every bucket are done.
+  [[gnu::always_inline]] double backward_end(double own) const {
+    return cfg.sync_mode == SyncMode::single ? exit_single : std::max(own, bucket_end[B - 1]);
+  }
+
+  /// Pass 2, per block: backward's end, time inside the collectives, callbacks (and, without a
   /// barrier there, the optimizer and the step's end). Returns the last arrival at callbacks' end.
   template <class Out>
-  double leave(Out& out) {
-    const bool single = cfg.sync_mode == SyncMode::single;
+  [[gnu::always_inline]] double leave(Out& out) {
     double cb_arrive_max = 0;
     for (int r0 = 0; r0 < cfg.ranks; r0 += kBlock) {
-      const int r1 = std::min(cfg.ranks, r0 + kBlock);
-      for (int r = r0; r < r1; ++r) leave_rank(r, single, out, cb_arrive_max);
-      if (!sync_callbacks) out.done(r1);
+      const int len = std::min(kBlock, cfg.ranks - r0);
+      cb_arrive_max = std::max(cb_arrive_max, leave_block(out, r0, len));
+      if (!sync_callbacks) out.done(r0 + len);
     }
     return cb_arrive_max;
   }
 
-  /// leave()'s work for rank r.
+  /// leave()'s work for the block of len ranks from r0; returns its last arrival at callbacks' end.
   template <class Out>
-  [[gnu::always_inline]] void leave_rank(int r, bool single, Out& out, double& cb_arrive_max) {
-    auto& k = carry[r];
-    double end;
-    if (single) {
-      if constexpr (Out::kSide) wait_bwd[r] = exit_single - k.own_done;
-      end = exit_single;
-    } else {
+  [[gnu::always_inline]] double leave_block(Out& out, int r0, int len) {
+    const double *od = own_done.data() + r0, *bs = bwd_start.data() + r0, *cb = callbacks_s.data() + r0;
+    double end[kBlock], arrive[kBlock];
+    double* s2 = out.template stage<2>(r0);
+    SF_NO_ALIAS_ACROSS_RANKS
+    for (int j = 0; j < len; ++j) {
+      end[j] = backward_end(od[j]);
+      s2[j] = end[j] - bs[j];
+      arrive[j] = end[j] + cb[j];
+    }
+    out.template staged<2>(r0, len);
+    if constexpr (Out::kSide) {
       // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
       // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
-      if constexpr (Out::kSide)
-        wait_bwd[r] = std::max(0.0, bucket_end[B - 1] - last_launch[static_cast<std::size_t>(r)]);
-      end = std::max(k.own_done, bucket_end[B - 1]);
+      double* w = wait_bwd.data() + r0;
+      if (cfg.sync_mode == SyncMode::single) {
+        for (int j = 0; j < len; ++j) w[j] = exit_single - od[j];
+      } else {
+        const double* ll = last_launch.data() + r0;
+        for (int j = 0; j < len; ++j) w[j] = std::max(0.0, bucket_end[B - 1] - ll[j]);
+      }
     }
-    out.template stage<2>(r, end - k.bwd_start);
-    const double arrive = end + k.callbacks_s;
-    cb_arrive_max = std::max(cb_arrive_max, arrive);
-    if (!sync_callbacks) {  // else host[r] stays the step's start for release_callbacks
-      const double begin = host[r];
-      out.template stage<3>(r, arrive - end);
-      host[r] = arrive + k.optim_s;
-      out.template stage<4>(r, k.optim_s);
-      out.end(r, host[r] - begin);
+    if (!sync_callbacks)  // else host[r] stays the step's start for release_callbacks
+      finish_block(out, r0, len, end, arrive);
+    return block_max(arrive, len);
+  }
+
+  /// Callbacks from `end` to `leave`, then the optimizer: the block's stages 3 and 4, its walls
+  /// and the next step's start.
+  template <class Out>
+  [[gnu::always_inline]] void finish_block(Out& out, int r0, int len, const double* end, const double* leave) {
+    double* h = host.data() + r0;
+    const double* opt = optim_s.data() + r0;
+    double *s3 = out.template stage<3>(r0), *s4 = out.template stage<4>(r0), *w = out.ends(r0);
+    SF_NO_ALIAS_ACROSS_RANKS
+    for (int j = 0; j < len; ++j) {
+      const double begin = h[j];
+      s3[j] = leave[j] - end[j];
+      h[j] = leave[j] + opt[j];
+      s4[j] = opt[j];
+      w[j] = h[j] - begin;
     }
+    out.template staged<3>(r0, len);
+    out.template staged<4>(r0, len);
+    out.ended(r0, len);
   }
 
   /// Pass 3: the callbacks' barrier releases every rank when the last arrives.
   template <class Out>
-  void release_callbacks(Out& out, double cb_exit) {
+  [[gnu::always_inline]] void release_callbacks(Out& out, double cb_exit) {
     for (int r0 = 0; r0 < cfg.ranks; r0 += kBlock) {
-      const int r1 = std::min(cfg.ranks, r0 + kBlock);
-      for (int r = r0; r < r1; ++r) release_rank(r, out, cb_exit);
-      out.done(r1);
+      const int len = std::min(kBlock, cfg.ranks - r0);
+      const double *od = own_done.data() + r0, *cb = callbacks_s.data() + r0;
+      double end[kBlock], exit[kBlock];
+      for (int j = 0; j < len; ++j) {
+        end[j] = backward_end(od[j]);  // leave()'s, again
+        exit[j] = cb_exit;
+      }
+      if constexpr (Out::kSide) {
+        double* w = wait_cb.data() + r0;
+        for (int j = 0; j < len; ++j) w[j] = cb_exit - (end[j] + cb[j]);
+      }
+      finish_block(out, r0, len, end, exit);
+      out.done(r0 + len);
     }
   }
 
-  /// release_callbacks()'s work for rank r.
+  /// One step of the model through `out`, its loops built for this CPU (step_through, step_wide).
   template <class Out>
-  [[gnu::always_inline]] void release_rank(int r, Out& out, double cb_exit) {
-    const auto& k = carry[r];
-    // leave()'s backward end and arrival at the barrier, again
-    const double end = cfg.sync_mode == SyncMode::single ? exit_single : std::max(k.own_done, bucket_end[B - 1]);
-    if constexpr (Out::kSide) wait_cb[r] = cb_exit - (end + k.callbacks_s);
-    const double begin = host[r];
-    host[r] = cb_exit + k.optim_s;
-    out.template stage<3>(r, cb_exit - end);
-    out.template stage<4>(r, k.optim_s);
-    out.end(r, host[r] - begin);
+  void make_step(Out& out) {
+    if (wide)
+      step_wide(out);
+    else
+      step_through(out);
+  }
+
+  /// step_through with the passes' loops eight ranks per instruction: every pass is inlined here,
+  /// so all of it is built for AVX-512 (never fused multiply-adds: sf_sim builds with
+  /// -ffp-contract=off, so the cells are step_through's bit for bit).
+  template <class Out>
+  [[gnu::target("avx512f,avx512vl,avx512dq")]] void step_wide(Out& out) {
+    step_through(out);
   }
 
   /// One step of the model through `out`: the three passes and the collectives between them.
   /// A twin's step goes on after the model's pass 1, from the arrivals it gathered there.
   template <class Out>
-  void step_through(Out& out) {
+  [[gnu::always_inline]] void step_through(Out& out) {
     exit_single = arrive(out) + whole_s;
     after_arrive(out);
     if (twin) {
       twin->exit_single = twin_arrive + twin->whole_s;
-      twin->after_arrive(twin_out);
+      twin->after_arrive(*twin_out);
       ++twin->step;
-      twin_last.frontier = twin_out.top;
-      twin_last.slowest_wall = twin_out.wall_max;
+      twin_last.frontier = twin_out->top;
+      twin_last.slowest_wall = twin_out->wall_max;
     }
   }
 
   /// The collectives and the passes after them.
   template <class Out>
-  void after_arrive(Out& out) {
+  [[gnu::always_inline]] void after_arrive(Out& out) {
     collectives();
     const double cb_arrive_max = leave(out);
     if (sync_callbacks) release_callbacks(out, cb_arrive_max + barrier_s);
@@ -388,7 +484,7 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   const std::vector<double*> cols = m.begin_step(row);
   wall.resize(static_cast<std::size_t>(cfg.ranks));
   State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data(), &m, row};
-  st.step_through(out);
+  st.make_step(out);
   m.set_sync_wait_column(row, 2, st.wait_bwd);
   if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
   if (st.sample_fwd) m.set_fwd_event_column(row, st.fwd_event);
@@ -399,7 +495,7 @@ ModelStepper::StepMaxima ModelStepper::step_maxima() {
   auto& st = *s_;
   State::MaxOut out;
   st.begin_step(out);
-  st.step_through(out);
+  st.make_step(out);
   ++st.step;
   StepMaxima m;
   m.frontier = out.top;
@@ -415,6 +511,7 @@ void ModelStepper::add_twin(const ModelConfig& healthy, const inject::FaultPlan&
       !(healthy.variation == c.variation))
     throw std::invalid_argument("a model's twin must draw the same costs (ranks, seed, stage costs, variation)");
   st.twin = std::make_unique<State>(healthy, healthy_plan, false);
+  st.twin_out = std::make_unique<State::MaxOut>();
 }
 
 const ModelStepper::StepMaxima& ModelStepper::twin_maxima() const {

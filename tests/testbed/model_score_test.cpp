@@ -1,9 +1,14 @@
 // `sim` streams the model step by step: the evidence must be the whole-matrix path's, for every
 // scenario family (sync-wait side evidence, synchronised callbacks, sampled forward events).
 #include "sf/formats/formats.h"
+#include "sim/detail.h"
 #include "sf/testbed/testbed.h"
 
 #include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <iostream>
 
 namespace sf {
 namespace {
@@ -114,6 +119,62 @@ TEST(ModelScore, a_twin_must_draw_the_runs_costs_and_join_before_the_first_step)
   EXPECT_THROW(static_cast<void>(stepper.twin_maxima()), std::logic_error);
   static_cast<void>(stepper.step_maxima());
   EXPECT_THROW(stepper.add_twin(mc, plan), std::logic_error);
+}
+
+/// Sets which build of the model's passes the ModelSteppers made in its scope run.
+struct PassPathScope {
+  explicit PassPathScope(sim::PassPath p) { sim::model_pass_path = p; }
+  ~PassPathScope() { sim::model_pass_path = sim::PassPath::fastest; }
+};
+
+/// Cells of a and b (durations, walls, sync waits, forward events) that differ in any bit.
+int cells_differing(const frontier::StageMatrix& a, const frontier::StageMatrix& b) {
+  auto bits = [](double x) { return std::bit_cast<std::uint64_t>(x); };
+  int n = 0;
+  for (int t = 0; t < a.steps(); ++t)
+    for (int r = 0; r < a.ranks(); ++r) {
+      n += bits(a.wall(t, r)) != bits(b.wall(t, r));
+      for (int s = 0; s < a.stages(); ++s) {
+        n += bits(a.d(t, r, s)) != bits(b.d(t, r, s));
+        if (a.has_sync_wait()) n += bits(a.sync_wait(t, r, s)) != bits(b.sync_wait(t, r, s));
+      }
+      if (a.has_fwd_events()) n += bits(a.fwd_event_s(t, r)) != bits(b.fwd_event_s(t, r));
+    }
+  return n;
+}
+
+// Where the processor has AVX-512 the model's passes run as a build of their own (eight ranks per
+// instruction): its cells, side evidence and a twin's maxima must be the baseline build's, bit
+// for bit, in every sync mode and with faults on some ranks of some blocks only.
+TEST(ModelScore, the_wide_and_the_portable_builds_of_the_passes_make_the_same_bits) {
+  if (!sim::wide_passes_available()) std::cout << "[ note ] no AVX-512 here: both runs are the portable build\n";
+  auto single = config("comm_delay", 601, 17, 0.0);
+  single.sync_mode = sim::SyncMode::single;
+  auto many = config("data_tail", 700, 15, 0.5);
+  many.fault.target_count = 9;
+  many.variation = {0.05, sim::Heterogeneity::lognormal, 0.2};
+  for (const auto& mc : {config("bwd_compute", 300, 20, 0.25), config("callback_sync_tail", 513, 12, 0.0), single, many}) {
+    SCOPED_TRACE(mc.fault.scenario + ", " + std::to_string(mc.ranks) + " ranks");
+    const auto plan = sim::model_plan(mc);
+    auto healthy = mc;
+    healthy.fault.scenario = "none";
+    healthy.fault.delay_ms.reset();
+    healthy.sync_callbacks = mc.sync_callbacks || plan.scenario->sync_callbacks;
+    const auto healthy_plan = sim::model_plan(healthy);
+    formats::Window w[2];
+    testbed::ModelScorePair both[2];
+    for (int i = 0; i < 2; ++i) {
+      PassPathScope path(i == 0 ? sim::PassPath::portable : sim::PassPath::fastest);
+      w[i] = sim::model_window(mc, plan);
+      both[i] = testbed::score_model_streaming_with_twin(mc, plan, {}, 2, healthy, healthy_plan);
+    }
+    EXPECT_EQ(cells_differing(w[0].matrix, w[1].matrix), 0);
+    EXPECT_EQ(formats::evidence_to_json(both[0].run.evidence).dump(), formats::evidence_to_json(both[1].run.evidence).dump());
+    EXPECT_EQ(both[0].twin.evidence.advances_s, both[1].twin.evidence.advances_s);
+    EXPECT_EQ(both[0].twin.evidence.exposed_makespan_s, both[1].twin.evidence.exposed_makespan_s);
+    EXPECT_EQ(both[0].twin.evidence.median_step_s, both[1].twin.evidence.median_step_s);
+    EXPECT_EQ(both[0].twin.makespan.wall_sum_s, both[1].twin.makespan.wall_sum_s);
+  }
 }
 
 TEST(ModelScore, a_window_built_step_by_step_is_the_model_window) {
