@@ -216,12 +216,10 @@ private:
   StageCosts base_;
   /// Per rank: its persistent factor, and the hash of (seed, rank) that every step's jitter
   /// indices start from (jitter_indices' first two rounds, taken once rather than per step).
-  struct Rank {
-    double factor;
-    std::uint64_t key;
-  };
-  std::vector<Rank> rank_;
+  std::vector<double> factor_;
+  std::vector<std::uint64_t> key_;
   std::vector<double> jitter_;  // per level; empty without jitter
+  bool wide_;                   // draw_block's AVX-512 build (where the CPU has it)
 };
 
 /// The model's transport (`sim` only; `run` pays what the real transport costs): a bucket of b

@@ -1,12 +1,14 @@
 // The shape of the synthetic step beside its costs: sync mode, gradient buckets, seed-controlled
 // cost variation and the model's transport. Shared by the workload (`run`) and the model (`sim`),
 // so both draw the same numbers for the same seed.
-#include "sf/sim/sim.h"
+#include "detail.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numbers>
+
+#include <immintrin.h>
 
 #include <unsupported/Eigen/SpecialFunctions>
 
@@ -162,8 +164,14 @@ StageCosts draw_costs(const StageCosts& base, const Variation& v, std::uint64_t 
 }
 
 CostSampler::CostSampler(const StageCosts& base, const Variation& v, std::uint64_t seed, int ranks)
-    : base_(base), rank_(static_cast<std::size_t>(std::max(ranks, 0))) {
-  for (int r = 0; r < ranks; ++r) rank_[r] = {rank_factor(v, seed, r), jitter_key(seed, r)};
+    : base_(base),
+      factor_(static_cast<std::size_t>(std::max(ranks, 0))),
+      key_(factor_.size()),
+      wide_(model_pass_path.load() == PassPath::fastest && wide_passes_available()) {
+  for (int r = 0; r < ranks; ++r) {
+    factor_[r] = rank_factor(v, seed, r);
+    key_[r] = jitter_key(seed, r);
+  }
   if (v.jitter_sigma > 0) {
     // The same exp(σ · z) draw_costs takes per draw, once per level.
     const auto& z = normal_quantiles();
@@ -173,32 +181,115 @@ CostSampler::CostSampler(const StageCosts& base, const Variation& v, std::uint64
 }
 
 StageCosts CostSampler::draw(int rank, std::int64_t step) const {
-  const auto& k = rank_[rank];
-  const double f = k.factor;
+  const double f = factor_[rank];
   if (jitter_.empty()) return costs_of(base_, f, [](int) { return 1.0; });
-  const auto idx = jitter_indices(k.key, step);
+  const auto idx = jitter_indices(key_[rank], step);
   return costs_of(base_, f, [&](int slot) { return jitter_[idx[slot]]; });
 }
 
-void CostSampler::draw_block(int r0, int len, std::int64_t step, Block& out) const {
-  const StageCosts& b = base_;
-  for (int j = 0; j < len; ++j) {
-    const auto& k = rank_[static_cast<std::size_t>(r0 + j)];
-    const double f = k.factor;
-    // costs_of's products in its order: base × f × jitter(slot); slot 1 (the loader) is not read.
-    double z[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    if (!jitter_.empty()) {
-      const auto idx = jitter_indices(k.key, step);
-      for (int s : {0, 2, 3, 4, 5, 6, 7}) z[s] = jitter_[idx[s]];
+namespace {
+
+/// draw_block for ranks r0 .. r0 + len − 1: one loop of hashes, table reads and products per
+/// block, no branch in it. Inlined into draw_block's two builds (draw_block_wide).
+[[gnu::always_inline]] inline void draw_costs_of_block(const StageCosts& b, const double* factor,
+                                                       const std::uint64_t* key, const double* jitter, int len,
+                                                       std::int64_t step, CostSampler::Block& out) {
+  if (jitter == nullptr) {
+    for (int j = 0; j < len; ++j) {
+      const double f = factor[j];
+      // costs_of's products in its order: base × f × jitter(slot), jitter 1 here
+      out.data[j] = b.data_ms * f * 1.0;
+      out.fwd_host[j] = b.fwd_host_ms * f * 1.0;
+      out.fwd_device[j] = b.fwd_device_ms * f * 1.0;
+      out.bwd_host[j] = b.bwd_host_ms * f * 1.0;
+      out.bwd_device[j] = b.bwd_device_ms * f * 1.0;
+      out.callbacks[j] = b.callbacks_ms * f * 1.0;
+      out.optim[j] = b.optim_ms * f * 1.0;
     }
-    out.data[j] = b.data_ms * f * z[0];
-    out.fwd_host[j] = b.fwd_host_ms * f * z[2];
-    out.fwd_device[j] = b.fwd_device_ms * f * z[3];
-    out.bwd_host[j] = b.bwd_host_ms * f * z[4];
-    out.bwd_device[j] = b.bwd_device_ms * f * z[5];
-    out.callbacks[j] = b.callbacks_ms * f * z[6];
-    out.optim[j] = b.optim_ms * f * z[7];
+    return;
   }
+  for (int j = 0; j < len; ++j) {
+    const double f = factor[j];
+    // jitter_indices: two hashed words, four 16-bit levels each; slot 1 (the loader) is not read
+    const std::uint64_t h = mix(key[j] ^ static_cast<std::uint64_t>(step));
+    const std::uint64_t w0 = mix(h ^ 1), w1 = mix(h ^ 2);
+    auto z = [&](int slot) {
+      const std::uint64_t w = slot < 4 ? w0 : w1;
+      return jitter[(w >> (16 * (slot % 4))) & 0xffff];
+    };
+    out.data[j] = b.data_ms * f * z(0);
+    out.fwd_host[j] = b.fwd_host_ms * f * z(2);
+    out.fwd_device[j] = b.fwd_device_ms * f * z(3);
+    out.bwd_host[j] = b.bwd_host_ms * f * z(4);
+    out.bwd_device[j] = b.bwd_device_ms * f * z(5);
+    out.callbacks[j] = b.callbacks_ms * f * z(6);
+    out.optim[j] = b.optim_ms * f * z(7);
+  }
+}
+
+/// Eight words shifted right by n bits. The masked forms (here and the gather's) with every lane
+/// on: GCC 12 warns of the undefined pass-through value the unmasked intrinsics carry.
+[[gnu::target("avx512f")]] inline __m512i shr8(__m512i z, __m512i n) { return _mm512_maskz_srlv_epi64(0xff, z, n); }
+
+/// SplitMix64's finaliser (mix) on eight words.
+[[gnu::target("avx512f,avx512dq")]] inline __m512i mix8(__m512i z) {
+  z = _mm512_add_epi64(z, _mm512_set1_epi64(static_cast<long long>(0x9e3779b97f4a7c15ull)));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, shr8(z, _mm512_set1_epi64(30))),
+                         _mm512_set1_epi64(static_cast<long long>(0xbf58476d1ce4e5b9ull)));
+  z = _mm512_mullo_epi64(_mm512_xor_si512(z, shr8(z, _mm512_set1_epi64(27))),
+                         _mm512_set1_epi64(static_cast<long long>(0x94d049bb133111ebull)));
+  return _mm512_xor_si512(z, shr8(z, _mm512_set1_epi64(31)));
+}
+
+/// draw_costs_of_block with AVX-512 (where the CPU has it): eight ranks' hashes (64-bit
+/// multiplies) and table reads (gathers) per instruction, the same operations on the same words,
+/// the products in the same order (never fused: sf_sim builds with -ffp-contract=off), so the
+/// draws are the same bits.
+[[gnu::target("avx512f,avx512dq")]] void draw_costs_of_block_wide(const StageCosts& b, const double* factor,
+                                                                 const std::uint64_t* key, const double* jitter,
+                                                                 int len, std::int64_t step, CostSampler::Block& out) {
+  const int whole = jitter == nullptr ? 0 : len / 8 * 8;
+  const __m512i step8 = _mm512_set1_epi64(step);
+  const __m512i level = _mm512_set1_epi64(0xffff);
+  const std::array<double, 8> base = {b.data_ms, 0, b.fwd_host_ms, b.fwd_device_ms, b.bwd_host_ms, b.bwd_device_ms,
+                                      b.callbacks_ms, b.optim_ms};
+  const std::array<double*, 8> col = {out.data, nullptr, out.fwd_host, out.fwd_device, out.bwd_host, out.bwd_device,
+                                      out.callbacks, out.optim};
+  for (int j = 0; j < whole; j += 8) {
+    const __m512i h = mix8(_mm512_xor_si512(_mm512_loadu_si512(key + j), step8));
+    const __m512i w[2] = {mix8(_mm512_xor_si512(h, _mm512_set1_epi64(1))),
+                          mix8(_mm512_xor_si512(h, _mm512_set1_epi64(2)))};
+    const __m512d f = _mm512_loadu_pd(factor + j);
+    for (int slot : {0, 2, 3, 4, 5, 6, 7}) {
+      const __m512i idx = _mm512_and_si512(shr8(w[slot / 4], _mm512_set1_epi64(16 * (slot % 4))), level);
+      const __m512d z = _mm512_mask_i64gather_pd(_mm512_setzero_pd(), 0xff, idx, jitter, 8);
+      _mm512_storeu_pd(col[slot] + j, _mm512_mul_pd(_mm512_mul_pd(_mm512_set1_pd(base[slot]), f), z));
+    }
+  }
+  if (whole == len) return;
+  CostSampler::Block tail;
+  draw_costs_of_block(b, factor + whole, key + whole, jitter, len - whole, step, tail);
+  for (int slot : {0, 2, 3, 4, 5, 6, 7}) {
+    const double* from = slot == 0   ? tail.data
+                         : slot == 2 ? tail.fwd_host
+                         : slot == 3 ? tail.fwd_device
+                         : slot == 4 ? tail.bwd_host
+                         : slot == 5 ? tail.bwd_device
+                         : slot == 6 ? tail.callbacks
+                                     : tail.optim;
+    std::copy_n(from, len - whole, col[slot] + whole);
+  }
+}
+
+}  // namespace
+
+void CostSampler::draw_block(int r0, int len, std::int64_t step, Block& out) const {
+  const auto r = static_cast<std::size_t>(r0);
+  const double* jitter = jitter_.empty() ? nullptr : jitter_.data();
+  if (wide_)
+    draw_costs_of_block_wide(base_, factor_.data() + r, key_.data() + r, jitter, len, step, out);
+  else
+    draw_costs_of_block(base_, factor_.data() + r, key_.data() + r, jitter, len, step, out);
 }
 
 double CommModel::seconds(double bytes, int ranks) const {

@@ -1,5 +1,6 @@
 // The step's shape: DDP bucket layout, seed-controlled cost variation, the bucketed model.
 #include "sf/sim/sim.h"
+#include "sim/detail.h"
 
 #include <gtest/gtest.h>
 
@@ -87,22 +88,28 @@ TEST(StepShape, jitter_levels_are_normal_quantiles_and_the_sampler_draws_what_dr
         ASSERT_EQ(a.callbacks_ms, b.callbacks_ms);
         ASSERT_EQ(a.optim_ms, b.optim_ms);
       }
-    // A block of the model's costs is draw()'s, column by column (a block at the end shorter).
-    sim::CostSampler::Block blk;
-    for (int r0 : {0, 60})
-      for (std::int64_t t : {0, 3, 100000}) {
-        sampler.draw_block(r0, 64 - r0, t, blk);
-        for (int j = 0; j < 64 - r0; ++j) {
-          const auto c = sampler.draw(r0 + j, t);
-          ASSERT_EQ(blk.data[j], c.data_ms);
-          ASSERT_EQ(blk.fwd_host[j], c.fwd_host_ms);
-          ASSERT_EQ(blk.fwd_device[j], c.fwd_device_ms);
-          ASSERT_EQ(blk.bwd_host[j], c.bwd_host_ms);
-          ASSERT_EQ(blk.bwd_device[j], c.bwd_device_ms);
-          ASSERT_EQ(blk.callbacks[j], c.callbacks_ms);
-          ASSERT_EQ(blk.optim[j], c.optim_ms);
+    // A block of the model's costs is draw()'s, column by column (a block at the end shorter, some
+    // ranks past a multiple of eight), in both builds of draw_block (AVX-512 where there is one).
+    for (const auto path : {sim::PassPath::portable, sim::PassPath::fastest}) {
+      sim::model_pass_path = path;
+      const sim::CostSampler built(base, v, 11, 64);
+      sim::model_pass_path = sim::PassPath::fastest;
+      sim::CostSampler::Block blk;
+      for (int r0 : {0, 3, 60})
+        for (std::int64_t t : {0, 3, 100000}) {
+          built.draw_block(r0, 64 - r0, t, blk);
+          for (int j = 0; j < 64 - r0; ++j) {
+            const auto c = sampler.draw(r0 + j, t);
+            ASSERT_EQ(blk.data[j], c.data_ms);
+            ASSERT_EQ(blk.fwd_host[j], c.fwd_host_ms);
+            ASSERT_EQ(blk.fwd_device[j], c.fwd_device_ms);
+            ASSERT_EQ(blk.bwd_host[j], c.bwd_host_ms);
+            ASSERT_EQ(blk.bwd_device[j], c.bwd_device_ms);
+            ASSERT_EQ(blk.callbacks[j], c.callbacks_ms);
+            ASSERT_EQ(blk.optim[j], c.optim_ms);
+          }
         }
-      }
+    }
   }
   // Costs of one rank-step drawn independently: pairwise correlation of their logs near 0.
   const sim::Variation v{0.1, sim::Heterogeneity::none, 0};
