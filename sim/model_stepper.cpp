@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <emmintrin.h>
+
 // Before a loop over a block's ranks whose arrays (the row's columns, the per-rank state, the
 // block's scratch) never overlap: vectorise it without the overlap checks at run time.
 #if defined(__clang__)
@@ -25,6 +27,19 @@ constexpr int kBlock = CostSampler::Block::kMax;  // ranks a pass takes at a tim
 constexpr double kZeros[kBlock] = {};             // a block's delays where the fault does not act
 
 /// The largest of v[0 .. len) (len >= 1; the model's times are finite).
+/// Copies src[0, len) to dst by non-temporal stores where dst is 16-byte aligned: arrays a pass
+/// writes and a later pass reads back, after the whole row went by (the caches cannot hold them),
+/// go to memory without being read from it first.
+[[gnu::always_inline]] inline void stream_to(double* dst, const double* src, int len) {
+  int j = 0;
+  if ((reinterpret_cast<std::uintptr_t>(dst) & 15) != 0 && len > 0) {
+    dst[0] = src[0];
+    j = 1;
+  }
+  for (; j + 2 <= len; j += 2) _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+  for (; j < len; ++j) dst[j] = src[j];
+}
+
 [[gnu::always_inline]] inline double block_max(const double* v, int len) { return Eigen::Map<const Eigen::ArrayXd>(v, len).maxCoeff(); }
 }  // namespace
 
@@ -73,6 +88,11 @@ struct ModelStepper::State {
     void staged(int, int) {}
     double* ends(int r0) { return wall + r0; }
     void ended(int, int) {}
+    /// Pass 1's stages of the block (the row's cells are read again only when leave() commits it).
+    [[gnu::always_inline]] void put01(int r0, int len, const double* s0, const double* s1) {
+      stream_to(col[0] + r0, s0, len);
+      stream_to(col[1] + r0, s1, len);
+    }
     void done(int r_end) { m->commit_ranks(row, r_end, wall); }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
@@ -94,6 +114,16 @@ struct ModelStepper::State {
       top[S] = std::max(top[S], block_max(p, len));
     }
     double* ends(int) { return block[5]; }
+    [[gnu::always_inline]] void put01(int r0, int len, const double* s0, const double* s1) {
+      double p0[kBlock], p1[kBlock];
+      for (int j = 0; j < len; ++j) {
+        p0[j] = 0.0 + s0[j];
+        p1[j] = p0[j] + s1[j];
+      }
+      top[0] = std::max(top[0], block_max(p0, len));
+      top[1] = std::max(top[1], block_max(p1, len));
+      stream_to(prefix + r0, p1, len);
+    }
     [[gnu::always_inline]] void ended(int r0, int len) {
       const double* p = prefix + r0;
       double residual[kBlock];
@@ -184,6 +214,7 @@ struct ModelStepper::State {
   struct Block {
     double hb[kBlock], dev[kBlock], dev_fwd[kBlock], bwd_dev[kBlock], entry[kBlock], bwd_host[kBlock],
         launched[kBlock];
+    double s0[kBlock], s1[kBlock], bs[kBlock], cb[kBlock], opt[kBlock], od[kBlock];  // pass 1's results
     double delay[kSites][kBlock];  // per site, where the fault acts on a rank of the block
   };
 
@@ -214,10 +245,9 @@ struct ModelStepper::State {
     const double *d_data = at(Site::data), *d_fdev = at(Site::forward_device), *d_fhost = at(Site::forward_host),
                  *d_bdev = at(Site::backward_device), *d_entry = at(Site::backward_collective),
                  *d_cb = at(Site::callbacks), *d_opt = at(Site::optimizer);
-    double* s0 = out.template stage<0>(r0);
-    double* s1 = out.template stage<1>(r0);
+    double *s0 = b.s0, *s1 = b.s1;
     const double* h0 = host.data() + r0;
-    double *bs = bwd_start.data() + r0, *cb = callbacks_s.data() + r0, *opt = optim_s.data() + r0;
+    double *bs = b.bs, *cb = b.cb, *opt = b.opt;
     SF_NO_ALIAS_ACROSS_RANKS
     for (int j = 0; j < len; ++j) {
       const double data = c.data[j] * 1e-3 + d_data[j];
@@ -242,18 +272,20 @@ struct ModelStepper::State {
     }
     if constexpr (Out::kSide)
       if (sample_fwd) std::copy_n(b.dev_fwd, len, fwd_event.data() + r0);
-    out.template staged<0>(r0, len);
-    out.template staged<1>(r0, len);
+    stream_to(bwd_start.data() + r0, bs, len);
+    stream_to(callbacks_s.data() + r0, cb, len);
+    stream_to(optim_s.data() + r0, opt, len);
+    out.put01(r0, len, s0, s1);
     if (cfg.sync_mode != SyncMode::single) {
       buckets_of_block<Out::kSide>(r0, len, b);
       return 0;
     }
-    double* od = own_done.data() + r0;
-    SF_NO_ALIAS_ACROSS_RANKS
+    double* od = b.od;
     for (int j = 0; j < len; ++j) {
       const double dev = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j];
       od[j] = std::max(b.hb[j] + b.bwd_host[j], dev) + b.entry[j];  // arrival at the collective
     }
+    stream_to(own_done.data() + r0, od, len);
     return block_max(od, len);
   }
 
@@ -271,12 +303,12 @@ struct ModelStepper::State {
       } else {
         for (int j = 0; j < len; ++j) b.launched[j] = std::max(b.dev[j], b.launched[j]);
       }
-      if (kSide && i == B - 1) std::copy_n(b.launched, len, last_launch.data() + r0);
+      if (kSide && i == B - 1) stream_to(last_launch.data() + r0, b.launched, len);
       all_in[i] = std::max(all_in[i], block_max(b.launched, len));
       for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
     }
-    double* od = own_done.data() + r0;
-    for (int j = 0; j < len; ++j) od[j] = std::max(b.hb[j], b.dev[j]);
+    for (int j = 0; j < len; ++j) b.od[j] = std::max(b.hb[j], b.dev[j]);
+    stream_to(own_done.data() + r0, b.od, len);
   }
 
   /// Pass 1 over every block of ranks; the time every rank has entered each collective (the max
@@ -303,6 +335,7 @@ struct ModelStepper::State {
       arrive_max = std::max(arrive_max, arrive_block(out, sd, r0, len, c, b));
       if (twin) twin_arrive = std::max(twin_arrive, twin->arrive_block(*twin_out, twin_sd, r0, len, c, b));
     }
+    _mm_sfence();  // the streamed stores before anything after them (another thread reads the row)
     return arrive_max;
   }
 
