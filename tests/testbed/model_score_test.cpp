@@ -66,6 +66,15 @@ TEST(ModelScore, the_accounted_reference_is_the_labelled_one_where_the_verdict_r
   }
 }
 
+/// The run without its fault, as sim's reference is made (testbed/simulate.cpp).
+sim::ModelConfig healthy_of(const sim::ModelConfig& mc, const inject::FaultPlan& plan) {
+  auto healthy = mc;
+  healthy.fault.scenario = "none";
+  healthy.fault.delay_ms.reset();
+  healthy.sync_callbacks = mc.sync_callbacks || plan.scenario->sync_callbacks;
+  return healthy;
+}
+
 // sim's reference past Evidence::kStandingMaxRanks ranks is the run's healthy twin, stepped in the
 // run's own passes on the run's draws: the run must be what it is alone, the twin what
 // score_model_accounting makes of the healthy config on its own, bit for bit.
@@ -77,10 +86,7 @@ TEST(ModelScore, a_twin_stepped_in_the_runs_passes_is_the_healthy_run_accounted_
   for (const auto& mc : {config("data_tail", 300, 40, 0.0), config("callback_sync_tail", 64, 25, 0.25), single, hetero,
                          config("fwd_device", 1, 9, 0.5)}) {
     const auto plan = sim::model_plan(mc);
-    auto healthy = mc;
-    healthy.fault.scenario = "none";
-    healthy.fault.delay_ms.reset();
-    healthy.sync_callbacks = mc.sync_callbacks || plan.scenario->sync_callbacks;
+    const auto healthy = healthy_of(mc, plan);
     const auto healthy_plan = sim::model_plan(healthy);
     const auto alone = testbed::score_model_accounting(healthy, healthy_plan);
     for (int threads : {1, 2}) {
@@ -156,10 +162,7 @@ TEST(ModelScore, the_wide_and_the_portable_builds_of_the_passes_make_the_same_bi
   for (const auto& mc : {config("bwd_compute", 300, 20, 0.25), config("callback_sync_tail", 513, 12, 0.0), single, many}) {
     SCOPED_TRACE(mc.fault.scenario + ", " + std::to_string(mc.ranks) + " ranks");
     const auto plan = sim::model_plan(mc);
-    auto healthy = mc;
-    healthy.fault.scenario = "none";
-    healthy.fault.delay_ms.reset();
-    healthy.sync_callbacks = mc.sync_callbacks || plan.scenario->sync_callbacks;
+    const auto healthy = healthy_of(mc, plan);
     const auto healthy_plan = sim::model_plan(healthy);
     formats::Window w[2];
     testbed::ModelScorePair both[2];
