@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 #include <iostream>
+#include <limits>
 
 namespace sf {
 namespace {
@@ -178,6 +179,18 @@ TEST(ModelScore, the_wide_and_the_portable_builds_of_the_passes_make_the_same_bi
     EXPECT_EQ(both[0].twin.evidence.median_step_s, both[1].twin.evidence.median_step_s);
     EXPECT_EQ(both[0].twin.makespan.wall_sum_s, both[1].twin.makespan.wall_sum_s);
   }
+}
+
+// The timeline takes every cost as time spent (the device is free by the next forward only so):
+// a negative or non-finite cost is refused, by validate with a line and by the stepper itself.
+TEST(ModelScore, a_cost_below_zero_or_not_finite_is_refused) {
+  for (const double bad : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    auto mc = config("data_tail", 8, 2, 0.0);
+    mc.costs.optim_ms = bad;
+    EXPECT_NE(sim::validate(mc).find("stage costs must be finite and >= 0"), std::string::npos);
+    EXPECT_THROW(sim::ModelStepper(mc, sim::model_plan(mc)), std::invalid_argument);
+  }
+  EXPECT_EQ(sim::validate(config("data_tail", 8, 2, 0.0)), "");
 }
 
 TEST(ModelScore, a_window_built_step_by_step_is_the_model_window) {
