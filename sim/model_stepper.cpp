@@ -123,10 +123,12 @@ struct ModelStepper::State {
     double block[6][kBlock];   // a block's stages and walls
     template <int S>
     double* stage(int) { return block[S]; }
+    /// Stages 2 on (pass 1's come through put01).
     template <int S>
     [[gnu::always_inline]] void staged(int r0, int len) {
+      static_assert(S >= 2);
       double* p = prefix + r0;
-      for (int j = 0; j < len; ++j) p[j] = (S == 0 ? 0.0 : p[j]) + block[S][j];
+      for (int j = 0; j < len; ++j) p[j] += block[S][j];
       top[S] = std::max(top[S], block_max(p, len));
     }
     double* ends(int) { return block[5]; }
@@ -185,11 +187,7 @@ struct ModelStepper::State {
         targeted(p.ranks),
         sampler(c.costs, c.variation, c.seed, draws ? c.ranks : 0) {
     // The timeline takes every cost as time spent (arrive_block relies on it).
-    const auto& k = c.costs;
-    for (const double ms : {k.data_ms, k.loader_ms, k.fwd_host_ms, k.fwd_device_ms, k.bwd_host_ms, k.bwd_device_ms,
-                            k.callbacks_ms, k.optim_ms})
-      if (!(ms >= 0) || !std::isfinite(ms))
-        throw std::invalid_argument("model stage cost " + std::to_string(ms) + " ms: expected a finite cost >= 0");
+    if (const auto v = validate(c.costs); !v.empty()) throw std::invalid_argument("model: " + v);
     std::sort(targeted.begin(), targeted.end());
     const auto buckets = bucket_floats(cfg.layout);
     B = buckets.size();

@@ -144,6 +144,9 @@ struct StageCosts {
     return c;
   }
 };
+/// "" when every cost is finite and >= 0 ms (the model's timeline takes each as time spent),
+/// else what is wrong.
+std::string validate(const StageCosts& c);
 
 /// How the gradients are synchronised: one blocking collective after backward (`single`, the
 /// step the paper's comparison was built on), or DDP's buckets launched as backward produces them

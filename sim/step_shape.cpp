@@ -130,6 +130,13 @@ const std::vector<double>& normal_quantiles() {
   return z;
 }
 
+std::string validate(const StageCosts& c) {
+  for (const double ms : {c.data_ms, c.loader_ms, c.fwd_host_ms, c.fwd_device_ms, c.bwd_host_ms, c.bwd_device_ms,
+                          c.callbacks_ms, c.optim_ms})
+    if (!(ms >= 0) || !std::isfinite(ms)) return "stage costs must be finite and >= 0 ms (one is " + std::to_string(ms) + ")";
+  return "";
+}
+
 std::string validate(const Variation& v) {
   if (!(v.jitter_sigma >= 0) || v.jitter_sigma > 1) return "--jitter must be in [0, 1]";
   if (!(v.rank_sigma >= 0) || v.rank_sigma > 2) return "--rank-sigma must be in [0, 2]";
