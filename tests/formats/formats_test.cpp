@@ -1,5 +1,6 @@
 #include "sf/formats/formats.h"
 #include "sf/verify/verify.h"
+#include "formats/stage_text.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -642,6 +643,126 @@ TEST(Csv, seconds_read_as_std_from_chars_read_them) {
       }
     }
   }
+}
+
+// The plain rows read whole with AVX-512 (formats/plain_row.cpp) must be read as the field-by-field
+// path reads them: the same rows taken, the same step, rank and values to the bit. Random rows mix
+// what a recorder writes (decimals of 1 to 25 fraction digits, leading zeros, integers, 16 to 21
+// significant digits) with what the wide path leaves (signs, exponents, blanks, "5." and ".5",
+// two points, empty fields, fields past 32 bytes, lines past 192 bytes, 15 values or more). Each
+// line lies between digits and points that are not its own, so a read past its ends would show.
+namespace {
+std::string random_cell(std::mt19937_64& rng, bool integer) {
+  char buf[96];
+  const auto pick = rng() % 100;
+  if (integer) {
+    if (pick < 80) return std::to_string(rng() % 5000);
+    if (pick < 85) return "000" + std::to_string(rng() % 100);
+    if (pick < 90) return std::to_string(rng() >> (rng() % 64));  // up to 20 digits: past int64 at times
+    if (pick < 93) return "1.0";
+    if (pick < 96) return "-" + std::to_string(rng() % 10);
+    return "";
+  }
+  const double x = std::ldexp(static_cast<double>(rng() >> 11), -53) * std::pow(10.0, static_cast<int>(rng() % 12) - 8);
+  if (pick < 55) {  // the shortest form that reads back, as a recorder writes it (fixed or not)
+    const auto r = std::to_chars(buf, buf + sizeof buf, x);
+    return std::string(buf, r.ptr);
+  }
+  if (pick < 75) {  // fixed with 1 to 25 fraction digits
+    std::snprintf(buf, sizeof buf, "%.*f", 1 + static_cast<int>(rng() % 25), x);
+    return buf;
+  }
+  if (pick < 80) {
+    std::snprintf(buf, sizeof buf, "%0*.*f", 5 + static_cast<int>(rng() % 10), static_cast<int>(rng() % 6), x * 1000);
+    return buf;  // leading zeros
+  }
+  if (pick < 84) return std::to_string(rng() % 100000);
+  if (pick < 86) return std::to_string(rng()) + "." + std::to_string(rng() % 1000);  // 20+ digits
+  if (pick < 88) return "0." + std::string(rng() % 30, '0') + std::to_string(rng() % 1000000);
+  static const char* const odd[] = {"5.", ".5", "1.2.3", "-1.5", "+1", "1e5", "2.5E-3", " 1", "1 ", "", "0", "0.0", "00",
+                                    "9999999999999999999", "18446744073709551616", "1.8446744073709551615", "12345678901234567890123456789012.5"};
+  return odd[rng() % std::size(odd)];
+}
+}  // namespace
+
+TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
+  namespace fd = formats::detail;
+  if (!fd::plain_row_wide_available()) GTEST_SKIP() << "no AVX-512 VBMI2 here: every row goes field by field";
+  std::mt19937_64 rng(4404);
+  int wide_took = 0, rows = 0;
+  for (int trial = 0; trial < 60000; ++trial) {
+    const std::size_t nvals = 1 + rng() % (trial % 10 == 0 ? 16 : 8);
+    std::string line = random_cell(rng, true) + "," + random_cell(rng, true);
+    for (std::size_t v = 0; v < nvals; ++v) line += "," + random_cell(rng, false);
+    if (rng() % 50 == 0) line += ",";  // a field too many
+    // The line between bytes that are not its own.
+    const std::string text = "12.5,7" + line + "3.25,0.5,1";
+    const std::string_view in(text.data() + 6, line.size());
+    std::vector<double> a(nvals, -1), b(nvals, -1);
+    std::int64_t sa = -1, ra = -1, sb = -1, rb = -1;
+    const bool by_field = fd::parse_plain_row_by_field(in, sa, ra, a, false);
+    const bool wide = fd::parse_plain_row_wide(in.data(), in.size(), sb, rb, b);
+    ++rows;
+    if (!wide) continue;
+    ++wide_took;
+    ASSERT_TRUE(by_field) << "the wide path took a line the field-by-field path refuses: '" << line << "'";
+    ASSERT_EQ(sa, sb) << line;
+    ASSERT_EQ(ra, rb) << line;
+    for (std::size_t v = 0; v < nvals; ++v)
+      ASSERT_EQ(std::bit_cast<std::uint64_t>(a[v]), std::bit_cast<std::uint64_t>(b[v])) << "value " << v << " of '" << line << "'";
+  }
+  // Not vacuous: the forms a recorder writes go the wide way (a row of 1 to 8 values, each a
+  // recorder's form at about 3 in 4).
+  EXPECT_GT(wide_took, rows / 10) << wide_took << " of " << rows;
+  // And a recorder's rows all do: the shortest forms of values from 1e-4 s on, to 14 values.
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::size_t nvals = 1 + rng() % 14;
+    std::string line = std::to_string(rng() % 100000) + "," + std::to_string(rng() % 4096);
+    for (std::size_t v = 0; v < nvals; ++v) {
+      char buf[40];
+      const double x = 1e-4 + std::ldexp(static_cast<double>(rng() >> 11), -53) * 5.0;
+      line += "," + std::string(buf, std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed).ptr);
+    }
+    if (line.size() > 192) continue;
+    std::vector<double> b(nvals);
+    std::int64_t s = 0, r = 0;
+    EXPECT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
+  }
+}
+
+TEST(Csv, whole_files_read_the_same_on_either_row_path) {
+  namespace fd = formats::detail;
+  std::mt19937_64 rng(4405);
+  auto read = [](const std::string& text, fd::RowPath path) -> std::string {
+    fd::plain_row_path = path;
+    std::string got;
+    try {
+      const auto w = formats::parse_stage_text(text, "f.csv", MatrixFormat::csv);
+      for (int t = 0; t < w[0].matrix.steps(); ++t)
+        for (int r = 0; r < w[0].matrix.world_size(); ++r)
+          for (int s = 0; s < 3; ++s) got += std::to_string(std::bit_cast<std::uint64_t>(w[0].matrix.d(t, r, s))) + ",";
+    } catch (const FormatError& e) {
+      got = e.what();
+    }
+    fd::plain_row_path = fd::RowPath::fastest;
+    return got;
+  };
+  // Files of random cells: most read, some refused at a bad cell (the message and its line
+  // must match too).
+  int read_whole = 0;
+  for (int file = 0; file < 40; ++file) {
+    std::string text = "step,rank,a,b,c,wall\n";
+    for (int t = 0; t < 30; ++t)
+      for (int r = 0; r < 8; ++r) {
+        text += std::to_string(t) + "," + std::to_string(r);
+        for (int v = 0; v < 4; ++v) text += "," + (file % 2 ? random_cell(rng, false) : std::to_string(rng() % 1000) + ".125");
+        text += "\n";
+      }
+    const std::string fast = read(text, fd::RowPath::fastest);
+    EXPECT_EQ(fast, read(text, fd::RowPath::portable)) << "file " << file;
+    read_whole += fast.find("f.csv") == std::string::npos;
+  }
+  EXPECT_GE(read_whole, 20);
 }
 
 // Spreadsheet forms: a separator ending every line, Excel's sep= line, wall in any column.

@@ -1,0 +1,196 @@
+// The plain CSV rows a recorder writes ("0,3,0.0052390269162987625,12,3.5") read whole with
+// AVX-512 (issue 44, part 4: `score` on one core). A field-by-field parser finds each field's end
+// from its own digits, one dependent step after another, and sums digits a byte or eight at a
+// time; here one compare per 64 bytes marks every comma, point and stray byte of the line, so
+// every field's bounds are known at once, and every field's digits are summed in vector
+// registers, two fields per register. The decimal's value is then rounded by fast_float's own
+// Eisel-Lemire step (compute_float, to_float), the one fast_float::from_chars ends in: a correctly
+// rounded value is unique, so the value is from_chars' to the bit.
+//
+// A narrower set of lines than the field-by-field path: digits with one point or none (no sign,
+// exponent, blank or quote), a field of at most 32 bytes, an integer part and a fraction each at
+// least one digit ("5." and ".5" are left), at most 19 significant digits, a line of at most 192
+// bytes; any other line, and a case Eisel-Lemire leaves undecided, returns false and goes field
+// by field, which decides it. Loads are masked to the line: no byte outside it is read.
+#include "stage_text.h"
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SF_PLAIN_ROW_WIDE 1
+#endif
+
+namespace sf::formats::detail {
+
+#if SF_PLAIN_ROW_WIDE
+
+namespace {
+
+constexpr std::size_t kMaxLine = 192;   // three 64-byte registers
+constexpr std::size_t kMaxFields = 16;  // step, rank and up to 14 values (a byte lane each)
+constexpr std::uint64_t kE8 = 100000000, kE16 = kE8 * kE8;
+
+#define SF_WIDE_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,popcnt")))
+
+alignas(64) constexpr std::uint8_t kIota[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                                16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                                                48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/// v's byte lanes picked by idx. (The masked forms throughout: GCC 12 warns of the undefined
+/// pass-through the plain ones carry.)
+SF_WIDE_TARGET inline __m512i permute(__m512i idx, __m512i v) { return _mm512_maskz_permutexvar_epi8(~std::uint64_t{0}, idx, v); }
+
+/// v's bytes moved k lanes up (zeros below).
+SF_WIDE_TARGET inline __m512i shift_up(__m512i v, unsigned k, __m512i iota) {
+  return _mm512_maskz_permutexvar_epi8(~std::uint64_t{0} << k, _mm512_sub_epi8(iota, _mm512_set1_epi8(static_cast<char>(k))), v);
+}
+
+/// The positions (bytes, in order) of the bits set in a 192-bit mark.
+SF_WIDE_TARGET inline __m512i positions(const __mmask64 m[3], __m512i iota) {
+  const __m512i sixty_four = _mm512_set1_epi8(64);
+  const __m512i iota64 = _mm512_add_epi8(iota, sixty_four), iota128 = _mm512_add_epi8(iota64, sixty_four);
+  const auto k0 = static_cast<unsigned>(_mm_popcnt_u64(m[0])), k1 = static_cast<unsigned>(_mm_popcnt_u64(m[1]));
+  __m512i at = _mm512_maskz_compress_epi8(m[0], iota);
+  at = _mm512_or_si512(at, shift_up(_mm512_maskz_compress_epi8(m[1], iota64), k0, iota));
+  return _mm512_or_si512(at, shift_up(_mm512_maskz_compress_epi8(m[2], iota128), k0 + k1, iota));
+}
+
+}  // namespace
+
+SF_WIDE_TARGET bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank,
+                                         std::span<double> vals) {
+  const std::size_t fields = vals.size() + 2;
+  if (vals.empty() || n == 0 || n > kMaxLine || fields > kMaxFields) return false;
+  const __m512i iota = _mm512_load_si512(kIota), zero = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
+  // The line in three registers (zeros past it), its commas, points and stray bytes marked.
+  __m512i row[3];
+  __mmask64 comma[3], point[3], stray = 0;
+  for (std::size_t w = 0; w < 3; ++w) {
+    const std::size_t left = n > 64 * w ? n - 64 * w : 0;
+    const __mmask64 in = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(left, 64)));
+    row[w] = _mm512_maskz_loadu_epi8(in, p + 64 * std::min<std::size_t>(w, (n - 1) / 64));
+    comma[w] = _mm512_mask_cmpeq_epi8_mask(in, row[w], _mm512_set1_epi8(','));
+    point[w] = _mm512_mask_cmpeq_epi8_mask(in, row[w], _mm512_set1_epi8('.'));
+    const __mmask64 digit = _mm512_mask_cmplt_epu8_mask(in, _mm512_sub_epi8(row[w], _mm512_set1_epi8('0')), _mm512_set1_epi8(10));
+    stray |= in & ~(comma[w] | point[w] | digit);
+  }
+  if (stray) return false;
+  const std::size_t commas = static_cast<std::size_t>(_mm_popcnt_u64(comma[0]) + _mm_popcnt_u64(comma[1]) + _mm_popcnt_u64(comma[2]));
+  if (commas + 1 != fields) return false;
+  // At most a point per value field (and positions() sees fewer than 64 marks).
+  const auto points = static_cast<std::size_t>(_mm_popcnt_u64(point[0]) + _mm_popcnt_u64(point[1]) + _mm_popcnt_u64(point[2]));
+  if (points > fields - 2) return false;
+
+  // Per field (byte lane f): its end (a comma, the line's end for the last), whether it has a
+  // point, and the position after its point (0 for none).
+  const __mmask64 live = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(fields));
+  const __m512i n_bytes = _mm512_set1_epi8(static_cast<char>(n));
+  __m512i end, after_point;
+  __mmask64 has;
+  if (points + 2 == fields) {
+    // The common line, a point in every value: its commas and points in order are
+    // e0 e1 p2 e2 p3 e3 ... p(F-1) when every comma is where that order puts one.
+    const __mmask64 mark[3] = {comma[0] | point[0], comma[1] | point[1], comma[2] | point[2]};
+    const __m512i at = positions(mark, iota);
+    const __m512i f = iota, twice = _mm512_add_epi8(iota, iota);
+    end = _mm512_mask_mov_epi8(permute(_mm512_mask_sub_epi8(f, ~std::uint64_t{3}, twice, one), at), std::uint64_t{1} << commas,
+                               n_bytes);
+    const __mmask64 at_comma = _mm512_cmpeq_epi8_mask(
+        _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(end, _mm512_set1_epi8(static_cast<char>(128))), permute(end, row[2]),
+                               _mm512_permutex2var_epi8(row[0], end, row[1])),
+        _mm512_set1_epi8(','));
+    const __mmask64 commas_at = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(commas));
+    if ((at_comma & commas_at) != commas_at) return false;
+    has = live & ~std::uint64_t{3};
+    after_point = _mm512_maskz_add_epi8(has, permute(_mm512_sub_epi8(twice, _mm512_set1_epi8(2)), at), one);
+  } else {
+    end = _mm512_mask_mov_epi8(positions(comma, iota), std::uint64_t{1} << commas, n_bytes);
+    // The points before each field's end, counted point by point; a field's own are its count
+    // less the field before's: one or none, none in step and rank (lanes 0 and 1).
+    __m512i below = zero;
+    for (std::size_t w = 0; w < 3; ++w)
+      for (std::uint64_t m = point[w]; m; m = _blsr_u64(m))
+        below = _mm512_mask_add_epi8(below, _mm512_cmpgt_epu8_mask(end, _mm512_set1_epi8(static_cast<char>(64 * w + _tzcnt_u64(m)))),
+                                     below, one);
+    const __m512i own = _mm512_sub_epi8(below, shift_up(below, 1, iota));
+    has = _mm512_mask_cmpeq_epi8_mask(live, own, one);
+    if (_mm512_mask_cmpgt_epu8_mask(live, own, one) | (has & 3)) return false;
+    after_point = _mm512_maskz_add_epi8(has, permute(_mm512_sub_epi8(below, one), positions(point, iota)), one);
+  }
+  const __m512i start = shift_up(_mm512_add_epi8(end, one), 1, iota);
+  const __m512i len = _mm512_sub_epi8(end, start);
+  const __mmask64 bad = _mm512_mask_cmpeq_epi8_mask(live, len, zero) | _mm512_mask_cmpgt_epu8_mask(live, len, _mm512_set1_epi8(32)) |
+                        _mm512_mask_cmpeq_epi8_mask(has, after_point, _mm512_add_epi8(start, one)) |  // "x,.5"
+                        _mm512_mask_cmpeq_epi8_mask(has, after_point, end);                          // "x,5."
+  if (bad) return false;
+  // Each field right-aligned in a 32-byte window ending at its end: window byte j reads line byte
+  // end - 32 + j, less one up to the point (so the point is squeezed out and the digits run
+  // unbroken to the window's end); the field's digits are the window's last len - has bytes.
+  const __m512i base = _mm512_sub_epi8(end, _mm512_set1_epi8(32));
+  const __m512i first_digit = _mm512_add_epi8(_mm512_sub_epi8(_mm512_set1_epi8(32), len), _mm512_maskz_mov_epi8(has, one));
+  alignas(16) std::int8_t exp10[64];  // minus the fraction's digits
+  _mm512_store_si512(exp10, _mm512_maskz_sub_epi8(has, after_point, end));
+
+  const __m512i j = _mm512_and_si512(iota, _mm512_set1_epi8(31));
+  const __m512i pair_lane = _mm512_srli_epi16(_mm512_and_si512(iota, _mm512_set1_epi8(32)), 5);  // 0 x 32, 1 x 32 (bytes)
+  std::uint64_t value[kMaxFields];
+  __mmask8 too_long = 0;  // a high half of 1000 or more: past 19 significant digits
+  for (std::size_t f = 0; f < fields; f += 2) {
+    const __m512i sel = _mm512_add_epi8(pair_lane, _mm512_set1_epi8(static_cast<char>(f)));
+    __m512i idx = _mm512_add_epi8(permute(sel, base), j);
+    idx = _mm512_mask_sub_epi8(idx, _mm512_cmplt_epu8_mask(idx, permute(sel, after_point)), idx, one);
+    const __mmask64 mine = _mm512_cmpge_epu8_mask(j, permute(sel, first_digit)) &
+                           (f + 1 < fields ? ~std::uint64_t{0} : 0xffffffffu);
+    const __m512i bytes = _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(idx, _mm512_set1_epi8(static_cast<char>(128))),
+                                                 permute(idx, row[2]), _mm512_permutex2var_epi8(row[0], idx, row[1]));
+    const __m512i digits = _mm512_maskz_sub_epi8(mine, bytes, _mm512_set1_epi8('0'));
+    // Digits to 16-digit halves: pairs, fours, eights, then e0 * 10^8 + e1 per 16 bytes.
+    const __m512i pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010A));
+    const __m512i fours = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00010064));
+    const __m512i packed = _mm512_packus_epi32(fours, fours);
+    const __m512i eights = _mm512_madd_epi16(packed, _mm512_set1_epi32(0x00012710));
+    const __m512i halves = _mm512_add_epi64(_mm512_maskz_mul_epu32(0xff, eights, _mm512_set1_epi64(static_cast<long long>(kE8))),
+                                            _mm512_maskz_srli_epi64(0xff, eights, 32));
+    // lanes 0 and 4: high16 * 10^16 + low16 (the low halves are lanes 2 and 6)
+    too_long |= _mm512_mask_cmpge_epu64_mask(0x11, halves, _mm512_set1_epi64(1000));
+    const __m512i both = _mm512_add_epi64(_mm512_maskz_mullo_epi64(0xff, halves, _mm512_set1_epi64(static_cast<long long>(kE16))),
+                                          _mm512_maskz_alignr_epi64(0xff, halves, halves, 2));
+    value[f] = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_maskz_extracti64x2_epi64(0x3, both, 0)));
+    if (f + 1 < fields) value[f + 1] = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_maskz_extracti64x2_epi64(0x3, both, 2)));
+  }
+  if (too_long) return false;
+  if (value[0] > static_cast<std::uint64_t>(INT64_MAX) || value[1] > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  for (std::size_t i = 2; i < fields; ++i) {
+    double v = 0.0;
+    if (value[i] != 0) {
+      const fast_float::adjusted_mantissa am = fast_float::compute_float<fast_float::binary_format<double>>(exp10[i], value[i]);
+      if (am.power2 < 0) return false;  // Eisel-Lemire undecided: from_chars compares digits
+      fast_float::to_float(false, am, v);
+    }
+    vals[i - 2] = v;
+  }
+  step = static_cast<std::int64_t>(value[0]);
+  rank = static_cast<std::int64_t>(value[1]);
+  return true;
+}
+
+bool plain_row_wide_available() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+                          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+  return yes;
+}
+
+#else
+
+bool parse_plain_row_wide(const char*, std::size_t, std::int64_t&, std::int64_t&, std::span<double>) { return false; }
+bool plain_row_wide_available() { return false; }
+
+#endif
+
+}  // namespace sf::formats::detail
