@@ -31,6 +31,7 @@ namespace {
 constexpr std::size_t kMaxLine = 192;   // three 64-byte registers
 constexpr std::size_t kMaxFields = 16;  // step, rank and up to 14 values (a byte lane each)
 constexpr std::uint64_t kE8 = 100000000, kE16 = kE8 * kE8;
+constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
 #define SF_WIDE_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,popcnt")))
@@ -59,24 +60,43 @@ SF_WIDE_TARGET inline __m512i positions(const __mmask64 m[3], __m512i iota) {
   return _mm512_or_si512(at, shift_up(_mm512_maskz_compress_epi8(m[2], iota128), k0 + k1, iota));
 }
 
-}  // namespace
-
-SF_WIDE_TARGET bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank,
-                                         std::span<double> vals) {
+/// The row at p: [p, p + n) when kFindEnd is false; with kFindEnd, the line that starts at p in
+/// the `n` bytes there, its end (a '\n', or the bytes' end) found among its first kMaxLine bytes
+/// and its length written to *line (npos when past them: the caller finds it).
+template <bool kFindEnd>
+SF_WIDE_TARGET [[gnu::always_inline]] inline bool wide_row(const char* p, std::size_t n, std::size_t* line, std::int64_t& step,
+                                                           std::int64_t& rank, std::span<double> vals) {
   const std::size_t fields = vals.size() + 2;
-  if (vals.empty() || n == 0 || n > kMaxLine || fields > kMaxFields) return false;
+  if (vals.empty() || n == 0 || fields > kMaxFields) return false;
+  if (!kFindEnd && n > kMaxLine) return false;
   const __m512i iota = _mm512_load_si512(kIota), zero = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
   // The line in three registers (zeros past it), its commas, points and stray bytes marked.
   __m512i row[3];
+  __mmask64 in[3];
+  const std::size_t look = std::min(n, kMaxLine);
+  for (std::size_t w = 0; w < 3; ++w) {
+    const std::size_t left = look > 64 * w ? look - 64 * w : 0;
+    in[w] = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(left, 64)));
+    row[w] = _mm512_maskz_loadu_epi8(in[w], p + 64 * std::min<std::size_t>(w, (look - 1) / 64));
+  }
+  if constexpr (kFindEnd) {
+    const __m512i nl = _mm512_set1_epi8('\n');
+    const __mmask64 at0 = _mm512_mask_cmpeq_epi8_mask(in[0], row[0], nl), at1 = _mm512_mask_cmpeq_epi8_mask(in[1], row[1], nl),
+                    at2 = _mm512_mask_cmpeq_epi8_mask(in[2], row[2], nl);
+    if (at0) n = _tzcnt_u64(at0);
+    else if (at1) n = 64 + _tzcnt_u64(at1);
+    else if (at2) n = 128 + _tzcnt_u64(at2);
+    else if (n > kMaxLine) n = npos;
+    *line = n;
+    if (n == npos || n == 0) return false;
+    for (std::size_t w = 0; w < 3; ++w) in[w] &= _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(n > 64 * w ? n - 64 * w : 0, 64)));
+  }
   __mmask64 comma[3], point[3], stray = 0;
   for (std::size_t w = 0; w < 3; ++w) {
-    const std::size_t left = n > 64 * w ? n - 64 * w : 0;
-    const __mmask64 in = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(left, 64)));
-    row[w] = _mm512_maskz_loadu_epi8(in, p + 64 * std::min<std::size_t>(w, (n - 1) / 64));
-    comma[w] = _mm512_mask_cmpeq_epi8_mask(in, row[w], _mm512_set1_epi8(','));
-    point[w] = _mm512_mask_cmpeq_epi8_mask(in, row[w], _mm512_set1_epi8('.'));
-    const __mmask64 digit = _mm512_mask_cmplt_epu8_mask(in, _mm512_sub_epi8(row[w], _mm512_set1_epi8('0')), _mm512_set1_epi8(10));
-    stray |= in & ~(comma[w] | point[w] | digit);
+    comma[w] = _mm512_mask_cmpeq_epi8_mask(in[w], row[w], _mm512_set1_epi8(','));
+    point[w] = _mm512_mask_cmpeq_epi8_mask(in[w], row[w], _mm512_set1_epi8('.'));
+    const __mmask64 digit = _mm512_mask_cmplt_epu8_mask(in[w], _mm512_sub_epi8(row[w], _mm512_set1_epi8('0')), _mm512_set1_epi8(10));
+    stray |= in[w] & ~(comma[w] | point[w] | digit);
   }
   if (stray) return false;
   const std::size_t commas = static_cast<std::size_t>(_mm_popcnt_u64(comma[0]) + _mm_popcnt_u64(comma[1]) + _mm_popcnt_u64(comma[2]));
@@ -178,6 +198,19 @@ SF_WIDE_TARGET bool parse_plain_row_wide(const char* p, std::size_t n, std::int6
   return true;
 }
 
+}  // namespace
+
+SF_WIDE_TARGET bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank,
+                                         std::span<double> vals) {
+  return wide_row<false>(p, n, nullptr, step, rank, vals);
+}
+
+SF_WIDE_TARGET bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step,
+                                          std::int64_t& rank, std::span<double> vals) {
+  line = npos;
+  return wide_row<true>(p, avail, &line, step, rank, vals);
+}
+
 bool plain_row_wide_available() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -189,6 +222,10 @@ bool plain_row_wide_available() {
 #else
 
 bool parse_plain_row_wide(const char*, std::size_t, std::int64_t&, std::int64_t&, std::span<double>) { return false; }
+bool parse_plain_line_wide(const char*, std::size_t, std::size_t& line, std::int64_t&, std::int64_t&, std::span<double>) {
+  line = static_cast<std::size_t>(-1);
+  return false;
+}
 bool plain_row_wide_available() { return false; }
 
 #endif

@@ -680,20 +680,26 @@ public:
     return true;
   }
 
+  /// A line read as parse_csv_row's first branch reads it: true for a plain row (its values in
+  /// vals, in file order), false for a line left to parse_csv_row.
+  bool plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals) const {
+    return h_.sep == ',' && detail::parse_plain_row(line, step, rank, vals, h_.lay.trailing_empty) && rank_fits(rank);
+  }
+  /// A plain row's rank the reader takes there (others go the general way, which words them).
+  bool rank_fits(std::int64_t rank) const { return rank < world_max_ && !(world_size_ > 0 && rank >= world_size_); }
+
   void parse(CsvBlock& b) const {
     const std::string_view text(b.text.data(), b.text.size());
     const std::size_t nvals = h_.lay.values;
     std::size_t used = 0;  // of b.vals: the plain rows' values, written in place
     auto take = [&](std::string_view line) {
       ++b.lines;
-      // (A line whose first byte is not blank is not blank: the common case skips the call.)
-      if ((line.empty() || detail::blank(line.front())) && detail::trim(line).empty()) return;
+      if (detail::blank_line(line)) return;
       CsvBlock::Entry e{b.lines, 0, 0, static_cast<std::uint32_t>(line.data() - text.data()),
                         static_cast<std::uint32_t>(line.size()), false};
       if (b.vals.size() < used + nvals) b.vals.resize(std::max(2 * b.vals.size(), used + nvals));
       const std::span<double> vals(b.vals.data() + used, nvals);
-      e.plain = h_.sep == ',' && detail::parse_plain_row(line, e.step, e.rank, vals, h_.lay.trailing_empty) &&
-                e.rank < world_max_ && !(world_size_ > 0 && e.rank >= world_size_);
+      e.plain = plain_row(line, e.step, e.rank, vals);
       if (e.plain) {
         h_.lay.order(vals);
         used += nvals;
@@ -759,12 +765,10 @@ public:
   CsvSource& operator=(const CsvSource&) = delete;
 
   bool next(Rec& rec) {
-    const std::size_t k = h_.stages.size();
-    const bool has_wall = h_.lay.wall_at.has_value();
     for (;;) {
-      if (!block_ || at_ == block_->entries.size()) {
+      if (!block_ || (in_line_ ? line_at_ >= block_->text.size() : at_ == block_->entries.size())) {
         if (block_) {
-          base_ += block_->lines;
+          base_ += in_line_ ? lines_ : block_->lines;
           const bool last = block_->last;
           release(std::move(block_));
           if (last) return false;
@@ -773,33 +777,51 @@ public:
         if (!block_->failed.empty()) throw ReadWhole{block_->failed};
         at_ = 0;
         val_ = 0;
+        line_at_ = 0;
+        lines_ = 0;
         continue;
       }
-      const CsvBlock::Entry& e = block_->entries[at_++];
-      const std::int64_t line_no = base_ + e.rel_line;
-      std::int64_t step = e.step, rank = e.rank;
+      std::int64_t line_no, step, rank;
       const double* v;
-      if (e.plain) {
-        v = block_->vals.data() + val_;
-        val_ += h_.lay.values;
-      } else {
-        const std::string_view line(block_->text.data() + e.begin, e.len);
-        if (!detail::parse_csv_row(line, line_no, h_, file_, opt_, fields_, vals_, step, rank)) continue;
+      if (in_line_) {
+        // One core: the block's lines read one at a time as asked for, the values into vals_
+        // (no block of parsed rows in between: each row's values are read back from the cache
+        // they were just written to).
+        // A plain row is read with its line's end found in the same registers (wide_lines_).
+        const char* const p = block_->text.data() + line_at_;
+        const std::size_t avail = block_->text.size() - line_at_;
+        std::size_t len = kNoEnd;
+        const bool plain = wide_lines_ && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank);
+        if (len == kNoEnd) {
+          const void* nl = std::memchr(p, '\n', avail);
+          len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
+        }
+        line_at_ += len + 1;
+        ++lines_;
+        line_no = base_ + lines_;
+        if (!plain) {
+          const std::string_view line(p, len);
+          if (detail::blank_line(line)) continue;
+          if (!detail::parse_csv_row(line, line_no, h_, file_, opt_, fields_, vals_, step, rank)) continue;
+        }
         h_.lay.order(vals_);
         v = vals_.data();
+      } else {
+        const CsvBlock::Entry& e = block_->entries[at_++];
+        line_no = base_ + e.rel_line;
+        step = e.step;
+        rank = e.rank;
+        if (e.plain) {
+          v = block_->vals.data() + val_;
+          val_ += h_.lay.values;
+        } else {
+          const std::string_view line(block_->text.data() + e.begin, e.len);
+          if (!detail::parse_csv_row(line, line_no, h_, file_, opt_, fields_, vals_, step, rank)) continue;
+          h_.lay.order(vals_);
+          v = vals_.data();
+        }
       }
-      // The widening check of the whole read, at the same line (a step inside the span seen
-      // cannot widen it).
-      if (pw_.noted > 0 && step >= pw_.min_step && step <= pw_.max_step) [[likely]]
-        ++pw_.noted;
-      else
-        detail::note_step(pw_, step, file_, line_no, opt_.limits);
-      rec.step = step;
-      rec.rank = static_cast<int>(rank);
-      rec.line = line_no;
-      rec.d = v;
-      rec.has_wall = has_wall;
-      rec.wall = has_wall ? v[k] : 0.0;
+      emit(rec, step, rank, line_no, v);
       return true;
     }
   }
@@ -850,11 +872,32 @@ private:
       cv_.notify_all();
     }
   }
+  /// rec from a line's values, after the whole read's widening check at the same line (a step
+  /// inside the span seen cannot widen it).
+  void emit(Rec& rec, std::int64_t step, std::int64_t rank, std::int64_t line_no, const double* v) {
+    if (pw_.noted > 0 && step >= pw_.min_step && step <= pw_.max_step) [[likely]]
+      ++pw_.noted;
+    else
+      detail::note_step(pw_, step, file_, line_no, opt_.limits);
+    const bool has_wall = h_.lay.wall_at.has_value();
+    rec.step = step;
+    rec.rank = static_cast<int>(rank);
+    rec.line = line_no;
+    rec.d = v;
+    rec.has_wall = has_wall;
+    rec.wall = has_wall ? v[h_.stages.size()] : 0.0;
+  }
+
   std::unique_ptr<CsvBlock> acquire() {
     if (workers_.empty()) {
+      // In line, a block's rows are read as next() asks for them, unless its lines end in
+      // "\r\n" or '\r' (CsvLines' splitting, the whole block parsed at once).
       auto b = spare_ ? std::move(spare_) : std::make_unique<CsvBlock>();
       if (!reader_.cut(*b)) mark_end(*b);
-      else reader_.parse(*b);
+      in_line_ = !b->text.empty() && !std::memchr(b->text.data(), '\r', b->text.size());
+      if (!in_line_) reader_.parse(*b);
+      wide_lines_ = h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_row_wide_available() &&
+                    detail::plain_row_path.load(std::memory_order_relaxed) == detail::RowPath::fastest;
       return b;
     }
     std::unique_lock lock(mu_);
@@ -886,6 +929,11 @@ private:
   std::int64_t base_;         // the line before the current block
   std::unique_ptr<CsvBlock> block_, spare_;
   std::size_t at_ = 0, val_ = 0;
+  static constexpr std::size_t kNoEnd = static_cast<std::size_t>(-1);
+  bool in_line_ = false;      // the current block's lines are read as asked for (one core)
+  bool wide_lines_ = false;   // in line: plain rows read by parse_plain_line_wide
+  std::size_t line_at_ = 0;   // in line: where the next line starts in the block's text
+  std::int64_t lines_ = 0;    // in line: the block's lines read so far, blank ones too
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -133,6 +133,9 @@ void parse_record(const nlohmann::json& o, const std::string& file, std::int64_t
 
 bool blank(char c);
 std::string_view trim(std::string_view s);
+/// A line of blanks only (or none). (A line whose first byte is not blank is not blank: the
+/// common case skips the call.)
+inline bool blank_line(std::string_view line) { return (line.empty() || blank(line.front())) && trim(line).empty(); }
 
 /// The refusal of a line past ReadLimits::max_line_bytes: line `line_no` of `file` (1-based).
 FormatError line_too_long(const std::string& file, std::int64_t line_no, std::int64_t limit);
@@ -282,6 +285,12 @@ inline std::from_chars_result parse_double(const char* first, const char* last, 
 /// same values as parse_plain_row_by_field to the bit, for a narrower set of lines: false leaves
 /// a line to it. Call only where plain_row_wide_available().
 bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals);
+/// The plain row that starts at p, its line's end found too: the line is the bytes up to the
+/// first '\n' among the `avail` bytes at p (all of them without one); its length goes to `line`
+/// when that end lies within the first 192 bytes (npos otherwise: the caller finds it), whether
+/// the row was read or not. (No '\r' may end the line; no separator may end every line.)
+bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step, std::int64_t& rank,
+                           std::span<double> vals);
 /// The processor has what parse_plain_row_wide uses (AVX-512 F, BW, VL; BMI).
 bool plain_row_wide_available();
 /// Which way parse_plain_row takes: the fastest the processor has, or field by field everywhere

@@ -3,6 +3,7 @@
 #include "formats/stage_text.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 #include <thread>
 #include <sys/stat.h>
@@ -995,13 +996,37 @@ void expect_same_window(const formats::Window& w, const CollectSink::Got& g) {
     }
 }
 
+/// Runs fn with this thread (and the threads it starts) on one processor: the streaming CSV
+/// reader then reads in line, each block's rows as they are asked for, where on two it has two
+/// threads parse blocks ahead. The mask is put back after.
+template <typename Fn>
+void on_one_cpu(Fn&& fn) {
+  cpu_set_t was, one;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof was, &was), 0);
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &was)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  fn();
+  ASSERT_EQ(::sched_setaffinity(0, sizeof was, &was), 0);
+}
+
+/// The streamed windows equal the whole read's, read ahead by two threads (where there are two
+/// processors) and in line on one.
 void expect_streams_as_read(const std::string& path, formats::ReadOptions opt = {}) {
   const auto whole = formats::read_stage_file(path, opt);
-  CollectSink sink;
-  std::string why;
-  ASSERT_EQ(formats::stream_stage_file(path, opt, sink, &why), formats::StreamStatus::streamed) << why;
-  ASSERT_EQ(sink.windows.size(), whole.size());
-  for (std::size_t i = 0; i < whole.size(); ++i) expect_same_window(whole[i], sink.windows[i]);
+  auto stream = [&](const char* how) {
+    CollectSink sink;
+    std::string why;
+    ASSERT_EQ(formats::stream_stage_file(path, opt, sink, &why), formats::StreamStatus::streamed) << how << ": " << why;
+    ASSERT_EQ(sink.windows.size(), whole.size()) << how;
+    for (std::size_t i = 0; i < whole.size(); ++i) expect_same_window(whole[i], sink.windows[i]);
+  };
+  stream("as the machine allows");
+  on_one_cpu([&] { stream("on one processor"); });
 }
 
 }  // namespace
@@ -1121,21 +1146,35 @@ TEST(Stream, steps_out_of_order_fall_back_to_the_whole_read) {
 }
 
 TEST(Stream, a_line_error_is_the_whole_reads_message_other_problems_are_left_to_it) {
-  const std::string bad = write_temp("bad.csv", "step,rank,a\n0,0,1\n0,1,x\n");
-  std::string streamed, whole;
+  // A bad cell, a blank line before it, a rank past --world-size, a row of empty cells, a line of
+  // blanks, a row too short: the same message and line streamed (ahead or in line) as read whole.
+  formats::ReadOptions sized;
+  sized.world_size = 2;
+  for (const auto& [text, opt] : {std::pair<std::string, formats::ReadOptions>{"step,rank,a\n0,0,1\n0,1,x\n", {}},
+                                  {"step,rank,a,b\n0,0,1.5,2\n\n  \n0,1,0.25,x\n", {}},
+                                  {"step,rank,a\n0,0,1\n0,1,2\n1,2,3\n", sized},
+                                  {"step,rank,a,b\n0,0,1,2\n,,,\n1,0,1\n", {}}}) {
+    const std::string bad = write_temp("bad.csv", text);
+    std::string whole;
+    try {
+      formats::read_stage_file(bad, opt);
+    } catch (const FormatError& e) {
+      whole = e.what();
+    }
+    EXPECT_FALSE(whole.empty()) << text;
+    auto streamed = [&] {
+      CollectSink sink;
+      try {
+        formats::stream_stage_file(bad, opt, sink);
+      } catch (const FormatError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    EXPECT_EQ(streamed(), whole) << text;
+    on_one_cpu([&] { EXPECT_EQ(streamed(), whole) << text << " (on one processor)"; });
+  }
   CollectSink sink;
-  try {
-    formats::stream_stage_file(bad, {}, sink);
-  } catch (const FormatError& e) {
-    streamed = e.what();
-  }
-  try {
-    formats::read_stage_file(bad);
-  } catch (const FormatError& e) {
-    whole = e.what();
-  }
-  EXPECT_FALSE(whole.empty());
-  EXPECT_EQ(streamed, whole);
   // A duplicate record is the window's error, reported after every line's: left to the whole read.
   const std::string dup = write_temp("dup.csv", "step,rank,a\n0,0,1\n0,0,2\n1,0,1\n");
   std::string why;
