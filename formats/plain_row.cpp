@@ -14,6 +14,7 @@
 // by field, which decides it. Loads are masked to the line: no byte outside it is read.
 #include "stage_text.h"
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -34,7 +35,7 @@ constexpr std::uint64_t kE8 = 100000000, kE16 = kE8 * kE8;
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
 #define SF_WIDE_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,popcnt")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,lzcnt,popcnt")))
 
 alignas(64) constexpr std::uint8_t kIota[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
@@ -58,6 +59,52 @@ SF_WIDE_TARGET inline __m512i positions(const __mmask64 m[3], __m512i iota) {
   __m512i at = _mm512_maskz_compress_epi8(m[0], iota);
   at = _mm512_or_si512(at, shift_up(_mm512_maskz_compress_epi8(m[1], iota64), k0, iota));
   return _mm512_or_si512(at, shift_up(_mm512_maskz_compress_epi8(m[2], iota128), k0 + k1, iota));
+}
+
+/// The high words of fast_float's 128-bit powers of five for 10^-31 .. 10^0, in that order: the
+/// only exponents a field of at most 32 bytes gives.
+struct FivePowers {
+  std::uint64_t high[32];
+  FivePowers() {
+    for (int q = -31; q <= 0; ++q)
+      high[q + 31] = fast_float::powers::power_of_five_128[2 * (q - fast_float::powers::smallest_power_of_five)];
+  }
+};
+const FivePowers kFive;
+
+/// w * 10^q as a double: fast_float's compute_float and to_float (Eisel-Lemire on its table of
+/// powers of five) for w below 10^19 and q in [-31, 0] only, where no result is subnormal or
+/// infinite and one product decides all but 1 value in 512: those, and fast_float's error case,
+/// go to compute_float itself. False where it leaves the rounding undecided (from_chars then
+/// compares digits).
+SF_WIDE_TARGET [[gnu::always_inline]] inline bool decimal(std::uint64_t w, std::int64_t q, double& out) {
+  if (w == 0) {
+    out = 0.0;
+    return true;
+  }
+  const int lz = static_cast<int>(_lzcnt_u64(w));
+  const fast_float::value128 product = fast_float::full_multiplication(w << lz, kFive.high[q + 31]);
+  const std::uint64_t high = product.high, low = product.low;
+  if ((high & 0x1ff) == 0x1ff || (low == ~std::uint64_t{0} && q < -27)) [[unlikely]] {
+    const fast_float::adjusted_mantissa am = fast_float::compute_float<fast_float::binary_format<double>>(q, w);
+    if (am.power2 < 0) return false;
+    fast_float::to_float(false, am, out);
+    return true;
+  }
+  const int upper = static_cast<int>(high >> 63);
+  std::uint64_t mantissa = high >> (upper + 9);
+  std::int64_t power2 = (((152170 + 65536) * q) >> 16) + 63 + upper - lz + 1023;
+  // Halfway between two doubles (nothing but zeros dropped, q in round-to-even's range): to even.
+  if (low <= 1 && q >= -4 && (mantissa & 3) == 1 && (mantissa << (upper + 9)) == high) mantissa &= ~std::uint64_t{1};
+  mantissa += mantissa & 1;
+  mantissa >>= 1;
+  if (mantissa >= (std::uint64_t{2} << 52)) {
+    mantissa = std::uint64_t{1} << 52;
+    ++power2;
+  }
+  mantissa &= ~(std::uint64_t{1} << 52);
+  out = std::bit_cast<double>(mantissa | static_cast<std::uint64_t>(power2) << 52);
+  return true;
 }
 
 /// The row at p: [p, p + n) when kFindEnd is false; with kFindEnd, the line that starts at p in
@@ -185,13 +232,7 @@ SF_WIDE_TARGET [[gnu::always_inline]] inline bool wide_row(const char* p, std::s
   if (too_long) return false;
   if (value[0] > static_cast<std::uint64_t>(INT64_MAX) || value[1] > static_cast<std::uint64_t>(INT64_MAX)) return false;
   for (std::size_t i = 2; i < fields; ++i) {
-    double v = 0.0;
-    if (value[i] != 0) {
-      const fast_float::adjusted_mantissa am = fast_float::compute_float<fast_float::binary_format<double>>(exp10[i], value[i]);
-      if (am.power2 < 0) return false;  // Eisel-Lemire undecided: from_chars compares digits
-      fast_float::to_float(false, am, v);
-    }
-    vals[i - 2] = v;
+    if (!decimal(value[i], exp10[i], vals[i - 2])) return false;
   }
   step = static_cast<std::int64_t>(value[0]);
   rank = static_cast<std::int64_t>(value[1]);
@@ -215,7 +256,8 @@ bool plain_row_wide_available() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
-                          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
+                          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") &&
+                          __builtin_cpu_supports("popcnt");
   return yes;
 }
 

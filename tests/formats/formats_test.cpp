@@ -731,6 +731,32 @@ TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
   }
 }
 
+// Halfway cases, where Eisel-Lemire rounds to even: integers 2^k + (2m + 1) * 2^(k - 53) for k
+// from 53 to 63 (exactly between two doubles), written plain and with zero fractions.
+TEST(Csv, rows_read_whole_round_halfway_values_as_field_by_field) {
+  namespace fd = formats::detail;
+  if (!fd::plain_row_wide_available()) GTEST_SKIP() << "no AVX-512 VBMI2 here: every row goes field by field";
+  std::mt19937_64 rng(4406);
+  int cases = 0;
+  for (int k = 53; k <= 63; ++k)
+    for (int trial = 0; trial < 200; ++trial) {
+      const std::uint64_t half = std::uint64_t{1} << (k - 53);
+      const std::uint64_t tie = (std::uint64_t{1} << k) + (2 * (rng() % (std::uint64_t{1} << 20)) + 1) * half;
+      const std::string digits = std::to_string(tie);
+      for (const std::string& cell : {digits, digits + ".0", digits + ".00", digits.substr(0, digits.size() - 1) + "." + digits.back()}) {
+        if (cell.size() - (cell.find('.') != std::string::npos) > 19) continue;
+        const std::string line = "1,2," + cell + ",0.5";
+        std::vector<double> a(2, -1), b(2, -1);
+        std::int64_t s = 0, r = 0;
+        ASSERT_TRUE(fd::parse_plain_row_by_field(line, s, r, a, false)) << line;
+        ASSERT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(a[0]), std::bit_cast<std::uint64_t>(b[0])) << line;
+        ++cases;
+      }
+    }
+  EXPECT_GT(cases, 4000);
+}
+
 TEST(Csv, whole_files_read_the_same_on_either_row_path) {
   namespace fd = formats::detail;
   std::mt19937_64 rng(4405);
