@@ -35,7 +35,7 @@ constexpr std::uint64_t kE8 = 100000000, kE16 = kE8 * kE8;
 constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
 #define SF_WIDE_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,lzcnt,popcnt")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2,bmi,bmi2,popcnt")))
 
 alignas(64) constexpr std::uint8_t kIota[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
                                                 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
@@ -77,12 +77,12 @@ const FivePowers kFive;
 /// infinite and one product decides all but 1 value in 512: those, and fast_float's error case,
 /// go to compute_float itself. False where it leaves the rounding undecided (from_chars then
 /// compares digits).
-SF_WIDE_TARGET [[gnu::always_inline]] inline bool decimal(std::uint64_t w, std::int64_t q, double& out) {
+[[gnu::always_inline]] SF_WIDE_TARGET inline bool decimal(std::uint64_t w, std::int64_t q, double& out) {
   if (w == 0) {
     out = 0.0;
     return true;
   }
-  const int lz = static_cast<int>(_lzcnt_u64(w));
+  const int lz = std::countl_zero(w);
   const fast_float::value128 product = fast_float::full_multiplication(w << lz, kFive.high[q + 31]);
   const std::uint64_t high = product.high, low = product.low;
   if ((high & 0x1ff) == 0x1ff || (low == ~std::uint64_t{0} && q < -27)) [[unlikely]] {
@@ -111,7 +111,7 @@ SF_WIDE_TARGET [[gnu::always_inline]] inline bool decimal(std::uint64_t w, std::
 /// the `n` bytes there, its end (a '\n', or the bytes' end) found among its first kMaxLine bytes
 /// and its length written to *line (npos when past them: the caller finds it).
 template <bool kFindEnd>
-SF_WIDE_TARGET [[gnu::always_inline]] inline bool wide_row(const char* p, std::size_t n, std::size_t* line, std::int64_t& step,
+[[gnu::always_inline]] SF_WIDE_TARGET inline bool wide_row(const char* p, std::size_t n, std::size_t* line, std::int64_t& step,
                                                            std::int64_t& rank, std::span<double> vals) {
   const std::size_t fields = vals.size() + 2;
   if (vals.empty() || n == 0 || fields > kMaxFields) return false;
@@ -256,8 +256,7 @@ bool plain_row_wide_available() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
-                          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("lzcnt") &&
-                          __builtin_cpu_supports("popcnt");
+                          __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
   return yes;
 }
 

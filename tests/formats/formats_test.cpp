@@ -1176,10 +1176,12 @@ TEST(Stream, a_line_error_is_the_whole_reads_message_other_problems_are_left_to_
   // blanks, a row too short: the same message and line streamed (ahead or in line) as read whole.
   formats::ReadOptions sized;
   sized.world_size = 2;
-  for (const auto& [text, opt] : {std::pair<std::string, formats::ReadOptions>{"step,rank,a\n0,0,1\n0,1,x\n", {}},
+  for (const auto& [case_text, case_opt] : {std::pair<std::string, formats::ReadOptions>{"step,rank,a\n0,0,1\n0,1,x\n", {}},
                                   {"step,rank,a,b\n0,0,1.5,2\n\n  \n0,1,0.25,x\n", {}},
                                   {"step,rank,a\n0,0,1\n0,1,2\n1,2,3\n", sized},
                                   {"step,rank,a,b\n0,0,1,2\n,,,\n1,0,1\n", {}}}) {
+    const std::string text = case_text;  // (named: a lambda below takes them)
+    const formats::ReadOptions opt = case_opt;
     const std::string bad = write_temp("bad.csv", text);
     std::string whole;
     try {
