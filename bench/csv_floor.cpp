@@ -1,8 +1,10 @@
-// The floor under `sf-testbed score FILE.csv` on one core (issue 44, part 4): the file's bytes read
+// A floor beside `sf-testbed score FILE.csv` on one core (issue 44, part 4): the file's bytes read
 // as the streaming reader reads them (pread of 512 KiB blocks), cut into lines with memchr, and every
-// field converted (std::from_chars for step and rank, fast_float for the seconds), nothing checked,
-// kept or scored. bench/score44.py runs it beside score and pandas: the CPU ratio pandas / this is
-// the most any reader built on these parts could show.
+// field converted field by field (std::from_chars for step and rank, fast_float for the seconds),
+// nothing checked, kept or scored. bench/score44.py runs it beside score and pandas: the CPU ratio
+// pandas / this is the most a reader built on those per-field parsers could show. (The reader's own
+// plain rows, formats/plain_row.cpp, are read whole with AVX-512 where the processor has it, below
+// this floor's per-row cost; score44.md measures both.)
 //
 //   sf_csv_floor FILE.csv      prints rows, fields and a checksum of the values (so none is skipped)
 #include <fast_float/fast_float.h>

@@ -7,8 +7,9 @@ OUT/score44.json (every run's figures) and OUT/score44.md (the table, made from 
   * both cores: the same commands without taskset; the figure is the wall ratio pandas / sf-testbed, honest only
     when the second core is free: the load average is written beside every round;
   * the floor (one core): bench/csv_floor.cpp reads the same file as the streaming reader does and converts every
-    field with the same parsers (std::from_chars, fast_float), nothing checked or scored: pandas / floor is the most
-    any `score` built on these parts could show.
+    field with the per-field parsers (std::from_chars, fast_float), nothing checked or scored: pandas / floor is the
+    most a `score` built on those parsers could show (the reader's plain rows are read whole with AVX-512 where the
+    processor has it: formats/plain_row.cpp).
 
 Each round runs the four commands of each mode (this build, the baseline binary, a build of the commit this work
 started from, pandas) in an order that
@@ -180,7 +181,7 @@ def markdown(res):
         f"{'met' if c['median'] >= CPU_TARGET else 'not met'} |",
         f"| pandas CPU / base CPU, one core | {fmt(f['cpu_one_core_pandas_over_base'])} | — |",
         f"| base CPU / new CPU, one core | {fmt(f['cpu_one_core_base_over_new'], 3)} | — |",
-        f"| pandas CPU / floor CPU, one core: the most any reader on these parsers could show | "
+        f"| pandas CPU / floor CPU, one core: the most a reader on the per-field parsers could show | "
         f"{fmt(f['cpu_one_core_pandas_over_floor'])} | — |",
         f"| new CPU / floor CPU, one core | {fmt(f['cpu_one_core_new_over_floor'])} | — |",
         f"| parent CPU / new CPU, one core: this work's own effect | {fmt(f['cpu_one_core_parent_over_new'], 3)} | — |",
