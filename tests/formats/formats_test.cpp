@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <bit>
@@ -1169,6 +1170,59 @@ TEST(Stream, steps_out_of_order_fall_back_to_the_whole_read) {
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].matrix.steps(), 2);
   EXPECT_TRUE(w[0].matrix.step_complete(0) && w[0].matrix.step_complete(1));
+}
+
+// On one processor a streamed CSV body is read through a mapping of the file. A file cut short
+// while it is read (here by the sink, as the first step reaches it) faults with SIGBUS past its new
+// end there; the reader must read on as pread sees the file: the windows are the whole read of the
+// cut file, and the SIGBUS action is left as it was.
+TEST(Stream, a_file_cut_while_read_through_a_mapping_reads_as_the_cut_file) {
+  class CuttingSink final : public formats::StepSink {
+  public:
+    CuttingSink(std::string path, std::uint64_t at) : path_(std::move(path)), at_(at) {}
+    void begin_window(const formats::WindowHead& head) override { open = CollectSink::Got{head, {}}; }
+    void add_step(const frontier::StageMatrix& step) override {
+      if (!cut) cut = ::truncate(path_.c_str(), static_cast<off_t>(at_)) == 0;
+      open.steps.push_back(step);
+    }
+    void end_window() override { windows.push_back(std::move(open)); }
+    std::vector<CollectSink::Got> windows;
+    CollectSink::Got open;
+    bool cut = false;
+
+  private:
+    std::string path_;
+    std::uint64_t at_;
+  };
+  std::mt19937_64 rng(4407);
+  std::string text = "step,rank,a,b,c,wall\n";
+  std::uint64_t cut_at = 0;
+  constexpr int kSteps = 400, kRanks = 64;  // ~5 MB: pages past the cut are read after it
+  for (int t = 0; t < kSteps; ++t) {
+    if (t == kSteps / 3) cut_at = text.size();  // the cut falls between two steps
+    for (int r = 0; r < kRanks; ++r) {
+      text += std::to_string(t) + "," + std::to_string(r);
+      for (int v = 0; v < 4; ++v) {
+        char buf[32];
+        text += "," + std::string(buf, std::to_chars(buf, buf + sizeof buf, std::ldexp(static_cast<double>(rng() >> 11), -55) + 0.125).ptr);
+      }
+      text += "\n";
+    }
+  }
+  struct sigaction before {};
+  ASSERT_EQ(::sigaction(SIGBUS, nullptr, &before), 0);
+  const std::string path = write_temp("cut_while_read.csv", text);
+  CuttingSink sink(path, cut_at);
+  std::string why;
+  on_one_cpu([&] { ASSERT_EQ(formats::stream_stage_file(path, {}, sink, &why), formats::StreamStatus::streamed) << why; });
+  ASSERT_TRUE(sink.cut);
+  const auto whole = formats::read_stage_file(path);  // the cut file
+  ASSERT_EQ(sink.windows.size(), whole.size());
+  for (std::size_t i = 0; i < whole.size(); ++i) expect_same_window(whole[i], sink.windows[i]);
+  EXPECT_EQ(whole[0].matrix.steps(), kSteps / 3);
+  struct sigaction after {};
+  ASSERT_EQ(::sigaction(SIGBUS, nullptr, &after), 0);
+  EXPECT_EQ(after.sa_handler, before.sa_handler);
 }
 
 TEST(Stream, a_line_error_is_the_whole_reads_message_other_problems_are_left_to_it) {
