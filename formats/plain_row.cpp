@@ -107,6 +107,23 @@ const FivePowers kFive;
   return true;
 }
 
+/// Two fields' digits (values 0..9, each field right-aligned in 32 bytes, zeros before it) as two
+/// values, in lanes 0 and 4: pairs, fours, eights summed, then e0 * 10^8 + e1 per 16 bytes (a
+/// high and a low half), then high * 10^16 + low; too_long notes a high half of 1000 or more (past
+/// 19 significant digits, where that sum would overflow).
+[[gnu::always_inline]] SF_WIDE_TARGET inline __m512i sum_two(__m512i digits, __mmask8& too_long) {
+  const __m512i pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010A));
+  const __m512i fours = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00010064));
+  const __m512i packed = _mm512_packus_epi32(fours, fours);
+  const __m512i eights = _mm512_madd_epi16(packed, _mm512_set1_epi32(0x00012710));
+  const __m512i halves = _mm512_add_epi64(_mm512_maskz_mul_epu32(0xff, eights, _mm512_set1_epi64(static_cast<long long>(kE8))),
+                                          _mm512_maskz_srli_epi64(0xff, eights, 32));
+  // the high halves are lanes 0 and 4, the low ones 2 and 6
+  too_long |= _mm512_mask_cmpge_epu64_mask(0x11, halves, _mm512_set1_epi64(1000));
+  return _mm512_add_epi64(_mm512_maskz_mullo_epi64(0xff, halves, _mm512_set1_epi64(static_cast<long long>(kE16))),
+                          _mm512_maskz_alignr_epi64(0xff, halves, halves, 2));
+}
+
 /// The row at p: [p, p + n) when kFindEnd is false; with kFindEnd, the line that starts at p in
 /// the `n` bytes there, its end (a '\n', or the bytes' end) found among its first kMaxLine bytes
 /// and its length written to *line (npos when past them: the caller finds it).
@@ -214,18 +231,7 @@ template <bool kFindEnd>
                            (f + 1 < fields ? ~std::uint64_t{0} : 0xffffffffu);
     const __m512i bytes = _mm512_mask_blend_epi8(_mm512_cmplt_epu8_mask(idx, _mm512_set1_epi8(static_cast<char>(128))),
                                                  permute(idx, row[2]), _mm512_permutex2var_epi8(row[0], idx, row[1]));
-    const __m512i digits = _mm512_maskz_sub_epi8(mine, bytes, _mm512_set1_epi8('0'));
-    // Digits to 16-digit halves: pairs, fours, eights, then e0 * 10^8 + e1 per 16 bytes.
-    const __m512i pairs = _mm512_maddubs_epi16(digits, _mm512_set1_epi16(0x010A));
-    const __m512i fours = _mm512_madd_epi16(pairs, _mm512_set1_epi32(0x00010064));
-    const __m512i packed = _mm512_packus_epi32(fours, fours);
-    const __m512i eights = _mm512_madd_epi16(packed, _mm512_set1_epi32(0x00012710));
-    const __m512i halves = _mm512_add_epi64(_mm512_maskz_mul_epu32(0xff, eights, _mm512_set1_epi64(static_cast<long long>(kE8))),
-                                            _mm512_maskz_srli_epi64(0xff, eights, 32));
-    // lanes 0 and 4: high16 * 10^16 + low16 (the low halves are lanes 2 and 6)
-    too_long |= _mm512_mask_cmpge_epu64_mask(0x11, halves, _mm512_set1_epi64(1000));
-    const __m512i both = _mm512_add_epi64(_mm512_maskz_mullo_epi64(0xff, halves, _mm512_set1_epi64(static_cast<long long>(kE16))),
-                                          _mm512_maskz_alignr_epi64(0xff, halves, halves, 2));
+    const __m512i both = sum_two(_mm512_maskz_sub_epi8(mine, bytes, _mm512_set1_epi8('0')), too_long);
     value[f] = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_maskz_extracti64x2_epi64(0x3, both, 0)));
     if (f + 1 < fields) value[f + 1] = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_maskz_extracti64x2_epi64(0x3, both, 2)));
   }
