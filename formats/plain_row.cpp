@@ -216,7 +216,7 @@ template <bool kFindEnd>
   // unbroken to the window's end); the field's digits are the window's last len - has bytes.
   const __m512i base = _mm512_sub_epi8(end, _mm512_set1_epi8(32));
   const __m512i first_digit = _mm512_add_epi8(_mm512_sub_epi8(_mm512_set1_epi8(32), len), _mm512_maskz_mov_epi8(has, one));
-  alignas(16) std::int8_t exp10[64];  // minus the fraction's digits
+  alignas(64) std::int8_t exp10[64];  // minus the fraction's digits
   _mm512_store_si512(exp10, _mm512_maskz_sub_epi8(has, after_point, end));
 
   const __m512i j = _mm512_and_si512(iota, _mm512_set1_epi8(31));
