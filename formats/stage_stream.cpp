@@ -663,7 +663,6 @@ public:
   }
   bool mapped() const { return base_ != nullptr; }
   const char* data() const { return base_; }
-  std::size_t size() const { return size_; }
   /// A read of the mapping found the file cut short under it (the bytes read since the last
   /// look may be zeros that were never the file's).
   bool cut() const { return fault_ != 0; }
@@ -909,15 +908,9 @@ public:
         // One core: the block's lines read one at a time as asked for, the values into vals_
         // (no block of parsed rows in between: each row's values are read back from the cache
         // they were just written to).
-        // A plain row is read with its line's end found in the same registers (wide_lines_).
         const char* const p = block_->text.data() + line_at_;
-        const std::size_t avail = block_->text.size() - line_at_;
-        std::size_t len = kNoEnd;
-        const bool plain = wide_lines_ && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank);
-        if (len == kNoEnd) {
-          const void* nl = std::memchr(p, '\n', avail);
-          len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
-        }
+        std::size_t len;
+        const bool plain = take_line(p, block_->text.size() - line_at_, wide_lines_, len, step, rank);
         line_at_ += len + 1;
         ++lines_;
         line_no = base_ + lines_;
@@ -994,25 +987,34 @@ private:
       cv_.notify_all();
     }
   }
+  /// Whether this file's plain rows are read with parse_plain_line_wide (',' separated, no
+  /// separator ending every line, the processor and plain_row_path allowing).
+  bool wide_lines() const { return h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide(); }
+  /// One processor: the line at p (avail bytes there), its length into len; true when it is a
+  /// plain row read whole (step, rank, vals_), its line end found in the same registers.
+  bool take_line(const char* p, std::size_t avail, bool wide, std::size_t& len, std::int64_t& step, std::int64_t& rank) {
+    len = kNoEnd;
+    const bool plain = wide && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank);
+    if (len == kNoEnd) {
+      const void* nl = std::memchr(p, '\n', avail);
+      len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
+    }
+    return plain;
+  }
+
   /// One processor, the body mapped: the next record from the mapping (as the in-line path
   /// reads a block's lines), true with rec set or false at the body's end; with the mapping
   /// closed when a line cannot be taken from it (the file cut short under it, a '\r' or a zero
   /// byte, a line past --max-line-bytes): the reader then reads on from that line with pread
   /// (next()), which words or takes it as it always has.
   bool next_mapped(Rec& rec) {
-    const bool wide = h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_row_wide_available() &&
-                      detail::plain_row_path.load(std::memory_order_relaxed) == detail::RowPath::fastest;
+    const bool wide = wide_lines();
     for (;;) {
       if (map_at_ >= map_end_) return false;
       const char* const p = map_.data() + map_at_;
-      const std::size_t avail = map_end_ - map_at_;
-      std::size_t len = kNoEnd;
+      std::size_t len;
       std::int64_t step = 0, rank = 0;
-      const bool plain = wide && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank);
-      if (len == kNoEnd) {
-        const void* nl = std::memchr(p, '\n', avail);
-        len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
-      }
+      const bool plain = take_line(p, map_end_ - map_at_, wide, len, step, rank);
       if (!plain) {
         if (len <= reader_.max_line()) line_copy_.assign(p, len);  // (the general path reads the copy)
         if (map_.cut() || len > reader_.max_line() || line_copy_.find_first_of(std::string_view("\r\0", 2)) != std::string::npos)
@@ -1064,8 +1066,7 @@ private:
       if (!reader_.cut(*b)) mark_end(*b);
       in_line_ = !b->text.empty() && !std::memchr(b->text.data(), '\r', b->text.size());
       if (!in_line_) reader_.parse(*b);
-      wide_lines_ = h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_row_wide_available() &&
-                    detail::plain_row_path.load(std::memory_order_relaxed) == detail::RowPath::fastest;
+      wide_lines_ = wide_lines();
       return b;
     }
     std::unique_lock lock(mu_);
@@ -1103,7 +1104,7 @@ private:
   std::int64_t map_lines_ = 0;  // lines read from the mapping, blank ones too
   std::string line_copy_;       // a line the general path reads, copied out of the mapping
   bool in_line_ = false;      // the current block's lines are read as asked for (one core)
-  bool wide_lines_ = false;   // in line: plain rows read by parse_plain_line_wide
+  bool wide_lines_ = false;   // in line: wide_lines(), as the block was acquired
   std::size_t line_at_ = 0;   // in line: where the next line starts in the block's text
   std::int64_t lines_ = 0;    // in line: the block's lines read so far, blank ones too
   std::vector<std::thread> workers_;

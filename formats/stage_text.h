@@ -297,13 +297,17 @@ bool plain_row_wide_available();
 /// (tests compare the two).
 enum class RowPath { fastest, portable };
 inline std::atomic<RowPath> plain_row_path{RowPath::fastest};
+/// Whether plain rows go the wide way now: the processor has it and plain_row_path allows it.
+inline bool plain_rows_wide() {
+  static const bool wide = plain_row_wide_available();
+  return wide && plain_row_path.load(std::memory_order_relaxed) == RowPath::fastest;
+}
 
 /// A data line of the plain form (see parse_plain_row_by_field): whole with AVX-512 where the
 /// processor has it, field by field for every line that leaves.
 inline bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
                             bool trailing_sep = false) {
-  static const bool wide = plain_row_wide_available();
-  if (wide && plain_row_path.load(std::memory_order_relaxed) == RowPath::fastest) {
+  if (plain_rows_wide()) {
     std::string_view body = line;
     if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
     bool ends_right = !trailing_sep;  // with a separator ending every line, that one ends it
