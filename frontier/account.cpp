@@ -101,12 +101,14 @@ template <bool kEights>
   return r;
 }
 
-/// Stage s of out from its prefixes p[0, r_count) (missing ranks at −inf), their largest value
-/// top.top and the largest of the rest top.second; f_prev: F[t,s−1] (0 at the first stage).
-/// Returns F[t,s].
-template <bool kEights>
+/// Stage s of out from its prefixes (missing ranks at −inf), their largest value top.top and the
+/// largest of the rest top.second; f_prev: F[t,s−1] (0 at the first stage). Returns F[t,s].
+/// unique_leader(attain): the one rank whose prefix is ≥ attain (asked only when exactly one is);
+/// prefixes(): P[t,·,s], r_count values (asked only when several ranks attain the frontier).
+template <class UniqueLeader, class Prefixes>
 [[gnu::always_inline]] inline double settle_stage(const AccountOptions& opt, int s, const TopTwo& top, double f_prev,
-                                                  const double* p, int r_count, StepFrontier& out) {
+                                                  int r_count, UniqueLeader unique_leader, Prefixes prefixes,
+                                                  StepFrontier& out) {
   const double f = top.top;
   out.frontier[s] = f;
   const double a = f - f_prev;  // ≥ 0: prefixes are nondecreasing, so is their max
@@ -117,10 +119,11 @@ template <bool kEights>
   if (f >= attain && top.second < attain) [[likely]] {
     // Exactly one rank attains F[t,s]; the runner-up is the largest of the others.
     if (r_count > 1) out.gap[s] = std::isfinite(top.second) ? f - top.second : 0.0;
-    if (a > 0) out.leader[s] = first_not_below<kEights>(p, r_count, attain);
+    if (a > 0) out.leader[s] = unique_leader(attain);
     return f;
   }
   // Several ranks within the tie tolerance (or none, for a negative tolerance).
+  const double* p = prefixes();
   int count = 0, first = 0;
   double below = kNegInf;
   for (int r = 0; r < r_count; ++r) {
@@ -156,8 +159,11 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
   }
   const auto block = m.step_block(t);
   double f_prev = 0;
+  const double* row = p.data();
   for (int s = 0; s < s_count; ++s)
-    f_prev = settle_stage<false>(opt, s, add_stage(p.data(), block.col(s).data(), r_count), f_prev, p.data(), r_count, out);
+    f_prev = settle_stage(
+        opt, s, add_stage(p.data(), block.col(s).data(), r_count), f_prev, r_count,
+        [&](double attain) { return first_not_below<false>(row, r_count, attain); }, [&] { return row; }, out);
 }
 
 void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
@@ -169,7 +175,26 @@ void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const
     TopTwo two;
     two.top = top[s];
     two.second = second[s];
-    f_prev = settle_stage<true>(opt, s, two, f_prev, prefix[s], ranks, out);
+    const double* row = prefix[s];
+    f_prev = settle_stage(
+        opt, s, two, f_prev, ranks, [&](double attain) { return first_not_below<true>(row, ranks, attain); },
+        [&] { return row; }, out);
+  }
+}
+
+void account_from_tops(const AccountOptions& opt, int ranks, std::span<const double> top, std::span<const double> second,
+                       std::span<const int> first_top, const std::function<const double*(int)>& prefixes,
+                       StepFrontier& out) {
+  const int s_count = static_cast<int>(top.size());
+  reset_row(s_count, out);
+  double f_prev = 0;
+  for (int s = 0; s < s_count; ++s) {
+    TopTwo two;
+    two.top = top[s];
+    two.second = second[s];
+    // Exactly one rank at or above `attain`: the one whose prefix is the largest.
+    f_prev = settle_stage(
+        opt, s, two, f_prev, ranks, [&](double) { return first_top[s]; }, [&] { return prefixes(s); }, out);
   }
 }
 

@@ -6,9 +6,11 @@
 #include "sf/frontier/frontier.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <new>
@@ -66,6 +68,12 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
 /// which any order of max and min finds). Bit for bit account_step's row.
 void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
                            std::span<const double> top, std::span<const double> second, StepFrontier& out);
+/// account_from_prefixes without the prefixes at hand: first_top[s] is the first rank whose
+/// prefix is top[s], and prefixes(s) forms P[t,·,s] (as account_step forms it) only where
+/// several ranks attain the frontier within the tie tolerance. Bit for bit the same row.
+void account_from_tops(const AccountOptions& opt, int ranks, std::span<const double> top, std::span<const double> second,
+                       std::span<const int> first_top, const std::function<const double*(int)>& prefixes,
+                       StepFrontier& out);
 /// account()'s result before any step: every step unscored.
 Accounting empty_accounting(const StageMatrix& m);
 /// Step t's accounting f (account_step's) into acc's row t, as account() stores it.
@@ -117,6 +125,34 @@ struct MiddleHint {
 /// array read later (x.size() values or more): the bracket's pass fetches it towards L2.
 Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* hint = nullptr,
                  SelectPath path = SelectPath::fastest, const double* next = nullptr);
+/// The middle of n values that a pass of the caller's hands over block by block and never
+/// stores whole (the lag's prefixes, formed in WindowStats' rank pass): begin() sets the bracket
+/// middle_of would filter them through — the hint's, or, in its sample mode, one read off the
+/// values at places i·n/m, i < m = sample_count(n), which the caller forms first — add() filters
+/// each block through it, in order, and finish() selects among those kept: middle_of's values
+/// and hint, bit for bit. begin() is false where middle_of would not bracket (no guess yet, no
+/// AVX-512, fewer than 64 values) and finish() where the bracket missed (the hint not moved):
+/// the caller then forms the values and calls middle_of with the same hint, which brackets,
+/// misses and moves it as it would have.
+class StreamedMiddle {
+public:
+  static std::size_t sample_count(std::size_t n);
+  /// `sample`: the m values at places i·n/m when hint.sample (reordered here), else unread.
+  bool begin(MiddleHint& hint, std::size_t n, std::span<double> sample);
+  void add(const double* v, std::size_t len);  // nothing when begin() was false
+  bool finish(SelectScratch& scratch, Middle& out);
+
+private:
+  MiddleHint* hint_ = nullptr;  // null: begin() was false
+  std::size_t n_ = 0, inside_ = 0, below_ = 0;
+  double lo_ = 0, hi_ = 0;
+  bool sampled_ = false;
+  std::unique_ptr<double[]> keep_;  // the values inside [lo_, hi_], 8 spare slots past them
+  std::size_t cap_ = 0;
+};
+/// Whether a rank pass may run lean (WindowStats::rank_pass: no prefix rows kept); tests turn it
+/// off to check the lean pass against the one that keeps them. Only the time depends on it.
+inline std::atomic<bool> lean_rank_pass{true};
 /// The median of n − 1 values: the n values' order statistics a[k−1] = lo, a[k] = mid and (n odd)
 /// a[k+1] = hi, k = n/2, without the value v (the standings' leave-one-out rule: with n − 1 even,
 /// the upper middle). n ≥ 2.
@@ -308,7 +344,14 @@ private:
   /// prefixes rank_pass keeps for the lag's medians (the same values, the same order per rank).
   void segment_pass(const PresentStep& d, bool complete, bool prefixes);
   /// L[t,s] = F[t,s] − median_r P[t,r,s] per stage into step_lag_ (the prefixes of rank_pass).
-  void step_lag(const StepFrontier& f, std::span<const double> cohort_median, int n);
+  void step_lag(const StepFrontier& f, std::span<const double> cohort_median, const PresentStep& d);
+  /// P[t,·,s] of a complete step, formed again from its stages (0 + d0 + … + ds, the rank pass's
+  /// sums) into formed_ where the lean rank pass kept no row of it.
+  const double* formed_prefix(const PresentStep& d, int s);
+  /// A lean rank pass's set-up (the lag's brackets, samples formed where a hint asks) and its
+  /// work on stage s of a block once the block's prefixes p are formed.
+  void begin_lean(const PresentStep& d);
+  void lean_block(int s, int i0, int len, const double* p, double top_before);
   /// The lag's sums: increments per group, the value at each group's last stage, their spread.
   void add_lag(std::span<const double> lag);
   /// Static-gain numerators and the residual-leader counterfactual advances (from rank_pass).
@@ -440,6 +483,13 @@ private:
   bool telemetry_summed_ = false;        // this step: rank_pass added the residual, overlap and wall sums
   std::vector<double> chain_sum_;        // rank_pass: its running sums (scratch)
   std::vector<double> prefix0_, prefix_top_, prefix_second_;  // rank_pass with `accounts`: see there
+  /// This step's rank pass was lean (a complete step accounted, no counterfactual asked): it kept
+  /// no prefix row (prefix_, prefix0_), but each stage's first top (first_top_) and the lag's
+  /// middles bracketed as its blocks went by (lag_mid_, the stages from 1 on).
+  bool lean_ = false;
+  std::vector<int> first_top_;
+  std::vector<StreamedMiddle> lag_mid_;
+  std::vector<double> formed_, lag_sample_;
   std::vector<const double*> prefix_rows_;  // add_step_accounting: P[t,·,s] per stage
   std::vector<MiddleHint> prefix_hint_;  // S − 1: the lag's prefix medians
   std::vector<MiddleHint> own_hint_;     // G + 1: the standings' own work

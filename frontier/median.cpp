@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SF_VECTOR_SELECT 1
@@ -439,6 +442,39 @@ __attribute__((target("avx512f,popcnt"))) void narrow_bracket(const double* keep
   }
 }
 
+/// middle_of's answer from a bracket's pass over n values: keep[0, inside) those inside
+/// [lo, hi] (8 spare slots past them), `below` those under lo. False, out untouched but for n,
+/// when positions k − 1 … k (+ 1 when odd), k = n/2, are not all among the kept.
+__attribute__((target("avx512f,popcnt"))) bool middle_from_kept(const double* keep, std::size_t inside,
+                                                                std::size_t below, std::size_t n, double lo, double hi,
+                                                                SelectScratch& scratch, Middle& out) {
+  const std::size_t k = n / 2;
+  const bool odd = n % 2 == 1;
+  out.n = n;
+  // Positions k − 1 … k (+ 1 when odd) must fall among the values kept.
+  if (!(below + 1 <= k && k + (odd ? 1 : 0) < below + inside)) return false;
+  const std::size_t j = k - below;  // ≥ 1
+  if (all_same_avx512(keep, inside)) {
+    // The kept values are copies of one value: so is each middle order statistic (all kept,
+    // by the test above), bit for bit.
+    out.mid = out.lo = keep[0];
+    if (odd) out.hi = keep[0];
+    return true;
+  }
+  // Positions j − 1 … j (+ 1) among the kept, from a narrower bracket inside them where
+  // one holds them, else from all of them (the same values either way).
+  const double* from = keep;
+  std::size_t len = inside, at = j;
+  narrow_bracket(keep, inside, j, odd, lo, hi, scratch, &from, &len, &at);
+  out.mid = select_kth_avx512(from, len, at, &out.lo, scratch);
+  if (odd) {
+    std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
+    const double above = least_above_avx512(from, len, out.mid, &at_most);
+    out.hi = at_most >= at + 2 ? out.mid : above;
+  }
+  return true;
+}
+
 }  // namespace
 #endif
 
@@ -473,11 +509,8 @@ constexpr std::size_t kSampleFrom = std::size_t{1} << 16;
 /// side of the middle's place among them (its place wanders by √m / 2 between samples, so the
 /// bracket misses about once in 10^4 arrays); an end past the sample's ends is open. About 4/√m
 /// of x's values fall inside.
-void sample_bracket(std::span<const double> x, SelectScratch& scratch, double* lo, double* hi) {
-  const std::size_t n = x.size(), m = std::min<std::size_t>(n / 64, 1024);
-  auto& s = scratch.sample;
-  s.resize(m);
-  for (std::size_t i = 0; i < m; ++i) s[i] = x[i * n / m];
+void bracket_of_sample(std::span<double> s, std::size_t n, double* lo, double* hi) {
+  const std::size_t m = s.size();
   const std::size_t at = (n / 2) * m / n, delta = static_cast<std::size_t>(2.0 * std::sqrt(static_cast<double>(m))) + 1;
   *lo = -std::numeric_limits<double>::infinity();
   *hi = std::numeric_limits<double>::infinity();
@@ -492,6 +525,14 @@ void sample_bracket(std::span<const double> x, SelectScratch& scratch, double* l
     std::nth_element(from, h, s.end());
     *hi = *h;
   }
+}
+
+void sample_bracket(std::span<const double> x, SelectScratch& scratch, double* lo, double* hi) {
+  const std::size_t n = x.size(), m = StreamedMiddle::sample_count(n);
+  auto& s = scratch.sample;
+  s.resize(m);
+  for (std::size_t i = 0; i < m; ++i) s[i] = x[i * n / m];
+  bracket_of_sample(s, n, lo, hi);
 }
 
 /// The bracket a hint sets for the next array: about 3·√n values of n (at least 32) inside it —
@@ -544,7 +585,6 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
     bool hit = false, sampled = false;
     double lo = 0, hi = 0;
     if (hint && hint->width >= 0) {
-      // Positions k − 1 … k (+ 1 when odd) must fall among the values kept.
       if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
       double* keep = scratch.keep.data();
       std::size_t below = 0;
@@ -557,28 +597,7 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
       }
       inside = next ? bracket_avx512<true>(x.data(), n, lo, hi, keep, &below, next)
                     : bracket_avx512<false>(x.data(), n, lo, hi, keep, &below, nullptr);
-      if (below + 1 <= k && k + (odd ? 1 : 0) < below + inside) {
-        hit = true;
-        const std::size_t j = k - below;  // ≥ 1
-        if (all_same_avx512(keep, inside)) {
-          // The kept values are copies of one value: so is each middle order statistic (all kept,
-          // by the test above), bit for bit.
-          out.mid = out.lo = keep[0];
-          if (odd) out.hi = keep[0];
-        } else {
-          // Positions j − 1 … j (+ 1) among the kept, from a narrower bracket inside them where
-          // one holds them, else from all of them (the same values either way).
-          const double* from = keep;
-          std::size_t len = inside, at = j;
-          narrow_bracket(keep, inside, j, odd, lo, hi, scratch, &from, &len, &at);
-          out.mid = select_kth_avx512(from, len, at, &out.lo, scratch);
-          if (odd) {
-            std::size_t at_most = 0;  // a[k+1] = a[k] when k + 2 values are ≤ it
-            const double above = least_above_avx512(from, len, out.mid, &at_most);
-            out.hi = at_most >= at + 2 ? out.mid : above;
-          }
-        }
-      }
+      hit = middle_from_kept(keep, inside, below, n, lo, hi, scratch, out);
     }
     if (!hit) {
       out.mid = select_kth_avx512(x.data(), n, k, &out.lo, scratch);
@@ -597,6 +616,65 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
 #endif
   (void)hint;  // the scalar path selects over every value: a bracket would not pay
   return middle_portable(x, scratch);
+}
+
+std::size_t StreamedMiddle::sample_count(std::size_t n) { return std::min<std::size_t>(n / 64, 1024); }
+
+bool StreamedMiddle::begin(MiddleHint& hint, std::size_t n, std::span<double> sample) {
+  hint_ = nullptr;
+#if SF_VECTOR_SELECT
+  if (!have_avx512() || n < 64 || hint.width < 0) return false;
+  if (hint.sample && sample.size() != sample_count(n))
+    throw std::logic_error("StreamedMiddle::begin: a sample of " + std::to_string(sample.size()) + " values, expected " +
+                           std::to_string(sample_count(n)));
+  hint_ = &hint;
+  n_ = n;
+  inside_ = below_ = 0;
+  sampled_ = hint.sample;
+  if (sampled_) {
+    bracket_of_sample(sample, n, &lo_, &hi_);
+  } else {
+    lo_ = hint.centre - hint.width;
+    hi_ = hint.centre + hint.width;
+  }
+  // Every value may fall inside: room for all n (pages are touched only as values are kept).
+  if (cap_ < n + 8) {
+    keep_ = std::make_unique_for_overwrite<double[]>(n + 8);
+    cap_ = n + 8;
+  }
+  return true;
+#else
+  (void)n;
+  (void)sample;
+  (void)hint;
+  return false;
+#endif
+}
+
+void StreamedMiddle::add(const double* v, std::size_t len) {
+#if SF_VECTOR_SELECT
+  if (hint_ == nullptr) return;  // begin() was false: nothing to filter through
+  std::size_t under = 0;
+  inside_ += bracket_avx512<false>(v, len, lo_, hi_, keep_.get() + inside_, &under, nullptr);
+  below_ += under;
+#else
+  (void)v;
+  (void)len;
+#endif
+}
+
+bool StreamedMiddle::finish(SelectScratch& scratch, Middle& out) {
+  if (hint_ == nullptr) return false;
+#if SF_VECTOR_SELECT
+  out = Middle{};
+  if (!middle_from_kept(keep_.get(), inside_, below_, n_, lo_, hi_, scratch, out)) return false;
+  move_hint(*hint_, out, true, inside_, sampled_, lo_, hi_);
+  return true;
+#else
+  (void)scratch;
+  (void)out;
+  return false;
+#endif
 }
 
 double median_of(std::span<const double> x, SelectScratch& scratch, SelectPath path) {

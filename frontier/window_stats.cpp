@@ -665,11 +665,17 @@ void WindowStats::add_step_accounting(const StageMatrix& m, int t, const Account
   const PresentStep d(m, t);
   const StepBaseline b{cfg_.gain_baseline, cohort_median, nullptr, cfg_.reference_s};
   const int slowest = rank_pass(m, t, d, true, b, counterfactual_groups, true);
-  // The rank pass formed every prefix account_step forms (0 + d, then + d stage by stage).
-  prefix_rows_.resize(static_cast<std::size_t>(S_));
-  prefix_rows_[0] = prefix0_.data();
-  for (int s = 1; s < S_; ++s) prefix_rows_[s] = prefix_.data() + static_cast<std::size_t>(s - 1) * d.size();
-  account_from_prefixes(opt, d.size(), prefix_rows_, prefix_top_, prefix_second_, f);
+  if (lean_) {
+    // The rank pass kept each stage's top two and first top; a row is formed only for a tie.
+    account_from_tops(opt, d.size(), prefix_top_, prefix_second_, first_top_,
+                      [&](int s) { return formed_prefix(d, s); }, f);
+  } else {
+    // The rank pass formed every prefix account_step forms (0 + d, then + d stage by stage).
+    prefix_rows_.resize(static_cast<std::size_t>(S_));
+    prefix_rows_[0] = prefix0_.data();
+    for (int s = 1; s < S_; ++s) prefix_rows_[s] = prefix_.data() + static_cast<std::size_t>(s - 1) * d.size();
+    account_from_prefixes(opt, d.size(), prefix_rows_, prefix_top_, prefix_second_, f);
+  }
   // add_step takes the frontier's sums before the rank pass; they share no accumulator with it.
   const double exposed = add_frontier_totals(f);
   add_step_rest(m, t, f, d, b, exposed, slowest, counterfactual_groups, stage_middles);
@@ -680,7 +686,7 @@ void WindowStats::add_step_rest(const StageMatrix& m, int t, const StepFrontier&
                                 std::span<const int> counterfactual_groups, std::span<const Middle> stage_middles) {
   const std::span<const double> cohort_median = b.cohort_median;
   total_mid_ = Middle{};
-  step_lag(f, cohort_median, d.size());
+  step_lag(f, cohort_median, d);
   // One stage: the total P[t,r,0] is 0 + d, its middle the stage's.
   if (S_ == 1 && !stage_middles.empty()) total_mid_ = plus_zero(stage_middles[0]);
   add_lag(step_lag_);
@@ -703,7 +709,7 @@ void WindowStats::add_segment_step(const StageMatrix& m, int t, const StepFronti
   if (lag.empty()) {
     // The cohort median of the first stage, as cohort_medians() takes it (P = d there).
     const double first = median_of({d.stage(0).data(), static_cast<std::size_t>(d.size())}, sel_);
-    step_lag(f, std::span<const double>(&first, 1), d.size());
+    step_lag(f, std::span<const double>(&first, 1), d);
   } else {
     step_lag_.assign(lag.begin(), lag.end());
   }
@@ -719,6 +725,7 @@ void WindowStats::segment_pass(const PresentStep& d, bool complete, bool prefixe
   // Each rank's own work per group, stage by stage (rank_pass adds the same values in the same
   // order per rank, block by block); the prefixes only when the lag is formed here.
   const int n = d.size();
+  lean_ = false;  // step_lag reads the prefixes formed here
   if (prefixes) {
     prefix_.resize(static_cast<std::size_t>(S_ > 1 ? S_ - 1 : 0) * n);
     totals_.resize(n);
@@ -854,6 +861,37 @@ SF_INLINE void WindowStats::block_counterfactuals(const PresentStep& d, const St
   }
 }
 
+void WindowStats::begin_lean(const PresentStep& d) {
+  const auto n = static_cast<std::size_t>(d.size());
+  first_top_.assign(static_cast<std::size_t>(S_), 0);
+  if (lag_mid_.size() < static_cast<std::size_t>(S_)) lag_mid_.resize(static_cast<std::size_t>(S_));
+  for (int s = 1; s < S_; ++s) {
+    auto& hint = prefix_hint_[static_cast<std::size_t>(s - 1)];
+    // A bracket read off a sample: P[t,r,s] at the sample's places, summed as the pass sums it.
+    if (hint.sample && n >= 64) {
+      const std::size_t m = StreamedMiddle::sample_count(n);
+      lag_sample_.resize(m);
+      for (std::size_t i = 0; i < m; ++i) {
+        const std::size_t r = i * n / m;
+        double v = 0.0 + d.stage(0)[static_cast<Eigen::Index>(r)];
+        for (int j = 1; j <= s; ++j) v = v + d.stage(j)[static_cast<Eigen::Index>(r)];
+        lag_sample_[i] = v;
+      }
+    }
+    lag_mid_[static_cast<std::size_t>(s - 1)].begin(hint, n, lag_sample_);
+  }
+}
+
+void WindowStats::lean_block(int s, int i0, int len, const double* p, double top_before) {
+  // The stage's first top: where a block lifts the top, its first rank at the new top.
+  if (const double top = prefix_top_[static_cast<std::size_t>(s)]; top > top_before) {
+    int i = 0;
+    while (p[i] != top) ++i;
+    first_top_[static_cast<std::size_t>(s)] = i0 + i;
+  }
+  if (s >= 1) lag_mid_[static_cast<std::size_t>(s - 1)].add(p, static_cast<std::size_t>(len));
+}
+
 SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const PresentStep& d, bool complete,
                                           const StepBaseline& b, std::span<const int> counterfactual_groups,
                                           bool accounts) {
@@ -864,18 +902,26 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   // Every sum is formed in the order the per-quantity loops formed it; max is exact in any order.
   const int n = d.size();
   const int S = S_, G = G_;
-  prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
+  const auto K = counterfactual_groups.size();
+  // Lean: a complete step accounted here with no counterfactual asked (the only reader of a kept
+  // row in the pass) keeps no prefix row: each stage's running prefix stays in a block buffer,
+  // the lag's middles are bracketed as the blocks go by (StreamedMiddle: middle_of's bracket,
+  // its values and hints), and the frontier's leaders come from each stage's first top
+  // (account_from_tops). A row is formed again only where a bracket missed or ranks tie. At
+  // 10^6 ranks this spares writing six rows of prefixes and reading them back.
+  lean_ = accounts && complete && K == 0 && lean_rank_pass.load(std::memory_order_relaxed);
+  if (!lean_) prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
   totals_.resize(n);
   stage_max_.assign(S, kNegInf);
   stage_sum_.assign(S, 0.0);
   gain_front_.assign(G, kNegInf);
-  const auto K = counterfactual_groups.size();
   cf_front_.assign(K * static_cast<std::size_t>(S), kNegInf);
   if (accounts) {
-    prefix0_.resize(n);
+    if (!lean_) prefix0_.resize(n);
     prefix_top_.assign(S, kNegInf);
     prefix_second_.assign(S, kNegInf);
   }
+  if (lean_) begin_lean(d);
   const bool fuse_telemetry = complete && schema_.has_residual();
   const int lanes = S + (fuse_telemetry ? 3 : 0);
   chain_sum_.assign(static_cast<std::size_t>(lanes), 0.0);
@@ -892,22 +938,25 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
     // The next step's rows at this block's place (its ranks when the step is complete; n <= ranks).
     if (t + 1 < m.steps()) prefetch_side_rows(m, t + 1, i0, len);
     // The running prefix is written where the lag's medians read it (stage s ≥ 1 at prefix_'s
-    // row s − 1; stage 0's in p0), so p is always the latest stage's.
-    double* p = accounts ? prefix0_.data() + i0 : p0;
+    // row s − 1; stage 0's in p0), so p is always the latest stage's. Lean: every stage's in p0,
+    // in place.
+    double* p = accounts && !lean_ ? prefix0_.data() + i0 : p0;
     for (int s = 0; s < S; ++s) {
       const double* x = d.stage(s).data() + i0;
       if (complete) {
         // The same values as the loops below, in one pass over the stage's block.
         double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_ + i0;
-        double* next = s == 0 ? p : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        double* next = s == 0 || lean_ ? p : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
         double unused = kNegInf;  // stage_block<…, false> reads no top two
         double& top = accounts ? prefix_top_[s] : unused;
         double& second = accounts ? prefix_second_[s] : unused;
+        const double top_before = top;
         if (s == 0 && accounts) stage_block<true, true>(x, p, next, own, len, stage_max_[s], top, second);
         else if (s == 0) stage_block<true, false>(x, p, next, own, len, stage_max_[s], top, second);
         else if (accounts) stage_block<false, true>(x, p, next, own, len, stage_max_[s], top, second);
         else stage_block<false, false>(x, p, next, own, len, stage_max_[s], top, second);
         p = next;
+        if (lean_) lean_block(s, i0, len, p, top_before);
         continue;
       }
       if (s == 0) {
@@ -960,20 +1009,39 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   return slowest;
 }
 
-void WindowStats::step_lag(const StepFrontier& f, std::span<const double> cohort_median, int n) {
+void WindowStats::step_lag(const StepFrontier& f, std::span<const double> cohort_median, const PresentStep& d) {
   // Lag L[t,s] = max_r P − median_r P (paper §4).
+  const auto n = static_cast<std::size_t>(d.size());
   step_lag_.resize(S_);
   for (int s = 0; s < S_; ++s) {
     // At the first stage P = d: its median is the cohort median, already at hand.
     double median = cohort_median[0];
     if (s >= 1) {
-      const Middle mid = middle_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n),
-                                   sel_, &prefix_hint_[static_cast<std::size_t>(s - 1)]);
+      auto& hint = prefix_hint_[static_cast<std::size_t>(s - 1)];
+      Middle mid;
+      // A lean pass bracketed the prefixes as it went; where that missed, the row is formed again.
+      if (!lean_)
+        mid = middle_of(std::span<const double>(prefix_).subspan(static_cast<std::size_t>(s - 1) * n, n), sel_, &hint);
+      else if (!lag_mid_[static_cast<std::size_t>(s - 1)].finish(sel_, mid))
+        mid = middle_of({formed_prefix(d, s), n}, sel_, &hint);
       median = mid.median();
       if (s == S_ - 1) total_mid_ = mid;  // the totals P[t,r,S]: the whole step's own work without waits
     }
     step_lag_[s] = f.frontier[s] - median;  // F[t,s] = max_r P[t,r,s], summed the same way
   }
+}
+
+const double* WindowStats::formed_prefix(const PresentStep& d, int s) {
+  const int n = d.size();
+  formed_.resize(static_cast<std::size_t>(n));
+  double* p = formed_.data();
+  const double* x0 = d.stage(0).data();
+  for (int i = 0; i < n; ++i) p[i] = 0.0 + x0[i];
+  for (int j = 1; j <= s; ++j) {
+    const double* x = d.stage(j).data();
+    for (int i = 0; i < n; ++i) p[i] = p[i] + x[i];
+  }
+  return p;
 }
 
 void WindowStats::add_lag(std::span<const double> lag) {
