@@ -55,6 +55,51 @@ bool all_within(const double* x, int n, double lo, double hi) {
   return ok;
 }
 
+/// The explicit stages up to which commit_through takes a block in one AVX-512 pass.
+constexpr int kMaxWideStages = 16;
+
+#if SF_WIDE_CHECKS
+/// commit_through's work on one block of len ranks with AVX-512, in one pass over its values
+/// where the portable loop below takes a pass per check and per sum: x[s] the block's stage s
+/// (k of them), w its walls or null; each rank's Σ explicit in stage order (0 + d first), its
+/// residual and overlap error to res and overlap and its wall to wall_out (when w), and what the
+/// step total adds for it (max(Σ, wall), or Σ) to add. Returns whether every check passed: each
+/// stage value in [0, DBL_MAX], each sum ≤ kMaxWindowSeconds, each wall in [0, kMaxWindowSeconds]
+/// (NaN failing each); the caller words a failure and resets the row.
+__attribute__((target("avx512f"))) bool commit_block_avx512(const double* const* x, int k, const double* w, int len,
+                                                            double* res, double* overlap, double* wall_out,
+                                                            double* add) {
+  const __m512d zero = _mm512_setzero_pd(), most = _mm512_set1_pd(DBL_MAX),
+                window = _mm512_set1_pd(kMaxWindowSeconds), none = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
+  __mmask8 bad = 0;
+  for (int i = 0; i < len; i += 8) {
+    const auto live = static_cast<__mmask8>(len - i >= 8 ? 0xff : (1u << (len - i)) - 1);
+    __m512d sum = zero;
+    for (int s = 0; s < k; ++s) {
+      const __m512d v = _mm512_maskz_loadu_pd(live, x[s] + i);
+      bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ) & _mm512_cmp_pd_mask(v, most, _CMP_LE_OQ)));
+      sum = _mm512_add_pd(sum, v);  // 0 + d0, then + d1 …: the prefix order
+    }
+    bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(sum, none, _CMP_GE_OQ) & _mm512_cmp_pd_mask(sum, window, _CMP_LE_OQ)));
+    if (w == nullptr) {
+      _mm512_mask_storeu_pd(add + i, live, sum);
+      continue;
+    }
+    const __m512d wv = _mm512_maskz_loadu_pd(live, w + i);
+    bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(wv, zero, _CMP_GE_OQ) & _mm512_cmp_pd_mask(wv, window, _CMP_LE_OQ)));
+    // std::max(sum, wall) as the portable loop takes it: (sum < wall) ? wall : sum.
+    _mm512_mask_storeu_pd(add + i, live, _mm512_mask_blend_pd(_mm512_cmp_pd_mask(sum, wv, _CMP_LT_OQ), sum, wv));
+    // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
+    const __m512d e = _mm512_sub_pd(wv, sum);
+    _mm512_mask_storeu_pd(res + i, live, _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(e, zero, _CMP_GT_OQ), e));
+    _mm512_mask_storeu_pd(overlap + i, live,
+                          _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(e, zero, _CMP_LT_OQ), _mm512_sub_pd(zero, e)));
+    _mm512_mask_storeu_pd(wall_out + i, live, wv);
+  }
+  return bad == 0;
+}
+#endif
+
 }  // namespace
 
 StageMatrix::StageMatrix(StageSchema schema, int world_size, std::int64_t first_step, int steps)
@@ -264,6 +309,23 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   constexpr int kBlock = 512;
   double sum[kBlock];
   double step_total = pending_total_;
+#if SF_WIDE_CHECKS
+  if (detail::vector_select_available() && k >= 1 && k <= kMaxWideStages) {
+    const double* x[kMaxWideStages];
+    double add[kBlock];
+    for (int r0 = committed_; r0 < r_end; r0 += kBlock) {
+      const int len = std::min(kBlock, r_end - r0);
+      for (int s = 0; s < k; ++s) x[s] = row0 + static_cast<std::size_t>(s) * R + r0;
+      if (!commit_block_avx512(x, k, wall ? wall + r0 : nullptr, len, res ? res + r0 : nullptr,
+                               overlap_.data() + row + r0, wall_.data() + row + r0, add))
+        fail(commit_error(row0, wall, r_end));
+      for (int i = 0; i < len; ++i) step_total += add[i];  // in rank order, as the loop below
+    }
+    pending_total_ = step_total;
+    committed_ = r_end;
+    return;
+  }
+#endif
   for (int r0 = committed_; r0 < r_end; r0 += kBlock) {
     const int len = std::min(kBlock, r_end - r0);
     bool ok = true;

@@ -11,6 +11,10 @@
 
 #include <emmintrin.h>
 
+// Lanes8 below is a 64-byte GCC vector: GCC notes that passing one by value changes the ABI
+// without AVX-512. Its helpers are always inline, so no such vector crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 // Before a loop over a block's ranks whose arrays (the row's columns, the per-rank state, the
 // block's scratch) never overlap: GCC vectorises it without the overlap checks at run time.
 // (Clang builds only the sanitizer trees here; its assume_safety pragma warns where a loop then
@@ -44,6 +48,20 @@ constexpr double kZeros[kBlock] = {};             // a block's delays where the 
   for (; j < len; ++j) m = m > v[j] ? m : v[j];
   return m;
 }
+
+/// Eight ranks as one GCC vector (AVX-512 registers in the wide build, SSE2 pairs elsewhere), and
+/// std::max's own expression lane by lane (a < b ? b : a: the same value for every input).
+using Lanes8 = double __attribute__((vector_size(64)));
+[[gnu::always_inline]] inline Lanes8 load8(const double* p) {
+  Lanes8 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline void store8(double* p, Lanes8 v) { __builtin_memcpy(p, &v, sizeof v); }
+[[gnu::always_inline]] inline Lanes8 splat8(double x) { return Lanes8{x, x, x, x, x, x, x, x}; }
+[[gnu::always_inline]] inline Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
+/// Buckets up to which pass 1 keeps every bucket's recurrence of eight ranks in registers.
+constexpr std::size_t kLaneBuckets = 8;
 
 /// Copies src[0, len) to dst by non-temporal stores where dst is 16-byte aligned: arrays a pass
 /// writes and a later pass reads back, after the whole row went by (the caches cannot hold them),
@@ -309,6 +327,7 @@ struct ModelStepper::State {
   /// them in order).
   template <bool kSide>
   [[gnu::always_inline]] void buckets_of_block(int r0, int len, Block& b) {
+    if (B >= 1 && B <= kLaneBuckets) return buckets_in_lanes<kSide>(r0, len, b);
     for (std::size_t i = 0; i < B; ++i) {
       const double f = frac[i];
       for (int j = 0; j < len; ++j) b.dev[j] = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j] * f;
@@ -322,6 +341,46 @@ struct ModelStepper::State {
       for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
     }
     for (int j = 0; j < len; ++j) b.od[j] = std::max(b.hb[j], b.dev[j]);
+    stream_to(own_done.data() + r0, b.od, len);
+  }
+
+  /// buckets_of_block for 1 ≤ B ≤ kLaneBuckets with the recurrences of eight ranks in registers,
+  /// every bucket in turn (not one pass over the block per bucket and quantity): the same
+  /// operations on each rank in the same order, each bucket's maximum taken in lanes (a max is
+  /// exact in any order).
+  template <bool kSide>
+  [[gnu::always_inline]] void buckets_in_lanes(int r0, int len, Block& b) {
+    Lanes8 top[kLaneBuckets];
+    for (std::size_t i = 0; i < B; ++i) top[i] = splat8(kNegInf);
+    int j = 0;
+    for (; j + 8 <= len; j += 8) {
+      Lanes8 dev = load8(b.dev + j), hb = load8(b.hb + j), launched = dev;
+      const Lanes8 bwd_dev = load8(b.bwd_dev + j), bwd_host = load8(b.bwd_host + j);
+      for (std::size_t i = 0; i < B; ++i) {
+        const Lanes8 f = splat8(frac[i]);
+        dev = max8(dev, hb) + bwd_dev * f;
+        launched = i == 0 ? dev + load8(b.entry + j) : max8(dev, launched);
+        top[i] = max8(top[i], launched);
+        hb += bwd_host * f;
+      }
+      if constexpr (kSide) store8(b.launched + j, launched);
+      store8(b.od + j, max8(hb, dev));
+    }
+    for (std::size_t i = 0; i < B; ++i)
+      for (int k = 0; k < 8; ++k) all_in[i] = std::max(all_in[i], top[i][k]);
+    for (; j < len; ++j) {  // the last ranks of a block not a multiple of eight, one at a time
+      double dev = b.dev[j], hb = b.hb[j], launched = dev;
+      for (std::size_t i = 0; i < B; ++i) {
+        const double f = frac[i];
+        dev = std::max(dev, hb) + b.bwd_dev[j] * f;
+        launched = i == 0 ? dev + b.entry[j] : std::max(dev, launched);
+        all_in[i] = std::max(all_in[i], launched);
+        hb += b.bwd_host[j] * f;
+      }
+      b.launched[j] = launched;
+      b.od[j] = std::max(hb, dev);
+    }
+    if constexpr (kSide) stream_to(last_launch.data() + r0, b.launched, len);
     stream_to(own_done.data() + r0, b.od, len);
   }
 

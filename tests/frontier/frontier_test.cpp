@@ -218,6 +218,34 @@ TEST(StageMatrix, commit_step_checks_every_lane) {
   }
 }
 
+// A row committed in place touches its own cells only, whatever its width against the checks'
+// eight lanes: the next row's cells, residuals, walls and overlaps stay as they were (a lane past
+// the row's last rank would read and write them), and a bad value there fails no commit.
+TEST(StageMatrix, commit_step_stays_inside_its_row) {
+  const StageSchema schema({"a", "b", "c"}, true);
+  for (const int R : {1, 5, 8, 13, 517}) {
+    StageMatrix m(schema, R, 0, 2);
+    for (int r = 0; r < R; ++r) m.set_record(1, r, std::vector<double>{0.5, 0.25, 0.125}, r % 2 ? 0.5 : 2.0);
+    const StageMatrix before = m;
+    auto cols = m.begin_step(0);
+    std::vector<double> wall(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      for (int s = 0; s < 3; ++s) cols[s][r] = 0.1 * (s + 1);
+      wall[r] = r % 3 ? 0.4 : 0.9;
+    }
+    m.commit_step(0, wall.data());
+    for (int r = 0; r < R; ++r) {
+      for (int s = 0; s < m.stages(); ++s) EXPECT_EQ(m.d(1, r, s), before.d(1, r, s)) << R << " " << r << " " << s;
+      EXPECT_EQ(m.wall(1, r), before.wall(1, r)) << R << " " << r;
+      EXPECT_EQ(m.overlap(1, r), before.overlap(1, r)) << R << " " << r;
+      EXPECT_EQ(m.wall(0, r), wall[r]);
+      const double e = wall[r] - (0.0 + 0.1 + 0.2 + 0.1 * 3);  // the cells' sum, in stage order
+      EXPECT_EQ(m.overlap(0, r), e < 0 ? -e : 0.0) << R << " " << r;
+      EXPECT_EQ(m.d(0, r, 3), e > 0 ? e : 0.0) << R << " " << r;  // the residual
+    }
+  }
+}
+
 // commit_step takes a row in blocks of ranks: a bad value in a later block than another's still
 // gets set_record's message (every stage's values before any sum, the sums before the walls, the
 // lowest rank first), and a failed commit leaves the whole row as begin_step left it — no wall,
