@@ -946,7 +946,10 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
       if (complete) {
         // The same values as the loops below, in one pass over the stage's block.
         double* own = own_sum_.data() + static_cast<std::size_t>(schema_.group_of(s)) * world_ + i0;
-        double* next = s == 0 || lean_ ? p : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
+        // Lean: in place, the last stage's straight into totals_.
+        double* next = lean_ && s == S - 1 ? totals_.data() + i0
+                       : s == 0 || lean_   ? p
+                                           : prefix_.data() + static_cast<std::size_t>(s - 1) * n + i0;
         double unused = kNegInf;  // stage_block<…, false> reads no top two
         double& top = accounts ? prefix_top_[s] : unused;
         double& second = accounts ? prefix_second_[s] : unused;
@@ -987,7 +990,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
     }
     chain_sums(d.stage(0).data() + i0, static_cast<std::size_t>(n), S, fuse_telemetry ? tel : nullptr,
                chain_sum_.data(), len);
-    std::copy_n(p, len, totals_.data() + i0);
+    if (p != totals_.data() + i0) std::copy_n(p, len, totals_.data() + i0);
     // The slowest rank: the first with the largest total. The block's max in lanes; its position
     // only when it beats the blocks before (a max chain per rank would be latency-bound).
     if (const double bm = block_max(p, len); bm > best_total) {
