@@ -909,7 +909,7 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   // its values and hints), and the frontier's leaders come from each stage's first top
   // (account_from_tops). A row is formed again only where a bracket missed or ranks tie. At
   // 10^6 ranks this spares writing six rows of prefixes and reading them back.
-  lean_ = accounts && complete && K == 0 && lean_rank_pass.load(std::memory_order_relaxed);
+  lean_ = accounts && complete && K == 0 && n >= lean_rank_pass_from.load(std::memory_order_relaxed);
   if (!lean_) prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
   totals_.resize(n);
   stage_max_.assign(S, kNegInf);
