@@ -865,20 +865,28 @@ void WindowStats::begin_lean(const PresentStep& d) {
   const auto n = static_cast<std::size_t>(d.size());
   first_top_.assign(static_cast<std::size_t>(S_), 0);
   if (lag_mid_.size() < static_cast<std::size_t>(S_)) lag_mid_.resize(static_cast<std::size_t>(S_));
-  for (int s = 1; s < S_; ++s) {
-    auto& hint = prefix_hint_[static_cast<std::size_t>(s - 1)];
-    // A bracket read off a sample: P[t,r,s] at the sample's places, summed as the pass sums it.
-    if (hint.sample && n >= 64) {
-      const std::size_t m = StreamedMiddle::sample_count(n);
-      lag_sample_.resize(m);
-      for (std::size_t i = 0; i < m; ++i) {
-        const std::size_t r = i * n / m;
-        double v = 0.0 + d.stage(0)[static_cast<Eigen::Index>(r)];
-        for (int j = 1; j <= s; ++j) v = v + d.stage(j)[static_cast<Eigen::Index>(r)];
-        lag_sample_[i] = v;
+  // Brackets read off a sample: P[t,r,s] at the sample's places, summed as the pass sums them,
+  // every stage's from one walk along the places (each place's stages read once).
+  const std::size_t m = StreamedMiddle::sample_count(n);
+  int last = 0;  // the last stage whose hint samples
+  for (int s = 1; s < S_; ++s)
+    if (prefix_hint_[static_cast<std::size_t>(s - 1)].sample) last = s;
+  if (last > 0) {
+    lag_sample_.resize(static_cast<std::size_t>(last) * m);
+    for (std::size_t i = 0; i < m; ++i) {
+      const auto r = static_cast<Eigen::Index>(i * n / m);
+      double v = 0.0 + d.stage(0)[r];
+      for (int s = 1; s <= last; ++s) {
+        v = v + d.stage(s)[r];
+        lag_sample_[static_cast<std::size_t>(s - 1) * m + i] = v;
       }
     }
-    lag_mid_[static_cast<std::size_t>(s - 1)].begin(hint, n, lag_sample_);
+  }
+  for (int s = 1; s < S_; ++s) {
+    auto& hint = prefix_hint_[static_cast<std::size_t>(s - 1)];
+    const std::span<double> sample =
+        s <= last ? std::span<double>(lag_sample_).subspan(static_cast<std::size_t>(s - 1) * m, m) : std::span<double>();
+    lag_mid_[static_cast<std::size_t>(s - 1)].begin(hint, n, sample);
   }
 }
 
