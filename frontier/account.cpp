@@ -166,25 +166,12 @@ void account_step(const StageMatrix& m, int t, const AccountOptions& opt, std::v
         [&](double attain) { return first_not_below<false>(row, r_count, attain); }, [&] { return row; }, out);
 }
 
-void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
-                           std::span<const double> top, std::span<const double> second, StepFrontier& out) {
-  const int s_count = static_cast<int>(prefix.size());
-  reset_row(s_count, out);
-  double f_prev = 0;
-  for (int s = 0; s < s_count; ++s) {
-    TopTwo two;
-    two.top = top[s];
-    two.second = second[s];
-    const double* row = prefix[s];
-    f_prev = settle_stage(
-        opt, s, two, f_prev, ranks, [&](double attain) { return first_not_below<true>(row, ranks, attain); },
-        [&] { return row; }, out);
-  }
-}
-
-void account_from_tops(const AccountOptions& opt, int ranks, std::span<const double> top, std::span<const double> second,
-                       std::span<const int> first_top, const std::function<const double*(int)>& prefixes,
-                       StepFrontier& out) {
+namespace {
+/// account_from_prefixes' and account_from_tops' walk: each stage settled from its top two, the
+/// leader (leader(s, attain)) and the prefixes (prefixes(s)) asked as settle_stage asks them.
+template <class Leader, class Prefixes>
+void settle_from_top_two(const AccountOptions& opt, int ranks, std::span<const double> top,
+                         std::span<const double> second, Leader leader, Prefixes prefixes, StepFrontier& out) {
   const int s_count = static_cast<int>(top.size());
   reset_row(s_count, out);
   double f_prev = 0;
@@ -192,10 +179,26 @@ void account_from_tops(const AccountOptions& opt, int ranks, std::span<const dou
     TopTwo two;
     two.top = top[s];
     two.second = second[s];
-    // Exactly one rank at or above `attain`: the one whose prefix is the largest.
     f_prev = settle_stage(
-        opt, s, two, f_prev, ranks, [&](double) { return first_top[s]; }, [&] { return prefixes(s); }, out);
+        opt, s, two, f_prev, ranks, [&](double attain) { return leader(s, attain); }, [&] { return prefixes(s); }, out);
   }
+}
+}  // namespace
+
+void account_from_prefixes(const AccountOptions& opt, int ranks, std::span<const double* const> prefix,
+                           std::span<const double> top, std::span<const double> second, StepFrontier& out) {
+  settle_from_top_two(
+      opt, ranks, top.first(prefix.size()), second,
+      [&](int s, double attain) { return first_not_below<true>(prefix[s], ranks, attain); },
+      [&](int s) { return prefix[s]; }, out);
+}
+
+void account_from_tops(const AccountOptions& opt, int ranks, std::span<const double> top, std::span<const double> second,
+                       std::span<const int> first_top, const std::function<const double*(int)>& prefixes,
+                       StepFrontier& out) {
+  // Exactly one rank at or above `attain`: the one whose prefix is the largest.
+  settle_from_top_two(
+      opt, ranks, top, second, [&](int s, double) { return first_top[s]; }, [&](int s) { return prefixes(s); }, out);
 }
 
 }  // namespace detail
