@@ -327,29 +327,35 @@ struct ModelStepper::State {
   /// them in order).
   template <bool kSide>
   [[gnu::always_inline]] void buckets_of_block(int r0, int len, Block& b) {
-    if (B >= 1 && B <= kLaneBuckets) return buckets_in_lanes<kSide>(r0, len, b);
-    for (std::size_t i = 0; i < B; ++i) {
-      const double f = frac[i];
-      for (int j = 0; j < len; ++j) b.dev[j] = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j] * f;
-      if (i == 0) {
-        for (int j = 0; j < len; ++j) b.launched[j] = b.dev[j] + b.entry[j];
-      } else {
-        for (int j = 0; j < len; ++j) b.launched[j] = std::max(b.dev[j], b.launched[j]);
-      }
-      if (kSide && i == B - 1) stream_to(last_launch.data() + r0, b.launched, len);
-      all_in[i] = std::max(all_in[i], block_max(b.launched, len));
-      for (int j = 0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
-    }
-    for (int j = 0; j < len; ++j) b.od[j] = std::max(b.hb[j], b.dev[j]);
+    // Up to kLaneBuckets buckets, eight ranks at a time in registers; the rest a pass per bucket.
+    const int j0 = B <= kLaneBuckets ? buckets_in_lanes<kSide>(len, b) : 0;
+    if (j0 < len) buckets_by_pass(j0, len, b);
+    if constexpr (kSide) stream_to(last_launch.data() + r0, b.launched, len);
     stream_to(own_done.data() + r0, b.od, len);
   }
 
-  /// buckets_of_block for 1 ≤ B ≤ kLaneBuckets with the recurrences of eight ranks in registers,
-  /// every bucket in turn (not one pass over the block per bucket and quantity): the same
-  /// operations on each rank in the same order, each bucket's maximum taken in lanes (a max is
-  /// exact in any order).
+  /// The bucket loop for ranks [j0, len) of the block, one pass over them per bucket and quantity.
+  [[gnu::always_inline]] void buckets_by_pass(int j0, int len, Block& b) {
+    for (std::size_t i = 0; i < B; ++i) {
+      const double f = frac[i];
+      for (int j = j0; j < len; ++j) b.dev[j] = std::max(b.dev[j], b.hb[j]) + b.bwd_dev[j] * f;
+      if (i == 0) {
+        for (int j = j0; j < len; ++j) b.launched[j] = b.dev[j] + b.entry[j];
+      } else {
+        for (int j = j0; j < len; ++j) b.launched[j] = std::max(b.dev[j], b.launched[j]);
+      }
+      all_in[i] = std::max(all_in[i], block_max(b.launched + j0, len - j0));
+      for (int j = j0; j < len; ++j) b.hb[j] += b.bwd_host[j] * f;
+    }
+    for (int j = j0; j < len; ++j) b.od[j] = std::max(b.hb[j], b.dev[j]);
+  }
+
+  /// The bucket loop for the block's whole eights of ranks with each rank's recurrences in
+  /// registers, every bucket in turn (not one pass over the block per bucket and quantity): the
+  /// same operations on each rank in the same order, each bucket's maximum taken in lanes (a max
+  /// is exact in any order). Returns the ranks it took (the rest go by buckets_by_pass).
   template <bool kSide>
-  [[gnu::always_inline]] void buckets_in_lanes(int r0, int len, Block& b) {
+  [[gnu::always_inline]] int buckets_in_lanes(int len, Block& b) {
     Lanes8 top[kLaneBuckets];
     for (std::size_t i = 0; i < B; ++i) top[i] = splat8(kNegInf);
     int j = 0;
@@ -368,20 +374,7 @@ struct ModelStepper::State {
     }
     for (std::size_t i = 0; i < B; ++i)
       for (int k = 0; k < 8; ++k) all_in[i] = std::max(all_in[i], top[i][k]);
-    for (; j < len; ++j) {  // the last ranks of a block not a multiple of eight, one at a time
-      double dev = b.dev[j], hb = b.hb[j], launched = dev;
-      for (std::size_t i = 0; i < B; ++i) {
-        const double f = frac[i];
-        dev = std::max(dev, hb) + b.bwd_dev[j] * f;
-        launched = i == 0 ? dev + b.entry[j] : std::max(dev, launched);
-        all_in[i] = std::max(all_in[i], launched);
-        hb += b.bwd_host[j] * f;
-      }
-      b.launched[j] = launched;
-      b.od[j] = std::max(hb, dev);
-    }
-    if constexpr (kSide) stream_to(last_launch.data() + r0, b.launched, len);
-    stream_to(own_done.data() + r0, b.od, len);
+    return j;
   }
 
   /// Pass 1 over every block of ranks; the time every rank has entered each collective (the max
