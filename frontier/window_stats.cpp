@@ -634,6 +634,7 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   one_stage_groups_ = G_ == S_;
   for (int s = 0; s < S_; ++s) one_stage_groups_ = one_stage_groups_ && schema_.group_of(s) == s;
   prefix_hint_.assign(S_ > 1 ? S_ - 1 : 0, {});
+  lag_mid_ = std::vector<StreamedMiddle>(prefix_hint_.size());  // a lean pass's, one per prefix hint
   own_hint_.assign(G_ + 1, {});
 }
 
@@ -864,7 +865,6 @@ SF_INLINE void WindowStats::block_counterfactuals(const PresentStep& d, const St
 void WindowStats::begin_lean(const PresentStep& d) {
   const auto n = static_cast<std::size_t>(d.size());
   first_top_.assign(static_cast<std::size_t>(S_), 0);
-  if (lag_mid_.size() < static_cast<std::size_t>(S_)) lag_mid_.resize(static_cast<std::size_t>(S_));
   // Brackets read off a sample: P[t,r,s] at the sample's places, summed as the pass sums them,
   // every stage's from one walk along the places (each place's stages read once).
   const std::size_t m = StreamedMiddle::sample_count(n);
