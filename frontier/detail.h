@@ -24,8 +24,10 @@ namespace sf::frontier::detail {
 /// calloc'd: glibc serves a large block from fresh mmap pages, which the kernel zeroes on first
 /// touch, with no memset. The per-(group, rank) sums of 10^6 ranks, of which most stay zero
 /// (few ranks ever lead a stage), so cost neither a memset nor a page fault per page up front;
-/// std::vector's value-initialisation wrote every byte. Arithmetic element types only (all-zero
-/// bytes are their 0).
+/// std::vector's value-initialisation wrote every byte. Arrays written for every rank every step
+/// stay vectors: all their pages are touched at once anyway, and sf-testbed's operator new
+/// (cli/huge_pages.cpp) puts them on huge pages. Arithmetic element types only (all-zero bytes
+/// are their 0).
 template <class T>
 class ZeroArray {
   static_assert(std::is_arithmetic_v<T>);
@@ -427,8 +429,10 @@ private:
   std::vector<RunningSpread> adv_spread_, lag_inc_spread_;  // per group: the diagnosis' noise floors
   RunningSpread exposed_spread_;
   std::vector<double> step_adv_, step_lag_inc_;         // per group, this step (scratch)
-  ZeroArray<double> own_sum_;                            // G × R: Σ_t (d − sync wait) over the group's stages
-  ZeroArray<int> rank_n_;                                // R: steps each rank was present in
+  // Written for every rank every step: vectors (every page of them is touched at once anyway, and
+  // sf-testbed's operator new puts them on huge pages), where the sparse sums below are ZeroArrays.
+  std::vector<double> own_sum_;                          // G × R: Σ_t (d − sync wait) over the group's stages
+  std::vector<int> rank_n_;                              // R: steps each rank was present in
   std::vector<MedianKeeper> adv_keep_;                   // per group: the per-step advances (robust spread)
   // Standings (Evidence::standing), kept up to Evidence::kStandingMaxRanks columns: (G + 1) × R
   // sums of the per-step standing and of its square (the last row: the whole step), and per rank
@@ -453,8 +457,8 @@ private:
   ZeroArray<double> sync_sum_;                           // G × R
   ZeroArray<int> sync_n_;                                // G × R
   std::vector<std::uint8_t> sync_seen_;                  // G: any rank had a sync wait in the group
-  ZeroArray<double> cpu_fwd_sum_;                        // R
-  ZeroArray<int> cpu_fwd_n_;                             // R
+  std::vector<double> cpu_fwd_sum_;                      // R (every step: vectors, as own_sum_)
+  std::vector<int> cpu_fwd_n_;                           // R
   // Forward-event samples of the ranks that have any: ev_slot_[r] is 1 + the index of r's
   // keeper in ev_keepers_, 0 while r has none (most runs sample few ranks, or none).
   ZeroArray<std::int32_t> ev_slot_;                      // R

@@ -598,16 +598,16 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   led_ = ZeroArray<int>(gr);
   sync_sum_ = ZeroArray<double>(gr);
   sync_n_ = ZeroArray<int>(gr);
-  cpu_fwd_sum_ = ZeroArray<double>(R);
-  cpu_fwd_n_ = ZeroArray<int>(R);
+  cpu_fwd_sum_.assign(R, 0.0);
+  cpu_fwd_n_.assign(R, 0);
   ev_slot_ = ZeroArray<std::int32_t>(R);
   rank_missing_ = ZeroArray<std::uint8_t>(R);
   adv_spread_.assign(G_, {});
   lag_inc_spread_.assign(G_, {});
   step_adv_.assign(G_, 0.0);
   step_lag_inc_.assign(G_, 0.0);
-  own_sum_ = ZeroArray<double>(gr);
-  rank_n_ = ZeroArray<int>(R);
+  own_sum_.assign(gr, 0.0);
+  rank_n_.assign(R, 0);
   adv_keep_.assign(G_, MedianKeeper());
   standing_on_ = world_ <= Evidence::kStandingMaxRanks;
   if (standing_on_) {
