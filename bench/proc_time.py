@@ -6,7 +6,8 @@ import sys
 
 
 def timed(cmd: list[str], who: str, keep_stdout: bool = False) -> dict:
-    """Runs cmd under /usr/bin/time -v; {"cpu_s", "wall_s", "rss_kib", "stdout"} (stdout "" unless kept).
+    """Runs cmd under /usr/bin/time -v; {"cpu_s", "user_s", "sys_s", "wall_s", "rss_kib", "stdout"} (stdout ""
+    unless kept; cpu_s = user_s + sys_s).
     A command that fails, or a report without a field, ends the benchmark with one line naming `who`."""
     p = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
                        stderr=subprocess.PIPE, text=True, check=False)
@@ -21,5 +22,5 @@ def timed(cmd: list[str], who: str, keep_stdout: bool = False) -> dict:
     wall = 0.0
     for part in field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").split(":"):
         wall = wall * 60 + float(part)
-    return {"cpu_s": float(field(r"User time \(seconds\)")) + float(field(r"System time \(seconds\)")),
-            "wall_s": wall, "rss_kib": int(field(r"Maximum resident set size \(kbytes\)")), "stdout": p.stdout or ""}
+    user, system = float(field(r"User time \(seconds\)")), float(field(r"System time \(seconds\)"))
+    return {"cpu_s": user + system, "user_s": user, "sys_s": system, "wall_s": wall, "rss_kib": int(field(r"Maximum resident set size \(kbytes\)")), "stdout": p.stdout or ""}

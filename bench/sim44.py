@@ -43,9 +43,10 @@ def loadavg():
 
 
 def timed(cmd):
-    """CPU seconds (user + sys), wall seconds, peak RSS (MiB) and stdout of cmd (bench/proc_time.py)."""
+    """CPU seconds (user + sys, and each), wall seconds, peak RSS (MiB) and stdout of cmd (bench/proc_time.py)."""
     t = proc_time.timed(cmd, "sim44", keep_stdout=True)
-    return {"cpu_s": t["cpu_s"], "wall_s": t["wall_s"], "rss_mib": t["rss_kib"] / 1024, "stdout": t["stdout"]}
+    return {"cpu_s": t["cpu_s"], "user_s": t["user_s"], "sys_s": t["sys_s"], "wall_s": t["wall_s"],
+            "rss_mib": t["rss_kib"] / 1024, "stdout": t["stdout"]}
 
 
 def memcpy_cpu_s(ranks, steps):
@@ -80,6 +81,9 @@ def main():
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--big", default="10000000x10", help="RANKSxSTEPS run once for its peak RSS ('' to skip)")
+    ap.add_argument("--big-pairs", type=int, default=0,
+                    help="also run the large one this many times with each binary, alternating (a base that takes "
+                         "that many ranks: fd755ff refuses more than 2^20)")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "results", "bench"))
     a = ap.parse_args()
     command = ["/usr/bin/python3", "bench/sim44.py", *sys.argv[1:]]
@@ -100,14 +104,16 @@ def main():
         r = {"load_before": load, "memcpy_cpu_s": copy_s, "same_evidence": same, "evidence_schemas": schemas}
         for who in ("new", "base"):
             x = runs[who]
-            r[who] = {"cpu_s": x["cpu_s"], "wall_s": x["wall_s"], "rss_mib": x["rss_mib"],
+            r[who] = {"cpu_s": x["cpu_s"], "user_s": x["user_s"], "sys_s": x["sys_s"], "wall_s": x["wall_s"],
+                      "rss_mib": x["rss_mib"],
                       "ns_per_rank_step": x["cpu_s"] / rank_steps * 1e9, "cpu_over_memcpy": x["cpu_s"] / copy_s}
         r["new_over_base_cpu"] = r["new"]["cpu_s"] / r["base"]["cpu_s"]
         r["load_after"] = loadavg()
         print(f"sim44: round {i + 1}: new {r['new']['cpu_s']:.2f} CPU-s, base {r['base']['cpu_s']:.2f}, "
               f"memcpy {copy_s:.3f}, load {load}", file=sys.stderr)
         rounds.append(r)
-    summary = {who: {k: mmm([r[who][k] for r in rounds]) for k in ("cpu_s", "ns_per_rank_step", "cpu_over_memcpy", "rss_mib")}
+    summary = {who: {k: mmm([r[who][k] for r in rounds])
+                     for k in ("cpu_s", "user_s", "sys_s", "ns_per_rank_step", "cpu_over_memcpy", "rss_mib")}
                for who in ("new", "base")}
     summary["new_over_base_cpu"] = mmm([r["new_over_base_cpu"] for r in rounds])
     summary["memcpy_cpu_s"] = mmm([r["memcpy_cpu_s"] for r in rounds])
@@ -118,6 +124,23 @@ def main():
         x = timed([a.sf, "sim", "--ranks", str(br), "--steps", str(bs), "--seed", "1", "--json"])
         big = {"ranks": br, "steps": bs, "cpu_s": x["cpu_s"], "wall_s": x["wall_s"], "rss_mib": x["rss_mib"],
                "ns_per_rank_step": x["cpu_s"] / (br * bs) * 1e9, "load_before": load}
+        pairs = []
+        for i in range(a.big_pairs):
+            p = {"load_before": loadavg()}
+            for who in (("new", "base") if i % 2 == 0 else ("base", "new")):
+                y = timed([a.sf if who == "new" else a.base, "sim", "--ranks", str(br), "--steps", str(bs), "--seed", "1",
+                           "--json"])
+                p[who] = {k: y[k] for k in ("cpu_s", "user_s", "sys_s", "wall_s", "rss_mib")}
+            p["new_over_base_cpu"] = p["new"]["cpu_s"] / p["base"]["cpu_s"]
+            print(f"sim44: large pair {i + 1}: new {p['new']['cpu_s']:.2f} CPU-s, base {p['base']['cpu_s']:.2f}",
+                  file=sys.stderr)
+            pairs.append(p)
+        if pairs:
+            big["pairs"] = pairs
+            big["pairs_summary"] = {
+                **{who: {k: mmm([p[who][k] for p in pairs]) for k in ("cpu_s", "user_s", "sys_s", "rss_mib")}
+                   for who in ("new", "base")},
+                "new_over_base_cpu": mmm([p["new_over_base_cpu"] for p in pairs])}
     result = {**provenance("sf.bench.sim44/1", command), "base_commit": a.base_commit, "ranks": a.ranks, "steps": a.steps,
               "sim_args": args, "rounds": rounds, "summary": summary, "big": big}
     os.makedirs(a.out, exist_ok=True)
@@ -137,11 +160,12 @@ def main():
              f"{a.rounds} rounds; each round: the memcpy yardstick ({a.ranks} x 6 x 8 bytes copied {a.steps} times by "
              "numpy.copyto, its CPU seconds), then both binaries in alternating order under /usr/bin/time -v",
              "- figures: median (min-max) over the rounds of per-round values; CPU = user + sys of the whole process", "",
-             "| binary | CPU s | ns per rank-step | CPU / memcpy | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
+             "| binary | CPU s | user s | sys s | ns per rank-step | CPU / memcpy | peak RSS MiB |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for who, name in (("new", "this build"), ("base", a.base_commit)):
         x = s[who]
-        lines.append(f"| {name} | {fmt(x['cpu_s'])} | {fmt(x['ns_per_rank_step'], '.1f')} | {fmt(x['cpu_over_memcpy'], '.1f')} | "
-                     f"{fmt(x['rss_mib'], '.0f')} |")
+        lines.append(f"| {name} | {fmt(x['cpu_s'])} | {fmt(x['user_s'])} | {fmt(x['sys_s'])} | {fmt(x['ns_per_rank_step'], '.1f')} | "
+                     f"{fmt(x['cpu_over_memcpy'], '.1f')} | {fmt(x['rss_mib'], '.0f')} |")
     lines += ["", f"This build / {a.base_commit}, CPU: **{fmt(s['new_over_base_cpu'], '.3f')}**; memcpy yardstick "
               f"{fmt(s['memcpy_cpu_s'], '.3f')} CPU-s. " + evidence_note(rounds, a.base_commit), "",
               "| round | load before | load after | memcpy CPU s | this build CPU s | base CPU s | ratio |",
@@ -153,6 +177,14 @@ def main():
         lines += ["", f"Large run, this build only: `sf-testbed sim --ranks {big['ranks']} --steps {big['steps']} --seed 1 --json`: "
                   f"peak RSS **{big['rss_mib']:.0f} MiB**, {big['cpu_s']:.2f} CPU-s ({big['ns_per_rank_step']:.1f} ns per "
                   f"rank-step), load before {big['load_before']}."]
+        if "pairs" in big:
+            ps = big["pairs_summary"]
+            lines += ["", f"The large run paired, {len(big['pairs'])} times each, alternating (median (min-max)):", "",
+                      "| binary | CPU s | user s | sys s | peak RSS MiB |", "|---|---:|---:|---:|---:|"]
+            for who, name in (("new", "this build"), ("base", a.base_commit)):
+                x = ps[who]
+                lines.append(f"| {name} | {fmt(x['cpu_s'])} | {fmt(x['user_s'])} | {fmt(x['sys_s'])} | {fmt(x['rss_mib'], '.0f')} |")
+            lines += ["", f"This build / {a.base_commit}, CPU: **{fmt(ps['new_over_base_cpu'], '.3f')}**."]
     lines += ["", "Targets (medians; RSS the largest round):", ""]
     lines += [f"- {t}: {'met' if ok else 'NOT met'}" for t, ok in targets]
     with open(os.path.join(a.out, "sim44.md"), "w") as f:
