@@ -86,11 +86,30 @@ void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
 /// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
 /// medians: allocating them each time would cost more than selecting).
+/// A growable array of doubles whose growth writes nothing (std::vector's resize wrote every
+/// value): the selections write every place before they read it, so the pages of a buffer sized
+/// for 10^6 values that one selection never reaches are never touched.
+class UnwrittenBuffer {
+public:
+  double* data() { return p_.get(); }
+  /// At least n places; what they hold is undefined until written.
+  void grow(std::size_t n) {
+    if (n <= n_) return;
+    p_ = std::make_unique_for_overwrite<double[]>(n);
+    n_ = n;
+  }
+
+private:
+  std::unique_ptr<double[]> p_;
+  std::size_t n_ = 0;
+};
+
 struct SelectScratch {
-  std::vector<double> a, b, c, tail;
-  std::vector<double> keep;    // middle_of: the values inside a hint's bracket
-  std::vector<double> inner;   // middle_of: those of keep inside a narrower, interpolated bracket
-  std::vector<double> sample;  // middle_of: a sample of the array when the guess missed
+  std::vector<double> a, tail;  // the portable selections' copy; select_kth_avx512's last round
+  UnwrittenBuffer split[3];     // select_kth_avx512: the three rotating buffers of its splits
+  UnwrittenBuffer keep;         // middle_of: the values inside a hint's bracket
+  UnwrittenBuffer inner;        // middle_of: those of keep inside a narrower, interpolated bracket
+  std::vector<double> sample;   // middle_of: a sample of the array when the guess missed
 };
 /// Which selection median_of runs: `fastest` takes AVX-512 compress splits where the processor
 /// has them (checked once at run time), `portable` the scalar quickselect; the value is the same.

@@ -285,9 +285,8 @@ double median_of_three(double a, double b, double c) { return std::max(std::min(
 /// scratch with split_avx512. Same answers as select_kth.
 __attribute__((target("avx512f,popcnt"))) double select_kth_avx512(const double* x, std::size_t n, std::size_t k,
                                                                    double* lower, SelectScratch& scratch) {
-  for (auto* b : {&scratch.a, &scratch.b, &scratch.c})
-    if (b->size() < n + 8) b->resize(n + 8);
-  double* bufs[3] = {scratch.a.data(), scratch.b.data(), scratch.c.data()};
+  for (auto& b : scratch.split) b.grow(n + 8);
+  double* bufs[3] = {scratch.split[0].data(), scratch.split[1].data(), scratch.split[2].data()};
   const double* src = x;
   int at = -1;               // the buffer src lies in, −1 for x
   double left_max = kNegInf; // the largest value left of the range (those are ≤ every value in it)
@@ -431,7 +430,7 @@ __attribute__((target("avx512f,popcnt"))) void narrow_bracket(const double* keep
   if (!std::isfinite(unit) || !(unit > 0)) return;  // an open (sampled) end, or an empty span
   const double centre = lo + (static_cast<double>(j) + 0.5) * unit;
   const double half = (std::sqrt(static_cast<double>(inside)) + 3.0) * unit;
-  if (scratch.inner.size() < inside + 8) scratch.inner.resize(inside + 8);
+  scratch.inner.grow(inside + 8);
   std::size_t below = 0;
   const std::size_t n = bracket_avx512<false>(keep, inside, centre - half, centre + half, scratch.inner.data(), &below,
                                               nullptr);
@@ -585,7 +584,7 @@ Middle middle_of(std::span<const double> x, SelectScratch& scratch, MiddleHint* 
     bool hit = false, sampled = false;
     double lo = 0, hi = 0;
     if (hint && hint->width >= 0) {
-      if (scratch.keep.size() < n + 8) scratch.keep.resize(n + 8);
+      scratch.keep.grow(n + 8);
       double* keep = scratch.keep.data();
       std::size_t below = 0;
       sampled = hint->sample;
