@@ -227,7 +227,7 @@ public:
   void set_sync_wait(int t, int r, int s, double seconds);
   /// The same for every rank of row t at once (ranks() values).
   void set_sync_wait_column(int t, int s, std::span<const double> seconds);
-  bool has_sync_wait() const { return !sync_wait_.empty(); }
+  bool has_sync_wait() const { return !sync_set_.empty(); }
   double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
   /// Stage s's sync waits of row t, one float per column (NaN where not recorded), or null when
   /// no rank of the row has one for s.
@@ -267,8 +267,12 @@ private:
   std::vector<double> row_total_s_;       // per row: Σ over its present cells of max(Σ d, wall)
   std::vector<EventState> fwd_state_;
   std::vector<float> fwd_s_;
-  std::vector<float> sync_wait_;          // N × S columns of R floats: (t·S + s)·R + r
-  std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value
+  /// Column (t, s) of the sync waits, made on first use (values undefined until written).
+  float* sync_column_for(int t, int s);
+  // Sync waits, N × S columns (t·S + s) of R floats each, made on a column's first value and kept
+  // (a reused row writes its column in place): a model step has one or two of its S columns.
+  std::vector<std::vector<float>> sync_wait_;
+  std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value (else all NaN)
   std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step

@@ -397,14 +397,8 @@ void StageMatrix::drop_side(int t) {
   }
   if (!cpu_wait_.empty())
     std::fill_n(cpu_wait_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
-  if (!sync_wait_.empty())
-    for (int s = 0; s < stages(); ++s) {
-      auto& set = sync_set_[static_cast<std::size_t>(t) * stages() + s];
-      if (!set) continue;
-      std::fill_n(sync_wait_.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(t) * stages() + s) * ranks_),
-                  ranks_, std::numeric_limits<float>::quiet_NaN());
-      set = 0;
-    }
+  if (!sync_set_.empty())  // a column not set reads as NaN; its floats wait for the next one
+    std::fill_n(sync_set_.begin() + static_cast<std::ptrdiff_t>(t) * stages(), stages(), std::uint8_t{0});
 }
 
 void StageMatrix::reset(std::int64_t first_step) {
@@ -418,8 +412,7 @@ void StageMatrix::reset(std::int64_t first_step) {
   total_s_ = 0;
   fwd_state_.clear();  // clear() keeps the capacity: the next assign() does not reallocate
   fwd_s_.clear();
-  sync_wait_.clear();
-  sync_set_.clear();
+  sync_set_.clear();  // the sync-wait columns keep their floats for the next window's
   cpu_wait_.clear();
 }
 
@@ -449,12 +442,10 @@ void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
   if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
   if (!std::isfinite(seconds) || seconds < 0 || seconds > FLT_MAX)
     throw std::invalid_argument("sync wait is " + secs(seconds) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
-  if (sync_wait_.empty()) {
-    sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
-    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
-  }
+  float* out = sync_column_for(t, s);
   const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
-  sync_wait_[col * ranks_ + r] = static_cast<float>(seconds);
+  if (!sync_set_[col]) std::fill_n(out, ranks_, std::numeric_limits<float>::quiet_NaN());
+  out[r] = static_cast<float>(seconds);
   sync_set_[col] = 1;
 }
 
@@ -468,14 +459,9 @@ void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> sec
     for (double v : seconds)
       if (!(v >= 0 && v <= FLT_MAX))
         throw std::invalid_argument("sync wait is " + secs(v) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
-  if (sync_wait_.empty()) {
-    sync_wait_.assign(present_.size() * stages(), std::numeric_limits<float>::quiet_NaN());
-    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
-  }
-  const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
-  float* out = sync_wait_.data() + col * ranks_;
+  float* out = sync_column_for(t, s);
   for (int r = 0; r < ranks_; ++r) out[r] = static_cast<float>(seconds[r]);
-  sync_set_[col] = 1;
+  sync_set_[static_cast<std::size_t>(t) * stages() + s] = 1;
 }
 
 void StageMatrix::set_cpu_wait(int t, int r, double seconds) {
@@ -491,13 +477,23 @@ double StageMatrix::cpu_wait(int t, int r) const {
 }
 
 double StageMatrix::sync_wait(int t, int r, int s) const {
-  if (sync_wait_.empty()) return std::numeric_limits<double>::quiet_NaN();
-  return sync_wait_[(static_cast<std::size_t>(t) * stages() + s) * ranks_ + r];
+  const float* col = sync_wait_column(t, s);
+  return col == nullptr ? std::numeric_limits<double>::quiet_NaN() : col[r];
 }
 
 const float* StageMatrix::sync_wait_column(int t, int s) const {
   const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
-  return sync_wait_.empty() || !sync_set_[col] ? nullptr : sync_wait_.data() + col * ranks_;
+  return sync_set_.empty() || !sync_set_[col] ? nullptr : sync_wait_[col].data();
+}
+
+float* StageMatrix::sync_column_for(int t, int s) {
+  if (sync_set_.empty()) {
+    sync_wait_.resize(static_cast<std::size_t>(steps_) * stages());
+    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
+  }
+  auto& col = sync_wait_[static_cast<std::size_t>(t) * stages() + s];
+  col.resize(static_cast<std::size_t>(ranks_));
+  return col.data();
 }
 
 void StageMatrix::set_fwd_event_column(int t, std::span<const double> seconds) {

@@ -177,6 +177,35 @@ TEST(StageMatrix, a_row_written_in_place_equals_set_record_rank_by_rank) {
   EXPECT_THROW(in_place.commit_step(1, wall.data()), std::logic_error);
 }
 
+// Sync-wait columns are made on their first value and kept when a row is begun again or the
+// window reset (the model reuses one row a step): a column cleared that way reads NaN, and one
+// value set in it later leaves every other rank NaN, never the floats the column held before.
+TEST(StageMatrix, a_reused_sync_wait_column_never_shows_its_old_values) {
+  const StageSchema schema({"a", "b", "c"}, true);
+  StageMatrix m(schema, 4, 0, 2);
+  EXPECT_FALSE(m.has_sync_wait());
+  m.set_sync_wait_column(0, 2, std::vector<double>{1.0, 2.0, 3.0, 4.0});
+  ASSERT_NE(m.sync_wait_column(0, 2), nullptr);
+  EXPECT_EQ(m.sync_wait_column(0, 1), nullptr);
+  EXPECT_EQ(m.sync_wait_column(1, 2), nullptr);
+  EXPECT_TRUE(std::isnan(m.sync_wait(1, 0, 2)));
+  EXPECT_EQ(m.sync_wait(0, 3, 2), 4.0);
+  static_cast<void>(m.begin_step(0));
+  EXPECT_EQ(m.sync_wait_column(0, 2), nullptr);
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(std::isnan(m.sync_wait(0, r, 2))) << r;
+  m.set_sync_wait(0, 1, 2, 0.5);
+  ASSERT_NE(m.sync_wait_column(0, 2), nullptr);
+  for (int r : {0, 2, 3}) EXPECT_TRUE(std::isnan(m.sync_wait_column(0, 2)[r])) << r;
+  EXPECT_EQ(m.sync_wait(0, 1, 2), 0.5);
+  m.reset(10);
+  EXPECT_FALSE(m.has_sync_wait());
+  EXPECT_TRUE(std::isnan(m.sync_wait(0, 1, 2)));
+  m.set_sync_wait(0, 3, 2, 0.25);
+  EXPECT_TRUE(m.has_sync_wait());
+  for (int r : {0, 1, 2}) EXPECT_TRUE(std::isnan(m.sync_wait(0, r, 2))) << r;
+  EXPECT_EQ(m.sync_wait(0, 3, 2), 0.25);
+}
+
 // commit_step's checks take eight values a compare where the machine has AVX-512: a bad value in
 // any lane of any block, or in the tail, must be refused with its rank named, and the edge values
 // that are good (−0, DBL_MAX alone in a record, a wall of exactly the limit) accepted.
