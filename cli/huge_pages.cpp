@@ -3,15 +3,16 @@
 // `sim` at 10^6 ranks streams some forty arrays of R doubles (the model's per-rank state, its
 // twin's, the step's row, the scorer's per-rank accumulators) once or more every step. On 4 KiB
 // pages every 4 KiB of that is a TLB miss, and under a hypervisor's nested paging a miss is a
-// two-level page walk: results/bench/README.md ("Huge pages") has what that costs and what this
-// saves. Where the kernel leaves transparent huge pages to the program (`madvise`, Debian's
-// default), glibc takes them only when told at exec (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), so the
-// executable replaces the global operator new, the one allocation path of every std::vector: a
-// block of at least kHugeBytes is aligned to a huge page, rounded up to whole ones and advised
-// MADV_HUGEPAGE before anything touches it. Smaller blocks go to malloc as before. Every block goes
-// back through free (aligned_alloc's blocks are free's), so the nothrow and aligned forms stay
-// libstdc++'s. Where the advice is refused (a kernel without THP) the block is still a good block
-// on small pages: memory, never an error.
+// two-level page walk (results/bench/README.md, its sim section: what this saves, and what the
+// first touch of a huge page costs where the host takes free memory back). Where the kernel
+// leaves transparent huge pages to the program (`madvise`, Debian's default), glibc takes them
+// only when told at exec (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), so the executable replaces the
+// global operator new, the one allocation path of every std::vector: a block of at least
+// kHugeBytes is aligned to a huge page, rounded up to whole ones and advised MADV_HUGEPAGE before
+// anything touches it. Smaller blocks go to malloc as before. Every block goes back through free
+// (aligned_alloc's blocks are free's), so the nothrow and aligned forms stay libstdc++'s. Where
+// the advice is refused (a kernel without THP) the block is still a good block on small pages:
+// memory, never an error.
 //
 // Sanitizer builds keep their runtime's operator new and delete (they check that the two match).
 #include "huge_pages.h"
