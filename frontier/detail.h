@@ -84,8 +84,6 @@ void store_step(Accounting& acc, int t, const StepFrontier& f);
 void step_frontier_from(const Accounting& acc, int t, StepFrontier& f);
 
 
-/// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
-/// medians: allocating them each time would cost more than selecting).
 /// A growable array of doubles whose growth writes nothing (std::vector's resize wrote every
 /// value): the selections write every place before they read it, so the pages of a buffer sized
 /// for 10^6 values that one selection never reaches are never touched.
@@ -104,6 +102,8 @@ private:
   std::size_t n_ = 0;
 };
 
+/// Buffers median_of() reuses between calls (a streaming step over 10^6 ranks takes eleven
+/// medians: allocating them each time would cost more than selecting).
 struct SelectScratch {
   std::vector<double> a, tail;  // the portable selections' copy; select_kth_avx512's last round
   UnwrittenBuffer split[3];     // select_kth_avx512: the three rotating buffers of its splits
