@@ -49,6 +49,14 @@ def timed(cmd):
             "rss_mib": t["rss_kib"] / 1024, "stdout": t["stdout"]}
 
 
+def paired(a, args, i):
+    """Both binaries on `sim` args, this build first in even rounds and the base first in odd ones."""
+    runs = {}
+    for who in (("new", "base") if i % 2 == 0 else ("base", "new")):
+        runs[who] = timed([a.sf if who == "new" else a.base, *args])
+    return runs
+
+
 def memcpy_cpu_s(ranks, steps):
     out = subprocess.run(["/usr/bin/python3", "-c", MEMCPY, str(ranks * 6), str(steps)], capture_output=True, text=True,
                          check=True).stdout
@@ -93,9 +101,7 @@ def main():
     for i in range(a.rounds):
         load = loadavg()
         copy_s = memcpy_cpu_s(a.ranks, a.steps)
-        runs = {}
-        for who in (("new", "base") if i % 2 == 0 else ("base", "new")):
-            runs[who] = timed([a.sf if who == "new" else a.base, *args])
+        runs = paired(a, args, i)
         ev = [json.loads(runs[w]["stdout"])["evidence"] for w in ("new", "base")]
         # Packets of different schema versions are not comparable (None): the project's packet changed
         # between the two commits; sim's bytes are checked against the parent commit instead.
@@ -127,9 +133,8 @@ def main():
         pairs = []
         for i in range(a.big_pairs):
             p = {"load_before": loadavg()}
-            for who in (("new", "base") if i % 2 == 0 else ("base", "new")):
-                y = timed([a.sf if who == "new" else a.base, "sim", "--ranks", str(br), "--steps", str(bs), "--seed", "1",
-                           "--json"])
+            runs = paired(a, ["sim", "--ranks", str(br), "--steps", str(bs), "--seed", "1", "--json"], i)
+            for who, y in runs.items():
                 p[who] = {k: y[k] for k in ("cpu_s", "user_s", "sys_s", "wall_s", "rss_mib")}
             p["new_over_base_cpu"] = p["new"]["cpu_s"] / p["base"]["cpu_s"]
             print(f"sim44: large pair {i + 1}: new {p['new']['cpu_s']:.2f} CPU-s, base {p['base']['cpu_s']:.2f}",
