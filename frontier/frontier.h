@@ -227,6 +227,12 @@ public:
   void set_sync_wait(int t, int r, int s, double seconds);
   /// The same for every rank of row t at once (ranks() values).
   void set_sync_wait_column(int t, int s, std::span<const double> seconds);
+  /// Row t's stage-s column a block of ranks at a time, as a pass over the ranks makes them
+  /// (ModelStepper): the block of seconds.size() columns from r0, checked and stored at once,
+  /// with no row-long buffer between. The blocks come in column order: r0 is 0 (the column
+  /// starts over) or the end of the block before. The column reads as set once its last block
+  /// is in, and as not set until then.
+  void set_sync_wait_block(int t, int s, int r0, std::span<const double> seconds);
   bool has_sync_wait() const { return !sync_set_.empty(); }
   double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
   /// Stage s's sync waits of row t, one float per column (NaN where not recorded), or null when
@@ -273,6 +279,7 @@ private:
   // (a reused row writes its column in place): a model step has one or two of its S columns.
   std::vector<std::vector<float>> sync_wait_;
   std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value (else all NaN)
+  std::vector<int> sync_next_;            // N × S: where the column's next block starts (set_sync_wait_block)
   std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step

@@ -397,8 +397,10 @@ void StageMatrix::drop_side(int t) {
   }
   if (!cpu_wait_.empty())
     std::fill_n(cpu_wait_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
-  if (!sync_set_.empty())  // a column not set reads as NaN; its floats wait for the next one
+  if (!sync_set_.empty()) {  // a column not set reads as NaN; its floats wait for the next one
     std::fill_n(sync_set_.begin() + static_cast<std::ptrdiff_t>(t) * stages(), stages(), std::uint8_t{0});
+    std::fill_n(sync_next_.begin() + static_cast<std::ptrdiff_t>(t) * stages(), stages(), 0);
+  }
 }
 
 void StageMatrix::reset(std::int64_t first_step) {
@@ -413,6 +415,7 @@ void StageMatrix::reset(std::int64_t first_step) {
   fwd_state_.clear();  // clear() keeps the capacity: the next assign() does not reallocate
   fwd_s_.clear();
   sync_set_.clear();  // the sync-wait columns keep their floats for the next window's
+  sync_next_.clear();
   cpu_wait_.clear();
 }
 
@@ -447,21 +450,38 @@ void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
   if (!sync_set_[col]) std::fill_n(out, ranks_, std::numeric_limits<float>::quiet_NaN());
   out[r] = static_cast<float>(seconds);
   sync_set_[col] = 1;
+  sync_next_[col] = 0;  // a block after a single value starts the column over
 }
 
 void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> seconds) {
-  check_cell(t, 0);
-  if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
-  if (static_cast<int>(seconds.size()) != ranks_)
+  if (seconds.size() != static_cast<std::size_t>(ranks_))
     throw std::invalid_argument("sync-wait column has " + std::to_string(seconds.size()) + " values, expected " +
                                 std::to_string(ranks_));
-  if (!all_within(seconds.data(), ranks_, 0.0, FLT_MAX))  // false for NaN too
-    for (double v : seconds)
-      if (!(v >= 0 && v <= FLT_MAX))
-        throw std::invalid_argument("sync wait is " + secs(v) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
+  set_sync_wait_block(t, s, 0, seconds);
+}
+
+void StageMatrix::set_sync_wait_block(int t, int s, int r0, std::span<const double> seconds) {
+  check_cell(t, 0);
+  if (s < 0 || s >= stages()) throw std::invalid_argument("sync-wait stage index out of range");
+  if (r0 < 0 || r0 > ranks_ || seconds.size() > static_cast<std::size_t>(ranks_ - r0))
+    throw std::invalid_argument("sync-wait block of " + std::to_string(seconds.size()) + " values from column " +
+                                std::to_string(r0) + " does not fit the row's " + std::to_string(ranks_) + " columns");
+  const int n = static_cast<int>(seconds.size());
+  if (!all_within(seconds.data(), n, 0.0, FLT_MAX))  // false for NaN too
+    for (int j = 0; j < n; ++j)
+      if (!(seconds[j] >= 0 && seconds[j] <= FLT_MAX))
+        throw std::invalid_argument("rank " + std::to_string(rank_id(r0 + j)) + ": sync wait is " + secs(seconds[j]) +
+                                    ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
   float* out = sync_column_for(t, s);
-  for (int r = 0; r < ranks_; ++r) out[r] = static_cast<float>(seconds[r]);
-  sync_set_[static_cast<std::size_t>(t) * stages() + s] = 1;
+  const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
+  if (r0 != 0 && r0 != sync_next_[col])
+    throw std::invalid_argument("sync-wait block of step " + std::to_string(first_step_ + t) + ", stage '" +
+                                schema_.name(s) + "' from column " + std::to_string(r0) +
+                                ", expected the column's next block (from column " + std::to_string(sync_next_[col]) +
+                                ") or its first (from column 0)");
+  for (int j = 0; j < n; ++j) out[r0 + j] = static_cast<float>(seconds[j]);
+  sync_next_[col] = r0 + n;
+  sync_set_[col] = r0 + n == ranks_ ? 1 : 0;
 }
 
 void StageMatrix::set_cpu_wait(int t, int r, double seconds) {
@@ -490,6 +510,7 @@ float* StageMatrix::sync_column_for(int t, int s) {
   if (sync_set_.empty()) {
     sync_wait_.resize(static_cast<std::size_t>(steps_) * stages());
     sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
+    sync_next_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
   }
   auto& col = sync_wait_[static_cast<std::size_t>(t) * stages() + s];
   col.resize(static_cast<std::size_t>(ranks_));

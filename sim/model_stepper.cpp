@@ -127,6 +127,11 @@ struct ModelStepper::State {
       stream_to(col[0] + r0, s0, len);
       stream_to(col[1] + r0, s1, len);
     }
+    /// The block's sync waits in stage s, into the row's column as they are made (no row-long
+    /// buffer to write, read back, check and convert after the pass).
+    void sync_waits(int s, int r0, int len, const double* w) {
+      m->set_sync_wait_block(row, s, r0, {w, static_cast<std::size_t>(len)});
+    }
     void done(int r_end) { m->commit_ranks(row, r_end, wall); }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
@@ -175,9 +180,9 @@ struct ModelStepper::State {
   // When each rank's last bucket collective could start (bucketed sync, a row's side evidence:
   // the wait is measured from it); the earlier buckets' starts matter only through all_in.
   std::vector<double> last_launch;
-  // This step's side evidence (the durations and walls go straight into the matrix's row), sized
-  // by the first step that writes a row: a stepper reduced by step_maxima never needs them.
-  std::vector<double> fwd_event, wait_bwd, wait_cb;
+  // This step's forward events (the durations, walls and sync waits go straight into the
+  // matrix's row), sized by the first step that samples them.
+  std::vector<double> fwd_event;
   std::vector<double> prefix;  // MaxOut's, sized by the first step_maxima
   double exit_single = 0;      // this step's end of the single collective
   bool sample_fwd = false;     // this step's row samples forward events (fwd_event is written)
@@ -458,13 +463,14 @@ struct ModelStepper::State {
     if constexpr (Out::kSide) {
       // The wait from the rank's arrival, as the real comm engines measure it (sim/sim.h,
       // Comm::wait_buckets): from the entry of its last bucket to the completion of every bucket.
-      double* w = wait_bwd.data() + r0;
+      double w[kBlock];
       if (cfg.sync_mode == SyncMode::single) {
         for (int j = 0; j < len; ++j) w[j] = exit_single - od[j];
       } else {
         const double* ll = last_launch.data() + r0;
         for (int j = 0; j < len; ++j) w[j] = std::max(0.0, bucket_end[B - 1] - ll[j]);
       }
+      out.sync_waits(2, r0, len, w);
     }
     if (!sync_callbacks)  // else host[r] stays the step's start for release_callbacks
       finish_block(out, r0, len, end, arrive);
@@ -503,8 +509,9 @@ struct ModelStepper::State {
         exit[j] = cb_exit;
       }
       if constexpr (Out::kSide) {
-        double* w = wait_cb.data() + r0;
+        double w[kBlock];
         for (int j = 0; j < len; ++j) w[j] = cb_exit - (end[j] + cb[j]);
+        out.sync_waits(3, r0, len, w);
       }
       finish_block(out, r0, len, end, exit);
       out.done(r0 + len);
@@ -574,18 +581,13 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   const int t = static_cast<int>(st.step);  // the sampling rule counts steps from 0
   st.sample_fwd = std::floor((t + 1) * cfg.event_q) > std::floor(t * cfg.event_q);
   if (st.sample_fwd && st.fwd_event.empty()) st.fwd_event.resize(static_cast<std::size_t>(cfg.ranks));
-  if (st.wait_bwd.empty()) {
-    st.wait_bwd.resize(static_cast<std::size_t>(cfg.ranks));
-    if (st.sync_callbacks) st.wait_cb.resize(static_cast<std::size_t>(cfg.ranks));
-    if (cfg.sync_mode != SyncMode::single) st.last_launch.resize(static_cast<std::size_t>(cfg.ranks));
-  }
+  if (cfg.sync_mode != SyncMode::single && st.last_launch.empty())
+    st.last_launch.resize(static_cast<std::size_t>(cfg.ranks));
   // The durations and walls go straight into the row's columns and `wall`.
   const std::vector<double*> cols = m.begin_step(row);
   wall.resize(static_cast<std::size_t>(cfg.ranks));
   State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data(), &m, row};
   st.make_step(out);
-  m.set_sync_wait_column(row, 2, st.wait_bwd);
-  if (st.sync_callbacks) m.set_sync_wait_column(row, 3, st.wait_cb);
   if (st.sample_fwd) m.set_fwd_event_column(row, st.fwd_event);
   ++st.step;
 }

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <cmath>
 
@@ -452,6 +453,49 @@ TEST(StageMatrix, sync_wait_columns) {
   }
   EXPECT_THROW(m.set_sync_wait_column(0, 1, std::vector<double>{0.25}), std::invalid_argument);
   EXPECT_THROW(m.set_sync_wait_column(0, 2, std::vector<double>{0.25, 0.0, 1.0}), std::invalid_argument);
+}
+
+// A column given a block at a time (ModelStepper's passes) holds what the whole column would,
+// reads as not set until its last block is in, and refuses a block out of order (naming where the
+// next one starts) or a bad wait (naming its rank: the block's offset counted in).
+TEST(StageMatrix, sync_wait_blocks_in_column_order) {
+  const int R = 10;
+  StageMatrix whole(StageSchema({"a", "b"}, false), R, 0, 1), blocks(StageSchema({"a", "b"}, false), R, 0, 1);
+  std::vector<double> col(R);
+  for (int r = 0; r < R; ++r) col[r] = 0.125 * r;
+  whole.set_sync_wait_column(0, 1, col);
+  const std::span<const double> all(col);
+  blocks.set_sync_wait_block(0, 1, 0, all.subspan(0, 4));
+  EXPECT_EQ(blocks.sync_wait_column(0, 1), nullptr);
+  blocks.set_sync_wait_block(0, 1, 4, all.subspan(4, 3));
+  EXPECT_EQ(blocks.sync_wait_column(0, 1), nullptr);
+  try {
+    blocks.set_sync_wait_block(0, 1, 8, all.subspan(8, 2));  // skips column 7
+    ADD_FAILURE() << "a block past the next one was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("from column 7"), std::string::npos) << e.what();
+  }
+  blocks.set_sync_wait_block(0, 1, 7, all.subspan(7, 3));
+  ASSERT_NE(blocks.sync_wait_column(0, 1), nullptr);
+  for (int r = 0; r < R; ++r) EXPECT_EQ(blocks.sync_wait(0, r, 1), whole.sync_wait(0, r, 1)) << r;
+  // Starting over at column 0 unsets the column until its last block comes again.
+  blocks.set_sync_wait_block(0, 1, 0, all.subspan(0, 5));
+  EXPECT_EQ(blocks.sync_wait_column(0, 1), nullptr);
+  blocks.set_sync_wait_block(0, 1, 5, all.subspan(5, 5));
+  EXPECT_NE(blocks.sync_wait_column(0, 1), nullptr);
+  EXPECT_THROW(blocks.set_sync_wait_block(0, 1, 8, all.subspan(0, 3)), std::invalid_argument);  // past the row
+  EXPECT_THROW(blocks.set_sync_wait_block(0, 2, 0, all.subspan(0, 3)), std::invalid_argument);  // no stage 2
+  // A bad wait names its rank id (a sparse matrix: column 1 of the second block is rank 12).
+  StageMatrix sparse(StageSchema({"a", "b"}, false), 20, std::vector<int>{1, 3, 5, 8, 12, 19}, 0, 1);
+  sparse.set_sync_wait_block(0, 0, 0, all.subspan(0, 3));
+  std::vector<double> bad{0.5, -1.0, 0.25};
+  try {
+    sparse.set_sync_wait_block(0, 0, 3, bad);
+    ADD_FAILURE() << "a negative wait was taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 12: sync wait is -1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(sparse.sync_wait_column(0, 0), nullptr);
 }
 
 TEST(Accounting, figure1_exposed_8_2_against_per_stage_max_13_2) {
