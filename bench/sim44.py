@@ -10,7 +10,10 @@ time.process_time in its own process), then the two binaries in alternating orde
 each under /usr/bin/time -v. Every figure is a per-round ratio (CPU of sim / CPU of the memcpy,
 this build / the baseline) reported as min, median and max; the load average is written beside each
 round. The large run (--big, default 10^7 ranks x 10 steps) is this build only: its peak RSS (the
-baseline refuses more than 2^20 ranks).
+baseline refuses more than 2^20 ranks). With --one-thread each round also runs this build with
+`--threads 1` (the model and the scorer taking turns on one thread): what the default's second
+thread costs in CPU seconds and saves in wall time, written beside the targets (which stay on the
+default command).
 
     bash bench/sim44.sh            # = /usr/bin/python3 bench/sim44.py --sf build/sf-testbed \\
                                    #     --base ../base/build/sf-testbed --rounds 3 --out results/bench
@@ -92,6 +95,7 @@ def main():
     ap.add_argument("--big-pairs", type=int, default=0,
                     help="also run the large one this many times with each binary, alternating (a base that takes "
                          "that many ranks: fd755ff refuses more than 2^20)")
+    ap.add_argument("--one-thread", action="store_true", help="also run this build with --threads 1 each round")
     ap.add_argument("--out", default=os.path.join(HERE, "..", "results", "bench"))
     a = ap.parse_args()
     command = ["/usr/bin/python3", "bench/sim44.py", *sys.argv[1:]]
@@ -114,6 +118,10 @@ def main():
                       "rss_mib": x["rss_mib"],
                       "ns_per_rank_step": x["cpu_s"] / rank_steps * 1e9, "cpu_over_memcpy": x["cpu_s"] / copy_s}
         r["new_over_base_cpu"] = r["new"]["cpu_s"] / r["base"]["cpu_s"]
+        if a.one_thread:
+            x = timed([a.sf, *args, "--threads", "1"])
+            r["one_thread"] = {k: x[k] for k in ("cpu_s", "user_s", "sys_s", "wall_s", "rss_mib")}
+            r["one_thread"]["over_default_cpu"] = x["cpu_s"] / r["new"]["cpu_s"]
         r["load_after"] = loadavg()
         print(f"sim44: round {i + 1}: new {r['new']['cpu_s']:.2f} CPU-s, base {r['base']['cpu_s']:.2f}, "
               f"memcpy {copy_s:.3f}, load {load}", file=sys.stderr)
@@ -123,6 +131,10 @@ def main():
                for who in ("new", "base")}
     summary["new_over_base_cpu"] = mmm([r["new_over_base_cpu"] for r in rounds])
     summary["memcpy_cpu_s"] = mmm([r["memcpy_cpu_s"] for r in rounds])
+    if a.one_thread:
+        summary["one_thread"] = {k: mmm([r["one_thread"][k] for r in rounds])
+                                 for k in ("cpu_s", "user_s", "sys_s", "wall_s", "rss_mib", "over_default_cpu")}
+        summary["new"]["wall_s"] = mmm([r["new"]["wall_s"] for r in rounds])
     big = None
     if a.big:
         br, bs = (int(x) for x in a.big.split("x"))
@@ -178,6 +190,13 @@ def main():
     for i, r in enumerate(rounds):
         lines.append(f"| {i + 1} | {r['load_before']} | {r['load_after']} | {r['memcpy_cpu_s']:.3f} | {r['new']['cpu_s']:.2f} | "
                      f"{r['base']['cpu_s']:.2f} | {r['new_over_base_cpu']:.3f} |")
+    if a.one_thread:
+        o, w = s["one_thread"], s["new"]["wall_s"]
+        lines += ["", f"This build with `--threads 1` in the same rounds (after the pair): {fmt(o['cpu_s'])} CPU-s "
+                  f"(user {fmt(o['user_s'])}, sys {fmt(o['sys_s'])}), **{fmt(o['over_default_cpu'], '.3f')}** of the "
+                  f"default's CPU per round, wall {fmt(o['wall_s'])} s against the default's {fmt(w)} s, peak RSS "
+                  f"{fmt(o['rss_mib'], '.0f')} MiB. The default's second thread runs the model beside the scorer: the "
+                  "ratio is what it costs in CPU seconds, the walls what it saves."]
     if big:
         lines += ["", f"Large run, this build only: `sf-testbed sim --ranks {big['ranks']} --steps {big['steps']} --seed 1 --json`: "
                   f"peak RSS **{big['rss_mib']:.0f} MiB**, {big['cpu_s']:.2f} CPU-s ({big['ns_per_rank_step']:.1f} ns per "
