@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 BASE=${BASE:-../base/build}
-exec /usr/bin/python3 bench/sim44.py --sf "$BUILD/sf-testbed" --base "$BASE/sf-testbed" --rounds "${ROUNDS:-3}" \
+exec /usr/bin/python3 bench/sim44.py --sf "$BUILD/sf-testbed" --base "$BASE/sf-testbed" --rounds "${ROUNDS:-3}" --one-thread \
   --out results/bench "$@"
