@@ -23,4 +23,5 @@ def timed(cmd: list[str], who: str, keep_stdout: bool = False) -> dict:
     for part in field(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\)").split(":"):
         wall = wall * 60 + float(part)
     user, system = float(field(r"User time \(seconds\)")), float(field(r"System time \(seconds\)"))
-    return {"cpu_s": user + system, "user_s": user, "sys_s": system, "wall_s": wall, "rss_kib": int(field(r"Maximum resident set size \(kbytes\)")), "stdout": p.stdout or ""}
+    return {"cpu_s": user + system, "user_s": user, "sys_s": system, "wall_s": wall,
+            "rss_kib": int(field(r"Maximum resident set size \(kbytes\)")), "stdout": p.stdout or ""}

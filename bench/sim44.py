@@ -127,14 +127,13 @@ def main():
               f"memcpy {copy_s:.3f}, load {load}", file=sys.stderr)
         rounds.append(r)
     summary = {who: {k: mmm([r[who][k] for r in rounds])
-                     for k in ("cpu_s", "user_s", "sys_s", "ns_per_rank_step", "cpu_over_memcpy", "rss_mib")}
+                     for k in ("cpu_s", "user_s", "sys_s", "wall_s", "ns_per_rank_step", "cpu_over_memcpy", "rss_mib")}
                for who in ("new", "base")}
     summary["new_over_base_cpu"] = mmm([r["new_over_base_cpu"] for r in rounds])
     summary["memcpy_cpu_s"] = mmm([r["memcpy_cpu_s"] for r in rounds])
     if a.one_thread:
         summary["one_thread"] = {k: mmm([r["one_thread"][k] for r in rounds])
                                  for k in ("cpu_s", "user_s", "sys_s", "wall_s", "rss_mib", "over_default_cpu")}
-        summary["new"]["wall_s"] = mmm([r["new"]["wall_s"] for r in rounds])
     big = None
     if a.big:
         br, bs = (int(x) for x in a.big.split("x"))

@@ -233,7 +233,7 @@ public:
   /// starts over) or the end of the block before. The column reads as set once its last block
   /// is in, and as not set until then.
   void set_sync_wait_block(int t, int s, int r0, std::span<const double> seconds);
-  bool has_sync_wait() const { return !sync_set_.empty(); }
+  bool has_sync_wait() const { return !sync_next_.empty(); }
   double sync_wait(int t, int r, int s) const;  ///< NaN when not recorded
   /// Stage s's sync waits of row t, one float per column (NaN where not recorded), or null when
   /// no rank of the row has one for s.
@@ -278,8 +278,9 @@ private:
   // Sync waits, N × S columns (t·S + s) of R floats each, made on a column's first value and kept
   // (a reused row writes its column in place): a model step has one or two of its S columns.
   std::vector<std::vector<float>> sync_wait_;
-  std::vector<std::uint8_t> sync_set_;    // N × S: the column holds at least one value (else all NaN)
-  std::vector<int> sync_next_;            // N × S: where the column's next block starts (set_sync_wait_block)
+  /// N × S: where the column's next block starts (set_sync_wait_block); ranks() once the column
+  /// is set (its last block in, or any single value: the cells not given are NaN), else not set.
+  std::vector<int> sync_next_;
   std::vector<float> cpu_wait_;           // N × R, NaN where not recorded
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step

@@ -397,10 +397,8 @@ void StageMatrix::drop_side(int t) {
   }
   if (!cpu_wait_.empty())
     std::fill_n(cpu_wait_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<float>::quiet_NaN());
-  if (!sync_set_.empty()) {  // a column not set reads as NaN; its floats wait for the next one
-    std::fill_n(sync_set_.begin() + static_cast<std::ptrdiff_t>(t) * stages(), stages(), std::uint8_t{0});
+  if (!sync_next_.empty())  // a column not set reads as NaN; its floats wait for the next one
     std::fill_n(sync_next_.begin() + static_cast<std::ptrdiff_t>(t) * stages(), stages(), 0);
-  }
 }
 
 void StageMatrix::reset(std::int64_t first_step) {
@@ -414,8 +412,7 @@ void StageMatrix::reset(std::int64_t first_step) {
   total_s_ = 0;
   fwd_state_.clear();  // clear() keeps the capacity: the next assign() does not reallocate
   fwd_s_.clear();
-  sync_set_.clear();  // the sync-wait columns keep their floats for the next window's
-  sync_next_.clear();
+  sync_next_.clear();  // the sync-wait columns keep their floats for the next window's
   cpu_wait_.clear();
 }
 
@@ -447,10 +444,9 @@ void StageMatrix::set_sync_wait(int t, int r, int s, double seconds) {
     throw std::invalid_argument("sync wait is " + secs(seconds) + ", expected a finite number >= 0 and <= " + secs(FLT_MAX));
   float* out = sync_column_for(t, s);
   const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
-  if (!sync_set_[col]) std::fill_n(out, ranks_, std::numeric_limits<float>::quiet_NaN());
+  if (sync_next_[col] != ranks_) std::fill_n(out, ranks_, std::numeric_limits<float>::quiet_NaN());
   out[r] = static_cast<float>(seconds);
-  sync_set_[col] = 1;
-  sync_next_[col] = 0;  // a block after a single value starts the column over
+  sync_next_[col] = ranks_;
 }
 
 void StageMatrix::set_sync_wait_column(int t, int s, std::span<const double> seconds) {
@@ -481,7 +477,6 @@ void StageMatrix::set_sync_wait_block(int t, int s, int r0, std::span<const doub
                                 ") or its first (from column 0)");
   for (int j = 0; j < n; ++j) out[r0 + j] = static_cast<float>(seconds[j]);
   sync_next_[col] = r0 + n;
-  sync_set_[col] = r0 + n == ranks_ ? 1 : 0;
 }
 
 void StageMatrix::set_cpu_wait(int t, int r, double seconds) {
@@ -503,13 +498,12 @@ double StageMatrix::sync_wait(int t, int r, int s) const {
 
 const float* StageMatrix::sync_wait_column(int t, int s) const {
   const std::size_t col = static_cast<std::size_t>(t) * stages() + s;
-  return sync_set_.empty() || !sync_set_[col] ? nullptr : sync_wait_[col].data();
+  return sync_next_.empty() || sync_next_[col] != ranks_ ? nullptr : sync_wait_[col].data();
 }
 
 float* StageMatrix::sync_column_for(int t, int s) {
-  if (sync_set_.empty()) {
+  if (sync_next_.empty()) {
     sync_wait_.resize(static_cast<std::size_t>(steps_) * stages());
-    sync_set_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
     sync_next_.assign(static_cast<std::size_t>(steps_) * stages(), 0);
   }
   auto& col = sync_wait_[static_cast<std::size_t>(t) * stages() + s];
