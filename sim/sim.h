@@ -208,9 +208,13 @@ public:
   StageCosts draw(int rank, std::int64_t step) const;
   /// The costs the model reads (every one but the loader's), one column each, for ranks
   /// r0 .. r0 + len − 1 (len <= kMax): column[j] == draw(r0 + j, step)'s, bit for bit. One loop
-  /// over the block, so the table reads of many ranks are in flight together.
+  /// over the block, so the table reads of many ranks are in flight together. kMax is also the
+  /// model's block of ranks (model_stepper.cpp): 64 keeps a block's draws (3.5 KiB) and the
+  /// pass's block state (under 16 KiB) in a 32 KiB L1 beside the streams. At 256 they spilled to
+  /// L2: paired sim runs at 10^6 ranks × 50 (six rounds) took 0.93 of 256's user time at 64, one
+  /// thread and two; 32 and 128 were within noise of 64.
   struct Block {
-    static constexpr int kMax = 256;
+    static constexpr int kMax = 64;
     double data[kMax], fwd_host[kMax], fwd_device[kMax], bwd_host[kMax], bwd_device[kMax], callbacks[kMax], optim[kMax];
   };
   void draw_block(int r0, int len, std::int64_t step, Block& out) const;
