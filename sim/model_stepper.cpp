@@ -58,7 +58,12 @@ using Lanes8 = double __attribute__((vector_size(64)));
   return v;
 }
 [[gnu::always_inline]] inline void store8(double* p, Lanes8 v) { __builtin_memcpy(p, &v, sizeof v); }
-[[gnu::always_inline]] inline Lanes8 splat8(double x) { return Lanes8{x, x, x, x, x, x, x, x}; }
+/// x in every lane: lane 0's value shuffled to all eight (one broadcast; GCC built the
+/// eight-value initialiser as eight masked broadcasts).
+[[gnu::always_inline]] inline Lanes8 splat8(double x) {
+  using Index8 = long long __attribute__((vector_size(64)));
+  return __builtin_shuffle(Lanes8{x}, Index8{});
+}
 [[gnu::always_inline]] inline Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
 /// Buckets up to which pass 1 keeps every bucket's recurrence of eight ranks in registers.
 constexpr std::size_t kLaneBuckets = 8;
@@ -361,14 +366,17 @@ struct ModelStepper::State {
   /// is exact in any order). Returns the ranks it took (the rest go by buckets_by_pass).
   template <bool kSide>
   [[gnu::always_inline]] int buckets_in_lanes(int len, Block& b) {
-    Lanes8 top[kLaneBuckets];
-    for (std::size_t i = 0; i < B; ++i) top[i] = splat8(kNegInf);
+    Lanes8 top[kLaneBuckets], fs[kLaneBuckets];  // fs: each bucket's fraction, splat once a block
+    for (std::size_t i = 0; i < B; ++i) {
+      top[i] = splat8(kNegInf);
+      fs[i] = splat8(frac[i]);
+    }
     int j = 0;
     for (; j + 8 <= len; j += 8) {
       Lanes8 dev = load8(b.dev + j), hb = load8(b.hb + j), launched = dev;
       const Lanes8 bwd_dev = load8(b.bwd_dev + j), bwd_host = load8(b.bwd_host + j);
       for (std::size_t i = 0; i < B; ++i) {
-        const Lanes8 f = splat8(frac[i]);
+        const Lanes8 f = fs[i];
         dev = max8(dev, hb) + bwd_dev * f;
         launched = i == 0 ? dev + load8(b.entry + j) : max8(dev, launched);
         top[i] = max8(top[i], launched);
