@@ -61,8 +61,8 @@ using Lanes8 = double __attribute__((vector_size(64)));
 /// x in every lane: lane 0's value shuffled to all eight (one broadcast; GCC built the
 /// eight-value initialiser as eight masked broadcasts).
 [[gnu::always_inline]] inline Lanes8 splat8(double x) {
-  using Index8 = long long __attribute__((vector_size(64)));
-  return __builtin_shuffle(Lanes8{x}, Index8{});
+  const Lanes8 v{x};
+  return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
 }
 [[gnu::always_inline]] inline Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
 /// Buckets up to which pass 1 keeps every bucket's recurrence of eight ranks in registers.
