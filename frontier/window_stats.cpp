@@ -329,11 +329,14 @@ void chain_sums(const double* x, std::size_t stride, int stages, const double* c
     for (int j = 0; j < 3; ++j) chain_sums_of<1, false>(tel[j], 0, nullptr, sum + stages + j, len);
 }
 
-/// Ranks are visited in blocks of this many, so a block of every stage stays in cache (L2: 48 KiB at
-/// six stages) while the passes over it (one per stage and group) run. Each block also
+/// Ranks are visited in blocks of this many, so a block of every stage stays in cache (L2: 192 KiB
+/// at six stages) while the passes over it (one per stage and group) run. Each block also
 /// pays its passes' calls and lane reductions: paired frontier_bench at 1024 × 600 × 6, blocks of
-/// 128 took evaluate 1.17× as long as blocks of 512, one block of 1024 0.98× (16384 ranks: 0.98×).
-constexpr int kBlock = 1024;
+/// 128 took evaluate 1.17× as long as blocks of 512, one block of 1024 0.98× (16384 ranks: 0.98×);
+/// paired sim runs at 10^6 ranks × 50 (the streamed scorer, one thread and two) took about 0.94–0.97
+/// of 1024's user time at 4096 (512 and 256 were slower than 1024, 8192 no better than 4096 by
+/// more than the noise, with twice the stack).
+constexpr int kBlock = 4096;
 }  // namespace
 
 PresentStep::PresentStep(const StageMatrix& m, int t) : n_(m.step_present_count(t)), stages_(m.stages()) {
