@@ -212,7 +212,7 @@ public:
   /// model's block of ranks (model_stepper.cpp): 64 keeps a block's draws (3.5 KiB) and the
   /// pass's block state (under 16 KiB) in a 32 KiB L1 beside the streams. At 256 they spilled to
   /// L2: paired sim runs at 10^6 ranks × 50 (six rounds) took 0.93 of 256's user time at 64, one
-  /// thread and two; 32 and 128 were within noise of 64.
+  /// thread and two; 128 (and 32, tried on one thread) were within noise of 64.
   struct Block {
     static constexpr int kMax = 64;
     double data[kMax], fwd_host[kMax], fwd_device[kMax], bwd_host[kMax], bwd_device[kMax], callbacks[kMax], optim[kMax];
