@@ -57,7 +57,13 @@ SF_INLINE Lanes8 load8(const double* p) {
   return v;
 }
 SF_INLINE void store8(double* p, Lanes8 v) { __builtin_memcpy(p, &v, sizeof v); }
-SF_INLINE Lanes8 splat8(double x) { return Lanes8{x, x, x, x, x, x, x, x}; }
+/// x in every lane: lane 0's value shuffled to all eight (one broadcast; GCC built the
+/// eight-value initialiser as eight masked broadcasts). __builtin_shufflevector, not
+/// __builtin_shuffle: clang, which builds the sanitizer trees, has only the former.
+SF_INLINE Lanes8 splat8(double x) {
+  const Lanes8 v{x};
+  return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+}
 /// std::max(a, b) and std::min(a, b), lane by lane.
 SF_INLINE Lanes8 max8(Lanes8 a, Lanes8 b) { return a < b ? b : a; }
 SF_INLINE Lanes8 min8(Lanes8 a, Lanes8 b) { return b < a ? b : a; }
