@@ -30,7 +30,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "experiments"))
-from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+from sf_provenance import cpu_model, provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 import proc_time  # noqa: E402  (bench/: the whole-process timer)
 
 CPU_TARGET = 1.3
@@ -43,8 +43,7 @@ def loadavg():
 
 
 def machine():
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu}
+    return {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": cpu_model()}
 
 
 def timed(cmd):

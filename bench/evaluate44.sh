@@ -40,9 +40,13 @@ commit_of() {  # the source commit of the build a binary lies in
   src=$(grep -m1 '^CMAKE_HOME_DIRECTORY' "$cache" | cut -d= -f2)
   git -C "$src" describe --always --dirty
 }
-/usr/bin/python3 - "$raw" "$rounds" "$out" "$base" "$new" "$(commit_of "$base")" "$(commit_of "$new")" <<'EOF'
+/usr/bin/python3 - "$raw" "$rounds" "$out" "$base" "$new" "$(commit_of "$base")" "$(commit_of "$new")" \
+  "$(dirname "$0")/../experiments" <<'EOF'
 import datetime, json, os, platform, statistics, sys
 raw, rounds, out, base, new, base_commit, new_commit = sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:8]
+sys.path.append(sys.argv[8])
+from sf_provenance import cpu_model  # noqa: E402
+cpu = cpu_model()
 sizes = ["R:1024/N:600", "R:16384/N:600"]
 
 def medians(path):
@@ -76,7 +80,7 @@ now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"
 lo, med, hi = mmm(loads)
 lines = ["# evaluate() against account(), paired with the turn-4 build (issue 44, part 2)", "",
          f"- command: `{cmd}`",
-         f"- new: `{new_commit}`, base (turn 4): `{base_commit}`; {now}; {os.cpu_count()} CPUs, {platform.machine()}; "
+         f"- new: `{new_commit}`, base (turn 4): `{base_commit}`; {now}; {os.cpu_count()} CPUs, {platform.machine()}, {cpu}; "
          f"1-minute load average at the rounds' starts {lo:.2f} / {med:.2f} / {hi:.2f} (min / median / max)",
          f"- {rounds} rounds; in each, both binaries back to back (order alternating), every case the median of 3 "
          "repetitions in its process; figures are min / median / max over the rounds of the per-round ratio",
@@ -149,7 +153,7 @@ lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock sampl
 with open(os.path.join(out, "evaluate44.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 with open(os.path.join(out, "evaluate44.json"), "w") as f:
-    json.dump({"command": cmd, "date": now, "new": new_commit, "base": base_commit, "rounds": rounds, "load_1min": loads,
+    json.dump({"command": cmd, "date": now, "cpu_model": cpu, "new": new_commit, "base": base_commit, "rounds": rounds, "load_1min": loads,
                "ratios": [{"ratio": k[0], "size": k[1], "clock": k[2], "per_round": v, "min": min(v),
                            "median": statistics.median(v), "max": max(v)} for k, v in rows.items()]}, f, indent=1)
 print("\n".join(lines))

@@ -4,9 +4,14 @@
     /usr/bin/python3 bench/issue44.py results/bench      # writes results/bench/issue44.md
 
 Reads evaluate44.json (bench/evaluate44.sh), torch_boundary44.json (bench/torch_recorder_bench.py),
-score44.json (bench/score44.py) and sim44.json (bench/sim44.sh); every figure is a ratio measured in
+score44.json (bench/score44.py) and sim44.json (bench/sim44.py); every figure is a ratio measured in
 its record's own run against a yardstick there (fd755ff, the turn-4 binary, paired beside it), as
-median (min-max) over its rounds. Each row names its record, commit, date and load.
+median (min-max) over its rounds. Each row names its record, commit, date, load and processor.
+
+Records of the same benchmarks made on another machine lie in OUT/machines/NAME/ (sim44.json and
+evaluate44.json, written there by the same commands with that folder as their output); each folder
+gets a table of its own below the main one, since a target in CPU-seconds holds only where it was
+measured (the ratios to a yardstick travel better, but not wholly: the yardstick is that machine's).
 """
 import json
 import pathlib
@@ -22,10 +27,17 @@ def status(d, target, at_most=True):
     return "met" if ok else "not met"
 
 
+def cpu(j):
+    """The record's processor (bench/sf_provenance.cpu_model), where it names one."""
+    m = j.get("cpu_model") or (j.get("machine") or {}).get("cpu_model")
+    return m if m else "processor not recorded"
+
+
 def evaluate_rows(j):
     def ratio(name, size):
         return next(r for r in j["ratios"] if r["ratio"] == name and r["size"] == size and r["clock"] == "cpu")
-    where = f"evaluate44 ({j['new']}, {j['date']}, load {min(j['load_1min']):.1f}–{max(j['load_1min']):.1f})"
+    where = (f"evaluate44 ({j['new']}, {j['date']}, load {min(j['load_1min']):.1f}–{max(j['load_1min']):.1f}, "
+             f"{cpu(j)})")
     rows = []
     for size in ("R:1024/N:600", "R:16384/N:600"):
         new, base = ratio("new evaluate / account", size), ratio("base evaluate / account", size)
@@ -39,7 +51,7 @@ def evaluate_rows(j):
 def torch_rows(j):
     this, base = j["builds"]["this"]["ratio_to_bare_clock"], j["builds"]["baseline"]["ratio_to_bare_clock"]
     load = j["load_before"][0]
-    where = f"torch_boundary44 ({j['commit']}, {j['date']}, load {load:.1f})"
+    where = f"torch_boundary44 ({j['commit']}, {j['date']}, load {load:.1f}, {cpu(j)})"
     return [(f"sf_torch `{k}` ≤ {j['targets'][k]}× a bare perf_counter_ns()", f"{span(this[k])}; fd755ff {span(base[k])}",
              status(this[k], j["targets"][k]), where) for k in ("begin_stage", "end_stage", "with_stage_pair_per_boundary")]
 
@@ -47,7 +59,7 @@ def torch_rows(j):
 def score_rows(j):
     f = j["figures"]
     load = f["load_1min"]
-    where = f"score44 ({j['commit']}, {j['date']}, load {load['median']:.1f})"
+    where = f"score44 ({j['commit']}, {j['date']}, load {load['median']:.1f}, {cpu(j)})"
     return [("score 100 MB ≥ 10 × pandas, single-core CPU ratio",
              f"{span(f['cpu_one_core_pandas_over_new'])}; fd755ff {span(f['cpu_one_core_pandas_over_base'])}",
              status(f["cpu_one_core_pandas_over_new"], 10.0, at_most=False), where),
@@ -60,7 +72,7 @@ def score_rows(j):
 def sim_rows(j):
     s, b, big = j["summary"], j["summary"]["base"], j["big"]
     load = j["rounds"][0]["load_before"].split()[0]
-    where = f"sim44 ({j['commit']}, {j['date']}, load {load})"
+    where = f"sim44 ({j['commit']}, {j['date']}, load {load}, {cpu(j)})"
     return [("sim 10^6 × 100 ≤ 6 CPU-s", f"{span(s['new']['cpu_s'])} CPU-s; fd755ff {span(b['cpu_s'])}",
              status(s["new"]["cpu_s"], 6.0), where),
             ("sim 10^6 × 100 ≤ 12 × a memcpy of its bytes", f"{span(s['new']['cpu_over_memcpy'], '{:.1f}')}; fd755ff "
@@ -88,8 +100,27 @@ def main():
              "| target | this build; fd755ff in the same run | status | record |",
              "|---|---|---|---|"]
     lines += [f"| {t} | {fig} | {st} | {w} |" for t, fig, st, w in rows]
+    for folder in sorted((out / "machines").glob("*/")):
+        lines += machine_section(folder, out)
     (out / "issue44.md").write_text("\n".join(lines) + "\n")
     print(f"issue44.py: wrote {out / 'issue44.md'}: {met} of {len(rows)} targets met")
+
+
+def machine_section(folder, out):
+    """The table of one other machine's records (OUT/machines/NAME/): the parts it holds, in the main table's order."""
+    rows = []
+    for name, of in (("sim44", sim_rows), ("evaluate44", evaluate_rows)):
+        path = folder / f"{name}.json"
+        if path.exists():
+            rows += of(json.loads(path.read_text()))
+    if not rows:
+        return []
+    met = sum(r[2] == "met" for r in rows)
+    return ["", f"## On another machine: `{folder.relative_to(out)}`", "",
+            f"Made by the same commands with this folder as their output (`--out` of bench/sim44.py, OUT of "
+            f"bench/evaluate44.sh). {met} of {len(rows)} of these targets met there.", "",
+            "| target | this build; fd755ff in the same run | status | record |",
+            "|---|---|---|---|"] + [f"| {t} | {fig} | {st} | {w} |" for t, fig, st, w in rows]
 
 
 if __name__ == "__main__":

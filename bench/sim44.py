@@ -27,7 +27,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "experiments"))
-from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+from sf_provenance import cpu_model, provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 import proc_time  # noqa: E402  (bench/: the whole-process timer)
 
 MEMCPY = r"""
@@ -157,7 +157,8 @@ def main():
                 **{who: {k: mmm([p[who][k] for p in pairs]) for k in ("cpu_s", "user_s", "sys_s", "rss_mib")}
                    for who in ("new", "base")},
                 "new_over_base_cpu": mmm([p["new_over_base_cpu"] for p in pairs])}
-    result = {**provenance("sf.bench.sim44/1", command), "base_commit": a.base_commit, "ranks": a.ranks, "steps": a.steps,
+    result = {**provenance("sf.bench.sim44/1", command), "cpu_model": cpu_model(), "base_commit": a.base_commit,
+              "ranks": a.ranks, "steps": a.steps,
               "sim_args": args, "rounds": rounds, "summary": summary, "big": big}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "sim44.json"), "w") as f:
@@ -171,7 +172,9 @@ def main():
         targets.append((f"{big['ranks']} x {big['steps']} peak RSS <= 8 GiB", big["rss_mib"] <= 8192))
     lines = [f"# `sim` near memory speed (issue 44, part 1): this build against {a.base_commit}, paired", "",
              f"- command: `{' '.join(command)}`",
-             f"- commit `{result['commit']}` against `{a.base_commit}`, {result['date']}, host {result['host']}",
+             f"- commit `{result['commit']}` against `{a.base_commit}`, {result['date']}, host {result['host']}, "
+             f"{os.cpu_count()} CPUs: {result['cpu_model']} (the CPU-s are this machine's; the ratios are to "
+             "yardsticks run beside them)",
              f"- `sf-testbed {' '.join(args)}` ({a.ranks} ranks x {a.steps} steps = {rank_steps:.3g} rank-steps), "
              f"{a.rounds} rounds; each round: the memcpy yardstick ({a.ranks} x 6 x 8 bytes copied {a.steps} times by "
              "numpy.copyto, its CPU seconds), then both binaries in alternating order under /usr/bin/time -v",

@@ -80,6 +80,16 @@ def host_name() -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The processor's name as /proc/cpuinfo gives it ('unknown' where it gives none): a benchmark's ratios against a
+    yardstick hold on the machine that made them, and its absolute times only there."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+    except OSError:
+        return "unknown"
+
+
 def provenance(schema: str, argv: Sequence[str], commit: str | None = None) -> dict[str, Any]:
     """schema, command (argv as a list), commit (git_commit() unless given), date, host: testbed::provenance_json."""
     if isinstance(argv, str):
