@@ -171,12 +171,16 @@ private:
   std::unique_ptr<double[]> keep_;  // the values inside [lo_, hi_], 8 spare slots past them
   std::size_t cap_ = 0;
 };
-/// The fewest present ranks at which a rank pass runs lean (WindowStats::rank_pass: no prefix
-/// rows kept). Below it the rows stay in L2 and cost less than the lean pass's work per block
+/// The bytes of a step's stage columns and prefix rows, (2S − 1) · n · 8 at S stages and n present
+/// ranks, from which a rank pass runs lean (WindowStats::rank_pass: no prefix rows kept). Below it
+/// the rows stay in L2 beside the columns and cost less than the lean pass's work per block
 /// (evaluate at 1024 × 600 × 6 took a median 4 % more time lean over four paired runs of
-/// frontier_bench; no difference at 16384). Tests set 0 (always lean) and INT_MAX
-/// (never) to check the one against the other. Only the time depends on it.
-inline std::atomic<int> lean_rank_pass_from{1 << 16};
+/// frontier_bench on an AMD EPYC host); past it the rows and the columns, read again by the rank
+/// pass after the cohort pass, no longer fit in a 1 MiB L2 together (at 16384 × 600 × 6, 1.4 MiB a
+/// step: no difference on the EPYC host, lean 0.93 of kept on an Intel Xeon Skylake-SP host in
+/// thirteen paired runs). At six stages the line falls at 11916 ranks. Tests set 0 (always lean)
+/// and the largest value (never) to check the one against the other. Only the time depends on it.
+inline std::atomic<std::int64_t> lean_rank_pass_bytes{std::int64_t{1} << 20};
 /// The median of n − 1 values: the n values' order statistics a[k−1] = lo, a[k] = mid and (n odd)
 /// a[k+1] = hi, k = n/2, without the value v (the standings' leave-one-out rule: with n − 1 even,
 /// the upper middle). n ≥ 2.

@@ -926,7 +926,8 @@ SF_INLINE int WindowStats::rank_pass_body(const StageMatrix& m, int t, const Pre
   // its values and hints), and the frontier's leaders come from each stage's first top
   // (account_from_tops). A row is formed again only where a bracket missed or ranks tie. At
   // 10^6 ranks this spares writing six rows of prefixes and reading them back.
-  lean_ = accounts && complete && K == 0 && n >= lean_rank_pass_from.load(std::memory_order_relaxed);
+  const auto step_bytes = static_cast<std::int64_t>(n) * (2 * S - 1) * static_cast<std::int64_t>(sizeof(double));
+  lean_ = accounts && complete && K == 0 && step_bytes >= lean_rank_pass_bytes.load(std::memory_order_relaxed);
   if (!lean_) prefix_.resize(static_cast<std::size_t>(S > 1 ? S - 1 : 0) * n);
   totals_.resize(n);
   stage_max_.assign(S, kNegInf);

@@ -1222,18 +1222,18 @@ StageMatrix lean_case_step(const StageSchema& schema, int ranks, int t, std::mt1
 // values a bracket needs.
 TEST(StreamingAccumulator, lean_rank_pass_gives_the_kept_rows_facts) {
   const StageSchema schema = StageSchema::default_schema();
-  const int kLeanFrom = detail::lean_rank_pass_from;
+  const std::int64_t kLeanFrom = detail::lean_rank_pass_bytes;
   for (const int ranks : {40, 300, 70000}) {
     std::mt19937_64 rng(static_cast<std::uint64_t>(ranks));
     StreamingAccumulator lean(schema, ranks, {}), kept(schema, ranks, {});
     StepFacts a, b;
     for (int t = 0; t < 9; ++t) {
       const StageMatrix one = lean_case_step(schema, ranks, t, rng);
-      detail::lean_rank_pass_from = 0;
+      detail::lean_rank_pass_bytes = 0;
       lean.add_step(one, &a);
-      detail::lean_rank_pass_from = std::numeric_limits<int>::max();
+      detail::lean_rank_pass_bytes = std::numeric_limits<std::int64_t>::max();
       kept.add_step(one, &b);
-      detail::lean_rank_pass_from = kLeanFrom;
+      detail::lean_rank_pass_bytes = kLeanFrom;
       SCOPED_TRACE("ranks " + std::to_string(ranks) + " step " + std::to_string(t));
       EXPECT_EQ(a.accounting.frontier, b.accounting.frontier);
       EXPECT_EQ(a.accounting.advance, b.accounting.advance);
