@@ -10,7 +10,8 @@
 # account's speed against memcpy's (memcpy time / account time: >= 0.5 is the issue's "account()
 # >= 0.5 x memcpy"), from real time and from CPU time, and new evaluate / base evaluate; the
 # tables give min, median and max over the rounds, with the 1-minute load average at each
-# round's start. Writes OUT/evaluate44.md and OUT/evaluate44.json.
+# round's start. Writes OUT/evaluate44.md and OUT/evaluate44.json. BASE_IS names the base build in
+# the record (default "the turn-4 build"; e.g. BASE_IS="this stop's parent" for an A/B of one change).
 set -euo pipefail
 base=${1:?usage: evaluate44.sh BASE_FRONTIER_BENCH NEW_FRONTIER_BENCH [ROUNDS] [OUT]}
 new=${2:?usage: evaluate44.sh BASE_FRONTIER_BENCH NEW_FRONTIER_BENCH [ROUNDS] [OUT]}
@@ -41,10 +42,11 @@ commit_of() {  # the source commit of the build a binary lies in
   git -C "$src" describe --always --dirty
 }
 /usr/bin/python3 - "$raw" "$rounds" "$out" "$base" "$new" "$(commit_of "$base")" "$(commit_of "$new")" \
-  "$(dirname "$0")/../experiments" <<'EOF'
+  "$(dirname "$0")/../experiments" "${BASE_IS:-the turn-4 build}" <<'EOF'
 import datetime, json, os, platform, statistics, sys
 raw, rounds, out, base, new, base_commit, new_commit = sys.argv[1], int(sys.argv[2]), sys.argv[3], *sys.argv[4:8]
 sys.path.append(sys.argv[8])
+base_is = sys.argv[9]
 from sf_provenance import cpu_model  # noqa: E402
 cpu = cpu_model()
 sizes = ["R:1024/N:600", "R:16384/N:600"]
@@ -75,12 +77,12 @@ for i in range(rounds):
 def mmm(v):
     return min(v), statistics.median(v), max(v)
 
-cmd = f"bash bench/evaluate44.sh {base} {new} {rounds} {out}"
+cmd = (f"BASE_IS=\"{base_is}\" " if base_is != "the turn-4 build" else "") + f"bash bench/evaluate44.sh {base} {new} {rounds} {out}"
 now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 lo, med, hi = mmm(loads)
-lines = ["# evaluate() against account(), paired with the turn-4 build (issue 44, part 2)", "",
+lines = [f"# evaluate() against account(), paired with {base_is} (issue 44, part 2)", "",
          f"- command: `{cmd}`",
-         f"- new: `{new_commit}`, base (turn 4): `{base_commit}`; {now}; {os.cpu_count()} CPUs, {platform.machine()}, {cpu}; "
+         f"- new: `{new_commit}`, base ({base_is}): `{base_commit}`; {now}; {os.cpu_count()} CPUs, {platform.machine()}, {cpu}; "
          f"1-minute load average at the rounds' starts {lo:.2f} / {med:.2f} / {hi:.2f} (min / median / max)",
          f"- {rounds} rounds; in each, both binaries back to back (order alternating), every case the median of 3 "
          "repetitions in its process; figures are min / median / max over the rounds of the per-round ratio",
@@ -97,7 +99,8 @@ for size in sizes:
         verdict.append(f"{size} ({clock} time): evaluate/account {m:.2f} ({'met' if m <= 4 else 'NOT met'}: <= 4); "
                        f"account {acc:.2f} x memcpy ({'met' if acc >= 0.5 else 'NOT met'}: >= 0.5)")
 lines += ["", "Targets, from the medians above:", ""] + [f"- {v}" for v in verdict]
-lines += ["", "What evaluate() does beside accounting now (perf, cpu-clock samples of BM_evaluate; the figures above are the measure):", "",
+lines += ["", "What evaluate() does beside accounting (notes from part 2's development, perf cpu-clock samples of BM_evaluate on "
+          "the AMD EPYC host of results/bench/evaluate44.md, not measured by this command; the figures above are the measure):", "",
           "- one pass over the matrix: a complete step after the first is accounted inside its rank pass (the prefixes it forms",
           "  anyway, each stage's top two prefixes, account_step's own per-stage rule); the first step (the top-group guess)",
           "  and incomplete steps by account_step;",
