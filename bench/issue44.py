@@ -28,7 +28,7 @@ def status(d, target, at_most=True):
 
 
 def cpu(j):
-    """The record's processor (bench/sf_provenance.cpu_model), where it names one."""
+    """The record's processor (experiments/sf_provenance.cpu_model), where it names one."""
     m = j.get("cpu_model") or (j.get("machine") or {}).get("cpu_model")
     return m if m else "processor not recorded"
 

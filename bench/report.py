@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
-from sf_provenance import provenance, read_provenance  # noqa: E402  (the C++ writers' fields; old ones read too)
+from sf_provenance import cpu_model, provenance, read_provenance  # noqa: E402  (the C++ writers' fields; old ones read too)
 
 ACCOUNT_RATIO_TARGET = 0.5     # account() bandwidth / memcpy bandwidth
 # evaluate() against account() on the same matrix in the same run (issue 16): evaluate is
@@ -55,12 +55,7 @@ def sh(*cmd):
 
 
 def machine_info(loadavg_before):
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     mem_kib = 0
     with open("/proc/meminfo") as f:
         for line in f:
