@@ -8,8 +8,9 @@ score44.json (bench/score44.py) and sim44.json (bench/sim44.py); every figure is
 its record's own run against a yardstick there (fd755ff, the turn-4 binary, paired beside it), as
 median (min-max) over its rounds. Each row names its record, commit, date, load and processor.
 
-Records of the same benchmarks made on another machine lie in OUT/machines/NAME/ (sim44.json and
-evaluate44.json, written there by the same commands with that folder as their output); each folder
+Records of the same benchmarks made on another machine lie in OUT/machines/NAME/ (sim44.json,
+evaluate44.json, torch_boundary44.json, score44.json: whichever were made there, written by the same
+commands with that folder as their output); each folder
 gets a table of its own below the main one, since a target in CPU-seconds holds only where it was
 measured (the ratios to a yardstick travel better, but not wholly: the yardstick is that machine's).
 """
@@ -109,7 +110,8 @@ def main():
 def machine_section(folder, out):
     """The table of one other machine's records (OUT/machines/NAME/): the parts it holds, in the main table's order."""
     rows = []
-    for name, of in (("sim44", sim_rows), ("evaluate44", evaluate_rows)):
+    for name, of in (("sim44", sim_rows), ("evaluate44", evaluate_rows), ("torch_boundary44", torch_rows),
+                     ("score44", score_rows)):
         path = folder / f"{name}.json"
         if path.exists():
             rows += of(json.loads(path.read_text()))
@@ -117,8 +119,9 @@ def machine_section(folder, out):
         return []
     met = sum(r[2] == "met" for r in rows)
     return ["", f"## On another machine: `{folder.relative_to(out)}`", "",
-            f"Made by the same commands with this folder as their output (`--out` of bench/sim44.py, OUT of "
-            f"bench/evaluate44.sh). {met} of {len(rows)} of these targets met there.", "",
+            f"Made by the same commands with this folder as their output (`--out` of bench/sim44.py and "
+            f"bench/score44.py, OUT of bench/evaluate44.sh, `--out FOLDER/torch_boundary44` of "
+            f"bench/torch_recorder_bench.py). {met} of {len(rows)} of these targets met there.", "",
             "| target | this build; fd755ff in the same run | status | record |",
             "|---|---|---|---|"] + [f"| {t} | {fig} | {st} | {w} |" for t, fig, st, w in rows]
 

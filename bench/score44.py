@@ -36,7 +36,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.append(str(HERE.parent / "experiments"))
-from sf_provenance import provenance  # noqa: E402
+from sf_provenance import cpu_model, provenance  # noqa: E402
 
 CPU_TARGET = 10.0   # pandas CPU / sf-testbed CPU, both on one core
 WALL_TARGET = 12.0  # pandas wall / sf-testbed wall, a second core free
@@ -106,7 +106,7 @@ def measure(args):
             print(f"round {i}: {json.dumps(row)}", file=sys.stderr)
     return {
         **provenance("sf.bench.score44/1", sys.argv),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {"cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(), "cores": os.cpu_count()},
         "csv": {"path": str(csv), "bytes": csv.stat().st_size, "made_by": f"{args.make_csv} 1024 750"},
         "commands": {k: " ".join(v) for k, v in cmds.items()},
         "one_core_prefix": "taskset -c 0",
@@ -160,7 +160,7 @@ def markdown(res):
         "# score of a 100 MB CSV against pandas, on one core (issue 44, part 4)",
         "",
         f"Made by `bench/score44.py` from `score44.json` (commit {res['commit']}, {res['date']}, host {res['host']}, "
-        f"{res['machine']['cores']} cores). Command: `{' '.join(res['command'])}`.",
+        f"{res['machine']['cores']} cores: {res['machine'].get('cpu_model', 'processor not recorded')}). Command: `{' '.join(res['command'])}`.",
         f"CSV: `{res['csv']['made_by']}`, {res['csv']['bytes']} bytes. {len(res['rounds'])} rounds; in each the four "
         "commands of each mode run in a rotating order and every ratio is taken within the round: median (min–max) "
         "over the rounds. CPU is user + sys of the whole process (os.wait4).",

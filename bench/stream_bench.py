@@ -32,7 +32,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, "..", "experiments"))
-from sf_provenance import provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
+from sf_provenance import cpu_model, provenance  # noqa: E402  (the C++ writers' schema, command, commit, date, host)
 
 RATIO_TARGET = 10.0
 
@@ -70,7 +70,7 @@ def make(make_csv, ranks, steps, path):
 def machine():
     """What the figures were measured on."""
     return {"nproc": os.cpu_count(), "kernel": platform.release(),
-            "cpu_model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")}
+            "cpu_model": cpu_model()}
 
 
 def series(cmd, reps):

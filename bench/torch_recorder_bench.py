@@ -122,7 +122,8 @@ def markdown(result: dict[str, Any], names: list[str]) -> str:
     b = result["builds"]
     head = " | ".join(f"{n} (`{b[n]['commit']}`)" for n in names)
     md = ["# sf_torch's stage boundary against a bare `time.perf_counter_ns()` (issue 44, part 3)", "",
-          f"Command: `{shlex.join(result['command'])}`, {result['date']}, Python {result['python']}, "
+          f"Command: `{shlex.join(result['command'])}`, {result['date']}, "
+          f"{result.get('cpu_model', 'processor not recorded')}, Python {result['python']}, "
           f"{result['rounds']} rounds per build ({result['calls_per_round']} calls per kind per round in {CHUNKS} "
           f"interleaved chunks, the median chunk), each round a fresh process, builds alternating; load average (1 min) {result['load_before'][0]:.2f} before, "
           f"{result['load_after'][0]:.2f} after. Figures: median (min-max) over the rounds of each round's "
@@ -172,7 +173,7 @@ def main() -> None:
         builds.append({"name": "baseline", "python": os.path.join(base, "python"),
                        "core": os.path.join(base, "build", "python", "sf_torch")})
     sys.path.append(os.path.join(ROOT, "experiments"))
-    from sf_provenance import provenance  # the C++ writers' schema, command, commit, date, host
+    from sf_provenance import cpu_model, provenance  # the C++ writers' schema, command, commit, date, host
     load_before = os.getloadavg()
     rounds: dict[str, list[dict[str, Any]]] = {b["name"]: [] for b in builds}
     for i in range(a.rounds):
@@ -183,7 +184,7 @@ def main() -> None:
     names = list(summary)
     # The commit is the measured module's (built in, as the C++ writers' is), not the checkout's now.
     result = {**provenance("sf.bench.torch_boundary/1", ["/usr/bin/python3", *sys.argv], summary["this"]["commit"]),
-              "python": platform.python_version(), "rounds": a.rounds, "calls_per_round": a.calls,
+              "cpu_model": cpu_model(), "python": platform.python_version(), "rounds": a.rounds, "calls_per_round": a.calls,
               "load_before": list(load_before), "load_after": list(load_after), "targets": TARGETS, "builds": summary}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out + ".json", "w") as f:
