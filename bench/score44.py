@@ -79,19 +79,21 @@ def measure(args):
     cmds = {
         "new": [args.sf, "score", "--json", str(csv)],
         "base": [args.base, "score", "--json", str(csv)],
-        "parent": [args.parent, "score", "--json", str(csv)],
+        **({"parent": [args.parent, "score", "--json", str(csv)]} if args.parent else {}),
         "pandas": ["/usr/bin/python3", args.pandas, str(csv)],
         "floor": [args.floor, str(csv)],
     }
-    names = ["new", "base", "parent", "pandas"]
+    names = [n for n in ("new", "base", "parent", "pandas") if n in cmds]
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in cmds:  # warm the page cache and the interpreter's files, not counted
             run_once(cmds[name], True, f"{tmp}/{name}.out")
         check = agree(pathlib.Path(f"{tmp}/new.out").read_text(), pathlib.Path(f"{tmp}/pandas.out").read_text())
         same_as_base = pathlib.Path(f"{tmp}/new.out").read_bytes() == pathlib.Path(f"{tmp}/base.out").read_bytes()
-        same_as_parent = pathlib.Path(f"{tmp}/new.out").read_bytes() == pathlib.Path(f"{tmp}/parent.out").read_bytes()
-        schemas = {k: json.loads(pathlib.Path(f"{tmp}/{k}.out").read_text().splitlines()[0])["schema"] for k in ("new", "base", "parent")}
+        same_as_parent = (pathlib.Path(f"{tmp}/new.out").read_bytes() == pathlib.Path(f"{tmp}/parent.out").read_bytes()
+                          if "parent" in cmds else None)
+        schemas = {k: json.loads(pathlib.Path(f"{tmp}/{k}.out").read_text().splitlines()[0])["schema"]
+                   for k in ("new", "base", "parent") if k in cmds}
         check_base = agree(pathlib.Path(f"{tmp}/base.out").read_text(), pathlib.Path(f"{tmp}/pandas.out").read_text())
         for i in range(args.rounds):
             order = names[i % len(names):] + names[:i % len(names)]
@@ -128,12 +130,18 @@ def figures(res):
     one = lambda a, b, k: [x["one_core"][b][k] / x["one_core"][a][k] for x in r]  # noqa: E731
     two = lambda a, b, k: [x["two_cores"][b][k] / x["two_cores"][a][k] for x in r]  # noqa: E731
     loads = [v for x in r for v in (x["load_before"][0], x["load_after"][0])]
+    has_parent = "parent" in r[0]["one_core"]  # --parent is optional (a record on another machine may have none)
+    parent = {
+        "cpu_one_core_parent_over_new": spread(one("new", "parent", "cpu_s")),
+        "cpu_one_core_parent_over_base": spread(one("base", "parent", "cpu_s")),
+        "wall_two_cores_parent_over_new": spread(two("new", "parent", "wall_s")),
+    } if has_parent else {}
+    ran = [k for k in ("new", "base", "parent", "pandas") if k in r[0]["one_core"]]
     return {
+        **parent,
         "cpu_one_core_pandas_over_new": spread(one("new", "pandas", "cpu_s")),
         "cpu_one_core_pandas_over_base": spread(one("base", "pandas", "cpu_s")),
         "cpu_one_core_base_over_new": spread(one("new", "base", "cpu_s")),
-        "cpu_one_core_parent_over_new": spread(one("new", "parent", "cpu_s")),
-        "cpu_one_core_parent_over_base": spread(one("base", "parent", "cpu_s")),
         "cpu_one_core_pandas_over_floor": spread(one("floor", "pandas", "cpu_s")),
         "cpu_one_core_new_over_floor": spread(one("floor", "new", "cpu_s")),
         "wall_one_core_pandas_over_new": spread(one("new", "pandas", "wall_s")),
@@ -141,9 +149,8 @@ def figures(res):
         "wall_two_cores_pandas_over_new": spread(two("new", "pandas", "wall_s")),
         "wall_two_cores_pandas_over_base": spread(two("base", "pandas", "wall_s")),
         "wall_two_cores_base_over_new": spread(two("new", "base", "wall_s")),
-        "wall_two_cores_parent_over_new": spread(two("new", "parent", "wall_s")),
-        "cpu_s_one_core": {k: spread([x["one_core"][k]["cpu_s"] for x in r]) for k in ("new", "base", "parent", "pandas", "floor")},
-        "wall_s_two_cores": {k: spread([x["two_cores"][k]["wall_s"] for x in r]) for k in ("new", "base", "parent", "pandas")},
+        "cpu_s_one_core": {k: spread([x["one_core"][k]["cpu_s"] for x in r]) for k in ran + ["floor"]},
+        "wall_s_two_cores": {k: spread([x["two_cores"][k]["wall_s"] for x in r]) for k in ran},
         "load_1min": spread(loads),
     }
 
@@ -156,20 +163,24 @@ def markdown(res):
     f = res["figures"]
     c = f["cpu_one_core_pandas_over_new"]
     w = f["wall_two_cores_pandas_over_new"]
+    ran = list(f["wall_s_two_cores"])  # new, base, (parent,) pandas: the commands the rounds ran
+    par = "parent" in ran
+
     lines = [
         "# score of a 100 MB CSV against pandas, on one core (issue 44, part 4)",
         "",
         f"Made by `bench/score44.py` from `score44.json` (commit {res['commit']}, {res['date']}, host {res['host']}, "
         f"{res['machine']['cores']} cores: {res['machine'].get('cpu_model', 'processor not recorded')}). Command: `{' '.join(res['command'])}`.",
-        f"CSV: `{res['csv']['made_by']}`, {res['csv']['bytes']} bytes. {len(res['rounds'])} rounds; in each the four "
+        f"CSV: `{res['csv']['made_by']}`, {res['csv']['bytes']} bytes. {len(res['rounds'])} rounds; in each the {len(ran)} "
         "commands of each mode run in a rotating order and every ratio is taken within the round: median (min–max) "
         "over the rounds. CPU is user + sys of the whole process (os.wait4).",
         "",
         f"- new: `{res['commands']['new']}`",
         f"- base: `{res['commands']['base']}` (the turn-4 binary the issue names)",
-        f"- parent: `{res['commands']['parent']}` (the commit this work started from: what it changed alone)",
+        *([f"- parent: `{res['commands']['parent']}` (the commit this work started from: what it "
+                           "changed alone)"] if par else []),
         f"- pandas: `{res['commands']['pandas']}`",
-        f"- floor: `{res['commands']['floor']}` (one core only, after the four, each round)",
+        f"- floor: `{res['commands']['floor']}` (one core only, after the {len(ran)}, each round)",
         f"- one core: each command under `{res['one_core_prefix']}`; two cores: without it",
         f"- load average (1 min) over the rounds: {fmt(f['load_1min'])} on {res['machine']['cores']} cores"
         + ("; the second core was seldom free, so the two-core wall ratio is a busy machine's, below the free-core "
@@ -184,26 +195,29 @@ def markdown(res):
         f"| pandas CPU / floor CPU, one core: the most a reader on the per-field parsers could show | "
         f"{fmt(f['cpu_one_core_pandas_over_floor'])} | — |",
         f"| new CPU / floor CPU, one core | {fmt(f['cpu_one_core_new_over_floor'])} | — |",
-        f"| parent CPU / new CPU, one core: this work's own effect | {fmt(f['cpu_one_core_parent_over_new'], 3)} | — |",
-        f"| parent CPU / base CPU, one core: what changed between the two | {fmt(f['cpu_one_core_parent_over_base'], 3)} | — |",
+        *([
+            f"| parent CPU / new CPU, one core: this work's own effect | {fmt(f['cpu_one_core_parent_over_new'], 3)} | — |",
+            f"| parent CPU / base CPU, one core: what changed between the two | "
+            f"{fmt(f['cpu_one_core_parent_over_base'], 3)} | — |"] if par else []),
         f"| pandas wall / new wall, one core | {fmt(f['wall_one_core_pandas_over_new'])} | — |",
         f"| pandas wall / new wall, two cores | **{fmt(w)}** | ≥ {WALL_TARGET:g} with a core free: "
         f"{'met' if w['median'] >= WALL_TARGET else 'not met'} at this load |",
         f"| pandas wall / base wall, two cores | {fmt(f['wall_two_cores_pandas_over_base'])} | — |",
         f"| base wall / new wall, two cores | {fmt(f['wall_two_cores_base_over_new'], 3)} | — |",
-        f"| parent wall / new wall, two cores | {fmt(f['wall_two_cores_parent_over_new'], 3)} | — |",
+        *([f"| parent wall / new wall, two cores | {fmt(f['wall_two_cores_parent_over_new'], 3)} | — |"] if par else []),
         "",
-        "| seconds | new | base | parent | pandas | floor |",
-        "|---|---|---|---|---|---|",
-        "| CPU, one core | " + " | ".join(fmt(f["cpu_s_one_core"][k], 3) for k in ("new", "base", "parent", "pandas", "floor")) + " |",
-        "| wall, two cores | " + " | ".join(fmt(f["wall_s_two_cores"][k], 3) for k in ("new", "base", "parent", "pandas")) + " | — |",
+        "| seconds | " + " | ".join(ran) + " | floor |",
+        "|---|" + "---|" * (len(ran) + 1),
+        "| CPU, one core | " + " | ".join(fmt(f["cpu_s_one_core"][k], 3) for k in ran + ["floor"]) + " |",
+        "| wall, two cores | " + " | ".join(fmt(f["wall_s_two_cores"][k], 3) for k in ran) + " | — |",
         "",
         f"Agreement (first run): exposed makespan within {res['agreement_with_pandas']['exposed_makespan_rel']:.1e} "
         f"relative of pandas, same top stage: {res['agreement_with_pandas']['top_stage_same']} (base: "
         f"{res['base_agreement_with_pandas']['exposed_makespan_rel']:.1e}, {res['base_agreement_with_pandas']['top_stage_same']}); "
         f"new output bytes equal to base's: {res['new_output_bytes_equal_base']} (evidence schema: new "
-        f"{res['evidence_schema']['new']}, base {res['evidence_schema']['base']}, parent "
-        f"{res['evidence_schema']['parent']}); new output bytes equal to parent's: {res['new_output_bytes_equal_parent']}.",
+        f"{res['evidence_schema']['new']}, base {res['evidence_schema']['base']}"
+        + (f", parent {res['evidence_schema']['parent']}); new output bytes equal to parent's: "
+           f"{res['new_output_bytes_equal_parent']}." if par else "); no parent build in this record."),
         "",
     ]
     return "\n".join(lines)
@@ -226,8 +240,8 @@ def main():
     if args.from_json:
         res = json.loads(pathlib.Path(args.from_json).read_text())
     else:
-        if not (args.sf and args.base and args.parent and args.make_csv and args.floor):
-            ap.error("--sf, --base, --parent, --make-csv and --floor are needed to measure")
+        if not (args.sf and args.base and args.make_csv and args.floor):
+            ap.error("--sf, --base, --make-csv and --floor are needed to measure (--parent where there is one)")
         res = measure(args)
         res["figures"] = figures(res)
         out.mkdir(parents=True, exist_ok=True)
