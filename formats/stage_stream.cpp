@@ -991,15 +991,21 @@ private:
   /// separator ending every line, the processor and plain_row_path allowing).
   bool wide_lines() const { return h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide(); }
   /// One processor: the line at p (avail bytes there), its length into len; true when it is a
-  /// plain row read whole (step, rank, vals_), its line end found in the same registers.
+  /// plain row read (step, rank, vals_) straight from the mapping: whole, its line end found in
+  /// the same registers (wide), or else field by field (where the processor lacks the wide parse,
+  /// or it left the line) when it ends in no '\r' and fits --max-line-bytes. Those are the values
+  /// parse_csv_row gives the line (the general path reads a plain row with the same
+  /// parse_plain_row_by_field); every other line goes to the caller's copy and general path.
   bool take_line(const char* p, std::size_t avail, bool wide, std::size_t& len, std::int64_t& step, std::int64_t& rank) {
     len = kNoEnd;
-    const bool plain = wide && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank);
+    if (wide && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank)) return true;
     if (len == kNoEnd) {
       const void* nl = std::memchr(p, '\n', avail);
       len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
     }
-    return plain;
+    return h_.sep == ',' && len > 0 && len <= reader_.max_line() && p[len - 1] != '\r' &&
+           detail::parse_plain_row_by_field(std::string_view(p, len), step, rank, vals_, h_.lay.trailing_empty) &&
+           reader_.rank_fits(rank);
   }
 
   /// One processor, the body mapped: the next record from the mapping (as the in-line path
@@ -1017,7 +1023,8 @@ private:
       const bool plain = take_line(p, map_end_ - map_at_, wide, len, step, rank);
       if (!plain) {
         if (len <= reader_.max_line()) line_copy_.assign(p, len);  // (the general path reads the copy)
-        if (map_.cut() || len > reader_.max_line() || line_copy_.find_first_of(std::string_view("\r\0", 2)) != std::string::npos)
+        if (map_.cut() || len > reader_.max_line() || std::memchr(line_copy_.data(), '\r', line_copy_.size()) ||
+            std::memchr(line_copy_.data(), '\0', line_copy_.size()))
           return leave_map();
       } else if (map_.cut()) {
         return leave_map();

@@ -1054,6 +1054,12 @@ void expect_streams_as_read(const std::string& path, formats::ReadOptions opt = 
   };
   stream("as the machine allows");
   on_one_cpu([&] { stream("on one processor"); });
+  // Field by field on one processor: the plain rows read straight from the mapping where the
+  // processor lacks the wide parse (here on any processor).
+  namespace fd = formats::detail;
+  fd::plain_row_path = fd::RowPath::portable;
+  on_one_cpu([&] { stream("on one processor, field by field"); });
+  fd::plain_row_path = fd::RowPath::fastest;
 }
 
 }  // namespace
@@ -1071,6 +1077,11 @@ TEST(Stream, csv_sorted_dense_sparse_gaps_and_split) {
   expect_streams_as_read(write_temp("sparse.csv", sparse));
   // Forms the plain-row path does not take: blanks, quotes, CRLF, a sep= line and decimal commas.
   expect_streams_as_read(write_temp("forms.csv", "sep=;\r\n\"step\";rank;a;b\r\n0; 0;1,5;2\r\n\r\n0;1;+1;2E0\r\n1;0;.5;5.\r\n"));
+  // ',' separated: a separator ending every line (plain rows still), CRLF from a later line on (the
+  // mapping left there), a row the plain path leaves between plain ones, no line end at the end.
+  expect_streams_as_read(write_temp("trailing.csv", "step,rank,a,b,\n0,0,1,2,\n0,1,0.5,2.25,\n1,0,+1,2,\n1,1,3,4,"));
+  expect_streams_as_read(write_temp("crlf.csv", "step,rank,a,b\n0,0,1,2\n0,1,0.5,2\r\n1,0,1, 2\r\n1,1,3,4\r\n"));
+  expect_streams_as_read(write_temp("mixed.csv", "step,rank,a,b\n0,0,1,2\n0,1,\"0.5\",2\n1,0,1,2e0\n1,1,3,4"));
 }
 
 TEST(Stream, jsonl_windows_side_evidence_and_declared_spans) {
