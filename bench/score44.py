@@ -130,13 +130,12 @@ def figures(res):
     one = lambda a, b, k: [x["one_core"][b][k] / x["one_core"][a][k] for x in r]  # noqa: E731
     two = lambda a, b, k: [x["two_cores"][b][k] / x["two_cores"][a][k] for x in r]  # noqa: E731
     loads = [v for x in r for v in (x["load_before"][0], x["load_after"][0])]
-    has_parent = "parent" in r[0]["one_core"]  # --parent is optional (a record on another machine may have none)
+    ran = [k for k in ("new", "base", "parent", "pandas") if k in r[0]["one_core"]]  # --parent is optional
     parent = {
         "cpu_one_core_parent_over_new": spread(one("new", "parent", "cpu_s")),
         "cpu_one_core_parent_over_base": spread(one("base", "parent", "cpu_s")),
         "wall_two_cores_parent_over_new": spread(two("new", "parent", "wall_s")),
-    } if has_parent else {}
-    ran = [k for k in ("new", "base", "parent", "pandas") if k in r[0]["one_core"]]
+    } if "parent" in ran else {}
     return {
         **parent,
         "cpu_one_core_pandas_over_new": spread(one("new", "pandas", "cpu_s")),
