@@ -80,8 +80,11 @@ prebuild() {
   fi
 }
 bg_start prebuild prebuild
-# Every test but the stragglers from outside (label quiet_machine): those measure one rank's share
-# of the machine against the others', and run once the compile jobs are done.
+# Every test but those labelled quiet_machine: the stragglers from outside (one rank's share of the
+# machine against the others'), and the real runs whose check compares the step time of one window
+# or run with another's (routing, the diagnosis and what-if of the main job and of a reference
+# run, the mitigations applied live): they run once the compile jobs are done
+# (tests/mpi/CMakeLists.txt says what the clang builds beside them once did).
 job ctest --preset cpu -j"$(nproc)" -LE quiet_machine
 bg_wait prebuild
 job ctest --preset cpu -L quiet_machine
