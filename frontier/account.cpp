@@ -12,7 +12,7 @@
 namespace sf::frontier {
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+using detail::kNegInf;
 
 struct TopTwo {
   double top = kNegInf, second = kNegInf;  ///< the largest value and the largest of the rest

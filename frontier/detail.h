@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -19,6 +20,8 @@
 #include <vector>
 
 namespace sf::frontier::detail {
+
+inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 /// A fixed-size array of zeros that touches none of its memory until it is written. It is
 /// calloc'd: glibc serves a large block from fresh mmap pages, which the kernel zeroes on first

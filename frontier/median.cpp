@@ -22,7 +22,6 @@
 namespace sf::frontier::detail {
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 /// Moves the elements of [v, v + n) for which less(x) holds to the front, keeping the rest
 /// behind them; returns their count. Branchless Lomuto: a swap every element, the front

@@ -20,7 +20,6 @@
 namespace sf::frontier::detail {
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 constexpr std::size_t kMaxLeadersPerStage = 8;
 
 // The per-rank loops below are written as plain loops over eight lanes (no Eigen packets, which

@@ -26,7 +26,7 @@ using frontier::LabelConfig;
 
 namespace {
 
-constexpr int kFwd = 1;  // model.fwd_loss_cpu_wall in the default schema
+constexpr int kFwdLoss = 1;  // model.fwd_loss_cpu_wall in the default schema
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -352,7 +352,7 @@ void oracle_device_labels(const frontier::StageMatrix& m, const LabelConfig& cfg
   for (int t = 0; t < m.steps(); ++t)
     for (int r = 0; r < R; ++r)
       if (m.present(t, r)) {
-        cpu_sum[r] += m.d(t, r, kFwd);
+        cpu_sum[r] += m.d(t, r, kFwdLoss);
         ++cpu_n[r];
       }
   auto eligible = [&](int r) { return r >= 0 && r < R && static_cast<int>(ev[r].size()) >= cfg.min_event_samples; };
@@ -368,14 +368,14 @@ void oracle_device_labels(const frontier::StageMatrix& m, const LabelConfig& cfg
     if (eligible(r) && r != hi) medians.push_back(median(ev[r]));
   const double cohort = medians.empty() ? evh : median(medians);
   const bool ev_high = device && !medians.empty() && x.median_step > 0 && evh - cohort >= cfg.gamma_event * x.median_step;
-  set(Label::forward_device_supported, ev_high && (s1 == kFwd || s2 == kFwd));
-  set(Label::forward_spillover_suspected, ev_high && s1 > kFwd && s1 != schema.residual_index() &&
-                                              x.adv[kFwd] / x.steps <= cfg.event_low_ratio * evh);
+  set(Label::forward_device_supported, ev_high && (s1 == kFwdLoss || s2 == kFwdLoss));
+  set(Label::forward_spillover_suspected, ev_high && s1 > kFwdLoss && s1 != schema.residual_index() &&
+                                              x.adv[kFwdLoss] / x.steps <= cfg.event_low_ratio * evh);
   bool host = false;
-  if (device && !ev_high && (s1 == kFwd || x.share[kFwd] > cfg.gamma_a)) {
+  if (device && !ev_high && (s1 == kFwdLoss || x.share[kFwdLoss] > cfg.gamma_a)) {
     int rf = -1;  // forward's most credited rank (ties: the lower rank)
     for (int r = 0; r < R; ++r)
-      if (x.credit[kFwd][r] > 0 && (rf < 0 || x.credit[kFwd][r] > x.credit[kFwd][rf])) rf = r;
+      if (x.credit[kFwdLoss][r] > 0 && (rf < 0 || x.credit[kFwdLoss][r] > x.credit[kFwdLoss][rf])) rf = r;
     if (eligible(rf) && cpu_n[rf] > 0) {
       const double cpu = cpu_sum[rf] / cpu_n[rf];
       host = cpu > 0 && median(ev[rf]) <= cfg.event_low_ratio * cpu;
