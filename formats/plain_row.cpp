@@ -77,7 +77,7 @@ const FivePowers kFive;
 /// infinite and one product decides all but 1 value in 512: those, and fast_float's error case,
 /// go to compute_float itself. False where it leaves the rounding undecided (from_chars then
 /// compares digits).
-[[gnu::always_inline]] SF_WIDE_TARGET inline bool decimal(std::uint64_t w, std::int64_t q, double& out) {
+[[gnu::always_inline]] inline bool decimal(std::uint64_t w, std::int64_t q, double& out) {
   if (w == 0) {
     out = 0.0;
     return true;
@@ -245,20 +245,152 @@ template <bool kFindEnd>
   return true;
 }
 
-}  // namespace
 
-SF_WIDE_TARGET bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank,
-                                         std::span<double> vals) {
+// --- The same rows with AVX2 and BMI2 (no AVX-512 needed) ---
+//
+// The commas, points, digits and line end of up to 192 bytes marked by six 32-byte compares, as
+// the VBMI path marks them; each field's bounds then come from the comma and point marks by bit
+// scans, and each field's digits are summed in a vector register of their own: the 32 bytes that
+// end at the field's end, those up to its point taken one byte earlier (the point squeezed out),
+// the bytes before its first digit zeroed. No field waits for another's digits, and no branch
+// depends on how many digits a field has. The same lines are taken, with the same values, as by
+// the VBMI path.
+
+#define SF_MASK_TARGET __attribute__((target("avx2,bmi,bmi2,lzcnt,popcnt")))
+
+/// The 32 byte marks of x (0xff or 0) as bits, moved up by shift.
+SF_MASK_TARGET inline std::uint64_t bits32(__m256i x, unsigned shift) {
+  return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_movemask_epi8(x))) << shift;
+}
+
+/// The positions of the bits set in a 192-bit mark, in order, into at[]; their count.
+SF_MASK_TARGET inline std::size_t mark_positions(const std::uint64_t m[3], std::uint8_t* at) {
+  std::size_t k = 0;
+  for (std::size_t w = 0; w < 3; ++w)
+    for (std::uint64_t x = m[w]; x != 0; x = _blsr_u64(x)) at[k++] = static_cast<std::uint8_t>(64 * w + _tzcnt_u64(x));
+  return k;
+}
+
+/// The field that ends at q + e, its point at q + pt (pt == e for none), its digits `ndigits`
+/// (1 to 31): its value when below 10^19, else false. Reads the 33 bytes before q + e.
+SF_MASK_TARGET inline bool field_value(const char* q, std::size_t e, std::size_t pt, std::size_t ndigits, std::uint64_t& out) {
+  const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+                                        25, 26, 27, 28, 29, 30, 31);
+  const char* const end = q + e;
+  __m256i win = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end - 32));  // window byte j: line byte e - 32 + j
+  // Up to the point (window bytes j < pt - e + 33), the byte before: the point squeezed out.
+  const __m256i before = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(end - 33));
+  const int cut = pt < e ? static_cast<int>(pt) - static_cast<int>(e) + 33 : 0;  // 1 to 31; none without a point
+  win = _mm256_blendv_epi8(win, before, _mm256_cmpgt_epi8(_mm256_set1_epi8(static_cast<char>(cut)), iota));
+  // The digits are the window's last ndigits bytes.
+  const __m256i mine = _mm256_cmpgt_epi8(iota, _mm256_set1_epi8(static_cast<char>(31 - static_cast<int>(ndigits))));
+  const __m256i d = _mm256_and_si256(_mm256_sub_epi8(win, _mm256_set1_epi8('0')), mine);
+  const __m256i pairs = _mm256_maddubs_epi16(d, _mm256_set1_epi16(0x010A));
+  const __m256i fours = _mm256_madd_epi16(pairs, _mm256_set1_epi32(0x00010064));
+  const __m256i packed = _mm256_packus_epi32(fours, fours);
+  const __m256i eights = _mm256_madd_epi16(packed, _mm256_set1_epi32(0x00012710));
+  // Per 128-bit half: the eight-digit sums of its two 8-byte quarters, in 32-bit lanes 0 and 1.
+  const auto lo = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm256_castsi256_si128(eights)));
+  const auto hi = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm256_extracti128_si256(eights, 1)));
+  const std::uint64_t e0 = lo & 0xffffffff, e1 = lo >> 32, e2 = hi & 0xffffffff, e3 = hi >> 32;
+  if (e0 != 0 || e1 >= 1000) return false;  // 10^19 or more
+  out = (e1 * kE8 + e2) * kE8 + e3;
+  return true;
+}
+
+/// The row in q[0, n) (n <= kMaxLine, or with kFindEnd the bytes there: the line's end found
+/// among the first kMaxLine, its length written to *line, npos when past them). The 32 bytes
+/// before q and kMaxLine from q are readable: the file's own where it has them, else a copy.
+template <bool kFindEnd>
+SF_MASK_TARGET inline bool mask_row_at(const char* q, std::size_t n, std::size_t* line, std::int64_t& step, std::int64_t& rank,
+                                       std::span<double> vals) {
+  const std::size_t fields = vals.size() + 2;
+  std::uint64_t comma[3] = {}, point[3] = {}, digit[3] = {}, nl[3] = {};
+  const __m256i zero_char = _mm256_set1_epi8('0'), nine = _mm256_set1_epi8(9);
+  for (std::size_t c = 0; c < 6; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c));
+    const __m256i d = _mm256_sub_epi8(v, zero_char);
+    const unsigned shift = 32 * (c % 2);
+    comma[c / 2] |= bits32(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(',')), shift);
+    point[c / 2] |= bits32(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('.')), shift);
+    digit[c / 2] |= bits32(_mm256_cmpeq_epi8(_mm256_min_epu8(d, nine), d), shift);
+    if constexpr (kFindEnd) nl[c / 2] |= bits32(_mm256_cmpeq_epi8(v, _mm256_set1_epi8('\n')), shift);
+  }
+  if constexpr (kFindEnd) {
+    if (nl[0] | nl[1] | nl[2]) n = nl[0] ? _tzcnt_u64(nl[0]) : nl[1] ? 64 + _tzcnt_u64(nl[1]) : 128 + _tzcnt_u64(nl[2]);
+    else if (n > kMaxLine) n = npos;
+    *line = n;
+    if (n == npos || n == 0) return false;
+  }
+  std::uint64_t stray = 0;
+  for (std::size_t w = 0; w < 3; ++w) {
+    const std::uint64_t in = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(n > 64 * w ? n - 64 * w : 0, 64)));
+    comma[w] &= in;
+    point[w] &= in;
+    stray |= in & ~(comma[w] | point[w] | digit[w]);
+  }
+  if (stray) return false;
+  std::uint8_t ends[kMaxLine], points[kMaxLine];
+  const std::size_t commas = mark_positions(comma, ends), npoints = mark_positions(point, points);
+  if (commas + 1 != fields || npoints > fields - 2) return false;
+  ends[commas] = static_cast<std::uint8_t>(n);
+
+  std::size_t s = 0, j = 0;
+  std::uint64_t value[kMaxFields];
+  value[0] = value[1] = 0;  // (set below: a row has three fields or more)
+  std::int64_t exp10[kMaxFields];
+  for (std::size_t f = 0; f < fields; ++f) {
+    const std::size_t e = ends[f], len = e - s;
+    if (len == 0 || len > 32) return false;
+    std::size_t pt = e;  // the field's point, e for none
+    if (j < npoints && points[j] < e) {
+      pt = points[j++];
+      // Step and rank are integers; a value has a point at most, with digits on both sides.
+      if (f < 2 || pt == s || pt + 1 == e || (j < npoints && points[j] < e)) return false;
+    }
+    if (!field_value(q, e, pt, len - (pt < e), value[f])) return false;
+    exp10[f] = -static_cast<std::int64_t>(e - std::min(pt + 1, e));
+    s = e + 1;
+  }
+  if (value[0] > static_cast<std::uint64_t>(INT64_MAX) || value[1] > static_cast<std::uint64_t>(INT64_MAX)) return false;
+  for (std::size_t i = 2; i < fields; ++i)
+    if (!decimal(value[i], exp10[i], vals[i - 2])) return false;
+  step = static_cast<std::int64_t>(value[0]);
+  rank = static_cast<std::int64_t>(value[1]);
+  return true;
+}
+
+/// mask_row_at on the bytes at p, `before` of them readable before p: the file's own where the 32
+/// before and kMaxLine from p are there to read, else a copy of the line with room around it.
+template <bool kFindEnd>
+SF_MASK_TARGET inline bool mask_row(const char* p, std::size_t n, std::size_t before, std::size_t* line, std::int64_t& step,
+                                    std::int64_t& rank, std::span<double> vals) {
+  if (vals.empty() || n == 0 || vals.size() + 2 > kMaxFields) return false;
+  if (!kFindEnd && n > kMaxLine) return false;
+  if (kFindEnd && n >= kMaxLine && before >= 32) return mask_row_at<true>(p, n, line, step, rank, vals);
+  alignas(32) char copy[32 + kMaxLine] = {};
+  std::memcpy(copy + 32, p, std::min(n, kMaxLine));
+  return mask_row_at<kFindEnd>(copy + 32, n, line, step, rank, vals);
+}
+
+SF_WIDE_TARGET bool vbmi_row(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
   return wide_row<false>(p, n, nullptr, step, rank, vals);
 }
-
-SF_WIDE_TARGET bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step,
-                                          std::int64_t& rank, std::span<double> vals) {
-  line = npos;
+SF_WIDE_TARGET bool vbmi_line(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step, std::int64_t& rank,
+                              std::span<double> vals) {
   return wide_row<true>(p, avail, &line, step, rank, vals);
 }
+SF_MASK_TARGET bool avx2_row(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
+  return mask_row<false>(p, n, 0, nullptr, step, rank, vals);
+}
+SF_MASK_TARGET bool avx2_line(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
+                              std::int64_t& rank, std::span<double> vals) {
+  return mask_row<true>(p, avail, before, &line, step, rank, vals);
+}
 
-bool plain_row_wide_available() {
+}  // namespace
+
+bool plain_row_vbmi_available() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
@@ -266,13 +398,57 @@ bool plain_row_wide_available() {
   return yes;
 }
 
+bool plain_row_avx2_available() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
+                          __builtin_cpu_supports("lzcnt") && __builtin_cpu_supports("popcnt");
+  return yes;
+}
+
+namespace {
+/// The wide path plain_row_path asks for, where the processor has it: VBMI before AVX2.
+enum class Wide { none, avx2, vbmi };
+Wide wide_now() {
+  switch (plain_row_path.load(std::memory_order_relaxed)) {
+    case RowPath::fastest: return plain_row_vbmi_available() ? Wide::vbmi : plain_row_avx2_available() ? Wide::avx2 : Wide::none;
+    case RowPath::avx2: return plain_row_avx2_available() ? Wide::avx2 : Wide::none;
+    case RowPath::portable: break;
+  }
+  return Wide::none;
+}
+}  // namespace
+
+bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
+  switch (wide_now()) {
+    case Wide::vbmi: return vbmi_row(p, n, step, rank, vals);
+    case Wide::avx2: return avx2_row(p, n, step, rank, vals);
+    case Wide::none: break;
+  }
+  return false;
+}
+
+bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
+                           std::int64_t& rank, std::span<double> vals) {
+  line = npos;
+  switch (wide_now()) {
+    case Wide::vbmi: return vbmi_line(p, avail, line, step, rank, vals);
+    case Wide::avx2: return avx2_line(p, avail, before, line, step, rank, vals);
+    case Wide::none: break;
+  }
+  return false;
+}
+
+bool plain_row_wide_available() { return plain_row_vbmi_available() || plain_row_avx2_available(); }
+
 #else
 
 bool parse_plain_row_wide(const char*, std::size_t, std::int64_t&, std::int64_t&, std::span<double>) { return false; }
-bool parse_plain_line_wide(const char*, std::size_t, std::size_t& line, std::int64_t&, std::int64_t&, std::span<double>) {
+bool parse_plain_line_wide(const char*, std::size_t, std::size_t, std::size_t& line, std::int64_t&, std::int64_t&,
+                           std::span<double>) {
   line = static_cast<std::size_t>(-1);
   return false;
 }
+bool plain_row_vbmi_available() { return false; }
+bool plain_row_avx2_available() { return false; }
 bool plain_row_wide_available() { return false; }
 
 #endif

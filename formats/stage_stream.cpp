@@ -58,6 +58,9 @@ constexpr double kSafeWindowSeconds = frontier::kMaxWindowSeconds / 16;
 struct ReadWhole {
   std::string why;
 };
+/// Why a file with a line past --max-line-bytes goes to the whole read (which refuses it, naming
+/// the line).
+constexpr const char* kLinePastLimit = "a line past --max-line-bytes";
 
 using detail::Bytes;
 using detail::UninitAllocator;
@@ -130,7 +133,7 @@ private:
     }
     // A line past --max-line-bytes: the whole read refuses it with its line number (a pass of
     // memchr over the mapped file; nothing of the line's size is allocated).
-    if (end_ > max_line_) throw ReadWhole{"a line past --max-line-bytes"};
+    if (end_ > max_line_) throw ReadWhole{kLinePastLimit};
     // Full (a line longer than the buffer), or smaller than a chunk and filled by the last read:
     // twice the size.
     if (end_ == buf_.size()) buf_.resize(buf_.size() * 2);
@@ -771,7 +774,7 @@ public:
       // No line break yet (the carry holds none either): past --max-line-bytes the whole read
       // refuses the line with its number, without holding it.
       if (b.text.size() > max_line_) {
-        b.failed = "a line past --max-line-bytes";
+        b.failed = kLinePastLimit;
         b.last = done_ = true;
         return true;
       }
@@ -823,11 +826,33 @@ public:
     };
     if (text.empty()) return;  // (memchr may not be given the null pointer of an empty block)
     if (!std::memchr(text.data(), '\r', text.size())) {
+      // A plain row is read whole in place, its end found in the same registers (the bytes of
+      // the block around it readable), where the processor and the file's form allow; every
+      // other line is cut at its '\n' and taken as above.
+      const bool wide = h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide();
       for (std::size_t pos = 0; pos < text.size();) {
-        const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);
-        const std::size_t end = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - text.data()) : text.size();
-        take(text.substr(pos, end - pos));
-        pos = end + 1;
+        std::size_t len = static_cast<std::size_t>(-1);
+        if (wide) {
+          if (b.vals.size() < used + nvals) b.vals.resize(std::max(2 * b.vals.size(), used + nvals));
+          const std::span<double> vals(b.vals.data() + used, nvals);
+          CsvBlock::Entry e{b.lines + 1, 0, 0, static_cast<std::uint32_t>(pos), 0, true};
+          if (detail::parse_plain_line_wide(text.data() + pos, text.size() - pos, pos, len, e.step, e.rank, vals) &&
+              rank_fits(e.rank)) {
+            ++b.lines;
+            e.len = static_cast<std::uint32_t>(len);
+            h_.lay.order(vals);
+            used += nvals;
+            b.entries.push_back(e);
+            pos += len + 1;
+            continue;
+          }
+        }
+        if (len == static_cast<std::size_t>(-1)) {
+          const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);
+          len = (nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - text.data()) : text.size()) - pos;
+        }
+        take(text.substr(pos, len));
+        pos += len + 1;
       }
     } else {
       // "\r\n" and lone "\r" line ends: CsvLines' own splitting, its blank lines counted too.
@@ -910,7 +935,7 @@ public:
         // they were just written to).
         const char* const p = block_->text.data() + line_at_;
         std::size_t len;
-        const bool plain = take_line(p, block_->text.size() - line_at_, wide_lines_, len, step, rank);
+        const bool plain = take_line(p, block_->text.size() - line_at_, line_at_, wide_lines_, len, step, rank);
         line_at_ += len + 1;
         ++lines_;
         line_no = base_ + lines_;
@@ -990,15 +1015,17 @@ private:
   /// Whether this file's plain rows are read with parse_plain_line_wide (',' separated, no
   /// separator ending every line, the processor and plain_row_path allowing).
   bool wide_lines() const { return h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide(); }
-  /// One processor: the line at p (avail bytes there), its length into len; true when it is a
-  /// plain row read (step, rank, vals_) straight from the mapping: whole, its line end found in
+  /// One processor: the line at p (avail bytes there, `before` readable before it), its length
+  /// into len; true when it is a plain row read (step, rank, vals_) straight from the mapping (or
+  /// the block): whole, its line end found in
   /// the same registers (wide), or else field by field (where the processor lacks the wide parse,
   /// or it left the line) when it ends in no '\r' and fits --max-line-bytes. Those are the values
   /// parse_csv_row gives the line (the general path reads a plain row with the same
   /// parse_plain_row_by_field); every other line goes to the caller's copy and general path.
-  bool take_line(const char* p, std::size_t avail, bool wide, std::size_t& len, std::int64_t& step, std::int64_t& rank) {
+  bool take_line(const char* p, std::size_t avail, std::size_t before, bool wide, std::size_t& len, std::int64_t& step,
+                 std::int64_t& rank) {
     len = kNoEnd;
-    if (wide && detail::parse_plain_line_wide(p, avail, len, step, rank, vals_) && reader_.rank_fits(rank)) return true;
+    if (wide && detail::parse_plain_line_wide(p, avail, before, len, step, rank, vals_) && reader_.rank_fits(rank)) return true;
     if (len == kNoEnd) {
       const void* nl = std::memchr(p, '\n', avail);
       len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;
@@ -1020,7 +1047,7 @@ private:
       const char* const p = map_.data() + map_at_;
       std::size_t len;
       std::int64_t step = 0, rank = 0;
-      const bool plain = take_line(p, map_end_ - map_at_, wide, len, step, rank);
+      const bool plain = take_line(p, map_end_ - map_at_, map_at_, wide, len, step, rank);
       if (!plain) {
         if (len <= reader_.max_line()) line_copy_.assign(p, len);  // (the general path reads the copy)
         if (map_.cut() || len > reader_.max_line() || std::memchr(line_copy_.data(), '\r', line_copy_.size()) ||

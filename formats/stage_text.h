@@ -279,28 +279,44 @@ inline std::from_chars_result parse_double(const char* first, const char* last, 
   return true;
 }
 
-/// The plain row [p, p + n) (no line end, no trailing separator) read whole with AVX-512
-/// (plain_row.cpp): every field's bounds from the line's comma and point masks at once, every
-/// field's digits summed in vector registers, each decimal rounded by fast_float's own step. The
+/// The plain row [p, p + n) (no line end, no trailing separator) read whole (plain_row.cpp): the
+/// line's commas, points and digits marked by vector compares, each field's bounds from those
+/// marks, its digits summed without a byte-by-byte loop, each decimal rounded by fast_float's own
+/// step; with AVX-512 VBMI where the processor has it, else with AVX2, as plain_row_path asks. The
 /// same values as parse_plain_row_by_field to the bit, for a narrower set of lines: false leaves
-/// a line to it. Call only where plain_row_wide_available().
+/// a line to it (and every line where the processor has no wide path).
 bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals);
 /// The plain row that starts at p, its line's end found too: the line is the bytes up to the
 /// first '\n' among the `avail` bytes at p (all of them without one); its length goes to `line`
-/// when that end lies within the first 192 bytes (npos otherwise: the caller finds it), whether
-/// the row was read or not. (No '\r' may end the line; no separator may end every line.)
-bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step, std::int64_t& rank,
-                           std::span<double> vals);
-/// The processor has what parse_plain_row_wide uses (AVX-512 F, BW, VL; BMI).
+/// when that end lies within the first 192 bytes (npos otherwise, and for a row of more than 14
+/// values, or none: the caller finds it), whether the row was read or not. (No '\r' may end the line; no separator may end every line.) The
+/// `before` bytes before p are readable too (the AVX2 path reads the bytes around a field there
+/// rather than copy the line; it copies it where fewer than 32 are).
+bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
+                           std::int64_t& rank, std::span<double> vals);
+/// The processor has what the VBMI path of parse_plain_row_wide uses (AVX-512 F, BW, VL, DQ,
+/// VBMI, VBMI2; BMI, BMI2, POPCNT).
+bool plain_row_vbmi_available();
+/// The processor has what its AVX2 path uses (AVX2; BMI, BMI2, LZCNT, POPCNT): the same lines, the
+/// same values, each field's bounds by bit scans of the line's marks and its digits summed eight
+/// at a time in a general register.
+bool plain_row_avx2_available();
+/// Either.
 bool plain_row_wide_available();
-/// Which way parse_plain_row takes: the fastest the processor has, or field by field everywhere
-/// (tests compare the two).
-enum class RowPath { fastest, portable };
+/// Which way parse_plain_row takes: the fastest the processor has (VBMI, else AVX2), the AVX2 path
+/// even where VBMI is there, or field by field everywhere (tests compare them).
+enum class RowPath { fastest, avx2, portable };
 inline std::atomic<RowPath> plain_row_path{RowPath::fastest};
-/// Whether plain rows go the wide way now: the processor has it and plain_row_path allows it.
+/// Whether plain rows go a wide way now: the processor has the one plain_row_path asks for.
 inline bool plain_rows_wide() {
-  static const bool wide = plain_row_wide_available();
-  return wide && plain_row_path.load(std::memory_order_relaxed) == RowPath::fastest;
+  static const bool any = plain_row_wide_available();
+  static const bool avx2 = plain_row_avx2_available();
+  switch (plain_row_path.load(std::memory_order_relaxed)) {
+    case RowPath::fastest: return any;
+    case RowPath::avx2: return avx2;
+    case RowPath::portable: break;
+  }
+  return false;
 }
 
 /// A data line of the plain form (see parse_plain_row_by_field): whole with AVX-512 where the

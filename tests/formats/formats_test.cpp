@@ -687,48 +687,92 @@ std::string random_cell(std::mt19937_64& rng, bool integer) {
 }
 }  // namespace
 
+namespace {
+/// The wide paths this processor has (the VBMI path where it has that, the AVX2 path where it has
+/// that: both on a VBMI machine), each set as plain_row_path; "" for none.
+std::vector<std::pair<formats::detail::RowPath, std::string>> wide_paths() {
+  namespace fd = formats::detail;
+  std::vector<std::pair<fd::RowPath, std::string>> paths;
+  if (fd::plain_row_vbmi_available()) paths.emplace_back(fd::RowPath::fastest, "VBMI");
+  if (fd::plain_row_avx2_available()) paths.emplace_back(fd::RowPath::avx2, "AVX2");
+  return paths;
+}
+
+/// Sets plain_row_path back to the fastest path when it goes (a failed ASSERT included).
+struct RowPathReset {
+  ~RowPathReset() { formats::detail::plain_row_path = formats::detail::RowPath::fastest; }
+};
+}  // namespace
+
 TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
   namespace fd = formats::detail;
-  if (!fd::plain_row_wide_available()) GTEST_SKIP() << "no AVX-512 VBMI2 here: every row goes field by field";
-  std::mt19937_64 rng(4404);
-  int wide_took = 0, rows = 0;
-  for (int trial = 0; trial < 60000; ++trial) {
-    const std::size_t nvals = 1 + rng() % (trial % 10 == 0 ? 16 : 8);
-    std::string line = random_cell(rng, true) + "," + random_cell(rng, true);
-    for (std::size_t v = 0; v < nvals; ++v) line += "," + random_cell(rng, false);
-    if (rng() % 50 == 0) line += ",";  // a field too many
-    // The line between bytes that are not its own.
-    const std::string text = "12.5,7" + line + "3.25,0.5,1";
-    const std::string_view in(text.data() + 6, line.size());
-    std::vector<double> a(nvals, -1), b(nvals, -1);
-    std::int64_t sa = -1, ra = -1, sb = -1, rb = -1;
-    const bool by_field = fd::parse_plain_row_by_field(in, sa, ra, a, false);
-    const bool wide = fd::parse_plain_row_wide(in.data(), in.size(), sb, rb, b);
-    ++rows;
-    if (!wide) continue;
-    ++wide_took;
-    ASSERT_TRUE(by_field) << "the wide path took a line the field-by-field path refuses: '" << line << "'";
-    ASSERT_EQ(sa, sb) << line;
-    ASSERT_EQ(ra, rb) << line;
-    for (std::size_t v = 0; v < nvals; ++v)
-      ASSERT_EQ(std::bit_cast<std::uint64_t>(a[v]), std::bit_cast<std::uint64_t>(b[v])) << "value " << v << " of '" << line << "'";
-  }
-  // Not vacuous: the forms a recorder writes go the wide way (a row of 1 to 8 values, each a
-  // recorder's form at about 3 in 4).
-  EXPECT_GT(wide_took, rows / 10) << wide_took << " of " << rows;
-  // And a recorder's rows all do: the shortest forms of values from 1e-4 s on, to 14 values.
-  for (int trial = 0; trial < 20000; ++trial) {
-    const std::size_t nvals = 1 + rng() % 14;
-    std::string line = std::to_string(rng() % 100000) + "," + std::to_string(rng() % 4096);
-    for (std::size_t v = 0; v < nvals; ++v) {
-      char buf[40];
-      const double x = 1e-4 + std::ldexp(static_cast<double>(rng() >> 11), -53) * 5.0;
-      line += "," + std::string(buf, std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed).ptr);
+  const auto paths = wide_paths();
+  if (paths.empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
+  const RowPathReset reset;
+  for (const auto& [path, name] : paths) {
+    fd::plain_row_path = path;
+    SCOPED_TRACE(name);
+    std::mt19937_64 rng(4404);
+    int wide_took = 0, rows = 0, lines_took = 0;
+    for (int trial = 0; trial < 60000; ++trial) {
+      const std::size_t nvals = 1 + rng() % (trial % 10 == 0 ? 16 : 8);
+      std::string line = random_cell(rng, true) + "," + random_cell(rng, true);
+      for (std::size_t v = 0; v < nvals; ++v) line += "," + random_cell(rng, false);
+      if (rng() % 50 == 0) line += ",";  // a field too many
+      // The line between bytes that are not its own.
+      const std::string text = "12.5,7" + line + "3.25,0.5,1";
+      const std::string_view in(text.data() + 6, line.size());
+      std::vector<double> a(nvals, -1), b(nvals, -1), c(nvals, -1);
+      std::int64_t sa = -1, ra = -1, sb = -1, rb = -1, sc = -1, rc = -1;
+      const bool by_field = fd::parse_plain_row_by_field(in, sa, ra, a, false);
+      const bool wide = fd::parse_plain_row_wide(in.data(), in.size(), sb, rb, b);
+      // The same line as the streaming reader meets it: its end to find, a '\n' and the next
+      // line's digits after it, and (every other row) room to read around it in place rather
+      // than a copy: digits and points before it, 200 bytes after it.
+      const bool room = trial % 2 == 0;
+      const std::string around = (room ? std::string("9.75,3.5,1.25,77,8.5,0.125,66,4.5,1.0,") : std::string()) + line + "\n" +
+                                 (room ? std::string(200, '5') : std::string("1,2,3.5"));
+      const std::size_t at = room ? 38 : 0;
+      std::size_t len = 0;
+      const bool took_line = fd::parse_plain_line_wide(around.data() + at, around.size() - at, at, len, sc, rc, c);
+      ++rows;
+      if (len != static_cast<std::size_t>(-1)) {
+        ASSERT_EQ(len, line.size()) << "the line's end, '" << line << "'";
+      } else {
+        ASSERT_TRUE(line.size() >= 192 || nvals > 14) << "no end found in a line of " << line.size() << " bytes, " << nvals << " values";
+      }
+      ASSERT_EQ(took_line, wide) << "the row and the line entries disagree on '" << line << "'";
+      if (!wide) continue;
+      ++wide_took;
+      lines_took += room;
+      ASSERT_TRUE(by_field) << "the wide path took a line the field-by-field path refuses: '" << line << "'";
+      ASSERT_EQ(sa, sb) << line;
+      ASSERT_EQ(ra, rb) << line;
+      ASSERT_EQ(sc, sb) << line;
+      ASSERT_EQ(rc, rb) << line;
+      for (std::size_t v = 0; v < nvals; ++v) {
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(a[v]), std::bit_cast<std::uint64_t>(b[v])) << "value " << v << " of '" << line << "'";
+        ASSERT_EQ(std::bit_cast<std::uint64_t>(a[v]), std::bit_cast<std::uint64_t>(c[v])) << "value " << v << " of '" << line << "'";
+      }
     }
-    if (line.size() > 192) continue;
-    std::vector<double> b(nvals);
-    std::int64_t s = 0, r = 0;
-    EXPECT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
+    // Not vacuous: the forms a recorder writes go the wide way (a row of 1 to 8 values, each a
+    // recorder's form at about 3 in 4), found and read in place too.
+    EXPECT_GT(wide_took, rows / 10) << wide_took << " of " << rows;
+    EXPECT_GT(lines_took, wide_took / 3) << lines_took << " of " << wide_took;
+    // And a recorder's rows all do: the shortest forms of values from 1e-4 s on, to 14 values.
+    for (int trial = 0; trial < 20000; ++trial) {
+      const std::size_t nvals = 1 + rng() % 14;
+      std::string line = std::to_string(rng() % 100000) + "," + std::to_string(rng() % 4096);
+      for (std::size_t v = 0; v < nvals; ++v) {
+        char buf[40];
+        const double x = 1e-4 + std::ldexp(static_cast<double>(rng() >> 11), -53) * 5.0;
+        line += "," + std::string(buf, std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed).ptr);
+      }
+      if (line.size() > 192) continue;
+      std::vector<double> b(nvals);
+      std::int64_t s = 0, r = 0;
+      EXPECT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
+    }
   }
 }
 
@@ -736,26 +780,32 @@ TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
 // from 53 to 63 (exactly between two doubles), written plain and with zero fractions.
 TEST(Csv, rows_read_whole_round_halfway_values_as_field_by_field) {
   namespace fd = formats::detail;
-  if (!fd::plain_row_wide_available()) GTEST_SKIP() << "no AVX-512 VBMI2 here: every row goes field by field";
-  std::mt19937_64 rng(4406);
-  int cases = 0;
-  for (int k = 53; k <= 63; ++k)
-    for (int trial = 0; trial < 200; ++trial) {
-      const std::uint64_t half = std::uint64_t{1} << (k - 53);
-      const std::uint64_t tie = (std::uint64_t{1} << k) + (2 * (rng() % (std::uint64_t{1} << 20)) + 1) * half;
-      const std::string digits = std::to_string(tie);
-      for (const std::string& cell : {digits, digits + ".0", digits + ".00", digits.substr(0, digits.size() - 1) + "." + digits.back()}) {
-        if (cell.size() - (cell.find('.') != std::string::npos) > 19) continue;
-        const std::string line = "1,2," + cell + ",0.5";
-        std::vector<double> a(2, -1), b(2, -1);
-        std::int64_t s = 0, r = 0;
-        ASSERT_TRUE(fd::parse_plain_row_by_field(line, s, r, a, false)) << line;
-        ASSERT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
-        ASSERT_EQ(std::bit_cast<std::uint64_t>(a[0]), std::bit_cast<std::uint64_t>(b[0])) << line;
-        ++cases;
+  const auto paths = wide_paths();
+  if (paths.empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
+  const RowPathReset reset;
+  for (const auto& [path, name] : paths) {
+    fd::plain_row_path = path;
+    SCOPED_TRACE(name);
+    std::mt19937_64 rng(4406);
+    int cases = 0;
+    for (int k = 53; k <= 63; ++k)
+      for (int trial = 0; trial < 200; ++trial) {
+        const std::uint64_t half = std::uint64_t{1} << (k - 53);
+        const std::uint64_t tie = (std::uint64_t{1} << k) + (2 * (rng() % (std::uint64_t{1} << 20)) + 1) * half;
+        const std::string digits = std::to_string(tie);
+        for (const std::string& cell : {digits, digits + ".0", digits + ".00", digits.substr(0, digits.size() - 1) + "." + digits.back()}) {
+          if (cell.size() - (cell.find('.') != std::string::npos) > 19) continue;
+          const std::string line = "1,2," + cell + ",0.5";
+          std::vector<double> a(2, -1), b(2, -1);
+          std::int64_t s = 0, r = 0;
+          ASSERT_TRUE(fd::parse_plain_row_by_field(line, s, r, a, false)) << line;
+          ASSERT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
+          ASSERT_EQ(std::bit_cast<std::uint64_t>(a[0]), std::bit_cast<std::uint64_t>(b[0])) << line;
+          ++cases;
+        }
       }
-    }
-  EXPECT_GT(cases, 4000);
+    EXPECT_GT(cases, 4000);
+  }
 }
 
 TEST(Csv, whole_files_read_the_same_on_either_row_path) {
@@ -788,6 +838,7 @@ TEST(Csv, whole_files_read_the_same_on_either_row_path) {
       }
     const std::string fast = read(text, fd::RowPath::fastest);
     EXPECT_EQ(fast, read(text, fd::RowPath::portable)) << "file " << file;
+    EXPECT_EQ(fast, read(text, fd::RowPath::avx2)) << "file " << file;
     read_whole += fast.find("f.csv") == std::string::npos;
   }
   EXPECT_GE(read_whole, 20);
@@ -1059,6 +1110,9 @@ void expect_streams_as_read(const std::string& path, formats::ReadOptions opt = 
   namespace fd = formats::detail;
   fd::plain_row_path = fd::RowPath::portable;
   on_one_cpu([&] { stream("on one processor, field by field"); });
+  // The AVX2 path where the processor has it (on a VBMI machine the fastest is the VBMI one).
+  fd::plain_row_path = fd::RowPath::avx2;
+  on_one_cpu([&] { stream("on one processor, the AVX2 path"); });
   fd::plain_row_path = fd::RowPath::fastest;
 }
 
