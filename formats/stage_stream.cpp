@@ -837,7 +837,7 @@ public:
           const std::span<double> vals(b.vals.data() + used, nvals);
           CsvBlock::Entry e{b.lines + 1, 0, 0, static_cast<std::uint32_t>(pos), 0, true};
           if (detail::parse_plain_line_wide(text.data() + pos, text.size() - pos, pos, len, e.step, e.rank, vals) &&
-              rank_fits(e.rank)) {
+              len <= max_line_ && rank_fits(e.rank)) {
             ++b.lines;
             e.len = static_cast<std::uint32_t>(len);
             h_.lay.order(vals);
@@ -851,6 +851,10 @@ public:
           const void* nl = std::memchr(text.data() + pos, '\n', text.size() - pos);
           len = (nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - text.data()) : text.size()) - pos;
         }
+        if (len > max_line_) {
+          b.failed = kLinePastLimit;
+          return;
+        }
         take(text.substr(pos, len));
         pos += len + 1;
       }
@@ -862,6 +866,10 @@ public:
       while (lines.next(line)) {
         b.lines += lines.line_no() - seen - 1;  // the blank lines it skipped
         seen = lines.line_no();
+        if (line.size() > max_line_) {
+          b.failed = kLinePastLimit;
+          return;
+        }
         take(line);
       }
       b.lines = lines.line_no();
@@ -936,6 +944,7 @@ public:
         const char* const p = block_->text.data() + line_at_;
         std::size_t len;
         const bool plain = take_line(p, block_->text.size() - line_at_, line_at_, wide_lines_, len, step, rank);
+        if (len > reader_.max_line()) throw ReadWhole{kLinePastLimit};
         line_at_ += len + 1;
         ++lines_;
         line_no = base_ + lines_;
@@ -1025,7 +1034,9 @@ private:
   bool take_line(const char* p, std::size_t avail, std::size_t before, bool wide, std::size_t& len, std::int64_t& step,
                  std::int64_t& rank) {
     len = kNoEnd;
-    if (wide && detail::parse_plain_line_wide(p, avail, before, len, step, rank, vals_) && reader_.rank_fits(rank)) return true;
+    if (wide && detail::parse_plain_line_wide(p, avail, before, len, step, rank, vals_) && len <= reader_.max_line() &&
+        reader_.rank_fits(rank))
+      return true;
     if (len == kNoEnd) {
       const void* nl = std::memchr(p, '\n', avail);
       len = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - p) : avail;

@@ -1321,6 +1321,36 @@ TEST(Stream, a_line_error_is_the_whole_reads_message_other_problems_are_left_to_
     EXPECT_EQ(streamed(), whole) << text;
     on_one_cpu([&] { EXPECT_EQ(streamed(), whole) << text << " (on one processor)"; });
   }
+  // A line past --max-line-bytes, a plain row among plain rows (the wide paths read such rows in
+  // place, the limit checked there too): left to the whole read, which refuses it naming its line,
+  // on every row path, ahead, in line and mapped.
+  {
+    formats::ReadOptions opt;
+    opt.limits.max_line_bytes = 40;
+    std::string text = "step,rank,a,b\n";
+    for (int t = 0; t < 3000; ++t)
+      for (int r = 0; r < 2; ++r) text += std::to_string(t) + "," + std::to_string(r) + ",0.125,0.25\n";
+    text += "3000,0,0.0052390269162987625,0.03192237860972117\n";  // 48 bytes
+    const std::string bad = write_temp("long.csv", text);
+    try {
+      formats::read_stage_file(bad, opt);
+      ADD_FAILURE() << "the whole read took a line past the limit";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(":6002: line 6002 runs past 40 bytes"), std::string::npos) << e.what();
+    }
+    const RowPathReset reset;
+    for (const auto path : {formats::detail::RowPath::fastest, formats::detail::RowPath::avx2, formats::detail::RowPath::portable}) {
+      formats::detail::plain_row_path = path;
+      auto left_whole = [&](const char* how) {
+        CollectSink sink;
+        std::string why;
+        EXPECT_EQ(formats::stream_stage_file(bad, opt, sink, &why), formats::StreamStatus::whole) << how << ", path " << static_cast<int>(path);
+        EXPECT_NE(why.find("--max-line-bytes"), std::string::npos) << why;
+      };
+      left_whole("as the machine allows");
+      on_one_cpu([&] { left_whole("on one processor"); });
+    }
+  }
   CollectSink sink;
   // A duplicate record is the window's error, reported after every line's: left to the whole read.
   const std::string dup = write_temp("dup.csv", "step,rank,a\n0,0,1\n0,0,2\n1,0,1\n");
