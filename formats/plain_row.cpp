@@ -263,12 +263,11 @@ SF_MASK_TARGET inline std::uint64_t bits32(__m256i x, unsigned shift) {
   return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_movemask_epi8(x))) << shift;
 }
 
-/// The positions of the bits set in a 192-bit mark, in order, into at[]; their count.
-SF_MASK_TARGET inline std::size_t mark_positions(const std::uint64_t m[3], std::uint8_t* at) {
+/// The positions of the bits set in a 192-bit mark, in order, into at[].
+SF_MASK_TARGET inline void mark_positions(const std::uint64_t m[3], std::uint8_t* at) {
   std::size_t k = 0;
   for (std::size_t w = 0; w < 3; ++w)
     for (std::uint64_t x = m[w]; x != 0; x = _blsr_u64(x)) at[k++] = static_cast<std::uint8_t>(64 * w + _tzcnt_u64(x));
-  return k;
 }
 
 /// The field that ends at q + e, its point at q + pt (pt == e for none), its digits `ndigits`
@@ -323,18 +322,55 @@ SF_MASK_TARGET inline bool mask_row_at(const char* q, std::size_t n, std::size_t
     if (n == npos || n == 0) return false;
   }
   std::uint64_t stray = 0;
+  std::size_t commas = 0, npoints = 0;
   for (std::size_t w = 0; w < 3; ++w) {
     const std::uint64_t in = _bzhi_u64(~std::uint64_t{0}, static_cast<unsigned>(std::min<std::size_t>(n > 64 * w ? n - 64 * w : 0, 64)));
     comma[w] &= in;
     point[w] &= in;
     stray |= in & ~(comma[w] | point[w] | digit[w]);
+    commas += static_cast<std::size_t>(_mm_popcnt_u64(comma[w]));
+    npoints += static_cast<std::size_t>(_mm_popcnt_u64(point[w]));
   }
-  if (stray) return false;
-  std::uint8_t ends[kMaxLine], points[kMaxLine];
-  const std::size_t commas = mark_positions(comma, ends), npoints = mark_positions(point, points);
-  if (commas + 1 != fields || npoints > fields - 2) return false;
+  if (stray || commas + 1 != fields || npoints > fields - 2) return false;
+  // Each field's end (its comma, the line's end for the last) and the points, in order; zeros
+  // past them (16-lane compares read them).
+  alignas(16) std::uint8_t ends[32] = {}, points[32] = {};
+  mark_positions(comma, ends);
+  mark_positions(point, points);
   ends[commas] = static_cast<std::uint8_t>(n);
 
+  if (npoints + 2 == fields) {
+    // The common row, a point in every value: point k must lie inside field k + 2 with a digit
+    // on either side (ends[k + 1] + 2 <= points[k] <= ends[k + 2] - 2: then each value field has
+    // exactly one, and step and rank none), and every field must be 1 to 32 bytes (ends[0] from
+    // 1 to 32, ends[f + 1] - ends[f] from 2 to 33), checked 16 lanes at once.
+    const __m128i e0 = _mm_load_si128(reinterpret_cast<const __m128i*>(ends));
+    const __m128i e1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ends + 1));
+    const __m128i e2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ends + 2));
+    const __m128i pts = _mm_load_si128(reinterpret_cast<const __m128i*>(points));
+    const __m128i two = _mm_set1_epi8(2), zero = _mm_setzero_si128();
+    const __m128i gap = _mm_sub_epi8(e1, e0);
+    const auto point_ok = static_cast<unsigned>(_mm_movemask_epi8(_mm_and_si128(
+        _mm_cmpeq_epi8(_mm_subs_epu8(_mm_add_epi8(e1, two), pts), zero), _mm_cmpeq_epi8(_mm_subs_epu8(_mm_add_epi8(pts, two), e2), zero))));
+    const auto gap_ok = static_cast<unsigned>(_mm_movemask_epi8(
+        _mm_and_si128(_mm_cmpeq_epi8(_mm_subs_epu8(gap, _mm_set1_epi8(33)), zero), _mm_cmpeq_epi8(_mm_subs_epu8(two, gap), zero))));
+    const unsigned want_points = _bzhi_u32(~0u, static_cast<unsigned>(npoints)), want_gaps = _bzhi_u32(~0u, static_cast<unsigned>(commas));
+    if ((point_ok & want_points) != want_points || (gap_ok & want_gaps) != want_gaps || ends[0] == 0 || ends[0] > 32) return false;
+    std::uint64_t v0, v1;
+    if (!field_value(q, ends[0], ends[0], ends[0], v0) || !field_value(q, ends[1], ends[1], ends[1] - ends[0] - 1u, v1) ||
+        v0 > static_cast<std::uint64_t>(INT64_MAX) || v1 > static_cast<std::uint64_t>(INT64_MAX))
+      return false;
+    for (std::size_t f = 2; f < fields; ++f) {
+      const std::size_t e = ends[f], pt = points[f - 2];
+      std::uint64_t w;
+      if (!field_value(q, e, pt, e - ends[f - 1] - 2, w) || !decimal(w, -static_cast<std::int64_t>(e - pt - 1), vals[f - 2])) return false;
+    }
+    step = static_cast<std::int64_t>(v0);
+    rank = static_cast<std::int64_t>(v1);
+    return true;
+  }
+
+  // Any other row: the points assigned to fields one by one.
   std::size_t s = 0, j = 0;
   std::uint64_t value[kMaxFields];
   value[0] = value[1] = 0;  // (set below: a row has three fields or more)

@@ -660,7 +660,8 @@ std::string random_cell(std::mt19937_64& rng, bool integer) {
   if (integer) {
     if (pick < 80) return std::to_string(rng() % 5000);
     if (pick < 85) return "000" + std::to_string(rng() % 100);
-    if (pick < 90) return std::to_string(rng() >> (rng() % 64));  // up to 20 digits: past int64 at times
+    if (pick < 88) return std::to_string(rng() >> (rng() % 64));  // up to 20 digits: past int64 at times
+    if (pick < 90) return "1" + std::string(29 + rng() % 5, '0');  // 30 to 34 bytes, about a field's most
     if (pick < 93) return "1.0";
     if (pick < 96) return "-" + std::to_string(rng() % 10);
     return "";
@@ -682,7 +683,10 @@ std::string random_cell(std::mt19937_64& rng, bool integer) {
   if (pick < 86) return std::to_string(rng()) + "." + std::to_string(rng() % 1000);  // 20+ digits
   if (pick < 88) return "0." + std::string(rng() % 30, '0') + std::to_string(rng() % 1000000);
   static const char* const odd[] = {"5.", ".5", "1.2.3", "-1.5", "+1", "1e5", "2.5E-3", " 1", "1 ", "", "0", "0.0", "00",
-                                    "9999999999999999999", "18446744073709551616", "1.8446744073709551615", "12345678901234567890123456789012.5"};
+                                    "9999999999999999999", "18446744073709551616", "1.8446744073709551615", "12345678901234567890123456789012.5",
+                                    // 32 and 33 bytes, a digit that is not a zero first
+                                    "100000000000000000000000000000.5", "1000000000000000000000000000000.5",
+                                    "2000000000000000000000000000000.0000000000000000000000000000001"};
   return odd[rng() % std::size(odd)];
 }
 }  // namespace
