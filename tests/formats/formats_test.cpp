@@ -647,8 +647,9 @@ TEST(Csv, seconds_read_as_std_from_chars_read_them) {
   }
 }
 
-// The plain rows read whole with AVX-512 (formats/plain_row.cpp) must be read as the field-by-field
-// path reads them: the same rows taken, the same step, rank and values to the bit. Random rows mix
+// The plain rows read whole (formats/plain_row.cpp: with AVX-512 VBMI, or AVX2, each path the
+// processor has) must be read as the field-by-field path reads them: the same rows taken, the same
+// step, rank and values to the bit, the same line end found. Random rows mix
 // what a recorder writes (decimals of 1 to 25 fraction digits, leading zeros, integers, 16 to 21
 // significant digits) with what the wide path leaves (signs, exponents, blanks, "5." and ".5",
 // two points, empty fields, fields past 32 bytes, lines past 192 bytes, 15 values or more). Each
@@ -706,16 +707,23 @@ std::vector<std::pair<formats::detail::RowPath, std::string>> wide_paths() {
 struct RowPathReset {
   ~RowPathReset() { formats::detail::plain_row_path = formats::detail::RowPath::fastest; }
 };
+
+/// body() once on each wide path the processor has, plain_row_path set to it and a trace naming it.
+template <typename Body>
+void on_each_wide_path(Body body) {
+  const RowPathReset reset;
+  for (const auto& [path, name] : wide_paths()) {
+    formats::detail::plain_row_path = path;
+    SCOPED_TRACE(name);
+    body();
+  }
+}
 }  // namespace
 
-TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
+TEST(Csv, rows_read_whole_read_as_field_by_field) {
   namespace fd = formats::detail;
-  const auto paths = wide_paths();
-  if (paths.empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
-  const RowPathReset reset;
-  for (const auto& [path, name] : paths) {
-    fd::plain_row_path = path;
-    SCOPED_TRACE(name);
+  if (wide_paths().empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
+  on_each_wide_path([&] {
     std::mt19937_64 rng(4404);
     int wide_took = 0, rows = 0, lines_took = 0;
     for (int trial = 0; trial < 60000; ++trial) {
@@ -777,19 +785,15 @@ TEST(Csv, rows_read_whole_with_avx512_read_as_field_by_field) {
       std::int64_t s = 0, r = 0;
       EXPECT_TRUE(fd::parse_plain_row_wide(line.data(), line.size(), s, r, b)) << line;
     }
-  }
+  });
 }
 
 // Halfway cases, where Eisel-Lemire rounds to even: integers 2^k + (2m + 1) * 2^(k - 53) for k
 // from 53 to 63 (exactly between two doubles), written plain and with zero fractions.
 TEST(Csv, rows_read_whole_round_halfway_values_as_field_by_field) {
   namespace fd = formats::detail;
-  const auto paths = wide_paths();
-  if (paths.empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
-  const RowPathReset reset;
-  for (const auto& [path, name] : paths) {
-    fd::plain_row_path = path;
-    SCOPED_TRACE(name);
+  if (wide_paths().empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
+  on_each_wide_path([&] {
     std::mt19937_64 rng(4406);
     int cases = 0;
     for (int k = 53; k <= 63; ++k)
@@ -809,7 +813,7 @@ TEST(Csv, rows_read_whole_round_halfway_values_as_field_by_field) {
         }
       }
     EXPECT_GT(cases, 4000);
-  }
+  });
 }
 
 TEST(Csv, whole_files_read_the_same_on_either_row_path) {
