@@ -19,6 +19,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define SF_PLAIN_ROW_WIDE 1
 #endif
@@ -435,8 +436,10 @@ bool plain_row_vbmi_available() {
 }
 
 bool plain_row_avx2_available() {
+  // LZCNT from CPUID itself (leaf 0x80000001, ECX bit 5): clang's __builtin_cpu_supports has no name for it.
+  unsigned a = 0, b = 0, c = 0, d = 0;
   static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                          __builtin_cpu_supports("lzcnt") && __builtin_cpu_supports("popcnt");
+                          __builtin_cpu_supports("popcnt") && __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & bit_LZCNT) != 0;
   return yes;
 }
 

@@ -671,6 +671,7 @@ public:
   bool cut() const { return fault_ != 0; }
   /// The pages wholly before offset `upto` are not read again: let them go.
   void release_before(std::size_t upto) {
+    if (upto < released_ + kReleaseBytes) return;  // (asked at every record: no division before it is due)
     const std::size_t end = upto / page_ * page_;
     if (end < released_ + kReleaseBytes) return;
     ::madvise(const_cast<char*>(base_) + released_, end - released_, MADV_DONTNEED);
