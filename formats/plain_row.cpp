@@ -12,6 +12,11 @@
 // least one digit ("5." and ".5" are left), at most 19 significant digits, a line of at most 192
 // bytes; any other line, and a case Eisel-Lemire leaves undecided, returns false and goes field
 // by field, which decides it. Loads are masked to the line: no byte outside it is read.
+//
+// That path needs AVX-512 VBMI and VBMI2 (Ice Lake, Zen 4 and later). On a processor with AVX2 and
+// BMI2 but not those (Haswell to Skylake-SP and Cascade Lake, Zen 1 to 3) a second path below takes
+// the same lines with the same values; it reads the bytes around the line where the caller says
+// they are there (else a copy of the line).
 #include "stage_text.h"
 
 #include <bit>
