@@ -483,6 +483,8 @@ bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before,
 
 bool plain_row_wide_available() { return plain_row_vbmi_available() || plain_row_avx2_available(); }
 
+bool plain_rows_wide() { return wide_now() != Wide::none; }
+
 #else
 
 bool parse_plain_row_wide(const char*, std::size_t, std::int64_t&, std::int64_t&, std::span<double>) { return false; }
@@ -494,6 +496,7 @@ bool parse_plain_line_wide(const char*, std::size_t, std::size_t, std::size_t& l
 bool plain_row_vbmi_available() { return false; }
 bool plain_row_avx2_available() { return false; }
 bool plain_row_wide_available() { return false; }
+bool plain_rows_wide() { return false; }
 
 #endif
 

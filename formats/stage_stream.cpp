@@ -830,7 +830,7 @@ public:
       // A plain row is read whole in place, its end found in the same registers (the bytes of
       // the block around it readable), where the processor and the file's form allow; every
       // other line is cut at its '\n' and taken as above.
-      const bool wide = h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide();
+      const bool wide = detail::plain_lines_wide(h_);
       for (std::size_t pos = 0; pos < text.size();) {
         std::size_t len = static_cast<std::size_t>(-1);
         if (wide) {
@@ -1022,14 +1022,11 @@ private:
       cv_.notify_all();
     }
   }
-  /// Whether this file's plain rows are read with parse_plain_line_wide (',' separated, no
-  /// separator ending every line, the processor and plain_row_path allowing).
-  bool wide_lines() const { return h_.sep == ',' && !h_.lay.trailing_empty && detail::plain_rows_wide(); }
   /// One processor: the line at p (avail bytes there, `before` readable before it), its length
   /// into len; true when it is a plain row read (step, rank, vals_) straight from the mapping (or
-  /// the block): whole, its line end found in
-  /// the same registers (wide), or else field by field (where the processor lacks the wide parse,
-  /// or it left the line) when it ends in no '\r' and fits --max-line-bytes. Those are the values
+  /// the block): whole, its line end found in the same registers (wide), or else field by field
+  /// (where the processor lacks the wide parse, or it left the line), when it ends in no '\r' and
+  /// fits --max-line-bytes either way. Those are the values
   /// parse_csv_row gives the line (the general path reads a plain row with the same
   /// parse_plain_row_by_field); every other line goes to the caller's copy and general path.
   bool take_line(const char* p, std::size_t avail, std::size_t before, bool wide, std::size_t& len, std::int64_t& step,
@@ -1053,7 +1050,7 @@ private:
   /// byte, a line past --max-line-bytes): the reader then reads on from that line with pread
   /// (next()), which words or takes it as it always has.
   bool next_mapped(Rec& rec) {
-    const bool wide = wide_lines();
+    const bool wide = detail::plain_lines_wide(h_);
     for (;;) {
       if (map_at_ >= map_end_) return false;
       const char* const p = map_.data() + map_at_;
@@ -1112,7 +1109,7 @@ private:
       if (!reader_.cut(*b)) mark_end(*b);
       in_line_ = !b->text.empty() && !std::memchr(b->text.data(), '\r', b->text.size());
       if (!in_line_) reader_.parse(*b);
-      wide_lines_ = wide_lines();
+      wide_lines_ = detail::plain_lines_wide(h_);
       return b;
     }
     std::unique_lock lock(mu_);
@@ -1150,7 +1147,7 @@ private:
   std::int64_t map_lines_ = 0;  // lines read from the mapping, blank ones too
   std::string line_copy_;       // a line the general path reads, copied out of the mapping
   bool in_line_ = false;      // the current block's lines are read as asked for (one core)
-  bool wide_lines_ = false;   // in line: wide_lines(), as the block was acquired
+  bool wide_lines_ = false;   // in line: plain_lines_wide(h_), as the block was acquired
   std::size_t line_at_ = 0;   // in line: where the next line starts in the block's text
   std::int64_t lines_ = 0;    // in line: the block's lines read so far, blank ones too
   std::vector<std::thread> workers_;

@@ -289,17 +289,18 @@ bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std:
 /// The plain row that starts at p, its line's end found too: the line is the bytes up to the
 /// first '\n' among the `avail` bytes at p (all of them without one); its length goes to `line`
 /// when that end lies within the first 192 bytes (npos otherwise, and for a row of more than 14
-/// values, or none: the caller finds it), whether the row was read or not. (No '\r' may end the line; no separator may end every line.) The
-/// `before` bytes before p are readable too (the AVX2 path reads the bytes around a field there
-/// rather than copy the line; it copies it where fewer than 32 are).
+/// values, or none: the caller finds it), whether the row was read or not. (No '\r' may end the
+/// line; no separator may end every line.) The `before` bytes before p are readable too (the AVX2
+/// path reads the bytes around a field there rather than copy the line; it copies it where fewer
+/// than 32 are).
 bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
                            std::int64_t& rank, std::span<double> vals);
 /// The processor has what the VBMI path of parse_plain_row_wide uses (AVX-512 F, BW, VL, DQ,
 /// VBMI, VBMI2; BMI, BMI2, POPCNT).
 bool plain_row_vbmi_available();
 /// The processor has what its AVX2 path uses (AVX2; BMI, BMI2, LZCNT, POPCNT): the same lines, the
-/// same values, each field's bounds by bit scans of the line's marks and its digits summed eight
-/// at a time in a general register.
+/// same values, each field's bounds by bit scans of the line's marks and its digits summed in a
+/// vector register of its own.
 bool plain_row_avx2_available();
 /// Either.
 bool plain_row_wide_available();
@@ -308,19 +309,13 @@ bool plain_row_wide_available();
 enum class RowPath { fastest, avx2, portable };
 inline std::atomic<RowPath> plain_row_path{RowPath::fastest};
 /// Whether plain rows go a wide way now: the processor has the one plain_row_path asks for.
-inline bool plain_rows_wide() {
-  static const bool any = plain_row_wide_available();
-  static const bool avx2 = plain_row_avx2_available();
-  switch (plain_row_path.load(std::memory_order_relaxed)) {
-    case RowPath::fastest: return any;
-    case RowPath::avx2: return avx2;
-    case RowPath::portable: break;
-  }
-  return false;
-}
+bool plain_rows_wide();
+/// Whether a CSV of this header's form has its plain rows read with parse_plain_line_wide (','
+/// separated, no separator ending every line, plain_rows_wide()).
+inline bool plain_lines_wide(const CsvHeader& h) { return h.sep == ',' && !h.lay.trailing_empty && plain_rows_wide(); }
 
-/// A data line of the plain form (see parse_plain_row_by_field): whole with AVX-512 where the
-/// processor has it, field by field for every line that leaves.
+/// A data line of the plain form (see parse_plain_row_by_field): whole (parse_plain_row_wide) where
+/// the processor has a wide path, field by field for every line that leaves.
 inline bool parse_plain_row(std::string_view line, std::int64_t& step, std::int64_t& rank, std::span<double> vals,
                             bool trailing_sep = false) {
   if (plain_rows_wide()) {
