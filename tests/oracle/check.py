@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Compare `sf-testbed score --json` with the reference labeler (tests/oracle/oracle.py).
 
-    check.py SF ROOT OUT [--windows 2400] [--seed 28] [--only-stored] [--quiet]
+    check.py SF ROOT OUT [--windows 2400] [--seed 28] [--only-stored] [--fail-fast] [--keep]
 
 Generates windows (tests/oracle/windows.py) under several labeler configurations, batches each
 configuration's windows into one JSON Lines file (one `score` call per file), adds every stored
@@ -13,6 +13,7 @@ part); disagreements on fragile windows may be at most 1 % of the windows.
 Every label of Table 12 must fire on some generated window (so the windows exercise them all).
 """
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -62,9 +63,12 @@ FAIL_FAST = False
 
 
 def expected(path, cfg, cache):
-    """The oracle's answer for every window of a file, computed once per (file, configuration)
-    when a cache is kept (scripts/mutants.sh scores the same files once per mutant)."""
-    key = f"{path}|{json.dumps(cfg, sort_keys=True)}"
+    """The oracle's answer for every window of a file, computed once per (file's bytes, configuration)
+    when a cache is kept (scripts/mutants.sh scores the same files once per mutant). Keyed by the
+    file's content, not its name: a stored dump regenerated under the same name is answered anew."""
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    key = f"{digest}|{json.dumps(cfg, sort_keys=True)}"
     if cache is not None and key in cache:
         return cache[key]
     answers = [oracle.label(w, cfg) for w in oracle.read_jsonl(path)]
@@ -120,6 +124,16 @@ def stored_dumps(results, into):
     return dumps
 
 
+def oracle_sources_digest():
+    """One digest of the oracle's own sources (this file, oracle.py, windows.py): kept windows and
+    answers are reused only by the oracle that made them."""
+    h = hashlib.sha256()
+    here = pathlib.Path(__file__).resolve().parent
+    for name in ("check.py", "oracle.py", "windows.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sf")
@@ -131,7 +145,8 @@ def main():
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first disagreement (scripts/mutants.sh)")
     ap.add_argument("--keep", action="store_true",
                     help="reuse OUT's generated windows and the oracle's answers from an earlier run with the same "
-                         "--windows and --seed (scripts/mutants.sh: the answers do not depend on the binary)")
+                         "--windows, --seed, oracle sources and numpy (the answers do not depend on the binary: "
+                         "CTest's labels.oracle keeps them, scripts/mutants.sh and the sanitizer tree's run reuse them)")
     a = ap.parse_args()
     global FAIL_FAST
     FAIL_FAST = a.fail_fast
@@ -143,13 +158,15 @@ def main():
     found = {}
     per_config = max(1, a.windows // len(CONFIGS))
     cache_file = out / "answers.pickle"
-    params = {"windows": a.windows, "seed": a.seed}
+    params = {"windows": a.windows, "seed": a.seed, "numpy": np.__version__, "oracle": oracle_sources_digest()}
     cache, reuse = {}, False
     if a.keep and cache_file.exists():
         with open(cache_file, "rb") as f:
             kept = pickle.load(f)
-        reuse = kept["params"] == params
+        reuse = kept.get("params") == params and all((out / f"{n}.jsonl").exists() for n in CONFIGS)
         cache = kept["answers"] if reuse else {}
+        print(f"oracle: {'reusing' if reuse else 'not reusing'} the windows and {len(kept.get('answers', {}))} answer "
+              f"sets kept in {out}" + ("" if reuse else " (another --windows, --seed, oracle source or numpy)"))
     if not a.only_stored:
         for name, (cfg, ref_safe) in CONFIGS.items():
             path, cfg_path = out / f"{name}.jsonl", out / f"{name}.config.json"
