@@ -418,8 +418,10 @@ SF_MASK_TARGET inline bool mask_row(const char* p, std::size_t n, std::size_t be
 SF_WIDE_TARGET bool vbmi_row(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
   return wide_row<false>(p, n, nullptr, step, rank, vals);
 }
-SF_WIDE_TARGET bool vbmi_line(const char* p, std::size_t avail, std::size_t& line, std::int64_t& step, std::int64_t& rank,
-                              std::span<double> vals) {
+/// (`before` unused: the VBMI path masks its loads rather than read around the line.)
+SF_WIDE_TARGET bool vbmi_line(const char* p, std::size_t avail, std::size_t, std::size_t& line, std::int64_t& step,
+                              std::int64_t& rank, std::span<double> vals) {
+  line = npos;
   return wide_row<true>(p, avail, &line, step, rank, vals);
 }
 SF_MASK_TARGET bool avx2_row(const char* p, std::size_t n, std::int64_t& step, std::int64_t& rank, std::span<double> vals) {
@@ -427,6 +429,7 @@ SF_MASK_TARGET bool avx2_row(const char* p, std::size_t n, std::int64_t& step, s
 }
 SF_MASK_TARGET bool avx2_line(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
                               std::int64_t& rank, std::span<double> vals) {
+  line = npos;
   return mask_row<true>(p, avail, before, &line, step, rank, vals);
 }
 
@@ -470,14 +473,19 @@ bool parse_plain_row_wide(const char* p, std::size_t n, std::int64_t& step, std:
   return false;
 }
 
-bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
-                           std::int64_t& rank, std::span<double> vals) {
-  line = npos;
+PlainLineFn plain_line_wide_fn() {
   switch (wide_now()) {
-    case Wide::vbmi: return vbmi_line(p, avail, line, step, rank, vals);
-    case Wide::avx2: return avx2_line(p, avail, before, line, step, rank, vals);
+    case Wide::vbmi: return vbmi_line;
+    case Wide::avx2: return avx2_line;
     case Wide::none: break;
   }
+  return nullptr;
+}
+
+bool parse_plain_line_wide(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
+                           std::int64_t& rank, std::span<double> vals) {
+  if (const PlainLineFn f = plain_line_wide_fn()) return f(p, avail, before, line, step, rank, vals);
+  line = npos;
   return false;
 }
 
@@ -493,6 +501,7 @@ bool parse_plain_line_wide(const char*, std::size_t, std::size_t, std::size_t& l
   line = static_cast<std::size_t>(-1);
   return false;
 }
+PlainLineFn plain_line_wide_fn() { return nullptr; }
 bool plain_row_vbmi_available() { return false; }
 bool plain_row_avx2_available() { return false; }
 bool plain_row_wide_available() { return false; }

@@ -830,14 +830,14 @@ public:
       // A plain row is read whole in place, its end found in the same registers (the bytes of
       // the block around it readable), where the processor and the file's form allow; every
       // other line is cut at its '\n' and taken as above.
-      const bool wide = detail::plain_lines_wide(h_);
+      const detail::PlainLineFn wide = detail::plain_lines_wide_fn(h_);
       for (std::size_t pos = 0; pos < text.size();) {
         std::size_t len = static_cast<std::size_t>(-1);
         if (wide) {
           if (b.vals.size() < used + nvals) b.vals.resize(std::max(2 * b.vals.size(), used + nvals));
           const std::span<double> vals(b.vals.data() + used, nvals);
           CsvBlock::Entry e{b.lines + 1, 0, 0, static_cast<std::uint32_t>(pos), 0, true};
-          if (detail::parse_plain_line_wide(text.data() + pos, text.size() - pos, pos, len, e.step, e.rank, vals) &&
+          if (wide(text.data() + pos, text.size() - pos, pos, len, e.step, e.rank, vals) &&
               len <= max_line_ && rank_fits(e.rank)) {
             ++b.lines;
             e.len = static_cast<std::uint32_t>(len);
@@ -904,6 +904,7 @@ public:
     } else if (map_.open(fd, size)) {
       map_at_ = offset;
       map_end_ = size;
+      map_fn_ = detail::plain_lines_wide_fn(h_);
     }
   }
   ~CsvSource() {
@@ -1029,10 +1030,10 @@ private:
   /// fits --max-line-bytes either way. Those are the values
   /// parse_csv_row gives the line (the general path reads a plain row with the same
   /// parse_plain_row_by_field); every other line goes to the caller's copy and general path.
-  bool take_line(const char* p, std::size_t avail, std::size_t before, bool wide, std::size_t& len, std::int64_t& step,
-                 std::int64_t& rank) {
+  bool take_line(const char* p, std::size_t avail, std::size_t before, detail::PlainLineFn wide, std::size_t& len,
+                 std::int64_t& step, std::int64_t& rank) {
     len = kNoEnd;
-    if (wide && detail::parse_plain_line_wide(p, avail, before, len, step, rank, vals_) && len <= reader_.max_line() &&
+    if (wide && wide(p, avail, before, len, step, rank, vals_) && len <= reader_.max_line() &&
         reader_.rank_fits(rank))
       return true;
     if (len == kNoEnd) {
@@ -1050,7 +1051,7 @@ private:
   /// byte, a line past --max-line-bytes): the reader then reads on from that line with pread
   /// (next()), which words or takes it as it always has.
   bool next_mapped(Rec& rec) {
-    const bool wide = detail::plain_lines_wide(h_);
+    const detail::PlainLineFn wide = map_fn_;
     for (;;) {
       if (map_at_ >= map_end_) return false;
       const char* const p = map_.data() + map_at_;
@@ -1109,7 +1110,7 @@ private:
       if (!reader_.cut(*b)) mark_end(*b);
       in_line_ = !b->text.empty() && !std::memchr(b->text.data(), '\r', b->text.size());
       if (!in_line_) reader_.parse(*b);
-      wide_lines_ = detail::plain_lines_wide(h_);
+      wide_lines_ = detail::plain_lines_wide_fn(h_);
       return b;
     }
     std::unique_lock lock(mu_);
@@ -1144,10 +1145,11 @@ private:
   static constexpr std::size_t kNoEnd = static_cast<std::size_t>(-1);
   MappedBody map_;              // one processor: the body read through a mapping while it can be
   std::uint64_t map_at_ = 0, map_end_ = 0;  // the next line's offset, the body's end
+  detail::PlainLineFn map_fn_ = nullptr;     // mapped: plain_lines_wide_fn(h_), as the source was opened
   std::int64_t map_lines_ = 0;  // lines read from the mapping, blank ones too
   std::string line_copy_;       // a line the general path reads, copied out of the mapping
   bool in_line_ = false;      // the current block's lines are read as asked for (one core)
-  bool wide_lines_ = false;   // in line: plain_lines_wide(h_), as the block was acquired
+  detail::PlainLineFn wide_lines_ = nullptr;  // in line: plain_lines_wide_fn(h_), as the block was acquired
   std::size_t line_at_ = 0;   // in line: where the next line starts in the block's text
   std::int64_t lines_ = 0;    // in line: the block's lines read so far, blank ones too
   std::vector<std::thread> workers_;

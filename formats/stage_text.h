@@ -310,9 +310,19 @@ enum class RowPath { fastest, avx2, portable };
 inline std::atomic<RowPath> plain_row_path{RowPath::fastest};
 /// Whether plain rows go a wide way now: the processor has the one plain_row_path asks for.
 bool plain_rows_wide();
-/// Whether a CSV of this header's form has its plain rows read with parse_plain_line_wide (','
-/// separated, no separator ending every line, plain_rows_wide()).
-inline bool plain_lines_wide(const CsvHeader& h) { return h.sep == ',' && !h.lay.trailing_empty && plain_rows_wide(); }
+/// parse_plain_line_wide's own parser for this processor and plain_row_path as it is now, resolved
+/// once (nullptr where plain rows go no wide way): a reader of many lines asks for it once and
+/// calls it per line, without the per-call choice of path. Same arguments, same contract.
+using PlainLineFn = bool (*)(const char* p, std::size_t avail, std::size_t before, std::size_t& line, std::int64_t& step,
+                             std::int64_t& rank, std::span<double> vals);
+PlainLineFn plain_line_wide_fn();
+/// The parser a CSV of this header's form has its plain rows read with (',' separated, no
+/// separator ending every line, plain_line_wide_fn()), nullptr where it has none.
+inline PlainLineFn plain_lines_wide_fn(const CsvHeader& h) {
+  return h.sep == ',' && !h.lay.trailing_empty ? plain_line_wide_fn() : nullptr;
+}
+/// Whether it has one.
+inline bool plain_lines_wide(const CsvHeader& h) { return plain_lines_wide_fn(h) != nullptr; }
 
 /// A data line of the plain form (see parse_plain_row_by_field): whole (parse_plain_row_wide) where
 /// the processor has a wide path, field by field for every line that leaves.

@@ -720,6 +720,26 @@ void on_each_wide_path(Body body) {
 }
 }  // namespace
 
+TEST(Csv, plain_lines_go_the_wide_way_only_in_the_comma_form_on_a_wide_path) {
+  namespace fd = formats::detail;
+  const RowPathReset reset;
+  fd::CsvHeader h;  // ',' separated, no separator ending every line
+  fd::CsvHeader semi = h, trailing = h;
+  semi.sep = ';';
+  trailing.lay.trailing_empty = true;
+  for (const auto& [path, name] : wide_paths()) {
+    fd::plain_row_path = path;
+    EXPECT_EQ(fd::plain_lines_wide_fn(h), fd::plain_line_wide_fn()) << name;
+    EXPECT_NE(fd::plain_lines_wide_fn(h), nullptr) << name;
+    EXPECT_EQ(fd::plain_lines_wide_fn(semi), nullptr) << name;
+    EXPECT_EQ(fd::plain_lines_wide_fn(trailing), nullptr) << name;
+  }
+  fd::plain_row_path = fd::RowPath::portable;
+  EXPECT_EQ(fd::plain_line_wide_fn(), nullptr);
+  EXPECT_EQ(fd::plain_lines_wide_fn(h), nullptr);
+  EXPECT_FALSE(fd::plain_lines_wide(h));
+}
+
 TEST(Csv, rows_read_whole_read_as_field_by_field) {
   namespace fd = formats::detail;
   if (wide_paths().empty()) GTEST_SKIP() << "no AVX-512 VBMI or AVX2 here: every row goes field by field";
@@ -747,6 +767,19 @@ TEST(Csv, rows_read_whole_read_as_field_by_field) {
       const std::size_t at = room ? 38 : 0;
       std::size_t len = 0;
       const bool took_line = fd::parse_plain_line_wide(around.data() + at, around.size() - at, at, len, sc, rc, c);
+      // The parser the readers resolve once and call per line: the same answer, end and values.
+      const fd::PlainLineFn fn = fd::plain_line_wide_fn();
+      ASSERT_NE(fn, nullptr);
+      std::vector<double> d(nvals, -1);
+      std::int64_t sd = -1, rd = -1;
+      std::size_t len_fn = 0;
+      ASSERT_EQ(fn(around.data() + at, around.size() - at, at, len_fn, sd, rd, d), took_line) << line;
+      ASSERT_EQ(len_fn, len) << line;
+      if (took_line) {
+        ASSERT_EQ(sd, sc) << line;
+        ASSERT_EQ(rd, rc) << line;
+        for (std::size_t v = 0; v < nvals; ++v) ASSERT_EQ(std::bit_cast<std::uint64_t>(d[v]), std::bit_cast<std::uint64_t>(c[v])) << line;
+      }
       ++rows;
       if (len != static_cast<std::size_t>(-1)) {
         ASSERT_EQ(len, line.size()) << "the line's end, '" << line << "'";
