@@ -899,12 +899,12 @@ public:
   CsvSource(int fd, std::uint64_t size, std::uint64_t offset, std::int64_t line_before, const detail::CsvHeader& h,
             const std::string& file, const ReadOptions& opt)
       : reader_(fd, size, offset, h, opt), h_(h), file_(file), opt_(opt), vals_(h.lay.values), base_(line_before) {
+    line_fn_ = detail::plain_lines_wide_fn(h_);
     if (two_cpus()) {
       for (int i = 0; i < 2; ++i) workers_.emplace_back([this] { work(); });
     } else if (map_.open(fd, size)) {
       map_at_ = offset;
       map_end_ = size;
-      map_fn_ = detail::plain_lines_wide_fn(h_);
     }
   }
   ~CsvSource() {
@@ -945,7 +945,7 @@ public:
         // they were just written to).
         const char* const p = block_->text.data() + line_at_;
         std::size_t len;
-        const bool plain = take_line(p, block_->text.size() - line_at_, line_at_, wide_lines_, len, step, rank);
+        const bool plain = take_line(p, block_->text.size() - line_at_, line_at_, len, step, rank);
         if (len > reader_.max_line()) throw ReadWhole{kLinePastLimit};
         line_at_ += len + 1;
         ++lines_;
@@ -1030,10 +1030,10 @@ private:
   /// fits --max-line-bytes either way. Those are the values
   /// parse_csv_row gives the line (the general path reads a plain row with the same
   /// parse_plain_row_by_field); every other line goes to the caller's copy and general path.
-  bool take_line(const char* p, std::size_t avail, std::size_t before, detail::PlainLineFn wide, std::size_t& len,
-                 std::int64_t& step, std::int64_t& rank) {
+  bool take_line(const char* p, std::size_t avail, std::size_t before, std::size_t& len, std::int64_t& step,
+                 std::int64_t& rank) {
     len = kNoEnd;
-    if (wide && wide(p, avail, before, len, step, rank, vals_) && len <= reader_.max_line() &&
+    if (line_fn_ && line_fn_(p, avail, before, len, step, rank, vals_) && len <= reader_.max_line() &&
         reader_.rank_fits(rank))
       return true;
     if (len == kNoEnd) {
@@ -1051,13 +1051,12 @@ private:
   /// byte, a line past --max-line-bytes): the reader then reads on from that line with pread
   /// (next()), which words or takes it as it always has.
   bool next_mapped(Rec& rec) {
-    const detail::PlainLineFn wide = map_fn_;
     for (;;) {
       if (map_at_ >= map_end_) return false;
       const char* const p = map_.data() + map_at_;
       std::size_t len;
       std::int64_t step = 0, rank = 0;
-      const bool plain = take_line(p, map_end_ - map_at_, map_at_, wide, len, step, rank);
+      const bool plain = take_line(p, map_end_ - map_at_, map_at_, len, step, rank);
       if (!plain) {
         if (len <= reader_.max_line()) line_copy_.assign(p, len);  // (the general path reads the copy)
         if (map_.cut() || len > reader_.max_line() || std::memchr(line_copy_.data(), '\r', line_copy_.size()) ||
@@ -1110,7 +1109,6 @@ private:
       if (!reader_.cut(*b)) mark_end(*b);
       in_line_ = !b->text.empty() && !std::memchr(b->text.data(), '\r', b->text.size());
       if (!in_line_) reader_.parse(*b);
-      wide_lines_ = detail::plain_lines_wide_fn(h_);
       return b;
     }
     std::unique_lock lock(mu_);
@@ -1143,13 +1141,12 @@ private:
   std::unique_ptr<CsvBlock> block_, spare_;
   std::size_t at_ = 0, val_ = 0;
   static constexpr std::size_t kNoEnd = static_cast<std::size_t>(-1);
+  detail::PlainLineFn line_fn_ = nullptr;  // one processor: plain_lines_wide_fn(h_), its plain rows' parser
   MappedBody map_;              // one processor: the body read through a mapping while it can be
   std::uint64_t map_at_ = 0, map_end_ = 0;  // the next line's offset, the body's end
-  detail::PlainLineFn map_fn_ = nullptr;     // mapped: plain_lines_wide_fn(h_), as the source was opened
   std::int64_t map_lines_ = 0;  // lines read from the mapping, blank ones too
   std::string line_copy_;       // a line the general path reads, copied out of the mapping
   bool in_line_ = false;      // the current block's lines are read as asked for (one core)
-  detail::PlainLineFn wide_lines_ = nullptr;  // in line: plain_lines_wide_fn(h_), as the block was acquired
   std::size_t line_at_ = 0;   // in line: where the next line starts in the block's text
   std::int64_t lines_ = 0;    // in line: the block's lines read so far, blank ones too
   std::vector<std::thread> workers_;

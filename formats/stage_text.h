@@ -321,8 +321,6 @@ PlainLineFn plain_line_wide_fn();
 inline PlainLineFn plain_lines_wide_fn(const CsvHeader& h) {
   return h.sep == ',' && !h.lay.trailing_empty ? plain_line_wide_fn() : nullptr;
 }
-/// Whether it has one.
-inline bool plain_lines_wide(const CsvHeader& h) { return plain_lines_wide_fn(h) != nullptr; }
 
 /// A data line of the plain form (see parse_plain_row_by_field): whole (parse_plain_row_wide) where
 /// the processor has a wide path, field by field for every line that leaves.
