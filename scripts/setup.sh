@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what sf-testbed needs on Debian 12 (apt-get, as root) and builds the CPU preset into
 # build/ (the binary is build/sf-testbed). Safe to re-run: installed packages are skipped.
+# The preset is a unity build (CMakePresets.json; scripts/test.sh says why): on this project's
+# 2-core AMD EPYC VM (2026-12-02, `cmake --build -j2` alone) it built in 373 s and 682 CPU-s
+# against 528 s and 1025 CPU-s file by file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

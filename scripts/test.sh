@@ -66,11 +66,12 @@ tsan_targets=(recorder_test sim_test model_score_test formats_test)
 # CTest at nice 19: CTest's MPI and DDP tests run one at a time and mostly wait, so the compilers
 # take the CPU they leave, and CTest's processes keep priority. They finish before the mutants
 # start (the mutants edit frontier/ sources these trees compile).
-# The two clang trees are unity builds (CMAKE_UNITY_BUILD in their presets): each library's sources
-# are compiled eight to a translation unit, so the headers they share (nlohmann-json, CLI11, Eigen,
+# Every tree is a unity build (CMAKE_UNITY_BUILD in the presets): each library's sources are
+# compiled eight to a translation unit, so the headers they share (nlohmann-json, CLI11, Eigen,
 # GoogleTest, RapidCheck) are parsed and their templates instrumented once per eight files. The ASan
 # targets below took 22.7 CPU-min that way against 28.9 file by file (2026-12-01, this project's
-# Xeon VM, `ninja -j2` alone). The GCC tree stays file by file: the mutants recompile one source.
+# Xeon VM, `ninja -j2` alone). frontier/ is compiled file by file (frontier/CMakeLists.txt): the
+# mutants recompile one source of it per mutant.
 prebuild() {
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     cuda_compile
