@@ -16,23 +16,56 @@ cd "$(dirname "$0")/.."
 #   iproute2 (ip netns, veth, bridge, tc): the multihost tests
 #   tmux: the run --live test drives a terminal as a person would
 #   clang, libclang-rt-14-dev: the clang build, sanitizers and libFuzzer (scripts/test.sh, scripts/fuzz.sh)
-pkgs=(cmake g++ make git pkg-config
-      libopenmpi-dev openmpi-bin
-      libeigen3-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
-      libgtest-dev libbenchmark-dev
-      python3 python3-pandas python3-matplotlib python3-scipy
-      zlib1g-dev python3-dev pybind11-dev python3-torch tmux iproute2 python3-prometheus-client python3-mypy
-      clang libclang-rt-14-dev ninja-build libsimdjson-dev libfast-float-dev)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then echo "setup: run as root (apt-get install needs it)" >&2; exit 2; fi
+# What the CPU build needs (its configure included: python3-mypy is looked for there) ...
+build_pkgs=(cmake g++ make git pkg-config
+            libopenmpi-dev openmpi-bin
+            libeigen3-dev libcli11-dev nlohmann-json3-dev librapidcheck-dev
+            libgtest-dev libbenchmark-dev
+            python3 zlib1g-dev python3-dev pybind11-dev python3-mypy
+            ninja-build libsimdjson-dev libfast-float-dev)
+# ... and what only the tests, the runs and the clang jobs need. These, the larger half (torch,
+# scipy, clang), install while the build compiles: on a fresh machine the download and unpacking
+# overlap the compiler's CPU rather than come before it. setup waits for them before it ends.
+run_pkgs=(python3-pandas python3-matplotlib python3-scipy python3-torch tmux iproute2 python3-prometheus-client
+          clang libclang-rt-14-dev)
+missing() {
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+mapfile -t missing_build < <(missing "${build_pkgs[@]}")
+mapfile -t missing_run < <(missing "${run_pkgs[@]}")
+apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
+run_pid="" run_log=""
+if [ $((${#missing_build[@]} + ${#missing_run[@]})) -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: run as root (apt-get install needs it): missing ${missing_build[*]} ${missing_run[*]}" >&2; exit 2
+  fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ ${#missing_build[@]} -gt 0 ]; then
+    echo "setup: installing ${missing_build[*]}"
+    apt_install "${missing_build[@]}"
+  fi
+  if [ ${#missing_run[@]} -gt 0 ]; then
+    echo "setup: installing ${missing_run[*]}, beside the build"
+    run_log=$(mktemp)
+    apt_install "${missing_run[@]}" >"$run_log" 2>&1 &
+    run_pid=$!
+    # Never killed: a dpkg stopped half-way leaves packages broken. A failed build waits for it too.
+    trap 'wait "$run_pid" 2>/dev/null || true' EXIT
+  fi
 fi
 
 cmake --preset cpu >/dev/null
 cmake --build --preset cpu -j"$(nproc)"
+if [ -n "$run_pid" ]; then
+  rc=0; wait "$run_pid" || rc=$?
+  trap - EXIT
+  if [ "$rc" -ne 0 ]; then
+    cat "$run_log" >&2
+    echo "setup: apt-get install ${missing_run[*]} failed (exit $rc)" >&2
+    exit "$rc"
+  fi
+  rm -f "$run_log"
+fi
