@@ -6,14 +6,22 @@
 # fuzz/seeds, fuzz/regressions), and fails when a harness finds a crash, a leak, a timeout, an
 # out-of-memory or a broken rule (inf/nan in a packet, a multi-line message). A finding is left in
 # build-sanitize/fuzz/findings/<h>/: fix it, then keep the input in fuzz/regressions/<h>/.
+# SF_FUZZ_NO_BUILD=1 runs the harnesses as built, and fails if one is not (scripts/test.sh: the
+# mutants edit frontier/ beside it, and a build then would compile the mutant into the harnesses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
 harnesses=("$@")
 [ ${#harnesses[@]} -gt 0 ] || harnesses=(stage_jsonl stage_csv config kineto score)
-[ -f build-sanitize/build.ninja ] || bash scripts/configure.sh sanitize
-cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+if [ "${SF_FUZZ_NO_BUILD:-0}" = 1 ]; then
+  for h in "${harnesses[@]}"; do
+    [ -x "build-sanitize/fuzz/fuzz_$h" ] || { echo "fuzz: SF_FUZZ_NO_BUILD=1 but build-sanitize/fuzz/fuzz_$h is not built (cmake --build --preset sanitize --target fuzz_$h)" >&2; exit 2; }
+  done
+else
+  [ -f build-sanitize/build.ninja ] || bash scripts/configure.sh sanitize
+  cmake --build build-sanitize -j"$(nproc)" --target "${harnesses[@]/#/fuzz_}"
+fi
 # The harnesses run side by side (each is one process), so the wall time is SECONDS, not
 # SECONDS x harnesses (four on CI's 2 cores: about half a core each for 60 s); SF_FUZZ_SERIAL=1
 # runs them one after the other.
