@@ -7,7 +7,7 @@
 # running the unit, property (200 cases) and golden tests and the no-MPI checks, a clang TSan build
 # running the recorder and host-stream tests, and each libFuzzer harness for 60 s (side by side).
 # Each job prints its duration. The compile-only jobs run beside CTest at nice 19 and the mutants
-# beside the sanitizer tests (README, "What CI runs"). SF_CI_SKIP_HARDENING=1 skips the hardening
+# beside the sanitizer tests and the fuzzers, at their nice level (README, "What CI runs"). SF_CI_SKIP_HARDENING=1 skips the hardening
 # jobs (the no-MPI checks then run on a GCC build of the nompi preset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
