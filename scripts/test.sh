@@ -7,8 +7,9 @@
 # running the unit, property (200 cases) and golden tests and the no-MPI checks, a clang TSan build
 # running the recorder and host-stream tests, and each libFuzzer harness for 60 s (side by side).
 # Each job prints its duration. The compile-only jobs run beside CTest at nice 19 and the mutants
-# beside the sanitizer tests and the fuzzers, at their nice level (README, "What CI runs"). SF_CI_SKIP_HARDENING=1 skips the hardening
-# jobs (the no-MPI checks then run on a GCC build of the nompi preset).
+# beside the sanitizer tests and the fuzzers, at their nice level (README, "What CI runs").
+# SF_CI_SKIP_HARDENING=1 skips the hardening jobs (the no-MPI checks then run on a GCC build of the
+# nompi preset, built before the mutants start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every job says how long it took, and when it ended counted from the start (CI's budget is 40 min).
@@ -114,7 +115,9 @@ fi
 # label-property tests on this tree (on a quiet core of this project's Xeon VM, 2026-12-01: the
 # properties at 10^4 cases 40 s, the other three 1 s, the oracle 96 s), and the oracle's run starts
 # from the windows and answers CTest's labels.oracle kept (scores them, 15 s; answering is 47 s).
-bg_start --nice 0 mutants env SF_MUTANTS_BASELINE=oracle bash scripts/mutants.sh
+# Started only where nothing builds beside it (a tree built while a mutant is in place would keep
+# the mutant's object: the restored source is older than it).
+start_mutants() { bg_start --nice 0 mutants env SF_MUTANTS_BASELINE=oracle bash scripts/mutants.sh; }
 if [ "$hardening" = 1 ]; then
   asan_job() {
     echo "test: clang ASan+UBSan build without MPI (build-sanitize/): unit, property (200 cases), detector and watch, golden tests, fuzz replays, no-MPI checks"
@@ -148,6 +151,7 @@ if [ "$hardening" = 1 ]; then
     TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/model_score_test
     TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/formats_test --gtest_filter='Stream.*'
   }
+  start_mutants
   job asan_job
   job tsan_job
   SF_FUZZ_NO_BUILD=1 job bash scripts/fuzz.sh 60
@@ -160,6 +164,7 @@ else
     bash tests/nompi/check.sh build-nompi/sf-testbed examples
   }
   job nompi_job
+  start_mutants
   bg_wait mutants
 fi
 echo "test: all tests passed"
