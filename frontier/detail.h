@@ -165,8 +165,6 @@ public:
   bool begin(MiddleHint& hint, std::size_t n, std::span<double> sample);
   void add(const double* v, std::size_t len);  // nothing when begin() was false
   bool finish(SelectScratch& scratch, Middle& out);
-  /// The values kept inside the bracket so far.
-  std::size_t kept() const { return inside_; }
 
 private:
   MiddleHint* hint_ = nullptr;  // null: begin() was false

@@ -3,7 +3,6 @@
 // from memory for them (cohort_middles).
 #include "detail.h"
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -52,15 +51,8 @@ void RowMiddles::add(const StageMatrix& m, int t, int r0, int r1) {
   if (r0 != st.added || r1 < r0 || r1 > st.ranks)
     throw std::logic_error("RowMiddles::add: ranks [" + std::to_string(r0) + ", " + std::to_string(r1) + ") after " +
                            std::to_string(st.added) + " of " + std::to_string(st.ranks));
-  // A bracket that holds a large part of the column (most ranks at one value: no jitter) is left
-  // to finish()'s selection, so that the values kept stay a few per cent of a column per stage
-  // rather than the whole row, in each buffer.
-  const auto cap = std::max<std::size_t>(4096, static_cast<std::size_t>(st.ranks) / 32);
   for (int s = 0; s < st.stages; ++s)
-    if (st.streamed[s]) {
-      st.streams[s].add(column(m, t, s) + r0, static_cast<std::size_t>(r1 - r0));
-      if (st.streams[s].kept() > cap) st.streamed[s] = 0;
-    }
+    if (st.streamed[s]) st.streams[s].add(column(m, t, s) + r0, static_cast<std::size_t>(r1 - r0));
   st.added = r1;
 }
 

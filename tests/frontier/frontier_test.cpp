@@ -1292,44 +1292,6 @@ TEST(StreamingAccumulator, producer_bracketed_middles_give_the_same_evidence) {
     }
 }
 
-// Where most ranks share one value (no jitter) a bracket about it holds nearly the whole column:
-// the producer then leaves that stage to a selection at finish() (its kept values bounded), with
-// the same evidence.
-TEST(StreamingAccumulator, producer_middles_of_columns_at_one_value_give_the_same_evidence) {
-  const StageSchema schema = StageSchema::default_schema();
-  const int ranks = 70000, E = schema.explicit_count();
-  StreamingAccumulator fed(schema, ranks, {}), own(schema, ranks, {});
-  RowMiddles middles;
-  std::mt19937_64 rng(11);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  for (int t = 0; t < 6; ++t) {
-    StageMatrix one(schema, ranks, t, 1);
-    auto cols = one.begin_step(0);
-    middles.begin(one, 0);
-    std::vector<double> wall(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r) {
-      double sum = 0;
-      for (int s = 0; s < E; ++s) {
-        // Steps 0-3 every rank alike but one slow rank; then jittered, then alike again.
-        const double v = 0.01 * (s + 1) * (t == 4 ? 1 + 0.2 * u(rng) : 1.0) * (r == 17 ? 3.0 : 1.0);
-        cols[s][r] = v;
-        sum += v;
-      }
-      wall[r] = sum + 0.002;
-    }
-    for (int r0 = 0; r0 < ranks; r0 += 4096) {
-      const int r1 = std::min(ranks, r0 + 4096);
-      one.commit_ranks(0, r1, wall.data());
-      middles.add(one, 0, r0, r1);
-    }
-    one.commit_step(0, wall.data());
-    middles.finish(one, 0);
-    fed.add_step(one, nullptr, &middles);
-    own.add_step(one);
-  }
-  EXPECT_EQ(sf::verify::evidence_difference(fed.finish(), own.finish(), 0.0), "");
-}
-
 // Middles of another step, or taken out of order, are refused (the accumulator unchanged), never
 // read as this step's.
 TEST(StreamingAccumulator, refuses_row_middles_of_another_step) {
