@@ -530,20 +530,3 @@ private:
 };
 
 }  // namespace sf::frontier::detail
-
-namespace sf::frontier {
-/// RowMiddles' state (row_middles.cpp), read by StreamingAccumulator::add_step (evaluate.cpp).
-struct RowMiddles::Impl {
-  int stages = 0, ranks = 0;
-  std::int64_t step = 0;
-  int added = 0;  // ranks [0, added) of the step taken in
-  bool begun = false, finished = false;
-  /// Per stage: where its middle lay in the step this object took before (the same guess and
-  /// moves cohort_middles keeps for the accumulator; only the time depends on them).
-  std::vector<detail::MiddleHint> hints;
-  std::vector<detail::StreamedMiddle> streams;
-  std::vector<char> streamed;  // per stage: this step's blocks go through streams[s]
-  std::vector<detail::Middle> out;
-  detail::SelectScratch scratch;
-};
-}  // namespace sf::frontier

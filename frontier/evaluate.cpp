@@ -342,24 +342,13 @@ bool StreamingAccumulator::admit(const StageMatrix& one) {
   return true;
 }
 
-void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts, const RowMiddles* middles) {
+void StreamingAccumulator::add_step(const StageMatrix& one, StepFacts* facts) {
   auto& st = *state_;
-  if (middles) {
-    // Checked before the step is admitted: a refused step leaves the accumulator as it was.
-    const auto& mm = *middles->impl_;
-    if (!mm.finished || mm.step != one.first_step() || mm.ranks != one.ranks() || mm.stages != one.stages() ||
-        one.sparse() || one.steps() != 1)
-      throw std::invalid_argument("add_step: the row middles are not this step's (step " +
-                                  std::to_string(one.first_step()) + ", expected them finished on its row)");
-  }
   const bool scored = admit(one);
   if (!scored && !facts) return;
   const bool full = scored && st.scope == Scope::full;
   if (full) {
-    if (middles && one.step_complete(0))
-      std::copy(middles->impl_->out.begin(), middles->impl_->out.end(), st.mids.begin());
-    else
-      detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
+    detail::cohort_middles(one, 0, st.mids, st.hints, st.select);
     for (int s = 0; s < one.stages(); ++s) st.cm[s] = st.mids[s].median();
   }
   // s1 is known only at the end: keep the counterfactual of every group (O(G·R·S) per step, in

@@ -890,36 +890,6 @@ struct StepFacts {
   std::vector<double> lag_s;
 };
 
-/// The cohort middles of one step's stage columns (the per-stage order statistics the
-/// accumulator's medians and standings read), bracketed while a producer commits its row block by
-/// block (StageMatrix::commit_ranks) and each block is still in cache, instead of in a pass of
-/// StreamingAccumulator::add_step over the whole row read back from memory. Each stage's bracket
-/// comes from this object's own guess of where the middle lay in the step it took before (its
-/// hint); where the guess missed, or holds none yet, finish() selects over the stage's whole
-/// column. The values never depend on the guesses: they are add_step's own, bit for bit.
-/// Usage per step: begin(m, t) after StageMatrix::begin_step(t); add(m, t, r0, r1) after each
-/// commit_ranks(t, r1) (r0 the end of the ranks added before); finish(m, t) once every rank is
-/// committed; then add_step(one, facts, &middles). One object per row buffer a producer fills.
-class RowMiddles {
-public:
-  RowMiddles();
-  ~RowMiddles();
-  RowMiddles(RowMiddles&&) noexcept;
-  RowMiddles& operator=(RowMiddles&&) noexcept;
-  /// Starts step t of m (dense; t's row begun): forgets what the step before left.
-  void begin(const StageMatrix& m, int t);
-  /// Ranks [r0, r1) of row t, committed since the last call (r0 where the last one ended).
-  /// Throws std::logic_error out of that order.
-  void add(const StageMatrix& m, int t, int r0, int r1);
-  /// The middles of row t once every rank has been added. Throws std::logic_error before that.
-  void finish(const StageMatrix& m, int t);
-
-private:
-  friend class StreamingAccumulator;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
 /// Streaming path: ingests one step at a time in O(R·S) memory (plus one scalar per step for
 /// the median step time, and the sampled forward-event values) and gives the same Evidence as
 /// evaluate() for gain baselines that need no whole window (cohort_median, reference). Its
@@ -950,10 +920,7 @@ public:
   /// Adds one step from a one-step matrix (steps() == 1, same schema, world size and rank layout).
   /// Step ids must increase; a gap counts as missing steps. Throws std::invalid_argument. With
   /// `facts`, also hands back the step's accounting and lag (what add_accounted_step takes).
-  /// `middles`: the step's cohort middles as its producer bracketed them (RowMiddles, finished on
-  /// this step of a complete dense row), taken in place of a pass over the row; the evidence is
-  /// the same. Throws std::invalid_argument when they are another step's.
-  void add_step(const StageMatrix& one_step, StepFacts* facts = nullptr, const RowMiddles* middles = nullptr);
+  void add_step(const StageMatrix& one_step, StepFacts* facts = nullptr);
   /// Segment scope: adds a step that another accumulator accounted (its `facts` from add_step),
   /// without accounting it again or taking its medians; the result is add_step's. Throws
   /// std::invalid_argument as add_step does, and in full scope (it needs the medians of the step).

@@ -121,8 +121,6 @@ struct ModelStepper::State {
     double* wall;
     frontier::StageMatrix* m;
     int row;
-    frontier::RowMiddles* middles;  // null: no middles bracketed here
-    int committed = 0;              // ranks [0, committed) committed so far
     template <int S>
     double* stage(int r0) { return col[S] + r0; }
     template <int S>
@@ -139,12 +137,7 @@ struct ModelStepper::State {
     void sync_waits(int s, int r0, int len, const double* w) {
       m->set_sync_wait_block(row, s, r0, {w, static_cast<std::size_t>(len)});
     }
-    /// Commits ranks up to r_end and, while they are in cache, brackets their cohort middles.
-    void done(int r_end) {
-      m->commit_ranks(row, r_end, wall);
-      if (middles) middles->add(*m, row, committed, r_end);
-      committed = r_end;
-    }
+    void done(int r_end) { m->commit_ranks(row, r_end, wall); }
   };
   /// MaxOut: reduced at once to the step's maxima, without a row — the prefixes in the order
   /// StageMatrix::commit_step and frontier::account take them (0 + d0 + d1 + ..., the residual
@@ -583,13 +576,12 @@ frontier::StageSchema ModelStepper::schema() { return frontier::StageSchema(fron
 
 std::int64_t ModelStepper::next_step() const { return s_->step; }
 
-void ModelStepper::step_into(frontier::StageMatrix& m, int row, frontier::RowMiddles* middles) {
-  fill_step(m, row, s_->row_wall, middles);
+void ModelStepper::step_into(frontier::StageMatrix& m, int row) {
+  fill_step(m, row, s_->row_wall);
   m.commit_step(row, s_->row_wall.data());
 }
 
-void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall,
-                             frontier::RowMiddles* middles) {
+void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall) {
   auto& st = *s_;
   const auto& cfg = st.cfg;
   if (m.ranks() != cfg.ranks || m.stages() != 6 || row < 0 || row >= m.steps())
@@ -602,10 +594,8 @@ void ModelStepper::fill_step(frontier::StageMatrix& m, int row, std::vector<doub
   // The durations and walls go straight into the row's columns and `wall`.
   const std::vector<double*> cols = m.begin_step(row);
   wall.resize(static_cast<std::size_t>(cfg.ranks));
-  if (middles) middles->begin(m, row);
-  State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data(), &m, row, middles};
+  State::RowOut out{{cols[0], cols[1], cols[2], cols[3], cols[4]}, wall.data(), &m, row};
   st.make_step(out);
-  if (middles) middles->finish(m, row);
   if (st.sample_fwd) m.set_fwd_event_column(row, st.fwd_event);
   ++st.step;
 }

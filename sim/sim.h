@@ -347,14 +347,12 @@ public:
   /// Step id the next step_into() writes (0, 1, ...).
   std::int64_t next_step() const;
   /// Writes step next_step() into row `row` of m (cfg.ranks ranks, schema()) and advances.
-  /// `middles`, when given, brackets the row's cohort middles block by block as it is committed
-  /// (frontier::RowMiddles: begun, fed and finished here), for StreamingAccumulator::add_step.
-  void step_into(frontier::StageMatrix& m, int row, frontier::RowMiddles* middles = nullptr);
+  void step_into(frontier::StageMatrix& m, int row);
   /// The same, but the row is left to commit: its durations and side evidence are written
   /// (StageMatrix::begin_step), its walls go to `wall`, and m.commit_step(row, wall.data())
   /// completes it — on another thread, so that the checks and sums of a 10^6-rank row are
   /// paid beside the model of the next step.
-  void fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall, frontier::RowMiddles* middles = nullptr);
+  void fill_step(frontier::StageMatrix& m, int row, std::vector<double>& wall);
   /// The step's frontier without its row: what step_into would write, reduced in the passes that
   /// make it (no matrix, no side evidence). Advances like step_into.
   struct StepMaxima {

@@ -39,9 +39,6 @@ public:
   }
   /// The walls of buffer t % 2, which the consumer commits (ModelStepper::fill_step).
   std::vector<double>& wall(std::int64_t t) { return wall_[t % 2]; }
-  /// Buffer t % 2's cohort middles, bracketed by the producer as it commits the row. Each buffer
-  /// keeps its own guesses (from two steps back): only the time depends on them.
-  frontier::RowMiddles& middles(std::int64_t t) { return middles_[t % 2]; }
   /// Producer: the buffer for step t once the scorer released it (null when stopped).
   frontier::StageMatrix* acquire_free(std::int64_t t) {
     std::unique_lock lock(m_);
@@ -81,7 +78,6 @@ private:
   std::condition_variable cv_;
   frontier::StageMatrix buf_[2];
   std::vector<double> wall_[2];
-  frontier::RowMiddles middles_[2];
   bool full_[2] = {false, false};
   bool stop_ = false;
 };
@@ -158,9 +154,9 @@ ModelScorePair stream(const sim::ModelConfig& cfg, const inject::FaultPlan& plan
                       int threads, const StepSink& sink, const TwinRequest* twin) {
   frontier::StreamingAccumulator acc(sim::ModelStepper::schema(), cfg.ranks, label);
   frontier::StepFacts facts;  // reused: what the sink reads of each step
-  auto add = [&](const frontier::StageMatrix& one, const frontier::RowMiddles& middles) {
-    if (!sink) return acc.add_step(one, nullptr, &middles);
-    acc.add_step(one, &facts, &middles);
+  auto add = [&](const frontier::StageMatrix& one) {
+    if (!sink) return acc.add_step(one);
+    acc.add_step(one, &facts);
     sink(one, facts);
   };
   sim::ModelStepper stepper(cfg, plan);
@@ -176,12 +172,11 @@ ModelScorePair stream(const sim::ModelConfig& cfg, const inject::FaultPlan& plan
   out.threads = threads >= 2 ? 2 : 1;
   if (out.threads == 1) {
     frontier::StageMatrix one(sim::ModelStepper::schema(), cfg.ranks, 0, 1);
-    frontier::RowMiddles middles;  // the row's cohort middles, bracketed as the model commits it
     for (int t = 0; t < cfg.steps; ++t) {
       one.renumber(t);  // step_into replaces the whole row
-      stepper.step_into(one, 0, &middles);
+      stepper.step_into(one, 0);
       if (twin_acc) twin_acc->add(stepper.twin_maxima(), t);
-      add(one, middles);
+      add(one);
       wall_sum += slowest_wall(one, 0);
     }
   } else {
@@ -194,7 +189,7 @@ ModelScorePair stream(const sim::ModelConfig& cfg, const inject::FaultPlan& plan
           auto* b = ring.acquire_free(t);
           if (b == nullptr) return;
           b->renumber(t);  // fill_step replaces the whole row
-          stepper.fill_step(*b, 0, ring.wall(t), &ring.middles(t));
+          stepper.fill_step(*b, 0, ring.wall(t));
           if (twin_acc) twin_acc->add(stepper.twin_maxima(), t);
           ring.publish(t);
         }
@@ -208,7 +203,7 @@ ModelScorePair stream(const sim::ModelConfig& cfg, const inject::FaultPlan& plan
         auto* b = ring.acquire_full(t);
         if (b == nullptr) break;  // the producer failed: rethrown below
         b->commit_step(0, ring.wall(t).data());  // the row's checks and sums, beside the next model step
-        add(*b, ring.middles(t));
+        add(*b);
         wall_sum += slowest_wall(*b, 0);
         ring.release(t);
       }

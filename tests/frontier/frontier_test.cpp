@@ -1191,15 +1191,11 @@ namespace {
 /// prefix middles jump between steps (stage 2 three times longer on odd steps: the brackets miss
 /// and, past 2^16 ranks, sample), two ranks tied at the top of every stage (step 3), every rank
 /// the same (step 5) and two tops within the tie tolerance (step 6).
-/// With `middles`, the row is committed in blocks of 1 to 700 ranks (commit_ranks), each block
-/// handed to middles as a producer would (RowMiddles), which is finished on the row.
-StageMatrix lean_case_step(const StageSchema& schema, int ranks, int t, std::mt19937_64& rng,
-                           RowMiddles* middles = nullptr) {
+StageMatrix lean_case_step(const StageSchema& schema, int ranks, int t, std::mt19937_64& rng) {
   StageMatrix one(schema, ranks, t, 1);
   const int E = schema.explicit_count();
   std::uniform_real_distribution<double> u(0.0, 1.0);
   auto cols = one.begin_step(0);
-  if (middles) middles->begin(one, 0);
   std::vector<double> wall(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
     double sum = 0;
@@ -1213,17 +1209,7 @@ StageMatrix lean_case_step(const StageSchema& schema, int ranks, int t, std::mt1
     }
     wall[r] = sum + (t == 5 ? 0.002 : 0.004 * u(rng));
   }
-  if (middles) {
-    std::uniform_int_distribution<int> block(1, 700);
-    for (int r0 = 0; r0 < ranks;) {
-      const int r1 = std::min(ranks, r0 + block(rng));
-      one.commit_ranks(0, r1, wall.data());
-      middles->add(one, 0, r0, r1);
-      r0 = r1;
-    }
-  }
   one.commit_step(0, wall.data());
-  if (middles) middles->finish(one, 0);
   return one;
 }
 
@@ -1262,55 +1248,4 @@ TEST(StreamingAccumulator, lean_rank_pass_gives_the_kept_rows_facts) {
     }
     EXPECT_EQ(sf::verify::evidence_difference(lean.finish(), kept.finish(), 0.0), "") << ranks << " ranks";
   }
-}
-
-// The cohort middles a producer brackets block by block as it commits each row (RowMiddles: one
-// object, or two taking steps in turn as sim's two row buffers do, each with its own guesses)
-// give add_step's step facts and evidence bit for bit: before any guess, where the brackets miss
-// and sample (stage 2 three times longer on odd steps; past 2^16 ranks), where ranks tie at the
-// top or everywhere, and below the 64 values a bracket needs.
-TEST(StreamingAccumulator, producer_bracketed_middles_give_the_same_evidence) {
-  const StageSchema schema = StageSchema::default_schema();
-  for (const int ranks : {40, 300, 70000})
-    for (const int buffers : {1, 2}) {
-      std::mt19937_64 rng(static_cast<std::uint64_t>(ranks) * 7 + buffers);
-      StreamingAccumulator fed(schema, ranks, {}), own(schema, ranks, {});
-      RowMiddles middles[2];
-      StepFacts a, b;
-      for (int t = 0; t < 11; ++t) {
-        RowMiddles& mm = middles[t % buffers];
-        const StageMatrix one = lean_case_step(schema, ranks, t, rng, &mm);
-        fed.add_step(one, &a, &mm);
-        own.add_step(one, &b);
-        SCOPED_TRACE("ranks " + std::to_string(ranks) + " buffers " + std::to_string(buffers) + " step " +
-                     std::to_string(t));
-        EXPECT_EQ(a.accounting.frontier, b.accounting.frontier);
-        EXPECT_EQ(a.lag_s, b.lag_s);
-      }
-      EXPECT_EQ(sf::verify::evidence_difference(fed.finish(), own.finish(), 0.0), "")
-          << ranks << " ranks, " << buffers << " buffers";
-    }
-}
-
-// Middles of another step, or taken out of order, are refused (the accumulator unchanged), never
-// read as this step's.
-TEST(StreamingAccumulator, refuses_row_middles_of_another_step) {
-  const StageSchema schema = StageSchema::default_schema();
-  std::mt19937_64 rng(3);
-  RowMiddles middles;
-  const StageMatrix first = lean_case_step(schema, 100, 0, rng, &middles);
-  const StageMatrix second = lean_case_step(schema, 100, 1, rng);
-  StreamingAccumulator acc(schema, 100, {});
-  EXPECT_THROW(acc.add_step(second, nullptr, &middles), std::invalid_argument);
-  EXPECT_EQ(acc.steps_seen(), 0);
-  acc.add_step(first, nullptr, &middles);
-  EXPECT_EQ(acc.steps_seen(), 1);
-  RowMiddles fresh;
-  EXPECT_THROW(acc.add_step(second, nullptr, &fresh), std::invalid_argument);  // never finished
-  StageMatrix row(schema, 100, 2, 1);
-  row.begin_step(0);
-  fresh.begin(row, 0);
-  EXPECT_THROW(fresh.add(row, 0, 10, 20), std::logic_error);  // ranks [0, 10) skipped
-  fresh.add(row, 0, 0, 60);
-  EXPECT_THROW(fresh.finish(row, 0), std::logic_error);       // 40 ranks not added
 }
