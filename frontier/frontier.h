@@ -135,7 +135,10 @@ enum class EventState : std::uint8_t { unsampled = 0, ready = 1, missing = 2 };
 
 /// Durations d[t,r,s] ≥ 0 (seconds) for N aligned steps × R ranks × S stages, with the
 /// rank-local step wall time, presence mask and optional side evidence.
-/// Storage: an R × (N·S) column-major Eigen matrix, so one step is a contiguous R × S block.
+/// Storage: R × (N·S) doubles, column-major, so one step is a contiguous R × S block; data() and
+/// step_block() view them as Eigen matrices. They live in a std::vector, so they come from the
+/// program's operator new (sf-testbed's puts large blocks on huge pages: docs/design.md, Change 22;
+/// Eigen's own matrices would come from malloc, on small pages).
 ///
 /// Rank layout: dense (column r is rank r, R = world size) or sparse, where the R columns hold only
 /// the listed rank ids of a larger world and every other rank is absent from every step. A file
@@ -143,7 +146,9 @@ enum class EventState : std::uint8_t { unsampled = 0, ready = 1, missing = 2 };
 /// records present. The engine works on columns; evaluate() reports rank ids.
 class StageMatrix {
 public:
-  using Block = Eigen::Block<const Eigen::MatrixXd, Eigen::Dynamic, Eigen::Dynamic, true>;
+  /// The whole matrix (R × N·S) or one step of it (R × S), read-only, over the matrix's cells.
+  using View = Eigen::Map<const Eigen::MatrixXd>;
+  using Block = View;
 
   StageMatrix() = default;
   /// All cells start missing. first_step is the step id of row 0. Throws std::invalid_argument
@@ -204,9 +209,9 @@ public:
   bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
   bool step_complete(int t) const { return step_present_count_[t] == world_; }
   int step_present_count(int t) const { return step_present_count_[t]; }
-  double d(int t, int r, int s) const { return data_(r, t * stages() + s); }
-  Block step_block(int t) const { return data_.middleCols(t * stages(), stages()); }
-  const Eigen::MatrixXd& data() const { return data_; }
+  double d(int t, int r, int s) const { return cells_[at_cell(r, static_cast<std::size_t>(t) * stages() + s)]; }
+  Block step_block(int t) const { return {cells_.data() + at_cell(0, static_cast<std::size_t>(t) * stages()), ranks_, stages()}; }
+  View data() const { return {cells_.data(), ranks_, static_cast<Eigen::Index>(steps_) * stages()}; }
   /// Rank-local step wall time (NaN when the schema has no residual or the cell is missing).
   double wall(int t, int r) const { return wall_[idx(t, r)]; }
   /// Signed closure error e = w − Σ explicit; residual = max(0, e), overlap = max(0, −e).
@@ -265,7 +270,9 @@ private:
   int steps_ = 0;
   std::int64_t first_step_ = 0;
   double total_s_ = 0;
-  Eigen::MatrixXd data_;
+  std::vector<double> cells_;  // R × (N·S), column-major (at_cell())
+  /// Where (column r, matrix column c) is in cells_.
+  std::size_t at_cell(int r, std::size_t c) const { return c * static_cast<std::size_t>(ranks_) + static_cast<std::size_t>(r); }
   std::vector<double> wall_;
   std::vector<double> overlap_;
   std::vector<std::uint8_t> present_;

@@ -2,6 +2,8 @@
 // small ones untouched, failures as bad_alloc.
 #include "cli/huge_pages.h"
 
+#include <sf/frontier/frontier.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +60,25 @@ TEST(HugePages, a_large_vector_starts_on_an_advised_huge_page) {
   std::unique_ptr<double[]> a(new double[sf::cli::kHugeBytes / sizeof(double)]);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a.get()) % sf::cli::kHugeBytes, 0u);
   EXPECT_TRUE(advised_huge(a.get())) << vm_flags_at(a.get());
+}
+
+// The row sim's model writes and its scorer reads twice a step: a stage matrix's cells were an
+// Eigen matrix, which Eigen allocates with malloc, past this operator new and so on small pages.
+TEST(HugePages, a_large_stage_matrix_keeps_its_cells_on_advised_huge_pages) {
+  if (const auto why = cannot_see_advice(); !why.empty()) GTEST_SKIP() << why;
+  const sf::frontier::StageSchema schema(sf::frontier::default_explicit_stages(), true);
+  // 65536 ranks x 6 stages x 1 step: 3 MiB of cells.
+  sf::frontier::StageMatrix m(schema, 65536, 0, 1);
+  const double* cells = m.data().data();
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(cells) % sf::cli::kHugeBytes, 0u);
+  EXPECT_TRUE(advised_huge(cells)) << vm_flags_at(cells);
+  const double* last = cells + m.data().size() - 1;
+  EXPECT_TRUE(advised_huge(last)) << vm_flags_at(last);
+  // And they read as the views say: step 0's block is the whole matrix here, every cell 0.
+  EXPECT_EQ(m.step_block(0).data(), cells);
+  EXPECT_EQ(m.data().cols(), 6);
+  EXPECT_EQ(m.data().rows(), 65536);
+  EXPECT_EQ(m.data().cwiseAbs().maxCoeff(), 0.0);
 }
 
 TEST(HugePages, a_block_just_below_the_size_stays_on_small_pages) {
