@@ -230,6 +230,8 @@ public:
   int size() const { return n_; }
   int stages() const { return stages_; }
   int rank(int i) const { return ranks_.empty() ? i : ranks_[i]; }
+  /// Every rank present: rank(i) is i.
+  bool complete() const { return ranks_.empty(); }
   Eigen::Map<const Eigen::ArrayXd> stage(int s) const { return {data_ + static_cast<std::ptrdiff_t>(s) * n_, n_}; }
   /// P[t,r,S] per present rank, summed in stage order.
   Eigen::ArrayXd totals() const;
@@ -480,8 +482,10 @@ private:
   // Per group, the ranks with credit > 0, in the order they first got it (finish reads these,
   // not G × R entries of which most are zero).
   std::vector<std::vector<int>> credited_;
-  ZeroArray<double> sync_sum_;                           // G × R
-  ZeroArray<int> sync_n_;                                // G × R
+  // Per group, R sums and counts of the sync waits, sized when the group's first wait comes (a
+  // step's sync waits come for every rank: vectors, as own_sum_; most groups never have any).
+  std::vector<std::vector<double>> sync_sum_;
+  std::vector<std::vector<int>> sync_n_;
   std::vector<std::uint8_t> sync_seen_;                  // G: any rank had a sync wait in the group
   std::vector<double> cpu_fwd_sum_;                      // R (every step: vectors, as own_sum_)
   std::vector<int> cpu_fwd_n_;                           // R

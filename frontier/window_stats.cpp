@@ -604,8 +604,8 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   sync_seen_.assign(G_, 0);
   conf_credit_ = ZeroArray<double>(gr);
   led_ = ZeroArray<int>(gr);
-  sync_sum_ = ZeroArray<double>(gr);
-  sync_n_ = ZeroArray<int>(gr);
+  sync_sum_.assign(G_, {});
+  sync_n_.assign(G_, {});
   cpu_fwd_sum_.assign(R, 0.0);
   cpu_fwd_n_.assign(R, 0);
   ev_slot_ = ZeroArray<std::int32_t>(R);
@@ -1128,11 +1128,27 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
     for (int s = 0; s < S_; ++s) {
       const float* col = m.sync_wait_column(t, s);
       if (col == nullptr) continue;  // no rank has a sync wait for s in this step
-      const auto row = static_cast<std::size_t>(schema_.group_of(s)) * world_;
-      sync_seen_[schema_.group_of(s)] = 1;
-      double* sum = sync_sum_.data() + row;
-      int* count = sync_n_.data() + row;
-      double* own = own_sum_.data() + row;
+      const int g = schema_.group_of(s);
+      sync_seen_[g] = 1;
+      if (sync_sum_[g].empty()) {
+        sync_sum_[g].assign(static_cast<std::size_t>(world_), 0.0);
+        sync_n_[g].assign(static_cast<std::size_t>(world_), 0);
+      }
+      double* sum = sync_sum_[g].data();
+      int* count = sync_n_[g].data();
+      double* own = own_sum_.data() + static_cast<std::size_t>(g) * world_;
+      if (d.complete()) {
+        // Every rank, no branch: a rank without a wait (NaN) adds 0 to its sums, which leaves
+        // them as they were bit for bit (a sum of waits >= 0 is never -0).
+        for (int r = 0; r < n; ++r) {
+          const double w = col[r];
+          const bool has = std::isfinite(w);
+          sum[r] += has ? w : 0.0;
+          count[r] += has ? 1 : 0;
+          own[r] -= has ? w : 0.0;
+        }
+        continue;
+      }
       for (int i = 0; i < n; ++i) {
         const int r = d.rank(i);
         const double w = col[r];
@@ -1918,9 +1934,10 @@ void WindowStats::finish_side(Evidence& e, SideEvidence& side) const {
     if (!sync_seen_[g]) continue;
     auto& mean = side.sync_wait_mean_s[g];
     mean.assign(world_, kNaN);
-    const auto row = static_cast<std::size_t>(g) * world_;
+    const std::vector<double>& sum = sync_sum_[g];
+    const std::vector<int>& count = sync_n_[g];
     for (int r = 0; r < world_; ++r)
-      if (sync_n_[row + r] > 0) mean[r] = sync_sum_[row + r] / sync_n_[row + r];
+      if (count[r] > 0) mean[r] = sum[r] / count[r];
   }
   side.fwd_cpu_mean_s.assign(world_, kNaN);
   for (int r = 0; r < world_; ++r)

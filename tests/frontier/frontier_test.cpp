@@ -697,6 +697,18 @@ TEST(Suspect, sync_wait_side_evidence_names_the_rank_a_collective_waited_for) {
   EXPECT_EQ(e.suspect.basis, "sync_wait_side_evidence");
 }
 
+TEST(Suspect, a_rank_without_recorded_waits_is_not_the_one_waited_for) {
+  // As above, but rank 3 never records its wait and rank 6 only on even steps: a wait not
+  // recorded is no wait of 0 (rank 3 would block least), and rank 6's mean is over its records.
+  auto m = sync_window(8, 20, 6, 2, 0.150);
+  for (int t = 0; t < 20; ++t)
+    for (int r = 0; r < 8; ++r)
+      if (r != 3 && (r != 6 || t % 2 == 0)) m.set_sync_wait(t, r, 2, r == 6 ? 0.0005 : 0.150);
+  const auto e = evaluate(m);
+  EXPECT_EQ(e.suspect.rank, 6);
+  EXPECT_EQ(e.suspect.basis, "sync_wait_side_evidence");
+}
+
 TEST(Shares, floor_reports_raw_advances_only) {
   const auto e = evaluate(one_step({"a", "b"}, {{1e-9, 0}, {0, 1e-9}}));
   EXPECT_FALSE(e.shares_valid);
