@@ -209,8 +209,8 @@ public:
   bool present(int t, int r) const { return present_[idx(t, r)] != 0; }
   bool step_complete(int t) const { return step_present_count_[t] == world_; }
   int step_present_count(int t) const { return step_present_count_[t]; }
-  double d(int t, int r, int s) const { return cells_[at_cell(r, static_cast<std::size_t>(t) * stages() + s)]; }
-  Block step_block(int t) const { return {cells_.data() + at_cell(0, static_cast<std::size_t>(t) * stages()), ranks_, stages()}; }
+  double d(int t, int r, int s) const { return cells_[at_cell(t, r, s)]; }
+  Block step_block(int t) const { return {cells_.data() + at_cell(t, 0, 0), ranks_, stages()}; }
   View data() const { return {cells_.data(), ranks_, static_cast<Eigen::Index>(steps_) * stages()}; }
   /// Rank-local step wall time (NaN when the schema has no residual or the cell is missing).
   double wall(int t, int r) const { return wall_[idx(t, r)]; }
@@ -271,8 +271,10 @@ private:
   std::int64_t first_step_ = 0;
   double total_s_ = 0;
   std::vector<double> cells_;  // R × (N·S), column-major (at_cell())
-  /// Where (column r, matrix column c) is in cells_.
-  std::size_t at_cell(int r, std::size_t c) const { return c * static_cast<std::size_t>(ranks_) + static_cast<std::size_t>(r); }
+  /// Where d[t, r, s] is in cells_ (step t's stage s is column t·S + s of R cells).
+  std::size_t at_cell(int t, int r, int s) const {
+    return (static_cast<std::size_t>(t) * stages() + s) * static_cast<std::size_t>(ranks_) + static_cast<std::size_t>(r);
+  }
   std::vector<double> wall_;
   std::vector<double> overlap_;
   std::vector<std::uint8_t> present_;

@@ -190,12 +190,12 @@ void StageMatrix::set_record(int t, int r, std::span<const double> explicit_d, s
                                 secs(kMaxWindowSeconds) +
                                 " s of recorded step time at this record; expected a window whose sums stay finite");
 
-  for (int s = 0; s < k; ++s) cells_[at_cell(r, static_cast<std::size_t>(t) * stages() + s)] = explicit_d[s];
+  for (int s = 0; s < k; ++s) cells_[at_cell(t, r, s)] = explicit_d[s];
   const auto i = idx(t, r);
   if (wall) {
     // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
     const double e = *wall - sum;
-    cells_[at_cell(r, static_cast<std::size_t>(t) * stages() + schema_.residual_index())] = e > 0 ? e : 0.0;
+    cells_[at_cell(t, r, schema_.residual_index())] = e > 0 ? e : 0.0;
     overlap_[i] = e < 0 ? -e : 0.0;
     wall_[i] = *wall;
   }
@@ -221,7 +221,7 @@ void StageMatrix::clear_record(int t, int r) {
     total_s_ = std::max(0.0, total_s_ - cell);
     row_total_s_[t] = std::max(0.0, row_total_s_[t] - cell);
   }
-  for (int s = 0; s < stages(); ++s) cells_[at_cell(r, static_cast<std::size_t>(t) * stages() + s)] = 0.0;
+  for (int s = 0; s < stages(); ++s) cells_[at_cell(t, r, s)] = 0.0;
   wall_[i] = std::numeric_limits<double>::quiet_NaN();
   overlap_[i] = 0.0;
   if (present_[i]) {
@@ -246,7 +246,7 @@ std::vector<double*> StageMatrix::begin_step(int t) {
   committed_ = 0;
   pending_total_ = 0;
   std::vector<double*> out(static_cast<std::size_t>(schema_.explicit_count()));
-  for (int s = 0; s < schema_.explicit_count(); ++s) out[s] = cells_.data() + at_cell(0, static_cast<std::size_t>(t) * stages() + s);
+  for (int s = 0; s < schema_.explicit_count(); ++s) out[s] = cells_.data() + at_cell(t, 0, s);
   return out;
 }
 
@@ -282,7 +282,7 @@ void StageMatrix::commit_step(int t, const double* wall) {
 
 void StageMatrix::clear_row(int t) {
   const std::size_t row = idx(t, 0);
-  std::fill_n(cells_.data() + at_cell(0, static_cast<std::size_t>(t) * stages()), static_cast<std::size_t>(ranks_) * stages(), 0.0);
+  std::fill_n(cells_.data() + at_cell(t, 0, 0), static_cast<std::size_t>(ranks_) * stages(), 0.0);
   std::fill_n(wall_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, std::numeric_limits<double>::quiet_NaN());
   std::fill_n(overlap_.begin() + static_cast<std::ptrdiff_t>(row), ranks_, 0.0);
 }
@@ -290,7 +290,7 @@ void StageMatrix::clear_row(int t) {
 void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   const int k = schema_.explicit_count(), R = ranks_;
   const std::size_t row = idx(t, 0);
-  double* row0 = cells_.data() + at_cell(0, static_cast<std::size_t>(t) * stages());
+  double* row0 = cells_.data() + at_cell(t, 0, 0);
   // On a bad value the row stays without records, as begin_step left it: cells zero as
   // clear_record leaves them, no wall, no overlap (where earlier pieces were taken in too).
   auto fail = [&](const std::string& what) {

@@ -1137,26 +1137,23 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
       double* sum = sync_sum_[g].data();
       int* count = sync_n_[g].data();
       double* own = own_sum_.data() + static_cast<std::size_t>(g) * world_;
-      if (d.complete()) {
-        // Every rank, no branch: a rank without a wait (NaN) adds 0 to its sums, which leaves
-        // them as they were bit for bit (a sum of waits >= 0 is never -0).
-        for (int r = 0; r < n; ++r) {
+      // No branch per rank: a rank without a wait (NaN) adds 0 to its sums, which leaves them as
+      // they were bit for bit (a sum of waits >= 0 is never -0). A complete step indexes its
+      // ranks directly, so the loop runs several ranks per instruction.
+      auto add = [&](auto rank_of) {
+        for (int i = 0; i < n; ++i) {
+          const int r = rank_of(i);
           const double w = col[r];
           const bool has = std::isfinite(w);
           sum[r] += has ? w : 0.0;
           count[r] += has ? 1 : 0;
           own[r] -= has ? w : 0.0;
         }
-        continue;
-      }
-      for (int i = 0; i < n; ++i) {
-        const int r = d.rank(i);
-        const double w = col[r];
-        if (!std::isfinite(w)) continue;
-        sum[r] += w;
-        ++count[r];
-        own[r] -= w;
-      }
+      };
+      if (d.complete())
+        add([](int i) { return i; });
+      else
+        add([&](int i) { return d.rank(i); });
     }
 }
 
