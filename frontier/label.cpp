@@ -30,7 +30,7 @@ Suspect suspect_for(const Evidence& e, const SideEvidence& side, const LabelConf
   const SideEvidence::Credit* best_conf = nullptr;  // the largest confident credit, lowest rank on a tie
   for (const auto& c : side.confident_credit[g])
     if (c.s > 0 && (best_conf == nullptr || c.s > best_conf->s)) best_conf = &c;
-  // e.leaders[g] lists every credited rank, largest credit first (ties: lower rank first).
+  // e.leaders[g] lists the most-credited ranks, largest credit first (ties: lower rank first).
   const LeaderCredit* best = e.leaders[g].empty() ? nullptr : &e.leaders[g].front();
   std::vector<double> waits;
   int quiet = -1;

@@ -1825,21 +1825,25 @@ void WindowStats::finish_leaders(Evidence& e, SideEvidence& side) const {
       e.lag_increment_mean_s[g] = lag_inc_sum_[g] / steps_;
     }
     if (gap_n_[g] > 0) e.gap_mean_s[g] = gap_sum_[g] / gap_n_[g];
-    // Every credited rank, ranks ascending, then largest credit first (stable: ties keep the
-    // lower rank first).
-    std::vector<int> ranks = credited_[g];
-    std::sort(ranks.begin(), ranks.end());
+    // The kMaxLeadersPerStage largest credits (ties: the lower rank first), kept in that order
+    // while the credited ranks go by in the order they were first credited; a tie of every rank
+    // (the residual's zeros) credits about all of them, so none is listed or sorted whole.
+    auto before = [](const LeaderCredit& a, const LeaderCredit& b) {
+      return a.advance_s > b.advance_s || (a.advance_s == b.advance_s && a.rank < b.rank);
+    };
     std::vector<LeaderCredit> list;
-    list.reserve(ranks.size());
+    list.reserve(kMaxLeadersPerStage + 1);
     auto& confident = side.confident_credit.emplace_back();
-    for (int r : ranks) {
+    for (int r : credited_[g]) {
       const auto i = static_cast<std::size_t>(g) * world_ + r;
-      list.push_back({r, credit_[i], led_[i]});
       if (conf_credit_[i] > 0) confident.push_back({r, conf_credit_[i]});
+      const LeaderCredit c{r, credit_[i], led_[i]};
+      if (list.size() == kMaxLeadersPerStage && !before(c, list.back())) continue;
+      list.insert(std::upper_bound(list.begin(), list.end(), c, before), c);
+      if (list.size() > kMaxLeadersPerStage) list.pop_back();
     }
-    std::stable_sort(list.begin(), list.end(),
-                     [](const LeaderCredit& a, const LeaderCredit& b) { return a.advance_s > b.advance_s; });
-    if (list.size() > kMaxLeadersPerStage) list.resize(kMaxLeadersPerStage);
+    std::sort(confident.begin(), confident.end(),
+              [](const SideEvidence::Credit& a, const SideEvidence::Credit& b) { return a.rank < b.rank; });
     e.leaders[g] = std::move(list);
   }
   side.switch_chances.assign(G_, 0);

@@ -709,6 +709,24 @@ TEST(Suspect, a_rank_without_recorded_waits_is_not_the_one_waited_for) {
   EXPECT_EQ(e.suspect.basis, "sync_wait_side_evidence");
 }
 
+TEST(Suspect, ranks_tied_on_confident_credit_name_the_lower_one) {
+  // alternating_leaders mirrored: stage a is slow on rank 1 at even steps and on rank 0 at odd
+  // ones, so rank 1 is credited first and both end with the same confident credit. The suspect
+  // and the first leader are rank 0, whichever rank was credited first.
+  StageMatrix m(StageSchema({"a", "b"}, true), 2, 0, 4);
+  for (int t = 0; t < 4; ++t)
+    for (int r = 0; r < 2; ++r) {
+      const bool slow = r == (t + 1) % 2;
+      m.set_record(t, r, std::vector<double>{slow ? 5.0 : 1.0, 1.0}, slow ? 6.0 : 2.0);
+    }
+  const auto e = evaluate(m);
+  ASSERT_EQ(e.leaders[0].size(), 2u);
+  EXPECT_EQ(e.leaders[0][0].rank, 0);
+  EXPECT_EQ(e.leaders[0][0].advance_s, e.leaders[0][1].advance_s);
+  EXPECT_EQ(e.suspect.group, 0);
+  EXPECT_EQ(e.suspect.rank, 0);
+}
+
 TEST(Shares, floor_reports_raw_advances_only) {
   const auto e = evaluate(one_step({"a", "b"}, {{1e-9, 0}, {0, 1e-9}}));
   EXPECT_FALSE(e.shares_valid);
