@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -487,8 +488,15 @@ private:
   std::vector<std::vector<double>> sync_sum_;
   std::vector<std::vector<int>> sync_n_;
   std::vector<std::uint8_t> sync_seen_;                  // G: any rank had a sync wait in the group
-  std::vector<double> cpu_fwd_sum_;                      // R (every step: vectors, as own_sum_)
-  std::vector<int> cpu_fwd_n_;                           // R
+  // The forward group's CPU-wall time per rank, summed over the steps it is present in (counted
+  // by rank_n_). A one-stage group's is its own_sum_ row until the group's first sync wait (the
+  // rank pass adds the same values in the same order; the wait comes off own_sum_ only): that
+  // row is then copied here and the sum goes on apart (fwd_apart_). A group of several stages
+  // sums apart from the first step (its stages' total first, then onto the sum).
+  std::optional<int> fwd_group_;
+  bool fwd_apart_ = false;
+  bool fwd_step_taken_ = false;                          // this step's value is in the copy
+  std::vector<double> cpu_fwd_sum_;                      // R while fwd_apart_, else empty
   // Forward-event samples of the ranks that have any: ev_slot_[r] is 1 + the index of r's
   // keeper in ev_keepers_, 0 while r has none (most runs sample few ranks, or none).
   ZeroArray<std::int32_t> ev_slot_;                      // R

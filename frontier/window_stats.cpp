@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -606,8 +607,6 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   led_ = ZeroArray<int>(gr);
   sync_sum_.assign(G_, {});
   sync_n_.assign(G_, {});
-  cpu_fwd_sum_.assign(R, 0.0);
-  cpu_fwd_n_.assign(R, 0);
   ev_slot_ = ZeroArray<std::int32_t>(R);
   rank_missing_ = ZeroArray<std::uint8_t>(R);
   adv_spread_.assign(G_, {});
@@ -641,6 +640,9 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   }
   one_stage_groups_ = G_ == S_;
   for (int s = 0; s < S_; ++s) one_stage_groups_ = one_stage_groups_ && schema_.group_of(s) == s;
+  fwd_group_ = schema_.group_index(cfg_.forward_group);
+  fwd_apart_ = fwd_group_ && group_count_[*fwd_group_] > 1;
+  if (fwd_apart_) cpu_fwd_sum_.assign(static_cast<std::size_t>(world_), 0.0);
   prefix_hint_.assign(S_ > 1 ? S_ - 1 : 0, {});
   lag_mid_ = std::vector<StreamedMiddle>(prefix_hint_.size());  // a lean pass's, one per prefix hint
   own_hint_.assign(G_ + 1, {});
@@ -1137,6 +1139,11 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
       double* sum = sync_sum_[g].data();
       int* count = sync_n_[g].data();
       double* own = own_sum_.data() + static_cast<std::size_t>(g) * world_;
+      if (fwd_group_ == g && !fwd_apart_) {
+        // The forward sum leaves own_sum_ before its first wait comes off (this step's value is in).
+        cpu_fwd_sum_.assign(own, own + world_);
+        fwd_apart_ = fwd_step_taken_ = true;
+      }
       // No branch per rank: a rank without a wait (NaN) adds 0 to its sums, which leaves them as
       // they were bit for bit (a sum of waits >= 0 is never -0). A complete step indexes its
       // ranks directly, so the loop runs several ranks per instruction.
@@ -1159,36 +1166,26 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
 
 void WindowStats::add_forward(const StageMatrix& m, int t, const PresentStep& d) {
   const int n = d.size();
-  if (const auto gf = schema_.group_index(cfg_.forward_group)) {
-    // The forward group's CPU-wall time per rank, summed over its stages in stage order.
-    int count = 0, only = -1;
-    for (int s = 0; s < S_; ++s)
-      if (schema_.group_of(s) == *gf) {
-        ++count;
-        only = s;
-      }
+  if (fwd_apart_ && !std::exchange(fwd_step_taken_, false)) {
+    // The forward group's CPU-wall time per rank, summed over its stages in stage order (else
+    // it is in own_sum_, fwd_group_).
+    const int gf = *fwd_group_;
     const double* fwd = nullptr;
-    if (count == 1) {
-      fwd = d.stage(only).data();  // 0 + d, exactly
+    if (group_count_[gf] == 1) {
+      fwd = d.stage(group_first_[gf]).data();  // 0 + d, exactly
     } else {
       red_.assign(n, 0.0);
       for (int s = 0; s < S_; ++s)
-        if (schema_.group_of(s) == *gf) {
+        if (schema_.group_of(s) == gf) {
           const double* x = d.stage(s).data();
           for (int i = 0; i < n; ++i) red_[i] += x[i];
         }
       fwd = red_.data();
     }
     if (m.step_complete(t)) {
-      for (int i = 0; i < n; ++i) {
-        cpu_fwd_sum_[i] += fwd[i];
-        ++cpu_fwd_n_[i];
-      }
+      for (int i = 0; i < n; ++i) cpu_fwd_sum_[i] += fwd[i];
     } else {
-      for (int i = 0; i < n; ++i) {
-        cpu_fwd_sum_[d.rank(i)] += fwd[i];
-        ++cpu_fwd_n_[d.rank(i)];
-      }
+      for (int i = 0; i < n; ++i) cpu_fwd_sum_[d.rank(i)] += fwd[i];
     }
   }
 
@@ -1941,8 +1938,11 @@ void WindowStats::finish_side(Evidence& e, SideEvidence& side) const {
       if (count[r] > 0) mean[r] = sum[r] / count[r];
   }
   side.fwd_cpu_mean_s.assign(world_, kNaN);
-  for (int r = 0; r < world_; ++r)
-    if (cpu_fwd_n_[r] > 0) side.fwd_cpu_mean_s[r] = cpu_fwd_sum_[r] / cpu_fwd_n_[r];
+  if (fwd_group_) {
+    const double* sum = fwd_apart_ ? cpu_fwd_sum_.data() : own_sum_.data() + static_cast<std::size_t>(*fwd_group_) * world_;
+    for (int r = 0; r < world_; ++r)
+      if (rank_n_[r] > 0) side.fwd_cpu_mean_s[r] = sum[r] / rank_n_[r];
+  }
   // The residual-leader counterfactual of the top group (only it is needed; the streaming path
   // keeps every group's because the top one is known only now).
   const int s1 = e.share_order.empty() ? -1 : e.share_order[0];

@@ -727,6 +727,54 @@ TEST(Suspect, ranks_tied_on_confident_credit_name_the_lower_one) {
   EXPECT_EQ(e.suspect.rank, 0);
 }
 
+TEST(WindowSide, forward_cpu_mean_is_the_forward_stages_mean_with_and_without_sync_waits) {
+  // The forward group's CPU-wall mean per rank (the host-overhead label reads it) is its stages'
+  // total over the steps the rank is in: whether the sum rides on the group's own-work sum (one
+  // stage, no wait yet), goes apart once the group's first sync wait comes off that sum (step 3),
+  // or is apart from the start (two microsteps, two stages); rank 2 misses step 4.
+  const int R = 5, N = 7;
+  for (const int accumulation : {1, 2}) {
+    const StageSchema schema(default_explicit_stages(), true, accumulation);
+    const LabelConfig cfg;
+    const int gf = *schema.group_index(cfg.forward_group);
+    StageMatrix m(schema, R, 0, N);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> u(0.001, 0.05);
+    std::vector<double> sum(R, 0.0);
+    std::vector<int> n(R, 0);
+    for (int t = 0; t < N; ++t)
+      for (int r = 0; r < R; ++r) {
+        if (t == 4 && r == 2) continue;
+        std::vector<double> d(static_cast<std::size_t>(schema.explicit_count()));
+        double total = 0, fwd = 0;
+        for (int s = 0; s < schema.explicit_count(); ++s) {
+          total += d[s] = u(rng);
+          if (schema.group_of(s) == gf) fwd += d[s];
+        }
+        m.set_record(t, r, d, total * 1.01);
+        for (int s = 0; s < schema.explicit_count(); ++s)
+          if (schema.group_of(s) == gf && t >= 3 && r % 2 == 0) m.set_sync_wait(t, r, s, 0.25 * d[s]);
+        sum[r] += fwd;
+        ++n[r];
+      }
+    detail::WindowStats ws(schema, R, R, {}, cfg);
+    std::vector<double> p, cm(static_cast<std::size_t>(schema.size()));
+    std::vector<detail::Middle> mids(cm.size());
+    std::vector<detail::MiddleHint> hints(cm.size());
+    detail::SelectScratch scratch;
+    detail::StepFrontier f;
+    for (int t = 0; t < N; ++t) {
+      detail::cohort_middles(m, t, mids, hints, scratch);
+      for (int s = 0; s < schema.size(); ++s) cm[s] = mids[s].median();
+      detail::account_step(m, t, cfg.account, p, f);
+      ws.add_step(m, t, f, cm, nullptr, {}, mids);
+    }
+    const auto w = ws.finish(0, N - 1, 0);
+    for (int r = 0; r < R; ++r)
+      EXPECT_EQ(w.side.fwd_cpu_mean_s[r], sum[r] / n[r]) << "accumulation " << accumulation << " rank " << r;
+  }
+}
+
 TEST(Shares, floor_reports_raw_advances_only) {
   const auto e = evaluate(one_step({"a", "b"}, {{1e-9, 0}, {0, 1e-9}}));
   EXPECT_FALSE(e.shares_valid);
