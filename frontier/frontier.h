@@ -294,7 +294,9 @@ private:
   void drop_side(int t);                  // row t's side evidence gone
   int pending_row_ = -1;                  // begin_step's row until commit_step
   int committed_ = 0;                     // the pending row's ranks taken in so far (commit_ranks)
-  double pending_total_ = 0;              // their Σ max(Σ d, wall), in rank order
+  /// Their Σ max(Σ d, wall): rank r's term in lane r % 8, each lane in rank order (eight sums
+  /// apart rather than one chain of R dependent additions), the lanes added pairwise at commit.
+  double pending_lanes_[8] = {};
   /// Row t's cells zero, its walls NaN and overlaps 0, as begin_step leaves them (a failed commit).
   void clear_row(int t);
   /// Takes ranks [committed_, r_end) of the pending row t in; throws (the row reset) on a bad value.

@@ -55,6 +55,16 @@ bool all_within(const double* x, int n, double lo, double hi) {
   return ok;
 }
 
+/// Adds the terms of ranks r0 .. r0 + len − 1 to a step total's eight lanes (rank r's to lane
+/// r % 8, in rank order), whole eights a vector addition each.
+void add_in_lanes(double* lanes, int r0, const double* add, int len) {
+  int i = 0;
+  for (; i < len && ((r0 + i) & 7) != 0; ++i) lanes[(r0 + i) & 7] += add[i];
+  for (; i + 8 <= len; i += 8)
+    for (int j = 0; j < 8; ++j) lanes[j] += add[i + j];
+  for (; i < len; ++i) lanes[(r0 + i) & 7] += add[i];
+}
+
 /// The explicit stages up to which commit_through takes a block in one AVX-512 pass.
 constexpr int kMaxWideStages = 16;
 
@@ -244,7 +254,7 @@ std::vector<double*> StageMatrix::begin_step(int t) {
   drop_side(t);
   pending_row_ = t;
   committed_ = 0;
-  pending_total_ = 0;
+  std::fill_n(pending_lanes_, 8, 0.0);
   std::vector<double*> out(static_cast<std::size_t>(schema_.explicit_count()));
   for (int s = 0; s < schema_.explicit_count(); ++s) out[s] = cells_.data() + at_cell(t, 0, s);
   return out;
@@ -266,7 +276,8 @@ void StageMatrix::commit_step(int t, const double* wall) {
   pending_row_ = -1;
   const int R = ranks_;
   const std::size_t row = idx(t, 0);
-  const double step_total = pending_total_;
+  const double* l = pending_lanes_;
+  const double step_total = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
   if (!(total_s_ + step_total <= kMaxWindowSeconds)) {
     clear_row(t);
     throw std::invalid_argument("the window of steps " + std::to_string(first_step_) + ".." +
@@ -307,21 +318,18 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
   // rank order. On any bad value, commit_error words the first one as set_record would have.
   double* res = wall ? row0 + static_cast<std::size_t>(schema_.residual_index()) * R : nullptr;
   constexpr int kBlock = 512;
-  double sum[kBlock];
-  double step_total = pending_total_;
+  double sum[kBlock], add[kBlock];
 #if SF_WIDE_CHECKS
   if (detail::vector_select_available() && k >= 1 && k <= kMaxWideStages) {
     const double* x[kMaxWideStages];
-    double add[kBlock];
     for (int r0 = committed_; r0 < r_end; r0 += kBlock) {
       const int len = std::min(kBlock, r_end - r0);
       for (int s = 0; s < k; ++s) x[s] = row0 + static_cast<std::size_t>(s) * R + r0;
       if (!commit_block_avx512(x, k, wall ? wall + r0 : nullptr, len, res ? res + r0 : nullptr,
                                overlap_.data() + row + r0, wall_.data() + row + r0, add))
         fail(commit_error(row0, wall, r_end));
-      for (int i = 0; i < len; ++i) step_total += add[i];  // in rank order, as the loop below
+      add_in_lanes(pending_lanes_, r0, add, len);  // as the loop below
     }
-    pending_total_ = step_total;
     committed_ = r_end;
     return;
   }
@@ -344,7 +352,8 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
     if (!ok) fail(commit_error(row0, wall, r_end));
     if (wall) {
       const double* w = wall + r0;
-      for (int i = 0; i < len; ++i) step_total += std::max(sum[i], w[i]);
+      for (int i = 0; i < len; ++i) add[i] = std::max(sum[i], w[i]);
+      add_in_lanes(pending_lanes_, r0, add, len);
       // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
       for (int i = 0; i < len; ++i) {
         const double e = w[i] - sum[i];
@@ -353,10 +362,9 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
         wall_[row + r0 + i] = w[i];
       }
     } else {
-      for (int i = 0; i < len; ++i) step_total += sum[i];
+      add_in_lanes(pending_lanes_, r0, sum, len);
     }
   }
-  pending_total_ = step_total;
   committed_ = r_end;
 }
 
