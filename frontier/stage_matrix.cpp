@@ -58,11 +58,14 @@ bool all_within(const double* x, int n, double lo, double hi) {
 /// Adds the terms of ranks r0 .. r0 + len − 1 to a step total's eight lanes (rank r's to lane
 /// r % 8, in rank order), whole eights a vector addition each.
 void add_in_lanes(double* lanes, int r0, const double* add, int len) {
+  double l[8];  // in registers: `lanes` might alias `add` as far as the compiler knows
+  std::copy_n(lanes, 8, l);
   int i = 0;
-  for (; i < len && ((r0 + i) & 7) != 0; ++i) lanes[(r0 + i) & 7] += add[i];
+  for (; i < len && ((r0 + i) & 7) != 0; ++i) l[(r0 + i) & 7] += add[i];
   for (; i + 8 <= len; i += 8)
-    for (int j = 0; j < 8; ++j) lanes[j] += add[i + j];
-  for (; i < len; ++i) lanes[(r0 + i) & 7] += add[i];
+    for (int j = 0; j < 8; ++j) l[j] += add[i + j];
+  for (; i < len; ++i) l[(r0 + i) & 7] += add[i];
+  std::copy_n(l, 8, lanes);
 }
 
 /// The explicit stages up to which commit_through takes a block in one AVX-512 pass.
