@@ -461,7 +461,11 @@ private:
   // Written for every rank every step: vectors (every page of them is touched at once anyway, and
   // sf-testbed's operator new puts them on huge pages), where the sparse sums below are ZeroArrays.
   std::vector<double> own_sum_;                          // G × R: Σ_t (d − sync wait) over the group's stages
-  std::vector<int> rank_n_;                              // R: steps each rank was present in
+  // Steps each rank was present in (steps_in): every complete step once, and each rank's presences
+  // in the others (few: a step misses ranks where a record is lost).
+  int complete_steps_ = 0;
+  ZeroArray<int> rank_n_;                                // R: partial steps the rank was present in
+  int steps_in(int r) const { return complete_steps_ + rank_n_[static_cast<std::size_t>(r)]; }
   std::vector<MedianKeeper> adv_keep_;                   // per group: the per-step advances (robust spread)
   // Standings (Evidence::standing), kept up to Evidence::kStandingMaxRanks columns: (G + 1) × R
   // sums of the per-step standing and of its square (the last row: the whole step), and per rank
@@ -486,10 +490,13 @@ private:
   // Per group, R sums and counts of the sync waits, sized when the group's first wait comes (a
   // step's sync waits come for every rank: vectors, as own_sum_; most groups never have any).
   std::vector<std::vector<double>> sync_sum_;
-  std::vector<std::vector<int>> sync_n_;
+  // Their counts: sync_full_[g] columns in which every rank of a complete step had a wait, and
+  // per rank the rest (a calloc'd array: most steps leave it untouched).
+  std::vector<int> sync_full_;
+  std::vector<ZeroArray<int>> sync_n_;
   std::vector<std::uint8_t> sync_seen_;                  // G: any rank had a sync wait in the group
   // The forward group's CPU-wall time per rank, summed over the steps it is present in (counted
-  // by rank_n_). A one-stage group's is its own_sum_ row until the group's first sync wait (the
+  // by steps_in). A one-stage group's is its own_sum_ row until the group's first sync wait (the
   // rank pass adds the same values in the same order; the wait comes off own_sum_ only): that
   // row is then copied here and the sum goes on apart (fwd_apart_). A group of several stages
   // sums apart from the first step (its stages' total first, then onto the sum).

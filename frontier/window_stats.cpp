@@ -606,7 +606,9 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   conf_credit_ = ZeroArray<double>(gr);
   led_ = ZeroArray<int>(gr);
   sync_sum_.assign(G_, {});
-  sync_n_.assign(G_, {});
+  sync_full_.assign(G_, 0);
+  sync_n_.clear();
+  sync_n_.resize(G_);
   ev_slot_ = ZeroArray<std::int32_t>(R);
   rank_missing_ = ZeroArray<std::uint8_t>(R);
   adv_spread_.assign(G_, {});
@@ -614,7 +616,7 @@ WindowStats::WindowStats(const StageSchema& schema, int columns, int world_size,
   step_adv_.assign(G_, 0.0);
   step_lag_inc_.assign(G_, 0.0);
   own_sum_.assign(gr, 0.0);
-  rank_n_.assign(R, 0);
+  rank_n_ = ZeroArray<int>(R);
   adv_keep_.assign(G_, MedianKeeper());
   standing_on_ = world_ <= Evidence::kStandingMaxRanks;
   if (standing_on_) {
@@ -1134,7 +1136,7 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
       sync_seen_[g] = 1;
       if (sync_sum_[g].empty()) {
         sync_sum_[g].assign(static_cast<std::size_t>(world_), 0.0);
-        sync_n_[g].assign(static_cast<std::size_t>(world_), 0);
+        sync_n_[g] = ZeroArray<int>(static_cast<std::size_t>(world_));
       }
       double* sum = sync_sum_[g].data();
       int* count = sync_n_[g].data();
@@ -1147,20 +1149,28 @@ void WindowStats::add_sync_waits(const StageMatrix& m, int t, const PresentStep&
       // No branch per rank: a rank without a wait (NaN) adds 0 to its sums, which leaves them as
       // they were bit for bit (a sum of waits >= 0 is never -0). A complete step indexes its
       // ranks directly, so the loop runs several ranks per instruction.
-      auto add = [&](auto rank_of) {
+      // A complete step's counts: one for the whole column when every rank has a wait (the
+      // pass counts the ranks without), else per rank in a second pass.
+      int without = 0;
+      auto add = [&](auto rank_of, auto counted) {
         for (int i = 0; i < n; ++i) {
           const int r = rank_of(i);
           const double w = col[r];
           const bool has = std::isfinite(w);
           sum[r] += has ? w : 0.0;
-          count[r] += has ? 1 : 0;
           own[r] -= has ? w : 0.0;
+          if constexpr (decltype(counted)::value) count[r] += has ? 1 : 0;
+          else without += has ? 0 : 1;
         }
       };
-      if (d.complete())
-        add([](int i) { return i; });
-      else
-        add([&](int i) { return d.rank(i); });
+      if (d.complete()) {
+        add([](int i) { return i; }, std::false_type{});
+        if (without == 0) ++sync_full_[g];
+        else
+          for (int r = 0; r < n; ++r) count[r] += std::isfinite(col[r]) ? 1 : 0;
+      } else {
+        add([&](int i) { return d.rank(i); }, std::true_type{});
+      }
     }
 }
 
@@ -1225,7 +1235,7 @@ void WindowStats::add_telemetry(const StageMatrix& m, int t, const PresentStep& 
         ++missing_records_;
       }
   if (complete) {
-    for (int i = 0; i < n; ++i) ++rank_n_[i];
+    ++complete_steps_;
   } else {
     for (int i = 0; i < n; ++i) ++rank_n_[d.rank(i)];
   }
@@ -1274,13 +1284,13 @@ void WindowStats::cohort_excess(Evidence& e) const {
   std::vector<double> own, dev;
   std::vector<int> cols;
   for (int c = 0; c < world_; ++c)
-    if (rank_n_[c] > 0) cols.push_back(c);
+    if (steps_in(c) > 0) cols.push_back(c);
   e.observed_ranks = static_cast<int>(cols.size());
   if (cols.empty()) return;
   for (int g = 0; g < G_; ++g) {
     const double* sum = own_sum_.data() + static_cast<std::size_t>(g) * world_;
     own.resize(cols.size());
-    for (std::size_t i = 0; i < cols.size(); ++i) own[i] = sum[cols[i]] / rank_n_[cols[i]];
+    for (std::size_t i = 0; i < cols.size(); ++i) own[i] = sum[cols[i]] / steps_in(cols[i]);
     dev = own;
     const double median = median_inplace(dev);
     for (std::size_t i = 0; i < cols.size(); ++i) dev[i] = std::abs(own[i] - median);
@@ -1933,15 +1943,15 @@ void WindowStats::finish_side(Evidence& e, SideEvidence& side) const {
     auto& mean = side.sync_wait_mean_s[g];
     mean.assign(world_, kNaN);
     const std::vector<double>& sum = sync_sum_[g];
-    const std::vector<int>& count = sync_n_[g];
+    const ZeroArray<int>& count = sync_n_[g];
     for (int r = 0; r < world_; ++r)
-      if (count[r] > 0) mean[r] = sum[r] / count[r];
+      if (const int n = sync_full_[g] + count[static_cast<std::size_t>(r)]; n > 0) mean[r] = sum[r] / n;
   }
   side.fwd_cpu_mean_s.assign(world_, kNaN);
   if (fwd_group_) {
     const double* sum = fwd_apart_ ? cpu_fwd_sum_.data() : own_sum_.data() + static_cast<std::size_t>(*fwd_group_) * world_;
     for (int r = 0; r < world_; ++r)
-      if (rank_n_[r] > 0) side.fwd_cpu_mean_s[r] = sum[r] / rank_n_[r];
+      if (const int n = steps_in(r); n > 0) side.fwd_cpu_mean_s[r] = sum[r] / n;
   }
   // The residual-leader counterfactual of the top group (only it is needed; the streaming path
   // keeps every group's because the top one is known only now).
