@@ -76,15 +76,17 @@ constexpr int kMaxWideStages = 16;
 /// where the portable loop below takes a pass per check and per sum: x[s] the block's stage s
 /// (k of them), w its walls or null; each rank's Σ explicit in stage order (0 + d first), its
 /// residual and overlap error to res and overlap and its wall to wall_out (when w), and what the
-/// step total adds for it (max(Σ, wall), or Σ) to add. Returns whether every check passed: each
+/// step total adds for it (max(Σ, wall), or Σ) to add, or with lanes (the block from a rank ≡ 0
+/// mod 8) onto the step total's eight lanes (add_in_lanes). Returns whether every check passed: each
 /// stage value in [0, DBL_MAX], each sum ≤ kMaxWindowSeconds, each wall in [0, kMaxWindowSeconds]
 /// (NaN failing each); the caller words a failure and resets the row.
 __attribute__((target("avx512f"))) bool commit_block_avx512(const double* const* x, int k, const double* w, int len,
                                                             double* res, double* overlap, double* wall_out,
-                                                            double* add) {
+                                                            double* add, double* lanes) {
   const __m512d zero = _mm512_setzero_pd(), most = _mm512_set1_pd(DBL_MAX),
                 window = _mm512_set1_pd(kMaxWindowSeconds), none = _mm512_set1_pd(-std::numeric_limits<double>::infinity());
   __mmask8 bad = 0;
+  __m512d acc = lanes ? _mm512_loadu_pd(lanes) : zero;
   for (int i = 0; i < len; i += 8) {
     const auto live = static_cast<__mmask8>(len - i >= 8 ? 0xff : (1u << (len - i)) - 1);
     __m512d sum = zero;
@@ -94,14 +96,18 @@ __attribute__((target("avx512f"))) bool commit_block_avx512(const double* const*
       sum = _mm512_add_pd(sum, v);  // 0 + d0, then + d1 …: the prefix order
     }
     bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(sum, none, _CMP_GE_OQ) & _mm512_cmp_pd_mask(sum, window, _CMP_LE_OQ)));
-    if (w == nullptr) {
-      _mm512_mask_storeu_pd(add + i, live, sum);
-      continue;
+    __m512d wv = zero, term = sum;
+    if (w != nullptr) {
+      wv = _mm512_maskz_loadu_pd(live, w + i);
+      bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(wv, zero, _CMP_GE_OQ) & _mm512_cmp_pd_mask(wv, window, _CMP_LE_OQ)));
+      // std::max(sum, wall) as the portable loop takes it: (sum < wall) ? wall : sum.
+      term = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(sum, wv, _CMP_LT_OQ), sum, wv);
     }
-    const __m512d wv = _mm512_maskz_loadu_pd(live, w + i);
-    bad |= static_cast<__mmask8>(live & ~(_mm512_cmp_pd_mask(wv, zero, _CMP_GE_OQ) & _mm512_cmp_pd_mask(wv, window, _CMP_LE_OQ)));
-    // std::max(sum, wall) as the portable loop takes it: (sum < wall) ? wall : sum.
-    _mm512_mask_storeu_pd(add + i, live, _mm512_mask_blend_pd(_mm512_cmp_pd_mask(sum, wv, _CMP_LT_OQ), sum, wv));
+    // Rank i's term to add[i], or (lanes: the block starts at a rank ≡ 0 mod 8) onto its lane,
+    // lane i % 8, in rank order as add_in_lanes adds it.
+    if (lanes) acc = _mm512_mask_add_pd(acc, live, acc, term);
+    else _mm512_mask_storeu_pd(add + i, live, term);
+    if (w == nullptr) continue;
     // Appendix A: e = w − Σ explicit; residual = max(0, e), overlap error = max(0, −e).
     const __m512d e = _mm512_sub_pd(wv, sum);
     _mm512_mask_storeu_pd(res + i, live, _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(e, zero, _CMP_GT_OQ), e));
@@ -109,6 +115,7 @@ __attribute__((target("avx512f"))) bool commit_block_avx512(const double* const*
                           _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(e, zero, _CMP_LT_OQ), _mm512_sub_pd(zero, e)));
     _mm512_mask_storeu_pd(wall_out + i, live, wv);
   }
+  if (lanes) _mm512_storeu_pd(lanes, acc);
   return bad == 0;
 }
 #endif
@@ -328,10 +335,13 @@ void StageMatrix::commit_through(int t, int r_end, const double* wall) {
     for (int r0 = committed_; r0 < r_end; r0 += kBlock) {
       const int len = std::min(kBlock, r_end - r0);
       for (int s = 0; s < k; ++s) x[s] = row0 + static_cast<std::size_t>(s) * R + r0;
+      // A block from a rank ≡ 0 mod 8 (every one of the model's) adds its terms to the lanes in
+      // registers; another stores them for add_in_lanes. The same sums either way.
+      const bool aligned = (r0 & 7) == 0;
       if (!commit_block_avx512(x, k, wall ? wall + r0 : nullptr, len, res ? res + r0 : nullptr,
-                               overlap_.data() + row + r0, wall_.data() + row + r0, add))
+                               overlap_.data() + row + r0, wall_.data() + row + r0, add, aligned ? pending_lanes_ : nullptr))
         fail(commit_error(row0, wall, r_end));
-      add_in_lanes(pending_lanes_, r0, add, len);  // as the loop below
+      if (!aligned) add_in_lanes(pending_lanes_, r0, add, len);  // as the loop below
     }
     committed_ = r_end;
     return;
