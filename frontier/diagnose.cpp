@@ -326,10 +326,29 @@ void follow_device(const Evidence& e, Diagnosis& d, RankChoice& rc) {
   rc.basis = "forward_event";
 }
 
+/// A rank named by its arrival, late at the step's end by d.excess_s, that lost at least half of it
+/// in one group, its own change there past its floor, is named in that group: the loss was born
+/// there, and where the step's change showed (`top`, a stage that holds a collective) is where it
+/// surfaced. A host-local delay on one rank smaller than backward's drift floor surfaces in the
+/// next step's all-reduce, whose change alone stays inside that floor.
+void born_where_it_lost(const Evidence& e, int top, Diagnosis& d) {
+  for (const auto& c : d.culprits) {
+    if (c.rank != d.rank) continue;
+    if (c.group < 0 || c.group == top || !(c.excess_s >= 0.5 * d.excess_s)) return;
+    d.surfaces_group = in(e.wait_groups, top) ? top : surfaces_in(e, c.group);
+    d.group = c.group;
+    d.excess_s = c.excess_s;
+    d.noise_floor_s = c.floor_s;
+    d.rank_basis = "own_work_excess";
+    return;
+  }
+}
+
 /// No stage's change passes its floor, but the step's may: a rank slowed a little in every stage
 /// (paused, starved) spreads its loss over them. Its arrival (or its CPU wait, or its erratic
 /// steps), when it explains at least half of the step's change, names it in the stage that changed
-/// most; else `d` stays "no significant change".
+/// most (by its arrival: in the stage where it lost at least half of it, if one did, past that
+/// stage's floor); else `d` stays "no significant change".
 Diagnosis spread_loss_diagnosis(const Evidence& e, const Differential& diff, Diagnosis d, int top) {
   if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return d;
   RankChoice rc = arrival_rank(diff.arrival_deltas, diff.delta_exposed_s);
@@ -350,9 +369,10 @@ Diagnosis spread_loss_diagnosis(const Evidence& e, const Differential& diff, Dia
     d.excess_s = (*list)[0].delta_s;
     d.noise_floor_s = (*list)[0].floor_s;
   }
-  d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
   d.surfaces_group = surfaces_in(e, top);
   d.culprits = collect_culprits(diff.rank_deltas, diff.arrival_deltas, diff.cpu_wait_deltas, top);
+  if (rc.basis == "arrival") born_where_it_lost(e, top, d);
+  d.share_of_step = diff.reference_step_s > 0 ? d.excess_s / diff.reference_step_s : 0.0;
   name_erratic(d);
   put_named_first(d);
   finish_confidence(d, runner_up(diff.delta_advance_s, top), rc.support);
@@ -682,12 +702,6 @@ int needed_reference_steps(double sd, int n_ref, int n, double step_s, const Dia
   return static_cast<int>(std::min(1e9, std::ceil(1.0 / inv_k)));
 }
 
-/// The difference in differences (docs/diagnosis.md): per group and for the whole step, each
-/// standing-out rank's standing in the window minus its standing in the reference. A drift of the
-/// machine moves every rank's own work and its peers' median alike and cancels; what is left is
-/// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
-/// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
-/// changes where there are enough ranks, min_effect of the reference step.
 /// Ranks whose whole-step standing scatters from step to step more than their peers' do in the
 /// window (an F-like test on ln of the variance ratio, SE sqrt(2/(n−1)) for n steps, z
 /// family-wise over the ranks), and did not already in the reference.
@@ -723,21 +737,34 @@ std::vector<Differential::RankDelta> erratic_ranks(const Standing& w, const Stan
 std::vector<Differential::RankDelta> standing_changes(const Standing& w, const Standing& r, int ref_steps, int observed,
                                                       int lists, double effect, const DiagnosisConfig& cfg) {
   std::vector<Differential::RankDelta> list;
-  std::vector<double> changes, se;
+  std::vector<double> changes, se, paired;
+  // The reference's typical per-step spread of a standing (the median over the ranks it lists):
+  // the null's spread for a rank it did not list. Past kStandingAll ranks a list holds only the
+  // largest standings, and a rank whose fault came and went is listed in the window alone, its own
+  // steps scattered by the fault.
+  std::vector<double> listed_sd;
+  for (const auto& y : r.ranks)
+    if (y.sd_s >= 0) listed_sd.push_back(y.sd_s);
+  const double typical_sd = listed_sd.empty() ? -1.0 : median_inplace(listed_sd);
   for (const auto& x : w.ranks) {
     double base = r.median_s, base_sd = -1;
     int base_n = ref_steps;
+    bool listed = false;
     for (const auto& y : r.ranks)
       if (y.rank == x.rank) {
         base = y.mean_s;
         base_sd = y.sd_s;
         base_n = y.steps;
+        listed = true;
       }
     const double change = x.mean_s - base;
+    if (listed) paired.push_back(change);
     // Under the null hypothesis (the rank's window is its reference's process) both means have the
-    // reference's spread; the window's own only where the reference did not list the rank. A
-    // paused rank's own spread grows with the fault and would hide it.
-    const double sd = base_sd >= 0 ? base_sd : x.sd_s;
+    // reference's spread: the rank's own where the reference listed it, else the reference's typical
+    // one; the window's only where the reference listed no rank. A paused rank's own spread grows
+    // with the fault and would hide it.
+    const double null_sd = typical_sd >= 0 ? typical_sd : x.sd_s;
+    const double sd = base_sd >= 0 ? base_sd : null_sd;
     double var = 0;
     if (sd >= 0 && x.steps > 0) var += sd * sd / x.steps;
     if (sd >= 0 && base_n > 0) var += sd * sd / base_n;
@@ -750,9 +777,16 @@ std::vector<Differential::RankDelta> standing_changes(const Standing& w, const S
   // noise does not explain is that heterogeneity. It is read from few ranks and many ranks are
   // tested at once, so it is weighted by ranks_z; the noise by z. On a machine of like ranks the
   // scatter is the noise and the floor stays z standard errors.
+  // Where the lists hold only the largest standings: the changes of the ranks both list (at least
+  // kSpreadRanks of them), else the ranks' scatter of levels, which bounds it from above. Ranks that
+  // differ persistently and alike in both runs (two tiers of speed) scatter in level, not in change,
+  // and their levels' scatter would hide every rank's change.
   double hetero = 0;
   if (observed >= kSpreadRanks) {
-    const double spread = w.complete && r.complete ? robust_deviation(changes) : std::max(w.spread_s, r.spread_s);
+    const bool pairs = static_cast<int>(paired.size()) >= kSpreadRanks;
+    const double spread = w.complete && r.complete ? robust_deviation(changes)
+                          : pairs                  ? robust_deviation(paired)
+                                                   : std::max(w.spread_s, r.spread_s);
     std::vector<double> typical = se;
     const double noise = typical.empty() ? 0.0 : median_inplace(typical);
     hetero = std::sqrt(std::max(0.0, spread * spread - noise * noise));
@@ -767,9 +801,10 @@ std::vector<Differential::RankDelta> standing_changes(const Standing& w, const S
 /// The difference in differences (docs/diagnosis.md): per group and for the whole step, each
 /// standing-out rank's standing in the window minus its standing in the reference. A drift of the
 /// machine moves every rank's own work and its peers' median alike and cancels; what is left is
-/// the rank's own change. Its floor: z standard errors of the two means (each side's own per-step
-/// SD; the window's where the reference did not list the rank), z robust deviations of the ranks'
-/// changes where there are enough ranks, min_effect of the reference step.
+/// the rank's own change. Its floor: z standard errors of the two means (with the reference's
+/// per-step SD: the rank's own, or the reference's typical one where it did not list the rank),
+/// z robust deviations of the ranks' changes (of those both sides list, where the lists hold only
+/// the largest), min_effect of the reference step.
 void standing_deltas(const Evidence& e, const Reference& ref, const DiagnosisConfig& cfg, Differential& d) {
   const int K = static_cast<int>(e.standing.size());
   const int G = K - 1;

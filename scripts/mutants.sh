@@ -68,7 +68,10 @@ waits_always_usable	frontier/diagnose.cpp	return !(closes > 0 && closes >= cfg.m
 starved_never	frontier/whatif.cpp	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s > 0 && c.cpu_wait_s >= 0.5 * c.excess_s; }	bool starved(const Diagnosis::Culprit& c) { return c.cpu_wait_s < 0; }
 step_end_unchecked	frontier/diagnose.cpp	if (x.rank == top.rank) return x.mean_s >= 0.5 * top.mean_s;	if (x.rank == top.rank) return true;
 erratic_at_one_floor	frontier/diagnose.cpp	if (!(diff.delta_exposed_s > 2 * diff.exposed_noise_floor_s)) return c;	if (!(diff.delta_exposed_s > diff.exposed_noise_floor_s)) return c;
-window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? base_sd : x.sd_s;	const double sd = x.sd_s;
+window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? base_sd : null_sd;	const double sd = x.sd_s;
+unlisted_own_spread	frontier/diagnose.cpp	const double null_sd = typical_sd >= 0 ? typical_sd : x.sd_s;	const double null_sd = x.sd_s;
+paired_spread_never	frontier/diagnose.cpp	const bool pairs = static_cast<int>(paired.size()) >= kSpreadRanks;	const bool pairs = false;
+born_at_the_top	frontier/diagnose.cpp	if (rc.basis == "arrival") born_where_it_lost(e, top, d);	if (false) born_where_it_lost(e, top, d);
 EOF
 )
 if [ "$LIST" = 1 ]; then

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -218,6 +219,61 @@ TEST(Diagnosis, a_host_local_delay_at_two_ranks_is_named_where_it_was_born) {
     EXPECT_EQ(c.group_name(c.diagnosis.group), "optim.step_cpu_wall") << "late rank " << late;
     EXPECT_EQ(c.diagnosis.rank, late);
   }
+}
+
+TEST(Diagnosis, a_host_local_delay_under_the_drift_floor_of_its_collective_is_named_where_it_was_born) {
+  // Rank 4's optimizer takes 4.5 ms more; the others wait that much in the next all-reduce. That
+  // change of backward stays inside backward's drift floor (5 % of its 102 ms), so no stage's change
+  // passes its floor and the rank is named by its lateness at the step's end — which it lost in the
+  // optimizer, past that stage's floor: it is named there, surfacing in backward. It was named in
+  // backward, where nothing of its own changed (sim --ranks 96 --scenario callback_host_tail
+  // --delay-ms 20 --seed 7).
+  const StageMatrix healthy = wait_window(6, 10, -1, 0.0), faulty = wait_window(6, 10, 4, 0.0045);
+  Evidence e = evaluate(faulty);
+  diagnose_against(e, make_reference(evaluate(healthy), "healthy"));
+  ASSERT_TRUE(e.differential);
+  const auto& d = *e.differential;
+  const int bwd = *e.schema.group_index("model.backward_cpu_wall");
+  ASSERT_NEAR(d.delta_advance_s[bwd], 0.0045, 1e-12);
+  ASSERT_LT(d.delta_advance_s[bwd], d.noise_floor_s[bwd]);  // inside its floor
+  ASSERT_GT(d.delta_exposed_s, d.exposed_noise_floor_s);
+  EXPECT_EQ(e.diagnosis.rank, 4);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "optim.step_cpu_wall");
+  EXPECT_EQ(e.diagnosis.surfaces_group, bwd);
+  EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");
+  EXPECT_NEAR(e.diagnosis.excess_s, 0.0045, 1e-9);
+}
+
+TEST(Diagnosis, a_rank_that_lost_time_in_several_stages_stays_named_where_the_step_changed_most) {
+  // Rank 2 loses 3.0 ms in data, 1.0 in forward and 3.7 in the optimizer (7.7 ms; the others wait
+  // that much more in the all-reduce). The optimizer's change passes its floor but holds less than
+  // half of the loss: no one stage is where it was born, and the rank is named by its arrival in
+  // the stage that changed most, as a rank starved of CPU is.
+  const std::array<double, 4> lost = {0.0030, 0.0010, 0.0, 0.0037};
+  const double total = lost[0] + lost[1] + lost[3];
+  const int late = 2;
+  const StageMatrix healthy = wait_window(6, 10, -1, 0.0);
+  StageMatrix faulty = wait_window(6, 10, -1, 0.0);
+  for (int t = 0; t < 10; ++t)
+    for (int r = 0; r < 6; ++r) {
+      const double wait = 0.002 + (r == late ? 0.0 : total);
+      std::vector<double> x = {0.010, 0.040, 0.100 + wait, 0.020};
+      if (r == late)
+        for (std::size_t s = 0; s < x.size(); ++s) x[s] += lost[s];
+      faulty.set_record(t, r, x, std::nullopt);
+      faulty.set_sync_wait(t, r, 2, wait);
+    }
+  Evidence e = evaluate(faulty);
+  diagnose_against(e, make_reference(evaluate(healthy), "healthy"));
+  const auto& d = *e.differential;
+  const int bwd = *e.schema.group_index("model.backward_cpu_wall"), opt = *e.schema.group_index("optim.step_cpu_wall");
+  for (std::size_t g = 0; g < d.delta_advance_s.size(); ++g) ASSERT_LT(d.delta_advance_s[g], d.noise_floor_s[g]);
+  ASSERT_EQ(d.rank_deltas[opt][0].rank, late);
+  ASSERT_GT(d.rank_deltas[opt][0].delta_s, d.rank_deltas[opt][0].floor_s);  // past its floor, under half
+  EXPECT_EQ(e.diagnosis.rank, late);
+  EXPECT_EQ(e.diagnosis.group, bwd);
+  EXPECT_EQ(e.diagnosis.rank_basis, "arrival");
+  EXPECT_NEAR(e.diagnosis.excess_s, total, 1e-9);
 }
 
 TEST(Diagnosis, one_rank_observed_falls_back_to_the_frontier_with_no_confidence) {
@@ -676,6 +732,84 @@ TEST(Differential, a_rank_whose_fault_also_scatters_its_steps_is_judged_by_the_r
   EXPECT_EQ(e.diagnosis.rank, 3);
   EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
   EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");  // by its mean, not only by its scatter
+}
+
+namespace {
+
+/// `ranks` ranks, data / forward / backward (its wait measured), `steps` steps: rank r's data stage
+/// takes 12 ms × tier(r) × (1 ± 1 %), plus extra(r, t) on step t (the others wait for the latest in
+/// backward). The same seed draws the same noise: a model's healthy twin shares its draws.
+StageMatrix cohort_window(int ranks, int steps, std::uint64_t seed, const std::function<double(int)>& tier,
+                          const std::function<double(int, int)>& extra) {
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall"}, false);
+  sf::verify::SplitMix64 rng(seed);
+  StageMatrix m(schema, ranks, 0, steps);
+  for (int t = 0; t < steps; ++t) {
+    std::vector<double> data(static_cast<std::size_t>(ranks));
+    double slowest = 0;
+    for (int r = 0; r < ranks; ++r) {
+      data[r] = 0.012 * tier(r) * rng.uniform(0.99, 1.01) + extra(r, t);
+      slowest = std::max(slowest, data[r]);
+    }
+    for (int r = 0; r < ranks; ++r) {
+      const double wait = slowest - data[r];
+      m.set_record(t, r, std::vector<double>{data[r], 0.045, 0.110 + wait}, std::nullopt);
+      m.set_sync_wait(t, r, 2, wait);
+    }
+  }
+  return m;
+}
+
+bool listed(const Standing& st, int rank) {
+  return std::any_of(st.ranks.begin(), st.ranks.end(), [&](const RankStanding& x) { return x.rank == rank; });
+}
+
+}  // namespace
+
+TEST(Differential, a_rank_the_reference_did_not_list_is_judged_by_the_references_typical_spread) {
+  // 80 ranks: the lists hold the 16 largest standings, and rank 50 is not among the reference's.
+  // Its fault comes and goes (60 ms on 10 of 40 steps: +15 ms a step, its own steps scattered by
+  // 26 ms). Under the null its window is the reference's process, whose spread is the 1 % noise:
+  // the window's own spread put its floor above the change, and the answer was a common slowdown
+  // (sim --ranks 96 --scenario bwd_compute --onset 30 --offset 45 --seed 7).
+  const int R = 80, late = 50;
+  const auto flat = [](int) { return 1.0; };
+  const Evidence healthy = evaluate(cohort_window(R, 40, 31, flat, [](int, int) { return 0.0; }));
+  ASSERT_FALSE(healthy.standing[0].complete);
+  ASSERT_FALSE(listed(healthy.standing[0], late));
+  const Reference ref = make_reference(healthy, "healthy");
+  Evidence e =
+      evaluate(cohort_window(R, 40, 32, flat, [&](int r, int t) { return r == late && t >= 10 && t < 20 ? 0.060 : 0.0; }));
+  diagnose_against(e, ref);
+  EXPECT_EQ(e.diagnosis.rank, late);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_EQ(e.diagnosis.rank_basis, "own_work_excess");
+  const auto& top = e.differential->rank_deltas[0][0];
+  EXPECT_EQ(top.rank, late);
+  EXPECT_NEAR(top.delta_s, 0.015, 0.001);
+  EXPECT_LT(top.floor_s, 0.5 * top.delta_s);
+}
+
+TEST(Differential, ranks_in_two_tiers_alike_in_both_runs_do_not_hide_a_change) {
+  // 80 ranks in two tiers (the odd ones 50 % slower in data, in the reference and in the window
+  // alike: the same draws, as a model's healthy twin has). The lists hold the 16 largest
+  // standings; the ranks both list moved by their noise alone, and that is the spread of changes.
+  // The ranks' scatter of levels (half of them 6 ms above the other half) is not: as the floor of
+  // rank 51's +12 ms it named a common slowdown (sim --ranks 96 --heterogeneity two-tier --seed 7).
+  const int R = 80, late = 51;
+  const auto tiers = [](int r) { return r % 2 ? 1.5 : 1.0; };
+  const Reference ref =
+      make_reference(evaluate(cohort_window(R, 40, 33, tiers, [](int, int) { return 0.0; })), "healthy twin");
+  Evidence e = evaluate(cohort_window(R, 40, 33, tiers, [&](int r, int) { return r == late ? 0.012 : 0.0; }));
+  diagnose_against(e, ref);
+  ASSERT_FALSE(e.standing[0].complete);
+  EXPECT_GT(e.standing[0].spread_s, 0.004);  // the levels' scatter
+  EXPECT_EQ(e.diagnosis.rank, late);
+  EXPECT_EQ(e.group_name(e.diagnosis.group), "data.next_wait");
+  EXPECT_FALSE(e.diagnosis.common);
+  const auto& top = e.differential->rank_deltas[0][0];
+  EXPECT_EQ(top.rank, late);
+  EXPECT_LT(top.floor_s, 0.5 * top.delta_s);
 }
 
 TEST(Differential, an_erratic_rank_is_named_only_for_a_step_change_of_twice_its_floor) {
