@@ -87,6 +87,18 @@ const std::vector<std::optional<double>>* collective_to_heal(const Diagnosis& d,
   return any ? &ref->collective_s : nullptr;
 }
 
+/// Whether culprit c lost its time after the step's last collective (a host-local callback or
+/// optimizer delay). Its lateness crosses into the next step: the others wait for it in that
+/// step's first collective, whose time past its latest arrival grows by what they waited, while
+/// its late arrival in this step's last segment is offset by its shorter wait in the collective
+/// before (the segments' remainders are signed: ArrivalSegment::after_s). Healing that arrival
+/// took its whole delay off the step, the slack it had before the fault included; the fix is the
+/// collective's wait going back to its healthy cost.
+bool after_last_collective(const Evidence& e, const Diagnosis::Culprit& c) {
+  if (c.group < 0 || e.wait_groups.empty()) return false;
+  return std::all_of(e.wait_groups.begin(), e.wait_groups.end(), [&](int g) { return g < c.group; });
+}
+
 /// The latest arrival in segment s of the ranks other than `rank`: the first listed one that is
 /// not it (the median past a list of it alone).
 double others_latest(const ArrivalSegment& s, int rank) {
@@ -222,6 +234,13 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   // "As if no rank straggled" takes the collectives at their healthy cost where starved ranks
   // slowed them: that part of their time is the stragglers', not the collectives' own.
   const auto* healthy_collective = collective_to_heal(d, all, ref);
+  // A culprit that lost its time after the last collective is healed by the collectives' healthy
+  // cost where the reference knows it (after_last_collective), not by its own arrival.
+  const bool ref_collective = ref != nullptr && !ref->collective_s.empty();
+  std::vector<int> arrivals_healed;
+  for (const auto& c : d.culprits)
+    if (c.rank >= 0 && !(ref_collective && after_last_collective(e, c))) arrivals_healed.push_back(c.rank);
+  const auto* all_collective = arrivals_healed.size() < all.size() ? &ref->collective_s : healthy_collective;
   double actual = 0, ideal = 0;
   for (const auto& a : e.arrivals.steps) {
     actual += a.exposed_s;
@@ -235,8 +254,9 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   w.floor_s = e.differential ? e.differential->exposed_noise_floor_s : e.config.diagnosis.min_effect * w.actual_s;
   for (const auto& c : d.culprits) {
     if (c.rank < 0) continue;
-    const std::span<const int> one(&c.rank, 1);
-    const auto* collective = collective_to_heal(d, one, ref);
+    const bool crosses = ref_collective && after_last_collective(e, c);
+    const std::span<const int> one(&c.rank, crosses ? 0 : 1);
+    const auto* collective = crosses ? &ref->collective_s : collective_to_heal(d, one, ref);
     double healed = 0;
     for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, one, ref, collective);
     WhatIf::Fix f;
@@ -251,7 +271,7 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     w.fixes.push_back(f);
   }
   double healed = 0;
-  for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, all, ref, healthy_collective);
+  for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, arrivals_healed, ref, all_collective);
   w.all_healed_s = all.empty() ? w.actual_s : healed / w.steps;
   return w;
 }

@@ -72,6 +72,7 @@ window_spread_not_null	frontier/diagnose.cpp	const double sd = base_sd >= 0 ? ba
 unlisted_own_spread	frontier/diagnose.cpp	const double null_sd = typical_sd >= 0 ? typical_sd : x.sd_s;	const double null_sd = x.sd_s;
 paired_spread_never	frontier/diagnose.cpp	const bool pairs = static_cast<int>(paired.size()) >= kSpreadRanks;	const bool pairs = false;
 born_at_the_top	frontier/diagnose.cpp	if (rc.basis == "arrival") born_where_it_lost(e, top, d);	if (false) born_where_it_lost(e, top, d);
+host_local_heals_arrival	frontier/whatif.cpp	if (c.group < 0 || e.wait_groups.empty()) return false;	if (true) return false;
 EOF
 )
 if [ "$LIST" = 1 ]; then

@@ -959,6 +959,47 @@ TEST(WhatIf, a_starved_rank_fixed_gives_back_the_time_it_slowed_the_collective_b
   for (const auto& f : cohort.whatif.fixes) EXPECT_NEAR(f.healed_s, 0.230, 1e-6);
 }
 
+TEST(WhatIf, a_host_local_delay_fixed_gives_back_what_the_others_waited_not_the_whole_delay) {
+  // Rank 4's own backward is 10 ms shorter than its peers': healthy, it waits 10 ms longer in the
+  // all-reduce (its slack). Its optimizer then takes 30 ms more: it starts the next step 30 ms late,
+  // arrives 20 ms after its peers, and they wait 20 ms more — the step grows by 20 ms, not 30.
+  // Healing its optimizer's arrival took all 30 off (162 ms, 10 below the healthy step); the fix
+  // is the all-reduce's wait back to its healthy cost: 172 ms (sim --scenario optim_host_local
+  // predicted up to a third faster than the healthy reference).
+  const StageSchema schema({"data.next_wait", "model.fwd_loss_cpu_wall", "model.backward_cpu_wall", "optim.step_cpu_wall"}, false);
+  const int late = 4;
+  const auto make = [&](double delay_s) {
+    StageMatrix m(schema, 5, 0, 12);
+    const double lateness = std::max(0.0, delay_s - 0.010);  // its arrival past its peers'
+    for (int t = 0; t < 12; ++t)
+      for (int r = 0; r < 5; ++r) {
+        const double own = r == late ? 0.090 : 0.100;
+        const double wait = r == late ? 0.002 + 0.010 - std::min(delay_s, 0.010) : 0.002 + lateness;
+        m.set_record(t, r, std::vector<double>{0.010, 0.040, own + wait, 0.020 + (r == late ? delay_s : 0.0)}, std::nullopt);
+        m.set_sync_wait(t, r, 2, wait);
+      }
+    return m;
+  };
+  const Evidence healthy = evaluate(make(0.0));
+  ASSERT_NEAR(healthy.exposed_makespan_s / healthy.steps, 0.172, 1e-9);
+  Evidence e = evaluate(make(0.030));
+  diagnose_against(e, make_reference(healthy, "healthy"));
+  ASSERT_EQ(e.diagnosis.rank, late);
+  ASSERT_EQ(e.group_name(e.diagnosis.group), "optim.step_cpu_wall");
+  const auto& w = e.whatif;
+  ASSERT_TRUE(w.available) << w.why_not;
+  EXPECT_NEAR(w.actual_s, 0.192, 1e-6);
+  ASSERT_EQ(w.fixes.size(), 1u);
+  EXPECT_NEAR(w.fixes[0].healed_s, 0.172, 1e-6);
+  EXPECT_NEAR(w.fixes[0].gain_s, 0.020, 1e-6);
+  EXPECT_NEAR(w.all_healed_s, 0.172, 1e-6);
+  // Without a reference the healthy collective is unknown: the arrival is healed, as before.
+  Evidence alone = evaluate(make(0.030));
+  ASSERT_EQ(alone.diagnosis.rank, late);
+  ASSERT_EQ(alone.whatif.fixes.size(), 1u);
+  EXPECT_NEAR(alone.whatif.fixes[0].healed_s, 0.162, 1e-6);
+}
+
 TEST(WhatIf, a_healthy_window_has_nothing_to_gain) {
   auto spec = base_spec(16, 23);
   const Reference ref = make_reference(evaluate(spec_window(spec)), "healthy");
