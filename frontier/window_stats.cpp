@@ -15,7 +15,8 @@
 #endif
 
 // Lanes8 below is a 64-byte GCC vector: GCC notes that passing one by value changes the ABI
-// without AVX-512. Its helpers are always inline, so no such vector crosses a call.
+// without AVX-512. Its helpers are always inline, so no such vector crosses a call. Clang
+// honours this pragma; GCC's note reads only the command line (-Wno-psabi in CMakeLists.txt).
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace sf::frontier::detail {
