@@ -76,19 +76,19 @@ def run(sf: str, args: list[str]) -> dict[str, Any]:
             "line": j["evidence"]["diagnosis"]["line"]}
 
 
-def table(rows: list[dict[str, Any]]) -> list[str]:
+def table(rows: list[dict[str, Any]], who: str = "new") -> list[str]:
     out = ["| scenario | runs | right | wrong | refused | wrong outcomes | what-if error % (median, min, max) | what-if |error| > 5 % |",
            "|---|---|---|---|---|---|---|---|"]
     for sc in sorted({r["scenario"] for r in rows}):
         rs = [r for r in rows if r["scenario"] == sc]
-        wrong = [r for r in rs if r["new"]["correct"] is False]
+        wrong = [r for r in rs if r[who]["correct"] is False]
         kinds: dict[str, int] = {}
         for r in wrong:
-            kinds[r["new"]["outcome"]] = kinds.get(r["new"]["outcome"], 0) + 1
-        errs = [100 * r["new"]["whatif_rel_error"] for r in rs if isinstance(r["new"].get("whatif_rel_error"), float)]
+            kinds[r[who]["outcome"]] = kinds.get(r[who]["outcome"], 0) + 1
+        errs = [100 * r[who]["whatif_rel_error"] for r in rs if isinstance(r[who].get("whatif_rel_error"), float)]
         err = (f"{statistics.median(errs):+.1f} ({min(errs):+.1f}, {max(errs):+.1f})" if errs else "-")
-        out.append(f"| {sc} | {len(rs)} | {sum(r['new']['correct'] is True for r in rs)} | {len(wrong)} | "
-                   f"{sum(r['new']['correct'] is None for r in rs)} | "
+        out.append(f"| {sc} | {len(rs)} | {sum(r[who]['correct'] is True for r in rs)} | {len(wrong)} | "
+                   f"{sum(r[who]['correct'] is None for r in rs)} | "
                    f"{', '.join(f'{k} {v}' for k, v in sorted(kinds.items())) or '-'} | {err} | "
                    f"{sum(abs(e) > 5 for e in errs)}/{len(errs)} |")
     return out
@@ -135,6 +135,7 @@ def main() -> int:
         base_right = sum(r["base"]["correct"] is True for r in rows)
         text += ["", f"Base {a.base} ({version(a.base)}): right {base_right}. {len(differ)} differ: {fixed} wrong -> right, "
                  f"{broke} right -> wrong."] + [f"- `{' '.join(r['args'])}`: {r['base']['outcome']} -> {r['new']['outcome']}" for r in differ]
+        text += ["", "The base's verdicts and what-if errors on the same configurations:", ""] + table(rows, "base")
     wrong = [r for r in rows if r["new"]["correct"] is False]
     if wrong:
         text += ["", "Wrong verdicts:"] + [f"- `{' '.join(r['args'])}`: {r['new']['outcome']}: {r['new'].get('line', '')}" for r in wrong]
