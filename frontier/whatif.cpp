@@ -254,18 +254,22 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   w.floor_s = e.differential ? e.differential->exposed_noise_floor_s : e.config.diagnosis.min_effect * w.actual_s;
   for (const auto& c : d.culprits) {
     if (c.rank < 0) continue;
+    const std::span<const int> one(&c.rank, 1);
+    const auto* starved_collective = collective_to_heal(d, one, ref);
     const bool crosses = ref_collective && after_last_collective(e, c);
-    const std::span<const int> one(&c.rank, crosses ? 0 : 1);
-    const auto* collective = crosses ? &ref->collective_s : collective_to_heal(d, one, ref);
+    const auto* collective = crosses ? &ref->collective_s : starved_collective;
     double healed = 0;
-    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, one, ref, collective);
+    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, one.first(crosses ? 0 : 1), ref, collective);
     WhatIf::Fix f;
     f.rank = c.rank;
     f.group = c.group;
     f.healed_s = healed / w.steps;
     f.gain_s = w.actual_s - f.healed_s;
     double excluded = 0;
-    for (const auto& a : e.arrivals.steps) excluded += replay_excluded(e.arrivals, a, c.rank, roles, collective);
+    // The step without the rank keeps the starved rule alone: with the collectives at their healthy
+    // cost, a culprit late after the last collective would lose its delay twice there (its last
+    // segment's remainder is signed against its own arrival, which the others' replace).
+    for (const auto& a : e.arrivals.steps) excluded += replay_excluded(e.arrivals, a, c.rank, roles, starved_collective);
     f.excluded_s = excluded / w.steps;
     std::tie(f.rebalance_share, f.rebalanced_s) = best_rebalance(e.arrivals, c.rank, roles);
     w.fixes.push_back(f);
