@@ -277,9 +277,14 @@ void name_erratic(Diagnosis& d) {
 }
 
 /// The named rank first (its entry's group is the named stage), the others by excess.
+/// The named rank's entry among d.culprits (end() where it has none).
+std::vector<Diagnosis::Culprit>::iterator named_culprit(Diagnosis& d) {
+  return std::find_if(d.culprits.begin(), d.culprits.end(), [&](const auto& c) { return c.rank == d.rank; });
+}
+
 void put_named_first(Diagnosis& d) {
   if (d.rank < 0) return;
-  const auto it = std::find_if(d.culprits.begin(), d.culprits.end(), [&](const auto& c) { return c.rank == d.rank; });
+  const auto it = named_culprit(d);
   if (it == d.culprits.end()) return;
   std::rotate(d.culprits.begin(), it, it + 1);
   d.culprits.front().group = d.group;
@@ -332,16 +337,13 @@ void follow_device(const Evidence& e, Diagnosis& d, RankChoice& rc) {
 /// surfaced. A host-local delay on one rank smaller than backward's drift floor surfaces in the
 /// next step's all-reduce, whose change alone stays inside that floor.
 void born_where_it_lost(const Evidence& e, int top, Diagnosis& d) {
-  for (const auto& c : d.culprits) {
-    if (c.rank != d.rank) continue;
-    if (c.group < 0 || c.group == top || !(c.excess_s >= 0.5 * d.excess_s)) return;
-    d.surfaces_group = in(e.wait_groups, top) ? top : surfaces_in(e, c.group);
-    d.group = c.group;
-    d.excess_s = c.excess_s;
-    d.noise_floor_s = c.floor_s;
-    d.rank_basis = "own_work_excess";
-    return;
-  }
+  const auto c = named_culprit(d);
+  if (c == d.culprits.end() || c->group < 0 || c->group == top || !(c->excess_s >= 0.5 * d.excess_s)) return;
+  d.surfaces_group = in(e.wait_groups, top) ? top : surfaces_in(e, c->group);
+  d.group = c->group;
+  d.excess_s = c->excess_s;
+  d.noise_floor_s = c->floor_s;
+  d.rank_basis = "own_work_excess";
 }
 
 /// No stage's change passes its floor, but the step's may: a rank slowed a little in every stage

@@ -237,9 +237,10 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
   // A culprit that lost its time after the last collective is healed by the collectives' healthy
   // cost where the reference knows it (after_last_collective), not by its own arrival.
   const bool ref_collective = ref != nullptr && !ref->collective_s.empty();
+  const auto crosses = [&](const Diagnosis::Culprit& c) { return ref_collective && after_last_collective(e, c); };
   std::vector<int> arrivals_healed;
   for (const auto& c : d.culprits)
-    if (c.rank >= 0 && !(ref_collective && after_last_collective(e, c))) arrivals_healed.push_back(c.rank);
+    if (c.rank >= 0 && !crosses(c)) arrivals_healed.push_back(c.rank);
   const auto* all_collective = arrivals_healed.size() < all.size() ? &ref->collective_s : healthy_collective;
   double actual = 0, ideal = 0;
   for (const auto& a : e.arrivals.steps) {
@@ -256,10 +257,11 @@ WhatIf what_if(const Evidence& e, const Reference* ref) {
     if (c.rank < 0) continue;
     const std::span<const int> one(&c.rank, 1);
     const auto* starved_collective = collective_to_heal(d, one, ref);
-    const bool crosses = ref_collective && after_last_collective(e, c);
-    const auto* collective = crosses ? &ref->collective_s : starved_collective;
+    const bool late_after_last = crosses(c);
+    const auto* collective = late_after_last ? &ref->collective_s : starved_collective;
     double healed = 0;
-    for (const auto& a : e.arrivals.steps) healed += replay(e.arrivals, a, one.first(crosses ? 0 : 1), ref, collective);
+    for (const auto& a : e.arrivals.steps)
+      healed += replay(e.arrivals, a, one.first(late_after_last ? 0 : 1), ref, collective);
     WhatIf::Fix f;
     f.rank = c.rank;
     f.group = c.group;
